@@ -1,0 +1,84 @@
+// CPU device: the memory block, the four streams and copies.
+#include "device/cpu/cpu_device.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+
+namespace ferry::cpu {
+
+void* CpuPinnedAllocator::allocate(uint64_t bytes) {
+  constexpr uint64_t kPage = 4096;
+  void* ptr = std::aligned_alloc(kPage, (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage);
+  if (ptr == nullptr) {
+    throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "pinned block", bytes, 0, 0, {},
+                           "the machine is out of host memory: lower memory.host_limit");
+  }
+  return ptr;
+}
+
+void CpuPinnedAllocator::deallocate(void* ptr, uint64_t) { std::free(ptr); }
+
+CpuDevice::CpuDevice(const DeviceOptions& options) : options_(options) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  threads_ = options.threads > 0 ? options.threads : std::max(1, cores);
+  if (options.memory == 0) throw ConfigError("device.memory must be positive");
+  // Reserve address space only; pages are committed when first touched.
+  block_ = mmap(nullptr, options.memory, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (block_ == MAP_FAILED) {
+    block_ = nullptr;
+    throw OutOfMemoryError(OutOfMemoryError::Where::kDevice, "device block", options.memory, 0, 0,
+                           {}, "lower device.memory: the address space could not be reserved");
+  }
+  heap_ = std::make_unique<DeviceHeap>(block_, options.memory);
+  kernels_ = std::make_unique<CpuKernels>(threads_);
+  const int threads = threads_;
+  streams_[0] = std::make_unique<CpuStream>(StreamKind::kCompute,
+                                            [threads] { omp_set_num_threads(threads); });
+  streams_[1] = std::make_unique<CpuStream>(StreamKind::kDeviceToHost);
+  streams_[2] = std::make_unique<CpuStream>(StreamKind::kHostToDevice);
+  streams_[3] = std::make_unique<CpuStream>(StreamKind::kComm);
+}
+
+CpuDevice::~CpuDevice() {
+  for (auto& s : streams_) s.reset();  // drain and join before the memory goes
+  kernels_.reset();
+  heap_.reset();
+  if (block_) munmap(block_, options_.memory);
+}
+
+std::string CpuDevice::name() const {
+  return fmt::format("cpu:{} ({} threads, {} device memory)", options_.ordinal, threads_,
+                     format_bytes(options_.memory));
+}
+
+Stream& CpuDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
+
+void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+  const double gbps = options_.copy_gbps;
+  static_cast<CpuStream&>(stream).enqueue([dst, src, bytes, gbps] {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(dst, src, bytes);
+    if (gbps > 0) {
+      const auto link_time =
+          std::chrono::duration<double>(static_cast<double>(bytes) / (gbps * 1e9));
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<std::chrono::nanoseconds>(link_time));
+    }
+  });
+}
+
+void CpuDevice::synchronize() {
+  for (auto& s : streams_) s->synchronize();
+}
+
+}  // namespace ferry::cpu

@@ -1,0 +1,47 @@
+// The CPU backend's Device: device memory is one lazily committed block of the configured
+// capacity; kernels run in order on the compute stream's thread (oneDNN with OpenMP); copies
+// run on one thread per direction and, when copy_gbps is set, take as long as that link would.
+#pragma once
+
+#include <memory>
+
+#include "device/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_stream.h"
+#include "device/device.h"
+
+namespace ferry::cpu {
+
+class CpuPinnedAllocator : public PinnedAllocator {
+ public:
+  void* allocate(uint64_t bytes) override;
+  void deallocate(void* ptr, uint64_t bytes) override;
+};
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(const DeviceOptions& options);
+  ~CpuDevice() override;
+
+  Backend backend() const override { return Backend::kCpu; }
+  std::string name() const override;
+  DeviceHeap& memory() override { return *heap_; }
+  PinnedAllocator& pinned() override { return pinned_; }
+  Stream& stream(StreamKind kind) override;
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  Kernels& kernels() override { return *kernels_; }
+  void synchronize() override;
+
+  int threads() const { return threads_; }
+
+ private:
+  DeviceOptions options_;
+  int threads_;
+  void* block_ = nullptr;
+  std::unique_ptr<DeviceHeap> heap_;
+  CpuPinnedAllocator pinned_;
+  std::unique_ptr<CpuKernels> kernels_;
+  std::unique_ptr<CpuStream> streams_[4];
+};
+
+}  // namespace ferry::cpu

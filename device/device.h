@@ -1,0 +1,63 @@
+// A Device: memory with a hard capacity, pinned host memory, streams, events, asynchronous
+// copies and kernels. The CPU backend (oneDNN, copy threads) and the CUDA backend (cuDNN,
+// cuBLAS, CUDA streams) both satisfy it; everything above device/ sees only this.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device/heap.h"
+#include "device/host_pool.h"
+#include "device/kernels.h"
+#include "device/stream.h"
+
+namespace ferry {
+
+enum class Backend { kCpu, kCuda };
+
+std::string_view backend_name(Backend b);
+
+struct DeviceOptions {
+  Backend backend = Backend::kCpu;
+  uint64_t memory = 0;   // device.memory: the hard capacity of device memory, in bytes
+  int ordinal = 0;       // which GPU (cuda); which emulated device (cpu)
+  int threads = 0;       // cpu: threads for kernels, 0 = every core
+  double copy_gbps = 0;  // cpu: emulated link bandwidth for host<->device copies, 0 = unlimited
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual Backend backend() const = 0;
+  // "cpu:0 (oneDNN 2.6.3, 2 threads)", "cuda:1 (NVIDIA A100-SXM4-40GB)".
+  virtual std::string name() const = 0;
+
+  // Device memory: one block of the configured capacity.
+  virtual DeviceHeap& memory() = 0;
+  // Pinned (page-locked) host memory, the source and target of asynchronous copies.
+  virtual PinnedAllocator& pinned() = 0;
+
+  // The device's own streams, one per kind; each runs its work in order.
+  virtual Stream& stream(StreamKind kind) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+
+  // Copies `bytes` from src to dst, ordered on `stream`. Either side may be device memory or
+  // pinned host memory; the ranges must not overlap.
+  virtual void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) = 0;
+
+  virtual Kernels& kernels() = 0;
+
+  // Blocks the host until every stream of this device is idle.
+  virtual void synchronize() = 0;
+};
+
+// Whether this build has `backend`, and (cuda) whether a device is present.
+bool backend_built(Backend backend);
+int cuda_device_count();
+
+// Creates a device of options.backend. Throws UnsupportedError when that backend was not built
+// or no such device is present, OutOfMemoryError when the capacity cannot be reserved.
+std::unique_ptr<Device> create_device(const DeviceOptions& options);
+
+}  // namespace ferry

@@ -1,0 +1,364 @@
+// The kernels a backend provides, as plain argument structs in one variant: ops fill a struct
+// and launch it on a stream; backends dispatch on the type. Every pointer is device memory.
+// Layouts are row-major: images (N, C, H, W), weights (K, C/groups, R, S), linear (out, in).
+// Semantics follow PyTorch's, so a checkpoint and a loss curve mean the same in both.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <variant>
+
+#include "device/dtype.h"
+#include "device/stream.h"
+
+namespace ferry {
+
+// Scratch memory a kernel may use while it runs; sized by Kernels::workspace_bytes().
+struct Workspace {
+  void* ptr = nullptr;
+  uint64_t bytes = 0;
+};
+
+// ---- convolution -------------------------------------------------------------------------
+
+struct ConvGeom {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // input (N, C, H, W)
+  int64_t k = 1;                       // output channels
+  int64_t r = 1, s = 1;                // kernel height, width; weight (K, C/groups, R, S)
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t groups = 1;
+
+  int64_t out_h() const { return (h + 2 * pad_h - r) / stride_h + 1; }
+  int64_t out_w() const { return (w + 2 * pad_w - s) / stride_w + 1; }
+  bool operator==(const ConvGeom&) const = default;
+};
+
+// y = conv(x, w) + bias. x (N, C, H, W), w (K, C/g, R, S), bias (K) or null, y (N, K, OH, OW).
+struct ConvForward {
+  ConvGeom g;
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  Workspace ws;
+};
+
+// dx = conv_transpose(dy, w). Overwrites dx.
+struct ConvBackwardData {
+  ConvGeom g;
+  const float* dy = nullptr;
+  const float* w = nullptr;
+  float* dx = nullptr;
+  Workspace ws;
+};
+
+// dw = sum over the batch of x (*) dy; dbias = sum of dy over (N, OH, OW). Overwrites both;
+// dbias may be null.
+struct ConvBackwardWeights {
+  ConvGeom g;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  float* dw = nullptr;
+  float* dbias = nullptr;
+  Workspace ws;
+};
+
+// ---- fully connected ---------------------------------------------------------------------
+
+struct LinearGeom {
+  int64_t m = 1;  // batch rows
+  int64_t k = 1;  // in features
+  int64_t n = 1;  // out features
+  bool operator==(const LinearGeom&) const = default;
+};
+
+// y (M, N) = x (M, K) * w^T, w (N, K), + bias (N) or null.
+struct LinearForward {
+  LinearGeom g;
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  Workspace ws;
+};
+
+// dx (M, K) = dy (M, N) * w (N, K).
+struct LinearBackwardData {
+  LinearGeom g;
+  const float* dy = nullptr;
+  const float* w = nullptr;
+  float* dx = nullptr;
+  Workspace ws;
+};
+
+// dw (N, K) = dy^T * x; dbias (N) = column sums of dy, or null.
+struct LinearBackwardWeights {
+  LinearGeom g;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  float* dw = nullptr;
+  float* dbias = nullptr;
+  Workspace ws;
+};
+
+// ---- pooling ------------------------------------------------------------------------------
+
+enum class PoolKind : uint8_t { kMax, kAvg };
+
+// PyTorch's MaxPool2d / AvgPool2d geometry. Padding counts as -inf for max; for avg it counts
+// in the divisor when count_include_pad (PyTorch's default), never beyond the padded edge.
+struct PoolGeom {
+  PoolKind kind = PoolKind::kMax;
+  int64_t n = 1, c = 1, h = 1, w = 1;
+  int64_t kh = 1, kw = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+
+  int64_t out_h() const { return out_size(h, kh, stride_h, pad_h); }
+  int64_t out_w() const { return out_size(w, kw, stride_w, pad_w); }
+  int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
+    int64_t span = in + 2 * p - k;
+    int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    // The last window must start inside the input or the left padding.
+    if (ceil_mode && (out - 1) * s >= in + p) --out;
+    return out;
+  }
+  bool operator==(const PoolGeom&) const = default;
+};
+
+// x (N, C, H, W) -> y (N, C, OH, OW).
+struct PoolForward {
+  PoolGeom g;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+// Overwrites dx. Max: each dy goes to the first maximum of its window in row-major order
+// (PyTorch's tie rule), found from x; y is the forward output. Avg: dy spread over the window.
+struct PoolBackward {
+  PoolGeom g;
+  const float* x = nullptr;
+  const float* y = nullptr;
+  const float* dy = nullptr;
+  float* dx = nullptr;
+};
+
+// PyTorch's AdaptiveAvgPool2d: output cell (i, j) averages rows [floor(i*H/OH), ceil((i+1)*H/OH))
+// and the same for columns. x (N, C, H, W) -> y (N, C, OH, OW).
+struct AdaptiveAvgPoolForward {
+  int64_t n = 1, c = 1, h = 1, w = 1, oh = 1, ow = 1;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+struct AdaptiveAvgPoolBackward {
+  int64_t n = 1, c = 1, h = 1, w = 1, oh = 1, ow = 1;
+  const float* dy = nullptr;
+  float* dx = nullptr;  // overwritten
+};
+
+// ---- batch normalisation -------------------------------------------------------------------
+
+// Per channel over (N, H*W). x and y are (N, C, HW).
+struct BatchNormGeom {
+  int64_t n = 1, c = 1, hw = 1;
+  float eps = 1e-5f;
+  bool operator==(const BatchNormGeom&) const = default;
+};
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta with the batch's mean and biased variance,
+// saved in save_mean / save_var (C). Running statistics are updated in place as PyTorch does:
+// running = (1 - momentum) * running + momentum * stat, with the unbiased variance n/(n-1).
+struct BatchNormForwardTraining {
+  BatchNormGeom g;
+  float momentum = 0.1f;
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* y = nullptr;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float* save_mean = nullptr;
+  float* save_var = nullptr;
+};
+
+// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
+struct BatchNormForwardInference {
+  BatchNormGeom g;
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* running_mean = nullptr;
+  const float* running_var = nullptr;
+  float* y = nullptr;
+};
+
+// Gradients of the training-mode forward. Overwrites dx, dgamma, dbeta.
+struct BatchNormBackward {
+  BatchNormGeom g;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  const float* gamma = nullptr;
+  const float* save_mean = nullptr;
+  const float* save_var = nullptr;
+  float* dx = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+};
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+struct ReluForward {  // y = max(x, 0)
+  int64_t n = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+struct ReluBackward {  // dx = y > 0 ? dy : 0 (y is the forward output)
+  int64_t n = 0;
+  const float* y = nullptr;
+  const float* dy = nullptr;
+  float* dx = nullptr;
+};
+
+struct AddForward {  // y = a + b
+  int64_t n = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* y = nullptr;
+};
+
+struct Accumulate {  // y += x
+  int64_t n = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+struct CopyDevice {  // dst = src, device to device, non-overlapping
+  uint64_t bytes = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+
+struct Fill {  // y[i] = value (float elements; NaN poisons)
+  int64_t n = 0;
+  float value = 0.0f;
+  float* y = nullptr;
+};
+
+struct Scale {  // y *= alpha
+  int64_t n = 0;
+  float alpha = 1.0f;
+  float* y = nullptr;
+};
+
+// Inverted dropout. Element i is kept when counter_uniform(seed, offset + i) >= p
+// (device/counter_rng.h), so every backend draws the same mask. mask[i] is 1 or 0;
+// y = keep ? x / (1 - p) : 0.
+struct DropoutForward {
+  int64_t n = 0;
+  float p = 0.5f;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+  uint8_t* mask = nullptr;
+};
+
+struct DropoutBackward {  // dx = mask ? dy / (1 - p) : 0
+  int64_t n = 0;
+  float p = 0.5f;
+  const float* dy = nullptr;
+  const uint8_t* mask = nullptr;
+  float* dx = nullptr;
+};
+
+// ---- loss ------------------------------------------------------------------------------------
+
+// loss[0] = mean over rows of (logsumexp(logits_i) - logits_i[label_i]); probs = softmax(logits)
+// (N, K), saved for backward; correct[0] (int32, may be null) = rows whose first argmax equals
+// the label. Labels are int32 in [0, K).
+struct SoftmaxCrossEntropyForward {
+  int64_t n = 1, k = 1;
+  const float* logits = nullptr;
+  const int32_t* labels = nullptr;
+  float* loss = nullptr;
+  float* probs = nullptr;
+  int32_t* correct = nullptr;
+};
+
+// dlogits = scale * (probs - onehot(label)) / N. Overwrites dlogits.
+struct SoftmaxCrossEntropyBackward {
+  int64_t n = 1, k = 1;
+  float scale = 1.0f;
+  const float* probs = nullptr;
+  const int32_t* labels = nullptr;
+  float* dlogits = nullptr;
+};
+
+// ---- optimizers --------------------------------------------------------------------------------
+
+// torch.optim.SGD (dampening 0): d = g + wd * p; buf = momentum * buf + d (buf starts at zero,
+// which equals PyTorch's first-step copy); d = nesterov ? d + momentum * buf : buf;
+// p -= lr * d. With momentum 0, buf is unused and may be null.
+struct SgdUpdate {
+  int64_t n = 0;
+  float lr = 0.0f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* momentum_buf = nullptr;
+};
+
+// torch.optim.AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t = step >= 1.
+struct AdamWUpdate {
+  int64_t n = 0;
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+  int64_t step = 1;
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+// ---- the launch interface ----------------------------------------------------------------------
+
+using KernelArgs =
+    std::variant<ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward,
+                 LinearBackwardData, LinearBackwardWeights, PoolForward, PoolBackward,
+                 AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward, BatchNormForwardTraining,
+                 BatchNormForwardInference, BatchNormBackward, ReluForward, ReluBackward,
+                 AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward, DropoutBackward,
+                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate>;
+
+// Index of a kernel kind in KernelArgs, for supports() queries.
+using KernelKind = size_t;
+template <typename T>
+constexpr KernelKind kernel_kind() {
+  return KernelArgs(T{}).index();
+}
+std::string_view kernel_name(KernelKind kind);
+inline std::string_view kernel_name(const KernelArgs& args) { return kernel_name(args.index()); }
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  // Whether this backend runs `kind` on `dtype`; callers fall back on purpose, never by accident.
+  virtual bool supports(KernelKind kind, DType dtype) const = 0;
+  // Scratch bytes `args` needs in args.ws (0 for most kernels). Pointers in args are ignored.
+  virtual uint64_t workspace_bytes(const KernelArgs& args) = 0;
+  // Enqueues the kernel on `stream` (a compute stream of this backend's device).
+  virtual void launch(const KernelArgs& args, Stream& stream) = 0;
+};
+
+}  // namespace ferry

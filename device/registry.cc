@@ -1,0 +1,49 @@
+// The one place backends are chosen: build-time guards, no static registration tricks.
+#include <fmt/format.h>
+
+#include "device/cpu/cpu_device.h"
+#include "device/device.h"
+#if FERRY_HAVE_CUDA
+#include "device/cuda/cuda_device.h"
+#endif
+
+namespace ferry {
+
+std::string_view backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+
+bool backend_built(Backend backend) {
+  if (backend == Backend::kCpu) return true;
+#if FERRY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#if FERRY_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Device> create_device(const DeviceOptions& options) {
+  if (options.backend == Backend::kCpu) return std::make_unique<cpu::CpuDevice>(options);
+#if FERRY_HAVE_CUDA
+  const int count = cuda::device_count();
+  if (options.ordinal >= count) {
+    throw UnsupportedError(
+        fmt::format("device.backend is cuda but {} CUDA device(s) are present (wanted ordinal {})",
+                    count, options.ordinal),
+        "set device.backend=cpu on a machine without a GPU");
+  }
+  return cuda::create_cuda_device(options);
+#else
+  throw UnsupportedError("device.backend is cuda but this build has no CUDA backend",
+                         "install the CUDA toolkit with cuDNN and NCCL and rebuild, or set "
+                         "device.backend=cpu");
+#endif
+}
+
+}  // namespace ferry
