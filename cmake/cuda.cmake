@@ -15,7 +15,10 @@ if(NOT FERRY_CUDA STREQUAL "off")
       set(CMAKE_CUDA_ARCHITECTURES 80)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    # CMake 3.25 knows no nvcc dialect past C++17; .cc files stay C++20.
+    set(CMAKE_CUDA_STANDARD 17)
+    # One CUDA runtime in every binary: the shared one.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     find_package(CUDAToolkit REQUIRED)
     find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
     find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})

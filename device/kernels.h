@@ -355,7 +355,8 @@ class Kernels {
   virtual ~Kernels() = default;
   // Whether this backend runs `kind` on `dtype`; callers fall back on purpose, never by accident.
   virtual bool supports(KernelKind kind, DType dtype) const = 0;
-  // Scratch bytes `args` needs in args.ws (0 for most kernels). Pointers in args are ignored.
+  // Scratch bytes `args` needs in args.ws (0 for most kernels). Addresses in args are ignored,
+  // but whether an optional operand (a bias) is null is part of the geometry.
   virtual uint64_t workspace_bytes(const KernelArgs& args) = 0;
   // Enqueues the kernel on `stream` (a compute stream of this backend's device).
   virtual void launch(const KernelArgs& args, Stream& stream) = 0;

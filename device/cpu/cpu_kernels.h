@@ -10,6 +10,8 @@ namespace ferry::cpu {
 
 class CpuKernels : public Kernels {
  public:
+  // `threads`: the OpenMP thread count every kernel runs with (oneDNN fixes its partitioning
+  // from it when a primitive is created, so results do not depend on the calling thread).
   explicit CpuKernels(int threads);
   ~CpuKernels() override;
 
@@ -21,7 +23,7 @@ class CpuKernels : public Kernels {
   void run(const KernelArgs& args);
 
  private:
-  struct Impl;  // oneDNN engine, stream and primitive cache (cpu_kernels_impl.h)
+  struct Impl;  // the primitive plan cache (cpu_kernels_impl.h)
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,18 +1,149 @@
-// PLACEHOLDER until the CUDA device lands.
+// CUDA device: the one device block, pinned host memory, the four prioritised streams and
+// copies. The block is freed only after every stream has drained (destructor).
 #include "device/cuda/cuda_device.h"
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "device/cuda/cuda_check.h"
 
 namespace ferry::cuda {
 
+// Note [Stream priorities]
+// Compute runs at the least priority (the default, 0); d2h, h2d and comm at the greatest.
+// The runtime documents that priorities only order kernels: cudaMemcpyAsync on a copy engine
+// ignores them, so for today's copies the transfer priorities change nothing and only state the
+// intent that offload/prefetch traffic is deadline-bound (it starts to matter if a copy is ever
+// done by a kernel). For comm they matter now: NCCL's all-reduce kernels get SMs ahead of the
+// queued blocks of backward compute, so gradient reduction overlapped with backward is not
+// starved and does not end up on the critical path.
+
 int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  // No driver (cudaErrorInsufficientDriver) or no GPU (cudaErrorNoDevice) means none present.
+  // Either is an initialisation failure that every later runtime call reports again.
+  return status == cudaSuccess ? count : 0;
 }
 
-std::unique_ptr<Device> create_cuda_device(const DeviceOptions&) {
-  throw UnsupportedError("the CUDA device is not implemented yet");
+std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
+  const int count = device_count();
+  if (options.ordinal < 0 || options.ordinal >= count) {
+    throw UnsupportedError(fmt::format("CUDA device {} is not present ({} CUDA device(s) found)",
+                                       options.ordinal, count),
+                           "use an ordinal below the device count, or set device.backend=cpu");
+  }
+  return std::make_unique<CudaDevice>(options);
+}
+
+void* CudaPinnedAllocator::allocate(uint64_t bytes) {
+  use_device(ordinal_);
+  void* ptr = nullptr;
+  const cudaError_t status =
+      cudaHostAlloc(&ptr, std::max<uint64_t>(bytes, 1), cudaHostAllocPortable);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "pinned block", bytes, 0, 0, {},
+                           fmt::format("the host could not pin {} more: lower memory.host_limit "
+                                       "or data.batch_size",
+                                       format_bytes(bytes)));
+  }
+  if (status != cudaSuccess) {
+    throw_cuda_error(status, "cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable)", __FILE__,
+                     __LINE__);
+  }
+  return ptr;
+}
+
+void CudaPinnedAllocator::deallocate(void* ptr, uint64_t) {
+  if (ptr != nullptr) CUDA_WARN(cudaFreeHost(ptr));
+}
+
+void CudaDevice::BlockFree::operator()(void* ptr) const {
+  CUDA_WARN(cudaSetDevice(ordinal));
+  CUDA_WARN(cudaFree(ptr));
+}
+
+CudaDevice::CudaDevice(const DeviceOptions& options)
+    : ordinal_(options.ordinal),
+      block_(nullptr, BlockFree{options.ordinal}),
+      pinned_(options.ordinal),
+      kernels_(options.ordinal) {
+  if (options.memory == 0) {
+    throw ConfigError("device.memory must be positive", "set device.memory, e.g. 8GiB");
+  }
+  use_device(ordinal_);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+  name_ = fmt::format("cuda:{} ({}, {} total, {} device memory)", ordinal_,
+                      static_cast<const char*>(prop.name), format_bytes(prop.totalGlobalMem),
+                      format_bytes(options.memory));
+
+  void* block = nullptr;
+  const cudaError_t status = cudaMalloc(&block, options.memory);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky; keep it out of later cudaGetLastError() checks
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+    (void)cudaGetLastError();
+    const std::string have = known
+                                 ? fmt::format("cuda:{} has {} free of {}", ordinal_,
+                                               format_bytes(free_bytes), format_bytes(total_bytes))
+                                 : fmt::format("cuda:{} did not report its free memory", ordinal_);
+    throw OutOfMemoryError(
+        OutOfMemoryError::Where::kDevice, fmt::format("cuda:{} device block", ordinal_),
+        options.memory, known ? total_bytes - free_bytes : 0, known ? total_bytes : 0, {},
+        fmt::format("lower device.memory: {} (other processes may hold the rest)", have));
+  }
+  if (status != cudaSuccess) {
+    throw_cuda_error(status, "cudaMalloc(&block, options.memory)", __FILE__, __LINE__);
+  }
+  block_.reset(block);
+  heap_ = std::make_unique<DeviceHeap>(block, options.memory);
+
+  // Note [Stream priorities]. Numerically lower is higher priority: greatest <= least.
+  int least = 0;
+  int greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  for (StreamKind kind : {StreamKind::kCompute, StreamKind::kDeviceToHost,
+                          StreamKind::kHostToDevice, StreamKind::kComm}) {
+    const int priority = kind == StreamKind::kCompute ? least : greatest;
+    streams_[static_cast<int>(kind)] = std::make_unique<CudaStream>(kind, ordinal_, priority);
+  }
+}
+
+CudaDevice::~CudaDevice() {
+  // Drain every stream before the block (and the streams) go; members then die in reverse.
+  for (auto& stream : streams_) {
+    if (stream) CUDA_WARN(cudaStreamSynchronize(stream->handle()));
+  }
+}
+
+Stream& CudaDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
+
+std::unique_ptr<Event> CudaDevice::create_event() {
+  return std::make_unique<CudaEvent>(ordinal_, /*timing=*/false);
+}
+
+std::unique_ptr<CudaEvent> CudaDevice::create_timing_event() {
+  return std::make_unique<CudaEvent>(ordinal_, /*timing=*/true);
+}
+
+void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  CudaStream& cuda = as_cuda(stream);
+  use_device(ordinal_);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda.handle()));
+}
+
+void CudaDevice::synchronize() {
+  for (auto& stream : streams_) stream->synchronize();
 }
 
 }  // namespace ferry::cuda

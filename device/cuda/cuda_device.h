@@ -1,8 +1,13 @@
-// The CUDA backend's entry points (the registry calls these).
+// The CUDA backend's Device and its entry points (the registry calls device_count() and
+// create_cuda_device()). Device memory is ONE cudaMalloc of device.memory bytes cut by a
+// DeviceHeap, so the capacity is exact and hard, as on the CPU backend.
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "device/cuda/cuda_kernels.h"
+#include "device/cuda/cuda_stream.h"
 #include "device/device.h"
 
 namespace ferry::cuda {
@@ -10,6 +15,63 @@ namespace ferry::cuda {
 // Number of CUDA devices present; 0 when there is no driver or no GPU.
 int device_count();
 
+// A CudaDevice for options.ordinal. Throws UnsupportedError when that GPU is not present,
+// OutOfMemoryError when device.memory bytes cannot be reserved on it.
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options);
+
+// Pinned host memory from cudaHostAlloc(cudaHostAllocPortable): page-locked and usable by
+// every CUDA context of the process.
+class CudaPinnedAllocator : public PinnedAllocator {
+ public:
+  explicit CudaPinnedAllocator(int ordinal) : ordinal_(ordinal) {}
+  // Throws OutOfMemoryError (kHostPool) when the host cannot pin `bytes` more.
+  void* allocate(uint64_t bytes) override;
+  // Never throws (the host pool frees from its destructor); a failure is printed.
+  void deallocate(void* ptr, uint64_t bytes) override;
+
+ private:
+  int ordinal_;
+};
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(const DeviceOptions& options);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  Backend backend() const override { return Backend::kCuda; }
+  // "cuda:0 (NVIDIA A100-SXM4-40GB, 40.00 GiB total, 16.00 GiB device memory)".
+  std::string name() const override { return name_; }
+  DeviceHeap& memory() override { return *heap_; }
+  PinnedAllocator& pinned() override { return pinned_; }
+  Stream& stream(StreamKind kind) override;
+  // A cheap event without timestamps (cudaEventDisableTiming).
+  std::unique_ptr<Event> create_event() override;
+  // An event that keeps timestamps, for traces: elapsed_ms(start, end).
+  std::unique_ptr<CudaEvent> create_timing_event();
+  // cudaMemcpyAsync(cudaMemcpyDefault) on `stream`, a stream of this device. Host memory must
+  // be pinned (pinned()) for the copy to be asynchronous.
+  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  Kernels& kernels() override { return kernels_; }
+  // cudaStreamSynchronize on each of the four streams.
+  void synchronize() override;
+
+  int ordinal() const { return ordinal_; }
+
+ private:
+  struct BlockFree {
+    int ordinal;
+    void operator()(void* ptr) const;
+  };
+
+  int ordinal_;
+  std::string name_;
+  std::unique_ptr<void, BlockFree> block_;  // the one cudaMalloc, freed last
+  std::unique_ptr<DeviceHeap> heap_;
+  CudaPinnedAllocator pinned_;
+  CudaKernels kernels_;
+  std::unique_ptr<CudaStream> streams_[4];  // indexed by StreamKind
+};
 
 }  // namespace ferry::cuda

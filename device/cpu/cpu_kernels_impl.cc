@@ -1,0 +1,147 @@
+// The oneDNN engine, per-thread streams and primitive plans shared by the CPU kernel families.
+// Invariant: a plan's workspace_bytes() is exactly what execute() reads from the workspace.
+#include "device/cpu/cpu_kernels_impl.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+
+namespace ferry::cpu {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine = DNNL_CHECK(dnnl::engine(dnnl::engine::kind::cpu, 0));
+  return engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream = DNNL_CHECK(dnnl::stream(cpu_engine()));
+  return stream;
+}
+
+OmpThreadsScope::OmpThreadsScope(int threads) : saved_(omp_get_max_threads()) {
+  if (threads > 0 && threads != saved_) {
+    omp_set_num_threads(threads);
+  } else {
+    saved_ = 0;  // nothing to restore
+  }
+}
+
+OmpThreadsScope::~OmpThreadsScope() {
+  if (saved_ > 0) omp_set_num_threads(saved_);
+}
+
+dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims) {
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return strided_desc(dims, strides);
+}
+
+dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
+  return DNNL_CHECK(dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides));
+}
+
+dnnl::primitive_attr PrimitivePlan::attr() const {
+  dnnl::primitive_attr attr;
+  DNNL_CHECK(attr.set_scratchpad_mode(user_scratchpad_ ? dnnl::scratchpad_mode::user
+                                                       : dnnl::scratchpad_mode::library));
+  return attr;
+}
+
+void PrimitivePlan::add(int arg, bool output, const dnnl::memory::desc& user,
+                        const dnnl::memory::desc& inner) {
+  Operand op;
+  op.arg = arg;
+  op.output = output;
+  op.user = user;
+  op.inner = inner;
+  if (user != inner) {
+    const auto& from = output ? inner : user;
+    const auto& to = output ? user : inner;
+    auto pd =
+        DNNL_CHECK(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr()));
+    if (user_scratchpad_)
+      scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, pd.scratchpad_desc().get_size());
+    op.reorder = DNNL_CHECK(dnnl::reorder(pd));
+  }
+  operands_.push_back(std::move(op));
+}
+
+void PrimitivePlan::finish(dnnl::primitive prim, const dnnl::memory::desc& scratchpad) {
+  prim_ = std::move(prim);
+  if (user_scratchpad_) {
+    scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, scratchpad.get_size());
+  }
+  uint64_t offset = align_up(scratchpad_bytes_, kWorkspaceAlign);
+  for (auto& op : operands_) {
+    if (!op.reorder) continue;
+    op.offset = offset;
+    offset += align_up(op.inner.get_size(), kWorkspaceAlign);
+  }
+  workspace_bytes_ = offset;
+}
+
+bool PrimitivePlan::has(int arg) const {
+  return std::any_of(operands_.begin(), operands_.end(),
+                     [arg](const Operand& op) { return op.arg == arg; });
+}
+
+void PrimitivePlan::execute(const std::vector<std::pair<int, const void*>>& ptrs,
+                            const Workspace& ws, std::string_view what) const {
+  if (workspace_bytes_ > 0 && (ws.ptr == nullptr || ws.bytes < workspace_bytes_)) {
+    throw UnsupportedError(
+        fmt::format("{} needs {} bytes ({}) of workspace, was given {} bytes", what,
+                    workspace_bytes_, format_bytes(workspace_bytes_), ws.ptr ? ws.bytes : 0),
+        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
+  }
+  dnnl::engine& engine = cpu_engine();
+  dnnl::stream& stream = thread_stream();
+  auto* base = static_cast<char*>(ws.ptr);
+  std::unordered_map<int, dnnl::memory> args;
+  auto reorder_args = [&](const dnnl::memory& from, const dnnl::memory& to) {
+    std::unordered_map<int, dnnl::memory> r{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (auto it = args.find(DNNL_ARG_SCRATCHPAD); it != args.end()) {
+      r[DNNL_ARG_SCRATCHPAD] = it->second;
+    }
+    return r;
+  };
+  std::vector<std::pair<const Operand*, dnnl::memory>> staged_outputs;
+  try {
+    if (user_scratchpad_ && scratchpad_bytes_ > 0) {
+      const dnnl::memory::desc desc({static_cast<dnnl::memory::dim>(scratchpad_bytes_)},
+                                    dnnl::memory::data_type::u8, dnnl::memory::format_tag::x);
+      args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(desc, engine, base);
+    }
+    for (const Operand& op : operands_) {
+      auto it =
+          std::find_if(ptrs.begin(), ptrs.end(), [&](const auto& p) { return p.first == op.arg; });
+      FERRY_ASSERT(it != ptrs.end() && it->second != nullptr,
+                   fmt::format("{}: no pointer for oneDNN argument {}", what, op.arg));
+      dnnl::memory user(op.user, engine, const_cast<void*>(it->second));
+      if (!op.reorder) {
+        args[op.arg] = user;
+        continue;
+      }
+      dnnl::memory inner(op.inner, engine, base + op.offset);
+      args[op.arg] = inner;
+      if (op.output) {
+        staged_outputs.emplace_back(&op, user);
+      } else {
+        op.reorder->execute(stream, reorder_args(user, inner));
+      }
+    }
+    prim_.execute(stream, args);
+    for (auto& [op, user] : staged_outputs) {
+      op->reorder->execute(stream, reorder_args(args.at(op->arg), user));
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw LibraryError("oneDNN", fmt::format("executing the {} primitive", what), e.what(),
+                       __FILE__, __LINE__);
+  }
+}
+
+}  // namespace ferry::cpu

@@ -1,0 +1,204 @@
+// Private to the CPU kernels: the oneDNN engine, the primitive plans (a primitive plus the
+// reorders between the caller's plain layouts and the layouts it chose) and their cache.
+// Invariant: a cached plan is immutable after creation, so threads may execute it concurrently.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "common/error.h"
+#include "device/cpu/cpu_kernels.h"
+
+namespace ferry::cpu {
+
+// Runs a oneDNN call, turning dnnl::error into LibraryError with the call text and location.
+#define DNNL_CHECK(expr) \
+  ::ferry::cpu::dnnl_check([&]() -> decltype(auto) { return expr; }, #expr, __FILE__, __LINE__)
+
+template <typename F>
+decltype(auto) dnnl_check(F&& f, const char* call, const char* file, int line) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw LibraryError("oneDNN", call, e.what(), file, line);
+  }
+}
+
+// The process's CPU engine (oneDNN CPU engines are interchangeable) and this thread's stream.
+dnnl::engine& cpu_engine();
+dnnl::stream& thread_stream();
+
+// Sets this thread's OpenMP thread count for a scope, restoring it after. oneDNN fixes its
+// work partitioning when a primitive is created, from the creating thread's count; plans are
+// created under this scope so that the host thread (planning) and the compute worker agree.
+class OmpThreadsScope {
+ public:
+  explicit OmpThreadsScope(int threads);
+  ~OmpThreadsScope();
+  OmpThreadsScope(const OmpThreadsScope&) = delete;
+  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+inline constexpr uint64_t kWorkspaceAlign = 64;
+inline uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// One oneDNN primitive with its operands. An operand whose layout the primitive chose
+// differently from the caller's plain layout is staged in the workspace through a reorder
+// (inputs before, outputs after). Workspace layout: [scratchpad | staging buffers...], the
+// scratchpad (user mode) shared by the primitive and the reorders, which run one at a time.
+class PrimitivePlan {
+ public:
+  struct Operand {
+    int arg = 0;
+    bool output = false;
+    dnnl::memory::desc user;   // the caller's layout
+    dnnl::memory::desc inner;  // the primitive's layout
+    std::optional<dnnl::reorder> reorder;
+    uint64_t offset = 0;  // of the staging buffer in the workspace, when reordered
+  };
+
+  // `user_scratchpad`: the scratchpad comes from the workspace (kernels with a Workspace);
+  // otherwise oneDNN owns it (library mode).
+  explicit PrimitivePlan(bool user_scratchpad) : user_scratchpad_(user_scratchpad) {}
+
+  // The primitive attributes every primitive and reorder of this plan is created with.
+  dnnl::primitive_attr attr() const;
+  // Adds an operand; creates its reorder when `inner` differs from `user`.
+  void add(int arg, bool output, const dnnl::memory::desc& user, const dnnl::memory::desc& inner);
+  // Sets the primitive and lays out the workspace. Call after every add().
+  void finish(dnnl::primitive prim, const dnnl::memory::desc& scratchpad);
+
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  bool has(int arg) const;
+
+  // Executes with the caller's pointers per arg (an arg missing from `ptrs` must not be an
+  // operand). Throws when ws is smaller than workspace_bytes(); `what` names the kernel.
+  void execute(const std::vector<std::pair<int, const void*>>& ptrs, const Workspace& ws,
+               std::string_view what) const;
+
+ private:
+  bool user_scratchpad_;
+  dnnl::primitive prim_;
+  std::vector<Operand> operands_;
+  uint64_t scratchpad_bytes_ = 0;
+  uint64_t workspace_bytes_ = 0;
+};
+
+// Cache key: the kernel kind followed by the geometry's integers.
+using PlanKey = std::array<int64_t, 16>;
+
+// A key from up to 16 integers (the rest zero).
+inline PlanKey make_key(std::initializer_list<int64_t> values) {
+  FERRY_ASSERT(values.size() <= PlanKey{}.size(), "plan key too long");
+  PlanKey key{};
+  std::copy(values.begin(), values.end(), key.begin());
+  return key;
+}
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 0x100000001b3ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// The primitive plans of one CpuKernels, by key.
+class PlanCache {
+ public:
+  explicit PlanCache(int threads) : threads_(threads) {}
+  int threads() const { return threads_; }
+
+  // The cached plan for `key`, made by `make()` on first use (under this backend's thread
+  // count). Safe to call from any thread.
+  template <typename Plan>
+  std::shared_ptr<const Plan> plan(const PlanKey& key, const std::function<Plan()>& make) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = cache_.find(key); it != cache_.end()) {
+        return std::static_pointer_cast<const Plan>(it->second);
+      }
+    }
+    std::shared_ptr<const Plan> made;
+    {
+      OmpThreadsScope scope(threads_);
+      made = std::make_shared<const Plan>(make());
+    }
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = cache_.try_emplace(key, made);
+    return std::static_pointer_cast<const Plan>(it->second);
+  }
+
+ private:
+  int threads_;
+  std::mutex mu_;
+  std::unordered_map<PlanKey, std::shared_ptr<const void>, PlanKeyHash> cache_;
+};
+
+struct CpuKernels::Impl {
+  explicit Impl(int threads) : plans(threads) {}
+  PlanCache plans;
+};
+
+// Plain (row-major) memory descriptors.
+dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims);
+dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides);
+
+// ---- the kernel families (kernels_*.cc) -------------------------------------------------------
+// workspace(): bytes of args.ws the kernel needs; run(): runs it now on the calling thread.
+
+uint64_t workspace(PlanCache& plans, const ConvForward& a);
+uint64_t workspace(PlanCache& plans, const ConvBackwardData& a);
+uint64_t workspace(PlanCache& plans, const ConvBackwardWeights& a);
+void run(PlanCache& plans, const ConvForward& a);
+void run(PlanCache& plans, const ConvBackwardData& a);
+void run(PlanCache& plans, const ConvBackwardWeights& a);
+
+uint64_t workspace(PlanCache& plans, const LinearForward& a);
+uint64_t workspace(PlanCache& plans, const LinearBackwardData& a);
+uint64_t workspace(PlanCache& plans, const LinearBackwardWeights& a);
+void run(PlanCache& plans, const LinearForward& a);
+void run(PlanCache& plans, const LinearBackwardData& a);
+void run(PlanCache& plans, const LinearBackwardWeights& a);
+
+void run(PlanCache& plans, const PoolForward& a);
+void run(PlanCache& plans, const PoolBackward& a);
+void run(PlanCache& plans, const AdaptiveAvgPoolForward& a);
+void run(PlanCache& plans, const AdaptiveAvgPoolBackward& a);
+
+void run(PlanCache& plans, const BatchNormForwardTraining& a);
+void run(PlanCache& plans, const BatchNormForwardInference& a);
+void run(PlanCache& plans, const BatchNormBackward& a);
+
+void run(PlanCache& plans, const ReluForward& a);
+void run(PlanCache& plans, const ReluBackward& a);
+void run(PlanCache& plans, const AddForward& a);
+void run(PlanCache& plans, const Accumulate& a);
+void run(PlanCache& plans, const CopyDevice& a);
+void run(PlanCache& plans, const Fill& a);
+void run(PlanCache& plans, const Scale& a);
+void run(PlanCache& plans, const DropoutForward& a);
+void run(PlanCache& plans, const DropoutBackward& a);
+
+void run(PlanCache& plans, const SoftmaxCrossEntropyForward& a);
+void run(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
+
+void run(PlanCache& plans, const SgdUpdate& a);
+void run(PlanCache& plans, const AdamWUpdate& a);
+
+}  // namespace ferry::cpu

@@ -1,0 +1,174 @@
+// Convolutions on oneDNN: forward, backward data, backward weights (with bias). Each primitive is
+// created once per geometry with format_tag::any, and the plain NCHW / (K, C/g, R, S) tensors
+// are reordered through the workspace when the chosen layout differs.
+#include <fmt/format.h>
+
+#include "device/cpu/cpu_kernels_impl.h"
+
+namespace ferry::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+enum ConvPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
+
+std::string describe(const ConvGeom& g) {
+  return fmt::format("N={} C={} H={} W={} K={} {}x{} stride {}x{} pad {}x{} groups {}", g.n, g.c,
+                     g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
+}
+
+void check(const ConvGeom& g, const char* what) {
+  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
+                  g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
+                  g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
+                  g.out_w() >= 1;
+  if (!ok) {
+    throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
+                      "sizes and strides must be positive, channels divisible by groups, and "
+                      "the kernel no larger than the padded input");
+  }
+}
+
+struct ConvDescs {
+  memory::desc src, weights, bias, dst;        // plain, the caller's layouts
+  memory::desc src_any, weights_any, dst_any;  // format_tag::any
+  memory::dims strides, pad_l, pad_r;
+};
+
+ConvDescs conv_descs(const ConvGeom& g) {
+  ConvDescs d;
+  const memory::dims src{g.n, g.c, g.h, g.w};
+  const memory::dims dst{g.n, g.k, g.out_h(), g.out_w()};
+  const memory::dims weights =
+      g.groups == 1 ? memory::dims{g.k, g.c, g.r, g.s}
+                    : memory::dims{g.groups, g.k / g.groups, g.c / g.groups, g.r, g.s};
+  d.src = plain_desc(src);
+  d.dst = plain_desc(dst);
+  d.weights = plain_desc(weights);
+  d.bias = plain_desc({g.k});
+  const auto f32 = memory::data_type::f32;
+  d.src_any = memory::desc(src, f32, Tag::any);
+  d.dst_any = memory::desc(dst, f32, Tag::any);
+  d.weights_any = memory::desc(weights, f32, Tag::any);
+  d.strides = {g.stride_h, g.stride_w};
+  d.pad_l = {g.pad_h, g.pad_w};
+  // oneDNN checks (h + pad_l + pad_r - r) / stride + 1 == out_h, which the symmetric padding of
+  // ConvGeom satisfies with its floor division.
+  d.pad_r = {g.pad_h, g.pad_w};
+  return d;
+}
+
+// The forward primitive descriptor; also the hint for the backward passes.
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool bias,
+                                                     const dnnl::primitive_attr& attr) {
+  using Fwd = dnnl::convolution_forward;
+  const auto desc =
+      bias ? Fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                       d.src_any, d.weights_any, d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
+           : Fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                       d.src_any, d.weights_any, d.dst_any, d.strides, d.pad_l, d.pad_r);
+  return Fwd::primitive_desc(desc, attr, cpu_engine());
+}
+
+PlanKey key(ConvPass pass, const ConvGeom& g, bool bias) {
+  return make_key({kernel_kind<ConvForward>(), pass, g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h,
+                   g.stride_w, g.pad_h, g.pad_w, g.groups, bias});
+}
+
+std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGeom& g, bool bias) {
+  check(g, "conv_forward");
+  return plans.plan<PrimitivePlan>(key(kForward, g, bias), [&] {
+    const ConvDescs d = conv_descs(g);
+    PrimitivePlan plan(/*user_scratchpad=*/true);
+    auto pd = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
+    plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
+    plan.add(DNNL_ARG_WEIGHTS, false, d.weights, pd.weights_desc());
+    if (bias) plan.add(DNNL_ARG_BIAS, false, d.bias, pd.bias_desc());
+    plan.add(DNNL_ARG_DST, true, d.dst, pd.dst_desc());
+    plan.finish(DNNL_CHECK(dnnl::convolution_forward(pd)), pd.scratchpad_desc());
+    return plan;
+  });
+}
+
+std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const ConvGeom& g) {
+  check(g, "conv_backward_data");
+  return plans.plan<PrimitivePlan>(key(kBackwardData, g, false), [&] {
+    using Bwd = dnnl::convolution_backward_data;
+    const ConvDescs d = conv_descs(g);
+    PrimitivePlan plan(/*user_scratchpad=*/true);
+    auto hint = DNNL_CHECK(forward_pd(d, false, plan.attr()));
+    const Bwd::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any, d.dst_any,
+                         d.strides, d.pad_l, d.pad_r);
+    auto pd = DNNL_CHECK(Bwd::primitive_desc(desc, plan.attr(), cpu_engine(), hint));
+    plan.add(DNNL_ARG_DIFF_DST, false, d.dst, pd.diff_dst_desc());
+    plan.add(DNNL_ARG_WEIGHTS, false, d.weights, pd.weights_desc());
+    plan.add(DNNL_ARG_DIFF_SRC, true, d.src, pd.diff_src_desc());
+    plan.finish(DNNL_CHECK(Bwd(pd)), pd.scratchpad_desc());
+    return plan;
+  });
+}
+
+std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const ConvGeom& g,
+                                                           bool bias) {
+  check(g, "conv_backward_weights");
+  return plans.plan<PrimitivePlan>(key(kBackwardWeights, g, bias), [&] {
+    using Bwd = dnnl::convolution_backward_weights;
+    const ConvDescs d = conv_descs(g);
+    PrimitivePlan plan(/*user_scratchpad=*/true);
+    auto hint = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
+    const auto desc = bias
+                          ? Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
+                                      d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
+                          : Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
+                                      d.dst_any, d.strides, d.pad_l, d.pad_r);
+    auto pd = DNNL_CHECK(Bwd::primitive_desc(desc, plan.attr(), cpu_engine(), hint));
+    plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
+    plan.add(DNNL_ARG_DIFF_DST, false, d.dst, pd.diff_dst_desc());
+    plan.add(DNNL_ARG_DIFF_WEIGHTS, true, d.weights, pd.diff_weights_desc());
+    if (bias) plan.add(DNNL_ARG_DIFF_BIAS, true, d.bias, pd.diff_bias_desc());
+    plan.finish(DNNL_CHECK(Bwd(pd)), pd.scratchpad_desc());
+    return plan;
+  });
+}
+
+}  // namespace
+
+uint64_t workspace(PlanCache& plans, const ConvForward& a) {
+  return forward_plan(plans, a.g, a.bias != nullptr)->workspace_bytes();
+}
+
+uint64_t workspace(PlanCache& plans, const ConvBackwardData& a) {
+  return backward_data_plan(plans, a.g)->workspace_bytes();
+}
+
+uint64_t workspace(PlanCache& plans, const ConvBackwardWeights& a) {
+  return backward_weights_plan(plans, a.g, a.dbias != nullptr)->workspace_bytes();
+}
+
+void run(PlanCache& plans, const ConvForward& a) {
+  const bool bias = a.bias != nullptr;
+  forward_plan(plans, a.g, bias)
+      ->execute({{DNNL_ARG_SRC, a.x},
+                 {DNNL_ARG_WEIGHTS, a.w},
+                 {DNNL_ARG_BIAS, a.bias},
+                 {DNNL_ARG_DST, a.y}},
+                a.ws, "conv_forward");
+}
+
+void run(PlanCache& plans, const ConvBackwardData& a) {
+  backward_data_plan(plans, a.g)
+      ->execute({{DNNL_ARG_DIFF_DST, a.dy}, {DNNL_ARG_WEIGHTS, a.w}, {DNNL_ARG_DIFF_SRC, a.dx}},
+                a.ws, "conv_backward_data");
+}
+
+void run(PlanCache& plans, const ConvBackwardWeights& a) {
+  backward_weights_plan(plans, a.g, a.dbias != nullptr)
+      ->execute({{DNNL_ARG_SRC, a.x},
+                 {DNNL_ARG_DIFF_DST, a.dy},
+                 {DNNL_ARG_DIFF_WEIGHTS, a.dw},
+                 {DNNL_ARG_DIFF_BIAS, a.dbias}},
+                a.ws, "conv_backward_weights");
+}
+
+}  // namespace ferry::cpu

@@ -1,0 +1,124 @@
+// Fully connected layers on oneDNN matmul over the caller's row-major matrices (transposes are
+// strided views, no copies); the bias gradient is a fixed-order column sum.
+#include <fmt/format.h>
+
+#include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/parallel.h"
+#include "device/cpu/simd.h"
+
+namespace ferry::cpu {
+namespace {
+
+enum LinearPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
+
+void check(const LinearGeom& g, const char* what) {
+  if (g.m < 1 || g.k < 1 || g.n < 1) {
+    throw ConfigError(fmt::format("{}: invalid shape M={} K={} N={}", what, g.m, g.k, g.n),
+                      "batch rows and feature counts must be positive");
+  }
+}
+
+PlanKey key(LinearPass pass, const LinearGeom& g, bool bias) {
+  return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias});
+}
+
+// dst (rows, cols) = src (rows, inner) * weights (inner, cols) [+ bias (1, cols)], each given as
+// dims and strides.
+std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& k,
+                                                 const dnnl::memory::desc& src,
+                                                 const dnnl::memory::desc& weights,
+                                                 const dnnl::memory::desc* bias,
+                                                 const dnnl::memory::desc& dst) {
+  return plans.plan<PrimitivePlan>(k, [&] {
+    PrimitivePlan plan(/*user_scratchpad=*/true);
+    const auto desc =
+        bias ? dnnl::matmul::desc(src, weights, *bias, dst) : dnnl::matmul::desc(src, weights, dst);
+    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, plan.attr(), cpu_engine()));
+    plan.add(DNNL_ARG_SRC, false, src, src);
+    plan.add(DNNL_ARG_WEIGHTS, false, weights, weights);
+    if (bias) plan.add(DNNL_ARG_BIAS, false, *bias, *bias);
+    plan.add(DNNL_ARG_DST, true, dst, dst);
+    plan.finish(DNNL_CHECK(dnnl::matmul(pd)), pd.scratchpad_desc());
+    return plan;
+  });
+}
+
+std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g,
+                                                  bool bias) {
+  check(g, "linear_forward");
+  const auto x = plain_desc({g.m, g.k});
+  const auto w_t = strided_desc({g.k, g.n}, {1, g.k});  // w (N, K) viewed as (K, N)
+  const auto b = plain_desc({1, g.n});
+  const auto y = plain_desc({g.m, g.n});
+  return matmul_plan(plans, key(kForward, g, bias), x, w_t, bias ? &b : nullptr, y);
+}
+
+std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const LinearGeom& g) {
+  check(g, "linear_backward_data");
+  return matmul_plan(plans, key(kBackwardData, g, false), plain_desc({g.m, g.n}),
+                     plain_desc({g.n, g.k}), nullptr, plain_desc({g.m, g.k}));
+}
+
+std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const LinearGeom& g) {
+  check(g, "linear_backward_weights");
+  const auto dy_t = strided_desc({g.n, g.m}, {1, g.n});  // dy (M, N) viewed as (N, M)
+  return matmul_plan(plans, key(kBackwardWeights, g, false), dy_t, plain_desc({g.m, g.k}), nullptr,
+                     plain_desc({g.n, g.k}));
+}
+
+// out[j] = sum over rows i (in order) of dy[i * cols + j], for j in [begin, end).
+FERRY_SIMD_CLONES void column_sums(const float* dy, int64_t rows, int64_t cols, int64_t begin,
+                                   int64_t end, double* acc, float* out) {
+  for (int64_t j = begin; j < end; ++j) acc[j - begin] = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = dy + i * cols;
+    for (int64_t j = begin; j < end; ++j) acc[j - begin] += static_cast<double>(row[j]);
+  }
+  for (int64_t j = begin; j < end; ++j) out[j] = static_cast<float>(acc[j - begin]);
+}
+
+}  // namespace
+
+uint64_t workspace(PlanCache& plans, const LinearForward& a) {
+  return forward_plan(plans, a.g, a.bias != nullptr)->workspace_bytes();
+}
+
+uint64_t workspace(PlanCache& plans, const LinearBackwardData& a) {
+  return backward_data_plan(plans, a.g)->workspace_bytes();
+}
+
+uint64_t workspace(PlanCache& plans, const LinearBackwardWeights& a) {
+  return backward_weights_plan(plans, a.g)->workspace_bytes();
+}
+
+void run(PlanCache& plans, const LinearForward& a) {
+  forward_plan(plans, a.g, a.bias != nullptr)
+      ->execute({{DNNL_ARG_SRC, a.x},
+                 {DNNL_ARG_WEIGHTS, a.w},
+                 {DNNL_ARG_BIAS, a.bias},
+                 {DNNL_ARG_DST, a.y}},
+                a.ws, "linear_forward");
+}
+
+void run(PlanCache& plans, const LinearBackwardData& a) {
+  backward_data_plan(plans, a.g)
+      ->execute({{DNNL_ARG_SRC, a.dy}, {DNNL_ARG_WEIGHTS, a.w}, {DNNL_ARG_DST, a.dx}}, a.ws,
+                "linear_backward_data");
+}
+
+void run(PlanCache& plans, const LinearBackwardWeights& a) {
+  const LinearGeom& g = a.g;
+  backward_weights_plan(plans, g)->execute(
+      {{DNNL_ARG_SRC, a.dy}, {DNNL_ARG_WEIGHTS, a.x}, {DNNL_ARG_DST, a.dw}}, a.ws,
+      "linear_backward_weights");
+  if (a.dbias == nullptr) return;
+  constexpr int64_t kBlock = 256;  // columns per work item
+  const int64_t blocks = (g.n + kBlock - 1) / kBlock;
+  parallel_items(blocks, g.m * g.n, [&](int64_t b) {
+    double acc[kBlock];
+    const int64_t begin = b * kBlock;
+    column_sums(a.dy, g.m, g.n, begin, std::min(g.n, begin + kBlock), acc, a.dbias);
+  });
+}
+
+}  // namespace ferry::cpu

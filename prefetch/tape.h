@@ -1,0 +1,46 @@
+// The step schedule the memory planner works on: a linear tape of steps (load, forward ops,
+// backward ops, gradient accumulations, the update) over the tensors that live in the
+// activation arena. It is model-agnostic: the trainer lowers its graph to a Tape.
+// Invariant: every tensor is written by exactly one step before any step reads it, except
+// accumulation targets, which their accumulate steps read and write.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+enum class TapeTensorKind : uint8_t {
+  kInput,       // the uploaded batch (images, labels)
+  kActivation,  // a forward output
+  kAux,         // state a forward saves for its backward
+  kGradient,    // an activation's gradient (or a partial one to accumulate)
+  kWorkspace,   // one step's scratch
+};
+
+struct TapeTensor {
+  std::string name;
+  uint64_t bytes = 0;
+  TapeTensorKind kind = TapeTensorKind::kActivation;
+};
+
+enum class StepPhase : uint8_t { kLoad, kForward, kBackward, kAccumulate, kUpdate };
+
+struct TapeStep {
+  StepPhase phase = StepPhase::kForward;
+  int node = -1;       // the graph node (forward/backward), -1 otherwise
+  std::string name;    // "layer1.0.conv1" (+ phase for display)
+  std::string op;      // the op kind ("conv2d")
+  std::vector<int> reads;
+  std::vector<int> writes;
+  double flops = 0;
+  bool recomputable = false;  // its forward may run again in backward (ReLU, BN, pooling)
+};
+
+struct Tape {
+  std::vector<TapeTensor> tensors;
+  std::vector<TapeStep> steps;
+};
+
+}  // namespace ferry

@@ -1,0 +1,84 @@
+// CpuDevice: copies between device memory and pinned host memory ordered by events across the
+// copy and compute streams, the emulated link bandwidth, and the device's memory capacity.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "device/cpu/cpu_device.h"
+
+namespace ferry::cpu {
+namespace {
+
+DeviceOptions options(uint64_t memory, double gbps = 0) {
+  DeviceOptions o;
+  o.memory = memory;
+  o.threads = 2;
+  o.copy_gbps = gbps;
+  return o;
+}
+
+// Host -> device on the H2D stream, a kernel on the compute stream after it, device -> host on
+// the D2H stream after that: the round trip sees the kernel's result.
+TEST(CpuDevice, CopiesBetweenPinnedAndDeviceMemoryFollowEvents) {
+  CpuDevice device(options(64ull << 20));
+  constexpr int64_t n = 1 << 20;
+  const uint64_t bytes = n * sizeof(float);
+  auto* host_in = static_cast<float*>(device.pinned().allocate(bytes));
+  auto* host_out = static_cast<float*>(device.pinned().allocate(bytes));
+  std::iota(host_in, host_in + n, 0.0f);
+  std::memset(host_out, 0, bytes);
+  DeviceBuffer buf(device.memory(), bytes, "activation");
+
+  Stream& h2d = device.stream(StreamKind::kHostToDevice);
+  Stream& compute = device.stream(StreamKind::kCompute);
+  Stream& d2h = device.stream(StreamKind::kDeviceToHost);
+  auto uploaded = device.create_event(), computed = device.create_event();
+  device.copy_async(buf.data(), host_in, bytes, h2d);
+  h2d.record(*uploaded);
+  compute.wait(*uploaded);
+  device.kernels().launch(Scale{n, 2.0f, buf.as<float>()}, compute);
+  compute.record(*computed);
+  d2h.wait(*computed);
+  device.copy_async(host_out, buf.data(), bytes, d2h);
+  d2h.synchronize();
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(host_out[i], 2.0f * static_cast<float>(i)) << i;
+  EXPECT_EQ(host_out[n - 1], 2.0f * static_cast<float>(n - 1));
+  device.synchronize();
+  device.pinned().deallocate(host_in, bytes);
+  device.pinned().deallocate(host_out, bytes);
+}
+
+// With copy_gbps set a copy takes at least bytes / bandwidth (only a lower bound is asserted:
+// a loaded machine may take longer).
+TEST(CpuDevice, CopyBandwidthEmulationTakesBytesOverBandwidth) {
+  const double gbps = 1.0;  // 1 GB/s
+  CpuDevice device(options(64ull << 20, gbps));
+  const uint64_t bytes = 20'000'000;  // 20 ms at 1 GB/s
+  void* host = device.pinned().allocate(bytes);
+  std::memset(host, 1, bytes);
+  DeviceBuffer buf(device.memory(), bytes, "x");
+  Stream& h2d = device.stream(StreamKind::kHostToDevice);
+  const auto start = std::chrono::steady_clock::now();
+  device.copy_async(buf.data(), host, bytes, h2d);
+  h2d.synchronize();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.9 * static_cast<double>(bytes) / (gbps * 1e9));
+  EXPECT_EQ(static_cast<unsigned char*>(buf.data())[bytes - 1], 1);
+  device.pinned().deallocate(host, bytes);
+}
+
+TEST(CpuDevice, MemoryHasTheConfiguredCapacity) {
+  CpuDevice device(options(8ull << 20));
+  EXPECT_EQ(device.memory().capacity(), 8ull << 20);
+  EXPECT_EQ(device.backend(), Backend::kCpu);
+  EXPECT_EQ(device.threads(), 2);
+  EXPECT_NE(device.name().find("2 threads"), std::string::npos) << device.name();
+  DeviceBuffer a(device.memory(), 6ull << 20, "big");
+  EXPECT_THROW(DeviceBuffer(device.memory(), 4ull << 20, "too much"), OutOfMemoryError);
+}
+
+}  // namespace
+}  // namespace ferry::cpu

@@ -1,0 +1,200 @@
+// Bad inputs give typed, one-line, named errors with hints: missing and malformed files, XML
+// versions hwloc 2.9 cannot read, malformed YAML, wrong types, huge numbers, unknown keys.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "tests/topology/fixtures.h"
+#include "topology/hwloc_topology.h"
+#include "topology/load.h"
+#include "topology/synthetic.h"
+
+namespace ferry {
+namespace {
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/ferry_topology_" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// Runs `f`, expects an exception of type E whose message contains `needle`, is one line, and
+// carries a hint.
+template <typename E, typename F>
+void expect_error(F f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << needle << "'";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_FALSE(e.hint().empty()) << what;
+  }
+}
+
+std::string dgx2_xml() {
+  return testing::read_text(testing::real_dir() + "/nvidiaDGX2.xml");
+}
+
+TEST(XmlErrors, MissingFileAndDirectory) {
+  expect_error<DataError>([] { load_xml("/nonexistent/machine.xml"); }, "no such file");
+  expect_error<DataError>([] { load_xml(::testing::TempDir()); }, "not a regular file");
+}
+
+TEST(XmlErrors, EmptyGarbageAndTruncated) {
+  expect_error<DataError>([] { load_xml(temp_file("empty.xml", "")); }, "empty");
+  expect_error<DataError>([] { load_xml(temp_file("garbage.xml", "garbage<<")); },
+                          "not a valid hwloc XML");
+  expect_error<DataError>([] { HwlocTopology::from_xml_buffer("<topology>", "buffer"); },
+                          "not a valid hwloc XML");
+  FERRY_REQUIRE_REAL_TOPOLOGIES();
+  const std::string xml = dgx2_xml();
+  expect_error<DataError>(
+      [&] { load_xml(temp_file("truncated.xml", xml.substr(0, xml.size() / 2))); },
+      "truncated.xml");
+}
+
+TEST(XmlErrors, Version3IsRejectedWithAClearMessage) {
+  FERRY_REQUIRE_REAL_TOPOLOGIES();
+  std::string xml = dgx2_xml();
+  const size_t at = xml.find("version=\"2.0\"");
+  ASSERT_NE(at, std::string::npos);
+  xml.replace(at, 13, "version=\"3.0\"");
+  expect_error<DataError>([&] { load_xml(temp_file("v3.xml", xml)); },
+                          "XML version 3.0 is newer than this hwloc");
+}
+
+TEST(XmlErrors, ImplausibleLinkSpeedIsRejected) {
+  FERRY_REQUIRE_REAL_TOPOLOGIES();
+  std::string xml = dgx2_xml();
+  const std::string speed = "pci_link_speed=\"15.753846\"";
+  const size_t at = xml.find(speed);
+  ASSERT_NE(at, std::string::npos);
+  xml.replace(at, speed.size(), "pci_link_speed=\"1e30\"");
+  expect_error<DataError>([&] { HwlocTopology::from_xml_buffer(xml, "fast").model(); },
+                          "not plausible");
+  // Zero (what hwloc 1.x writes) is not an error: the speed is unknown.
+  xml = dgx2_xml();
+  xml.replace(xml.find(speed), speed.size(), "pci_link_speed=\"0\"");
+  const Topology t = HwlocTopology::from_xml_buffer(xml, "zero").model();
+  int unknown = 0;
+  for (const auto& n : t.pci()) unknown += n.kind != PciKind::kHostBridge && !n.link.known();
+  EXPECT_GE(unknown, 1);
+}
+
+TEST(YamlErrors, MissingFileAndBadExtension) {
+  expect_error<ConfigError>([] { load_yaml("/nonexistent/dgx.yaml"); }, "does not exist");
+  expect_error<ConfigError>([] { load_topology("machine.txt"); }, "neither 'live'");
+}
+
+TEST(YamlErrors, MalformedYamlNamesTheLine) {
+  expect_error<ConfigError>([] { parse_yaml("sockets:\n  - cores: [1, 2\n", "bad.yaml"); },
+                            "bad.yaml:");
+  expect_error<ConfigError>([] { parse_yaml("sockets:\n  - cores: [1, 2\n", "bad.yaml"); },
+                            "malformed YAML");
+  expect_error<ConfigError>([] { parse_yaml("", "empty.yaml"); }, "must be a map");
+  expect_error<ConfigError>([] { parse_yaml("- 1\n- 2\n", "list.yaml"); }, "must be a map");
+}
+
+TEST(YamlErrors, WrongTypes) {
+  expect_error<ConfigError>([] { parse_yaml("sockets: 3\n", "t.yaml"); },
+                            "'sockets' must be a non-empty list");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: many}]\n", "t.yaml"); },
+                            "'cores' must be an integer, got 'many'");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: 2.5}]\n", "t.yaml"); },
+                            "must be an integer");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{root_complexes: [{gpus: [1, 2]}]}]\n", "t.yaml"); },
+      "entries of 'gpus' must be maps");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{root_complexes: {gpus: 1}}]\n", "t.yaml"); }, "must be a list");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{memory: lots}]\n", "t.yaml"); },
+                            "'memory' must be a size");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [7]\n", "t.yaml"); }, "must be a map");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{root_complexes: [{nics: {kind: token-ring}}]}]\n", "t.yaml"); },
+      "NIC kind 'token-ring' is unknown");
+}
+
+TEST(YamlErrors, HugeNumbers) {
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{cores: 99999999999999999999999999}]\n", "t.yaml"); },
+      "out of range");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{count: 1000000}]\n", "t.yaml"); },
+                            "out of range");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: -4}]\n", "t.yaml"); },
+                            "out of range");
+  expect_error<ConfigError>(
+      [] { parse_yaml("inter_socket_gbps: 1e400\nsockets: [{}]\n", "t.yaml"); }, "out of range");
+  expect_error<ConfigError>([] { parse_yaml("pcie: {gen: 9, width: 16}\nsockets: [{}]\n", "t.yaml"); },
+                            "out of range");
+  expect_error<ConfigError>([] { parse_yaml("pcie: {gen: 3, width: 3}\nsockets: [{}]\n", "t.yaml"); },
+                            "width x3 does not exist");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{memory: 99999999999TiB}]\n", "t.yaml"); },
+                            "'memory' must be a size");
+  // Within every per-entry limit, but too many PCI buses in total.
+  expect_error<ConfigError>([] {
+    parse_yaml("sockets: [{root_complexes: [{count: 200, gpus: 30}]}]\n", "t.yaml");
+  }, "PCI buses");
+  expect_error<ConfigError>([] {
+    parse_yaml("sockets: [{count: 64, cores: 4096, threads_per_core: 8}]\n", "t.yaml");
+  }, "too many CPUs");
+}
+
+TEST(YamlErrors, UnknownKeysSuggestTheNearest) {
+  try {
+    parse_yaml("sockets: [{root_complexes: [{gpu: 2}]}]\n", "t.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'gpu'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint(), "did you mean 'gpus'?");
+  }
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{}]\nnumbr: 3\n", "t.yaml"); },
+                            "unknown key 'numbr'");
+}
+
+TEST(YamlErrors, InconsistentDescriptions) {
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: 5, numa_nodes: 2}]\n", "t.yaml"); },
+                            "do not split evenly");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{numa_nodes: 1, root_complexes: [{numa: 3}]}]\n", "t.yaml"); },
+      "has no NUMA node 3");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{root_complexes: [{pcie: {gen: 3}}]}]\n", "t.yaml"); },
+      "needs gen and width");
+}
+
+TEST(ModelYamlErrors, BadModelsAreConfigErrors) {
+  const std::string head =
+      "ferry_topology_model: 1\npackages: [0]\nnuma_nodes: [{os_index: 0, package: 0, cores: "
+      "[\"0\"]}]\n";
+  expect_error<ConfigError>([&] { parse_yaml("ferry_topology_model: 2\n", "m.yaml"); },
+                            "version 2 is not supported");
+  expect_error<ConfigError>(
+      [&] { parse_yaml(head + "pci: [{kind: device, parent: 3, addr: 00:01.0}]\n", "m.yaml"); },
+      "out of range");
+  expect_error<ConfigError>(
+      [&] { parse_yaml(head + "pci: [{kind: host_bridge, addr: nowhere}]\n", "m.yaml"); },
+      "PCI address 'nowhere' is malformed");
+  expect_error<ConfigError>([&] { parse_yaml(head + "pci: [{kind: gpu}]\n", "m.yaml"); },
+                            "kind 'gpu' is unknown");
+  expect_error<ConfigError>([&] {
+    parse_yaml(head +
+                   "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"0\"}, {kind: device, parent: "
+                   "0, addr: 01:00.0}, {kind: device, parent: 0, addr: 01:00.0}]\n",
+               "m.yaml");
+  }, "two PCI functions at 0000:01:00.0");
+  expect_error<ConfigError>([&] {
+    parse_yaml(head + "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"5\"}]\n", "m.yaml");
+  }, "NUMA node 5, which does not exist");
+  expect_error<ConfigError>([&] {
+    parse_yaml("ferry_topology_model: 1\npackages: [0]\nnuma_nodes: [{os_index: 0}]\npci: []\n",
+               "m.yaml");
+  }, "no NUMA node has CPUs");
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,40 @@
+// The subcommands behind `trainer`. Each returns the process exit code; errors a user can fix
+// are thrown as typed errors and reported by report_error().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ferry {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+};
+
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string policy;  // "" = memory.policy, "all" = every policy
+  bool max_batch = false;
+  bool json = false;
+};
+
+struct InfoArgs {
+  std::string model;
+  int64_t classes = 0;
+  std::string input;  // "C,H,W"
+  bool json = false;
+};
+
+int run_train(const TrainArgs& args);
+int run_eval(const TrainArgs& args);
+int run_plan(const PlanArgs& args);
+int run_info(const InfoArgs& args);
+
+// Prints "error: WHAT" and, when the error has one, "hint: HINT" to stderr; returns `code`.
+int report_error(const Error& e, int code);
+
+}  // namespace ferry

@@ -1,0 +1,72 @@
+// `trainer`: the command line. Subcommands train, eval, plan and info; every error a user can
+// cause ends in one line saying what is wrong and one saying what to change, with exit code 2
+// (bad input) or 1 (a failure while running).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/error.h"
+#include "trainer/cli/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace ferry;
+  CLI::App app{"ferry: a multi-GPU, data-parallel trainer that offloads activations to host "
+               "memory (vDNN) and schedules the PCIe traffic by topology"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ferry 0.1.0");
+
+  TrainArgs train;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a model: trainer train CONFIG [key=value ...]");
+  train_cmd->add_option("config", train.config, "YAML experiment config")->required();
+  train_cmd->add_option("overrides", train.overrides, "key=value overrides, e.g. optim.lr=0.05");
+
+  TrainArgs eval;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "Loss and accuracy over the configured dataset: trainer eval CONFIG [key=value ...]");
+  eval_cmd->add_option("config", eval.config, "YAML experiment config")->required();
+  eval_cmd->add_option("overrides", eval.overrides, "key=value overrides");
+
+  PlanArgs plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Plan device memory without training: trainer plan CONFIG [key=value ...]");
+  plan_cmd->add_option("config", plan.config, "YAML experiment config")->required();
+  plan_cmd->add_option("overrides", plan.overrides, "key=value overrides");
+  plan_cmd->add_option("--policy", plan.policy,
+                       "none, vdnn-conv, vdnn-all, auto, or all to compare them (default: "
+                       "memory.policy)");
+  plan_cmd->add_flag("--max-batch", plan.max_batch,
+                     "also find the largest batch whose plan fits memory.budget");
+  plan_cmd->add_flag("--json", plan.json, "print JSON");
+
+  InfoArgs info;
+  CLI::App* info_cmd = app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
+  info_cmd->add_option("--model", info.model, "model name (omit to list the zoo)");
+  info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
+  info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
+  info_cmd->add_flag("--json", info.json, "print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*train_cmd) return run_train(train);
+    if (*eval_cmd) return run_eval(eval);
+    if (*plan_cmd) return run_plan(plan);
+    if (*info_cmd) return run_info(info);
+  } catch (const ConfigError& e) {
+    return report_error(e, 2);
+  } catch (const DataError& e) {
+    return report_error(e, 2);
+  } catch (const Error& e) {
+    return report_error(e, 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

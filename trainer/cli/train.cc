@@ -1,0 +1,22 @@
+// `trainer train` and `trainer eval`.
+#include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
+#include "trainer/session/train.h"
+
+namespace ferry {
+
+int run_train(const TrainArgs& args) {
+  train(load_config(args.config, args.overrides));
+  return 0;
+}
+
+int run_eval(const TrainArgs& args) {
+  evaluate(load_config(args.config, args.overrides));
+  return 0;
+}
+
+int run_plan(const PlanArgs& args) {
+  throw UnsupportedError("trainer plan is not implemented yet");
+}
+
+}  // namespace ferry

@@ -1,0 +1,210 @@
+// The experiment configuration: typed structs mirroring the YAML sections, loading with
+// key=value overrides, the resolved YAML/JSON form and the generated key reference.
+// Invariant: a Config returned by load_config/parse_config_text/default_config is validated
+// and resolved (no derived default left unset), and to_yaml of it loads back to an equal Config.
+//
+// Note [Config error messages]
+// Every user error is a ConfigError whose what() has one of these stable forms (README and
+// tests rely on them). WHERE is "FILE:LINE" for a value from a file (the line of its key) and
+// "override 'K=V'" for a command-line override; hint() says what to change (for a value: what
+// the key takes, its default and its help line).
+//   unknown key 'optim.lrr' (WHERE); did you mean 'optim.lr'?   ("; did you mean" only if close)
+//   duplicate key 'optim.lr' (WHERE); first given at WHERE      (a key or section, in a file)
+//   expected a key name, got a list (WHERE)
+//   optim: expected a map of keys, got '5' (WHERE)               (a section that is not a map)
+//   optim: is a section, not a key (WHERE)                        (override 'optim=...')
+//   KEY: expected a number, got 'fast' (WHERE)   EXPECTED is one of: a number, a finite number,
+//       an integer, a 64-bit integer, true or false, a string, a size such as 512MiB, 16GiB or
+//       a byte count, a list of 3 integers [C, H, W], a list of numbers, one of a|b; GOT is
+//       'text' for a scalar, a list, a map, nothing, or "a list of N" for a wrong length
+//   KEY: must be >= 1, got 0 (WHERE)     (also "> 0", "<= X", "in [0, 1)", "in (0, 1]")
+//   KEY: must not be empty (WHERE)       (model.name)
+//   KEY[i]: ...                          (an element of a list value, e.g. model.input[2])
+//   KEY: must be one of sgd|adamw, got 'adam' (WHERE); did you mean 'adamw'?
+//   malformed override 'optim.lr': expected the form key=value, e.g. optim.lr=0.1
+//   malformed value in override 'model.input=[1,2': MESSAGE      (MESSAGE from yaml-cpp)
+//   cannot read config file 'PATH': REASON       (REASON: strerror, or "it is a directory")
+//   malformed YAML: MESSAGE (FILE:LINE)          (MESSAGE from yaml-cpp)
+//   FILE: expected a map of sections at the top level, got a list
+//   FILE: expected one YAML document, found 2
+// Cross-key checks, after all overrides (WHERE: where the named key was last given, with the
+// parentheses omitted when it kept its default):
+//   data.path: required when data.source is idx            (or cifar10)
+//   data.mean: needs one value per channel of model.input (3), got 1 (WHERE)   (or data.std)
+//   memory.budget: must be <= device.memory (4GiB), got 8GiB (WHERE)
+//   optim.nesterov: requires optim.momentum > 0 with optim.name sgd, got 0 (WHERE)
+//   optim.min_lr: must be <= optim.lr (0.1) with the cosine schedule, got 0.5 (WHERE)
+//   run.trace_steps: first step must be <= last step, got [5, 3] (WHERE)
+//
+// Note [Config value syntax]
+// Booleans are true/false (True/TRUE, False/FALSE), never yes/no/on/1. Integers are decimal
+// without a fraction or exponent. Sizes are parse_bytes text ("512MiB", "16GiB", "1.5GB") or
+// a byte count. Quoting does not change a value's type. Null (an empty value) is "" for a
+// string and [] for data.mean/data.std, and an error elsewhere. Override values are YAML
+// (`model.input=[1,28,28]`, `data.mean=[0.5]`), except string keys, which take the text after
+// the first '=' verbatim less one pair of surrounding quotes. A file may also write a key
+// dotted at the top level (`optim.lr: 0.1`).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "trainer/config/enums.h"
+
+namespace ferry {
+
+// Steps are numbered from 1. Integers are int64_t, sizes uint64_t bytes, reals double.
+// The member initialisers are the defaults; a derived default ("" or 0 below) is filled in at
+// load time, so a loaded Config never holds it.
+
+struct RunConfig {
+  std::string dir;                           // "" -> "runs/<config file stem>" ("runs/default")
+  int64_t steps = 100;                       // >= 1
+  uint64_t seed = 0;                         //
+  int64_t log_every = 10;                    // >= 1
+  bool trace = false;                        // Chrome trace of the steps in trace_steps
+  std::array<int64_t, 2> trace_steps{2, 3};  // [first, last], 1 <= first <= last
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string name = "resnet18_cifar";      // checked against the zoo by the trainer
+  int64_t classes = 10;                     // >= 1
+  std::array<int64_t, 3> input{3, 32, 32};  // [C, H, W], each >= 1
+  std::string init_from;                    // safetensors weights to start from, "" = fresh init
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  DataSource source = DataSource::kSynthetic;
+  std::string path;         // required for idx (images file) and cifar10 (file or folder)
+  std::string labels;       // idx labels file; "" = derived from path by the loader
+  int64_t batch_size = 32;  // >= 1, per rank
+  bool shuffle = true;
+  std::vector<double> mean;  // per channel (size model.input[0]) or empty = none
+  std::vector<double> std;   // per channel, each > 0, or empty = none
+  int64_t samples = 4096;    // synthetic dataset size, >= 1
+  bool drop_last = true;     // drop a final partial batch
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimConfig {
+  OptimizerKind name = OptimizerKind::kSgd;
+  double lr = 0.1;            // > 0
+  double momentum = 0.9;      // [0, 1), sgd
+  bool nesterov = false;      // sgd; needs momentum > 0
+  double weight_decay = 0.0;  // >= 0 (decoupled for adamw)
+  ScheduleKind schedule = ScheduleKind::kConstant;
+  int64_t warmup_steps = 0;  // >= 0, linear warm-up from 0 to lr
+  int64_t step_size = 30;    // >= 1, step schedule: lr *= gamma every step_size steps
+  double gamma = 0.1;        // (0, 1]
+  double min_lr = 0.0;       // >= 0, cosine floor, <= lr
+  double beta1 = 0.9;        // [0, 1), adamw
+  double beta2 = 0.999;      // [0, 1), adamw
+  double eps = 1e-8;         // > 0, adamw
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct DeviceConfig {
+  Backend backend = Backend::kCpu;
+  uint64_t memory = uint64_t{4} << 30;  // bytes, >= 1: the device-memory capacity
+  int64_t threads = 0;                  // >= 0, 0 = every core
+  double copy_gbps = 0.0;               // >= 0, cpu emulated link bandwidth, 0 = unlimited
+  bool operator==(const DeviceConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;     // "" -> "<run.dir>/checkpoints"
+  int64_t every = 0;   // >= 0, 0 = never
+  int64_t keep = 3;    // >= 0, 0 = keep all
+  std::string resume;  // "" = fresh start, "latest" = newest in dir, or a file path
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct MemoryConfig {
+  MemoryPolicy policy = MemoryPolicy::kNone;
+  uint64_t budget = 0;                      // bytes; 0 -> device.memory; <= device.memory
+  bool recompute = false;                   // auto may recompute cheap activations
+  uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
+  bool debug_poison = false;                // fill non-resident device space with NaN
+  bool operator==(const MemoryConfig&) const = default;
+};
+
+struct CommConfig {
+  CommBackend backend = CommBackend::kAuto;  // auto: nccl on cuda, mpi on cpu
+  double bucket_mb = 25.0;                   // > 0, gradient bucket size in MiB
+  bool overlap = true;                       // reduce buckets while backward runs
+  bool operator==(const CommConfig&) const = default;
+};
+
+struct TopologyConfig {
+  std::string file;  // "" = the live machine; .xml (hwloc) or .yaml (synthetic)
+  LinkSchedulerKind scheduler = LinkSchedulerKind::kFifo;
+  bool bind = true;                 // bind threads and pinned memory to the GPU's NUMA node
+  double unknown_link_gbps = 16.0;  // > 0, bandwidth assumed for a link of unknown speed
+  bool operator==(const TopologyConfig&) const = default;
+};
+
+struct DebugConfig {
+  int64_t fail_at_step = -1;  // >= -1, -1 = never: throw at the start of this step
+  int64_t fail_rank = -1;     // >= -1, -1 = every rank fails at fail_at_step
+  bool operator==(const DebugConfig&) const = default;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  DeviceConfig device;
+  CheckpointConfig checkpoint;
+  MemoryConfig memory;
+  CommConfig comm;
+  TopologyConfig topology;
+  DebugConfig debug;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads the YAML file at `path`, applies `overrides` ("key=value", in order, later wins),
+// validates and resolves derived defaults. run.dir defaults to "runs/<stem of path>".
+// Throws ConfigError (see Note [Config error messages]).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// As load_config, from YAML text. `source_name` names the text in messages ("FILE:LINE") and
+// gives run.dir's default stem when it is a file name (".yaml"/".yml"); else "runs/default".
+Config parse_config_text(const std::string& yaml_text,
+                         const std::vector<std::string>& overrides = {},
+                         const std::string& source_name = "<config>");
+
+// Every key at its default, resolved (run.dir "runs/default").
+Config default_config();
+
+// The resolved config with every key, grouped by section in reference order. Sizes print as
+// "4GiB" when a whole number of a binary unit, else as a byte count. Loads back equal.
+std::string to_yaml(const Config& config);
+
+// The same as nested JSON: sizes are integers (bytes), choices are strings.
+nlohmann::json to_json(const Config& config);
+
+// One row of the config reference.
+struct KeyInfo {
+  std::string key;            // "optim.lr"
+  std::string type;           // bool, int, uint, float, string, size, choice, list...
+  std::string default_value;  // as written in YAML ("0.1", "4GiB", "[3, 32, 32]", "\"\"")
+  std::string allowed;        // "> 0", "in [0, 1)", "sgd | adamw", "" = any
+  std::string help;           // one line
+};
+
+// Every key, in schema order (sections in Config order).
+std::vector<KeyInfo> config_reference();
+
+// The reference as a markdown table: | Key | Type | Default | Allowed | Description |, one
+// row per key, each key in backticks. The README embeds it.
+std::string config_reference_markdown();
+
+}  // namespace ferry

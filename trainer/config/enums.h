@@ -1,0 +1,104 @@
+// The enumerated choices of the config (memory.policy: vdnn-all, ...) and their spellings.
+// Invariant: each enum value has exactly one spelling, and from_string(to_string(v)) == v.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// Choices that name a lower layer's concept reuse its enum: device.backend (Backend),
+// optim.name and optim.schedule (OptimizerKind, ScheduleKind), memory.policy (MemoryPolicy).
+#include "device/device.h"
+#include "prefetch/policy.h"
+#include "trainer/optim/kinds.h"
+
+namespace ferry {
+
+// data.source
+enum class DataSource { kSynthetic, kIdx, kCifar10 };
+// comm.backend
+enum class CommBackend { kAuto, kMpi, kNccl };
+// topology.scheduler: how the link scheduler orders offload/prefetch transfers.
+enum class LinkSchedulerKind { kFifo, kTopology };
+
+// EnumNames<E>::kNames lists every value of E with its config spelling, in declaration order.
+template <class E>
+struct EnumNames;
+
+template <>
+struct EnumNames<DataSource> {
+  static constexpr std::array<std::pair<DataSource, std::string_view>, 3> kNames{
+      {{DataSource::kSynthetic, "synthetic"},
+       {DataSource::kIdx, "idx"},
+       {DataSource::kCifar10, "cifar10"}}};
+};
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr std::array<std::pair<OptimizerKind, std::string_view>, 2> kNames{
+      {{OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdamW, "adamw"}}};
+};
+template <>
+struct EnumNames<ScheduleKind> {
+  static constexpr std::array<std::pair<ScheduleKind, std::string_view>, 3> kNames{
+      {{ScheduleKind::kConstant, "constant"},
+       {ScheduleKind::kStep, "step"},
+       {ScheduleKind::kCosine, "cosine"}}};
+};
+template <>
+struct EnumNames<Backend> {
+  static constexpr std::array<std::pair<Backend, std::string_view>, 2> kNames{
+      {{Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}}};
+};
+template <>
+struct EnumNames<MemoryPolicy> {
+  static constexpr std::array<std::pair<MemoryPolicy, std::string_view>, 4> kNames{
+      {{MemoryPolicy::kNone, "none"},
+       {MemoryPolicy::kVdnnConv, "vdnn-conv"},
+       {MemoryPolicy::kVdnnAll, "vdnn-all"},
+       {MemoryPolicy::kAuto, "auto"}}};
+};
+template <>
+struct EnumNames<CommBackend> {
+  static constexpr std::array<std::pair<CommBackend, std::string_view>, 3> kNames{
+      {{CommBackend::kAuto, "auto"}, {CommBackend::kMpi, "mpi"}, {CommBackend::kNccl, "nccl"}}};
+};
+template <>
+struct EnumNames<LinkSchedulerKind> {
+  static constexpr std::array<std::pair<LinkSchedulerKind, std::string_view>, 2> kNames{
+      {{LinkSchedulerKind::kFifo, "fifo"}, {LinkSchedulerKind::kTopology, "topology"}}};
+};
+
+// An enum with config spellings.
+template <class E>
+concept SpelledEnum = requires {
+  EnumNames<E>::kNames;
+};
+
+// The config spelling of `value`: to_string(MemoryPolicy::kVdnnAll) == "vdnn-all".
+template <SpelledEnum E>
+std::string_view to_string(E value) {
+  for (const auto& [v, name] : EnumNames<E>::kNames)
+    if (v == value) return name;
+  return "?";
+}
+
+// The value spelled `text` (exact, case-sensitive), or nullopt.
+template <SpelledEnum E>
+std::optional<E> from_string(std::string_view text) {
+  for (const auto& [v, name] : EnumNames<E>::kNames)
+    if (name == text) return v;
+  return std::nullopt;
+}
+
+// Every spelling of E in declaration order: {"none", "vdnn-conv", "vdnn-all", "auto"}.
+template <SpelledEnum E>
+std::vector<std::string> enum_spellings() {
+  std::vector<std::string> out;
+  for (const auto& entry : EnumNames<E>::kNames) out.emplace_back(entry.second);
+  return out;
+}
+
+}  // namespace ferry

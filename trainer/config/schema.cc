@@ -1,0 +1,342 @@
+// The config key table: one entry per key (name, type, range, help, bound field). To add a
+// key, add a field with its default to the struct in config.h and one entry here.
+// Invariant: FERRY_CONFIG_KEY(section, field) makes the key name equal the field's path.
+#include "trainer/config/schema.h"
+
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/strings.h"
+#include "trainer/config/values.h"
+
+namespace ferry::config_internal {
+
+namespace {
+
+// A field of a Config: (config.*section).*member.
+template <class S, class T>
+struct Field {
+  S Config::*section;
+  T S::*member;
+  T& operator()(Config& c) const { return c.*section.*member; }
+  const T& operator()(const Config& c) const { return c.*section.*member; }
+};
+
+template <class S, class T>
+Field<S, T> field(S Config::*section, T S::*member) {
+  return {section, member};
+}
+
+KeySpec spec(std::string name, ValueType type, std::string type_doc, std::string allowed_doc,
+             std::string help) {
+  KeySpec k;
+  k.name = std::move(name);
+  k.type = type;
+  k.type_doc = std::move(type_doc);
+  k.allowed_doc = std::move(allowed_doc);
+  k.help = std::move(help);
+  return k;
+}
+
+template <class S>
+KeySpec flag(std::string name, Field<S, bool> f, std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kBool, "bool", "true | false", std::move(help));
+  k.assign = [f](Config& c, const YAML::Node& n) { f(c) = read_bool(n); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+template <class S>
+KeySpec integer(std::string name, Field<S, int64_t> f, Range range, std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kInt, "int", range.text(), std::move(help));
+  k.assign = [f, range](Config& c, const YAML::Node& n) { f(c) = read_int(n, range); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+template <class S>
+KeySpec unsigned_integer(std::string name, Field<S, uint64_t> f, std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kUint, "uint", ">= 0", std::move(help));
+  k.assign = [f](Config& c, const YAML::Node& n) { f(c) = read_uint(n); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+template <class S>
+KeySpec real(std::string name, Field<S, double> f, Range range, std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kFloat, "float", range.text(), std::move(help));
+  k.assign = [f, range](Config& c, const YAML::Node& n) { f(c) = read_real(n, range); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+// `default_doc` describes a derived default (the field holds "" until resolved).
+template <class S>
+KeySpec text(std::string name, Field<S, std::string> f, std::string help,
+             std::string default_doc = "", bool nonempty = false) {
+  KeySpec k = spec(std::move(name), ValueType::kString, "string", nonempty ? "non-empty" : "",
+                   std::move(help));
+  k.default_doc = std::move(default_doc);
+  k.assign = [f, nonempty](Config& c, const YAML::Node& n) { f(c) = read_string(n, nonempty); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+// Sizes in bytes; `default_doc` describes a derived default (the field holds 0 until resolved).
+// `allowed_doc` documents a cross-key bound checked by the loader ("<= device.memory").
+template <class S>
+KeySpec size(std::string name, Field<S, uint64_t> f, uint64_t min_bytes, std::string help,
+             std::string default_doc = "", std::string allowed_doc = "") {
+  if (allowed_doc.empty() && min_bytes > 0) allowed_doc = ">= " + size_text(min_bytes);
+  KeySpec k =
+      spec(std::move(name), ValueType::kSize, "size", std::move(allowed_doc), std::move(help));
+  k.default_doc = std::move(default_doc);
+  k.assign = [f, min_bytes](Config& c, const YAML::Node& n) { f(c) = read_size(n, min_bytes); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+template <class S, SpelledEnum E>
+KeySpec choice(std::string name, Field<S, E> f, std::string help) {
+  const std::vector<std::string> names = enum_spellings<E>();
+  KeySpec k =
+      spec(std::move(name), ValueType::kChoice, "choice", join(names, " | "), std::move(help));
+  k.assign = [f, names](Config& c, const YAML::Node& n) {
+    f(c) = *from_string<E>(read_choice(n, names));
+  };
+  k.read = [f](const Config& c) -> Value { return std::string(to_string(f(c))); };
+  return k;
+}
+
+// A fixed-length list of integers; `shape` names the entries ("[C, H, W]").
+template <class S, size_t N>
+KeySpec int_tuple(std::string name, Field<S, std::array<int64_t, N>> f, Range range,
+                  std::string shape, std::string help) {
+  KeySpec k =
+      spec(std::move(name), ValueType::kIntTuple, fmt::format("list[{}] of int", N),
+           range.text().empty() ? shape : shape + ", each " + range.text(), std::move(help));
+  k.assign = [f, range, shape](Config& c, const YAML::Node& n) {
+    const std::vector<int64_t> values = read_int_tuple(n, N, range, shape);
+    std::copy(values.begin(), values.end(), f(c).begin());
+  };
+  k.read = [f](const Config& c) -> Value { return std::vector<int64_t>(f(c).begin(), f(c).end()); };
+  return k;
+}
+
+template <class S>
+KeySpec real_list(std::string name, Field<S, std::vector<double>> f, Range range,
+                  std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kFloatList, "list of float",
+                   range.text().empty() ? "" : "each " + range.text(), std::move(help));
+  k.assign = [f, range](Config& c, const YAML::Node& n) { f(c) = read_real_list(n, range); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
+// "run", steps -> "run.steps", bound to Config::run.steps.
+#define FERRY_CONFIG_KEY(section, member) \
+#section "." #member, field(&Config::section, &decltype(Config::section)::member)
+
+std::vector<KeySpec> build_schema() {
+  return {
+      // run
+      text(FERRY_CONFIG_KEY(run, dir), "Run directory: config.yaml, metrics.jsonl, logs, traces.",
+           "runs/<config file stem>"),
+      integer(FERRY_CONFIG_KEY(run, steps), at_least(1), "Training steps to run."),
+      unsigned_integer(FERRY_CONFIG_KEY(run, seed),
+                       "Seed for initialisation, data order, synthetic data and dropout."),
+      integer(FERRY_CONFIG_KEY(run, log_every), at_least(1),
+              "Log a progress line and a metrics.jsonl record every this many steps."),
+      flag(FERRY_CONFIG_KEY(run, trace), "Write a Chrome-trace JSON per rank to the run dir."),
+      int_tuple(FERRY_CONFIG_KEY(run, trace_steps), at_least(1), "[first, last]",
+                "Steps (from 1, inclusive) that the trace covers; first <= last."),
+      // model
+      text(FERRY_CONFIG_KEY(model, name),
+           "Model zoo name, e.g. resnet18_cifar, vgg11_cifar, lenet5, resnet50.", "", true),
+      integer(FERRY_CONFIG_KEY(model, classes), at_least(1), "Number of output classes."),
+      int_tuple(FERRY_CONFIG_KEY(model, input), at_least(1), "[C, H, W]",
+                "Input image shape: channels, height, width."),
+      text(FERRY_CONFIG_KEY(model, init_from),
+           "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
+      // data
+      choice(FERRY_CONFIG_KEY(data, source),
+             "Dataset: a generated task, MNIST IDX files or CIFAR-10 binary batches."),
+      text(FERRY_CONFIG_KEY(data, path),
+           "idx: the images file; cifar10: a batch file or a folder of them. Required for both."),
+      text(FERRY_CONFIG_KEY(data, labels),
+           "idx: the labels file; \"\" = derived from data.path by the loader."),
+      integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1), "Samples per step, per rank."),
+      flag(FERRY_CONFIG_KEY(data, shuffle),
+           "Shuffle every epoch (seeded); false keeps file order."),
+      real_list(FERRY_CONFIG_KEY(data, mean), unbounded(),
+                "Per-channel mean subtracted from pixels in [0, 1]; [] = none, else one per "
+                "channel of model.input."),
+      real_list(FERRY_CONFIG_KEY(data, std), above(0),
+                "Per-channel divisor after the mean; [] = none, else one per channel."),
+      integer(FERRY_CONFIG_KEY(data, samples), at_least(1), "synthetic: samples in the dataset."),
+      flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
+      // optim
+      choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),
+      real(FERRY_CONFIG_KEY(optim, lr), above(0), "Base learning rate (after warm-up)."),
+      real(FERRY_CONFIG_KEY(optim, momentum), closed_open(0, 1), "sgd: momentum."),
+      flag(FERRY_CONFIG_KEY(optim, nesterov), "sgd: Nesterov momentum; needs momentum > 0."),
+      real(FERRY_CONFIG_KEY(optim, weight_decay), at_least(0),
+           "L2 penalty (sgd) or decoupled weight decay (adamw)."),
+      choice(FERRY_CONFIG_KEY(optim, schedule), "Learning-rate schedule after warm-up."),
+      integer(FERRY_CONFIG_KEY(optim, warmup_steps), at_least(0),
+              "Linear warm-up from 0 to optim.lr over this many steps."),
+      integer(FERRY_CONFIG_KEY(optim, step_size), at_least(1),
+              "step: multiply the rate by optim.gamma every this many steps."),
+      real(FERRY_CONFIG_KEY(optim, gamma), open_closed(0, 1), "step: decay factor."),
+      real(FERRY_CONFIG_KEY(optim, min_lr), at_least(0),
+           "cosine: the rate at the last step; <= optim.lr."),
+      real(FERRY_CONFIG_KEY(optim, beta1), closed_open(0, 1), "adamw: first-moment decay."),
+      real(FERRY_CONFIG_KEY(optim, beta2), closed_open(0, 1), "adamw: second-moment decay."),
+      real(FERRY_CONFIG_KEY(optim, eps), above(0), "adamw: denominator epsilon."),
+      // device
+      choice(FERRY_CONFIG_KEY(device, backend), "Device backend."),
+      size(FERRY_CONFIG_KEY(device, memory), 1,
+           "Device-memory capacity; allocations beyond it are out-of-memory errors."),
+      integer(FERRY_CONFIG_KEY(device, threads), at_least(0),
+              "cpu: threads for kernels; 0 = every core."),
+      real(FERRY_CONFIG_KEY(device, copy_gbps), at_least(0),
+           "cpu: emulated host<->device link bandwidth in GB/s; 0 = unlimited."),
+      // checkpoint
+      text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
+           "<run.dir>/checkpoints"),
+      integer(FERRY_CONFIG_KEY(checkpoint, every), at_least(0),
+              "Write a checkpoint every this many steps; 0 = never."),
+      integer(FERRY_CONFIG_KEY(checkpoint, keep), at_least(0),
+              "Keep the newest this many checkpoints; 0 = keep all."),
+      text(FERRY_CONFIG_KEY(checkpoint, resume),
+           "\"\" = fresh start, latest = newest checkpoint in checkpoint.dir, or a file path."),
+      // memory
+      choice(FERRY_CONFIG_KEY(memory, policy),
+             "Activation offload policy: none, vDNN's two static ones, or budget-driven auto."),
+      size(FERRY_CONFIG_KEY(memory, budget), 0, "Device bytes the plan may use; 0 = device.memory.",
+           "device.memory", "<= device.memory"),
+      flag(FERRY_CONFIG_KEY(memory, recompute),
+           "auto: may recompute cheap activations (ReLU, BN, pooling) instead of keeping them."),
+      size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
+      flag(FERRY_CONFIG_KEY(memory, debug_poison),
+           "Fill the device space of non-resident tensors with NaN (testing)."),
+      // comm
+      choice(FERRY_CONFIG_KEY(comm, backend),
+             "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),
+      real(FERRY_CONFIG_KEY(comm, bucket_mb), above(0), "Gradient bucket size in MiB."),
+      flag(FERRY_CONFIG_KEY(comm, overlap),
+           "Reduce each bucket while backward continues; false = after backward."),
+      // topology
+      text(FERRY_CONFIG_KEY(topology, file),
+           "\"\" = the live machine; an hwloc .xml export or a synthetic .yaml description."),
+      choice(FERRY_CONFIG_KEY(topology, scheduler),
+             "Transfer scheduling: fifo (oblivious) or topology (per-link arbitration)."),
+      flag(FERRY_CONFIG_KEY(topology, bind),
+           "Bind each rank's threads and pinned memory to its GPU's NUMA node."),
+      real(FERRY_CONFIG_KEY(topology, unknown_link_gbps), above(0),
+           "Bandwidth in GB/s assumed for a PCIe link whose speed is unknown."),
+      // debug
+      integer(FERRY_CONFIG_KEY(debug, fail_at_step), at_least(-1),
+              "Inject a failure at the start of this step; -1 = never."),
+      integer(FERRY_CONFIG_KEY(debug, fail_rank), at_least(-1),
+              "The rank that fails at debug.fail_at_step; -1 = every rank."),
+  };
+}
+
+#undef FERRY_CONFIG_KEY
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> kSchema = build_schema();
+  return kSchema;
+}
+
+const KeySpec* find_key(const std::string& name) {
+  static const std::unordered_map<std::string, const KeySpec*> kIndex = [] {
+    std::unordered_map<std::string, const KeySpec*> index;
+    for (const auto& k : schema()) index.emplace(k.name, &k);
+    return index;
+  }();
+  const auto it = kIndex.find(name);
+  return it == kIndex.end() ? nullptr : it->second;
+}
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> kSections = [] {
+    std::vector<std::string> out;
+    for (const auto& k : schema()) {
+      const std::string section = k.name.substr(0, k.name.find('.'));
+      if (out.empty() || out.back() != section) out.push_back(section);
+    }
+    return out;
+  }();
+  return kSections;
+}
+
+std::string value_text(const KeySpec& spec, const Value& value) {
+  switch (spec.type) {
+    case ValueType::kBool:
+      return std::get<bool>(value) ? "true" : "false";
+    case ValueType::kInt:
+      return fmt::format("{}", std::get<int64_t>(value));
+    case ValueType::kUint:
+      return fmt::format("{}", std::get<uint64_t>(value));
+    case ValueType::kFloat:
+      return real_text(std::get<double>(value));
+    case ValueType::kSize:
+      return size_text(std::get<uint64_t>(value));
+    case ValueType::kString: {
+      const auto& s = std::get<std::string>(value);
+      return s.empty() ? "\"\"" : s;
+    }
+    case ValueType::kChoice:
+      return std::get<std::string>(value);
+    case ValueType::kIntTuple:
+      return fmt::format("[{}]", fmt::join(std::get<std::vector<int64_t>>(value), ", "));
+    case ValueType::kFloatList: {
+      std::vector<std::string> parts;
+      for (double v : std::get<std::vector<double>>(value)) parts.push_back(real_text(v));
+      return fmt::format("[{}]", fmt::join(parts, ", "));
+    }
+  }
+  return "";
+}
+
+std::string default_text(const KeySpec& spec) {
+  if (!spec.default_doc.empty()) return spec.default_doc;
+  return value_text(spec, spec.read(Config{}));
+}
+
+std::string accepted_text(const KeySpec& spec) {
+  const auto with = [&](std::string what) {
+    return spec.allowed_doc.empty() ? what : what + " " + spec.allowed_doc;
+  };
+  switch (spec.type) {
+    case ValueType::kBool:
+      return "true or false";
+    case ValueType::kInt:
+    case ValueType::kUint:
+      return with("an integer");
+    case ValueType::kFloat:
+      return with("a number");
+    case ValueType::kString:
+      return spec.allowed_doc.empty() ? "a string" : "a non-empty string";
+    case ValueType::kSize:
+      return with("a size such as 512MiB or 16GiB");
+    case ValueType::kChoice:
+      return "one of " + spec.allowed_doc;
+    case ValueType::kIntTuple:
+      return fmt::format("a list of {} integers {}",
+                         std::get<std::vector<int64_t>>(spec.read(Config{})).size(),
+                         spec.allowed_doc);
+    case ValueType::kFloatList:
+      return spec.allowed_doc.empty() ? "a list of numbers"
+                                      : "a list of numbers, " + spec.allowed_doc;
+  }
+  return "";
+}
+
+}  // namespace ferry::config_internal

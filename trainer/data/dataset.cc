@@ -1,0 +1,52 @@
+// open_dataset (the one place a data source is chosen) and the file helper the sources share.
+#include "trainer/data/dataset.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "trainer/data/read_file.h"
+
+namespace ferry {
+
+namespace data_detail {
+
+std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
+                               const std::string& hint) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    throw DataError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)), hint);
+  }
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    throw DataError(fmt::format("cannot read {} '{}' ({} bytes)", what, path, size), hint);
+  }
+  return bytes;
+}
+
+bool is_gzip(const std::vector<uint8_t>& bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+}  // namespace data_detail
+
+std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
+  if (spec.source == "synthetic") {
+    return make_synthetic_dataset(spec.image_shape, spec.classes, spec.samples, spec.seed);
+  }
+  if (spec.source == "idx") return load_idx_dataset(spec.path, spec.labels_path, spec.classes);
+  if (spec.source == "cifar10") return load_cifar10_dataset(spec.path);
+  const std::string near = nearest(spec.source, {"synthetic", "idx", "cifar10"});
+  throw ConfigError(fmt::format("unknown data source '{}'{}", spec.source,
+                                near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
+                    "data.source is one of: synthetic, idx, cifar10");
+}
+
+}  // namespace ferry

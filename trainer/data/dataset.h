@@ -1,0 +1,71 @@
+// Image classification datasets: a procedural synthetic task, MNIST IDX files and CIFAR-10
+// binary batches behind one small interface. Invariant: get() is a pure, thread-safe function
+// of the index, so the loader's order alone decides what a batch holds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device/shape.h"
+
+namespace ferry {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Number of samples.
+  virtual int64_t size() const = 0;
+  // (C, H, W) of every sample.
+  virtual Shape image_shape() const = 0;
+  // Labels lie in [0, classes()).
+  virtual int64_t classes() const = 0;
+  // Writes sample `index` (0 <= index < size()) into `pixels`: C*H*W floats, CHW order, scaled
+  // to [0, 1]; returns its label. Const and safe to call from several threads at once.
+  virtual int32_t get(int64_t index, float* pixels /* (C, H, W) */) const = 0;
+  // One line for logs, e.g. "cifar10 'data/cifar' (50000 x (3, 32, 32), 10 classes)".
+  virtual std::string describe() const = 0;
+};
+
+// A learnable, procedurally generated task (Note [Synthetic task] in synthetic_dataset.cc):
+// class k is an oriented sinusoidal grating (orientation pi*k/classes, one of three spatial
+// frequencies) under a Gaussian window, with random position, phase, contrast, colour and
+// pixel noise. Each sample is generated from (seed, index) on demand; nothing is stored. The
+// seed picks the samples, not the task: two seeds give a train and a held-out set of one task.
+// ConfigError when `chw` is not (C, H, W) with positive dimensions, classes < 1 or samples < 1.
+std::unique_ptr<Dataset> make_synthetic_dataset(const Shape& chw, int64_t classes, int64_t samples,
+                                                uint64_t seed);
+
+// MNIST-style IDX files: images u8 [N, H, W] (magic 0x00000803), labels u8 [N] (magic
+// 0x00000801), big-endian dimensions. An empty `labels_path` is derived from `images_path` by
+// replacing "images" with "labels" and "idx3" with "idx1" in the file name
+// ("train-images-idx3-ubyte" -> "train-labels-idx1-ubyte", "t10k-images.idx3-ubyte" ->
+// "t10k-labels.idx1-ubyte"). Every label must be below `classes` (0: classes = max label + 1).
+// DataError naming the file and the problem for a missing, gzip-compressed, truncated or
+// malformed file, or images and labels that disagree.
+std::unique_ptr<Dataset> load_idx_dataset(const std::string& images_path,
+                                          const std::string& labels_path = "",
+                                          int64_t classes = 10);
+
+// CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes (R, G, B planes of
+// 32x32). `path` is one batch file, or a folder: all data_batch_<n>.bin in it, in order of n;
+// when there is none, test_batch.bin; when neither, the same rule inside its
+// cifar-10-batches-bin subfolder (the folder the official archive unpacks to). DataError for
+// a missing, empty or truncated file (size not a multiple of 3073) or a label above 9.
+std::unique_ptr<Dataset> load_cifar10_dataset(const std::string& path);
+
+// What a config's data section says about the source; the session fills it.
+struct DatasetSpec {
+  std::string source = "synthetic";  // "synthetic", "idx" or "cifar10"
+  std::string path;                  // idx: the images file; cifar10: a batch file or folder
+  std::string labels_path;           // idx only; empty = derived from `path`
+  Shape image_shape;                 // synthetic: (C, H, W)
+  int64_t classes = 10;              // synthetic: classes; idx: labels must be below it
+  int64_t samples = 0;               // synthetic: number of samples
+  uint64_t seed = 0;                 // synthetic: which samples
+};
+
+// Opens the dataset `spec` describes. ConfigError for an unknown source (naming the nearest).
+std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec);
+
+}  // namespace ferry

@@ -1,0 +1,395 @@
+// DataLoader: one producer thread, a fixed set of batch buffers (slots) cycling between
+// free -> filling -> ready -> leased -> free, guarded by one mutex.
+//
+// Note [Partial global batch]: the global batch b of an epoch is order[b*G, min((b+1)*G, N))
+// with G = world_size * batch_size, and rank r takes the r-th batch_size slice of it. When the
+// last global batch holds R < G samples (drop_last = false), it is split as evenly as possible
+// in order: ranks r < R % W get R / W + 1 samples, the others R / W (possibly 0), and rank r's
+// slice starts at r * (R / W) + min(r, R % W). Concatenating the ranks' slices in rank order
+// gives the global batch, as for full batches, so the data seen does not depend on W.
+#include "trainer/data/loader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "device/counter_rng.h"
+
+namespace ferry {
+
+namespace loader_detail {
+
+struct Slot {
+  void* block = nullptr;
+  uint64_t block_bytes = 0;
+  float* images = nullptr;    // (batch_size, C, H, W)
+  int32_t* labels = nullptr;  // (batch_size)
+  int64_t n = 0;
+  LoaderPosition position;
+};
+
+// A ready entry: a filled slot, or the end of a finite pass, or the producer's error.
+struct Item {
+  Slot* slot = nullptr;
+  std::exception_ptr error;
+};
+
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::deque<Slot*> free;
+  std::deque<Item> ready;
+  int ready_batches = 0;  // items in `ready` that hold a slot
+  bool filling = false;   // the producer holds a slot
+  std::atomic<bool> stop{false};
+  PinnedAllocator* allocator = nullptr;
+
+  ~State() {
+    for (auto& slot : slots) {
+      if (allocator != nullptr) {
+        allocator->deallocate(slot->block, slot->block_bytes);
+      } else {
+        std::free(slot->block);
+      }
+    }
+  }
+
+  void give_back(Slot* slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      free.push_back(slot);
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace loader_detail
+
+using loader_detail::Item;
+using loader_detail::Slot;
+using loader_detail::State;
+
+namespace {
+
+constexpr uint64_t kOrderDomain = 0x4f72646572536565ull;  // "OrderSee"
+constexpr uint64_t kAlign = 64;
+
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+struct SliceRange {
+  int64_t begin = 0;  // into the epoch order
+  int64_t count = 0;
+};
+
+// Rank `rank`'s part of global batch `batch` (Note [Partial global batch]).
+SliceRange rank_slice(int64_t size, int64_t batch_size, int world_size, int rank, int64_t batch) {
+  const int64_t global = batch_size * world_size;
+  const int64_t global_begin = batch * global;
+  const int64_t in_batch = std::min(global, size - global_begin);
+  const int64_t base = in_batch / world_size;
+  const int64_t extra = in_batch % world_size;
+  SliceRange r;
+  r.count = base + (rank < extra ? 1 : 0);
+  r.begin = global_begin + rank * base + std::min<int64_t>(rank, extra);
+  return r;
+}
+
+}  // namespace
+
+std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) order[i] = i;
+  if (!shuffle) return order;
+  const uint64_t key = counter_hash(seed ^ kOrderDomain, static_cast<uint64_t>(epoch));
+  for (int64_t i = size - 1; i > 0; --i) {
+    // j uniform in [0, i] by multiply-high (bias below 2^-40 for any realistic size).
+    const unsigned __int128 wide =
+        static_cast<unsigned __int128>(counter_hash(key, static_cast<uint64_t>(i))) *
+        static_cast<uint64_t>(i + 1);
+    const int64_t j = static_cast<int64_t>(wide >> 64);
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+// ---- Batch ----
+
+Batch::Batch(Batch&& other) noexcept : state_(std::move(other.state_)), slot_(other.slot_) {
+  other.slot_ = nullptr;
+}
+
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    release();
+    state_ = std::move(other.state_);
+    slot_ = other.slot_;
+    other.slot_ = nullptr;
+  }
+  return *this;
+}
+
+float* Batch::images() const { return slot_ ? slot_->images : nullptr; }
+int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
+int64_t Batch::size() const { return slot_ ? slot_->n : 0; }
+LoaderPosition Batch::position() const { return slot_ ? slot_->position : LoaderPosition{}; }
+
+void Batch::release() {
+  if (slot_ != nullptr) {
+    state_->give_back(slot_);
+    slot_ = nullptr;
+  }
+  state_.reset();
+}
+
+// ---- DataLoader ----
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  FERRY_ASSERT(dataset_ != nullptr, "DataLoader needs a dataset");
+  const LoaderOptions& o = options_;
+  if (o.batch_size < 1) {
+    throw ConfigError(fmt::format("batch size must be at least 1, got {}", o.batch_size),
+                      "set data.batch_size");
+  }
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw ConfigError(fmt::format("rank {} is not in a world of {} ranks", o.rank, o.world_size));
+  }
+  if (o.prefetch < 1 || o.max_leases < 1 || o.epochs < 0) {
+    throw ConfigError(
+        fmt::format("data loader needs prefetch >= 1, max_leases >= 1 and epochs "
+                    ">= 0; got {}, {}, {}",
+                    o.prefetch, o.max_leases, o.epochs));
+  }
+  const Shape chw = dataset_->image_shape();
+  FERRY_ASSERT(chw.rank() == 3, "dataset image shape must be (C, H, W)");
+  const size_t channels = static_cast<size_t>(chw[0]);
+  if (o.mean.size() != o.stddev.size() || (!o.mean.empty() && o.mean.size() != channels)) {
+    throw ConfigError(
+        fmt::format("data.mean has {} values and data.std {}; the data has {} "
+                    "channels",
+                    o.mean.size(), o.stddev.size(), channels),
+        fmt::format("give both with one value per channel ({}), or neither", channels));
+  }
+  for (float s : o.stddev) {
+    if (!(s > 0) || !std::isfinite(s)) {
+      throw ConfigError(fmt::format("data.std value {} is not a positive number", s),
+                        "every data.std value must be > 0");
+    }
+  }
+  const int64_t size = dataset_->size();
+  if (size < 1) throw DataError(fmt::format("dataset {} is empty", dataset_->describe()));
+  const int64_t global = o.batch_size * o.world_size;
+  batches_per_epoch_ = o.drop_last ? size / global : (size + global - 1) / global;
+  if (batches_per_epoch_ == 0) {
+    throw ConfigError(fmt::format("dataset {} has {} samples, fewer than one global batch of {} "
+                                  "({} ranks x batch size {})",
+                                  dataset_->describe(), size, global, o.world_size, o.batch_size),
+                      "lower data.batch_size, or keep the partial batch (drop_last false)");
+  }
+  check_position(o.start, "start");
+
+  state_ = std::make_shared<State>();
+  state_->allocator = o.allocator;
+  const uint64_t image_bytes = round_up(
+      static_cast<uint64_t>(o.batch_size) * static_cast<uint64_t>(chw.numel()) * 4, kAlign);
+  const uint64_t block_bytes = round_up(image_bytes + uint64_t(o.batch_size) * 4, kAlign);
+  for (int i = 0; i < o.prefetch + o.max_leases; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->block_bytes = block_bytes;
+    slot->block =
+        o.allocator ? o.allocator->allocate(block_bytes) : std::aligned_alloc(kAlign, block_bytes);
+    if (slot->block == nullptr) throw std::bad_alloc();
+    slot->images = static_cast<float*>(slot->block);
+    slot->labels = reinterpret_cast<int32_t*>(static_cast<char*>(slot->block) + image_bytes);
+    state_->free.push_back(slot.get());
+    state_->slots.push_back(std::move(slot));
+  }
+  position_ = o.start;
+  start_thread(o.start);
+}
+
+DataLoader::~DataLoader() { stop_thread(); }
+
+void DataLoader::check_position(LoaderPosition p, const char* what) const {
+  const bool end_of_pass = options_.epochs > 0 && p.epoch == options_.epochs && p.batch == 0;
+  if (p.epoch < 0 || p.batch < 0 || p.batch >= batches_per_epoch_ ||
+      (options_.epochs > 0 && p.epoch >= options_.epochs)) {
+    if (end_of_pass) return;
+    throw ConfigError(
+        fmt::format(
+            "data loader {} (epoch {}, batch {}) is out of range: an epoch "
+            "has {} batches{}",
+            what, p.epoch, p.batch, batches_per_epoch_,
+            options_.epochs > 0 ? fmt::format(" and the pass {} epochs", options_.epochs) : ""),
+        "resume from a checkpoint written with the same data and batch settings");
+  }
+}
+
+void DataLoader::start_thread(LoaderPosition from) {
+  state_->stop = false;
+  thread_ = std::thread([this, from] { produce(from); });
+}
+
+void DataLoader::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  thread_.join();
+}
+
+void DataLoader::seek(LoaderPosition position) {
+  check_position(position, "seek target");
+  stop_thread();
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (const Item& item : state_->ready) {
+      if (item.slot != nullptr) state_->free.push_back(item.slot);
+    }
+    state_->ready.clear();
+    state_->ready_batches = 0;
+    state_->filling = false;
+  }
+  position_ = position;
+  start_thread(position);
+}
+
+LoaderPosition DataLoader::position_after(int64_t batches) const {
+  return LoaderPosition{batches / batches_per_epoch_, batches % batches_per_epoch_};
+}
+
+std::vector<int64_t> DataLoader::indices(LoaderPosition p) const {
+  check_position(p, "position");
+  const std::vector<int64_t> order =
+      epoch_order(dataset_->size(), options_.shuffle, options_.seed, p.epoch);
+  const SliceRange r = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
+                                  options_.rank, p.batch);
+  return std::vector<int64_t>(order.begin() + r.begin, order.begin() + r.begin + r.count);
+}
+
+Shape DataLoader::batch_shape() const {
+  const Shape chw = dataset_->image_shape();
+  return Shape{options_.batch_size, chw[0], chw[1], chw[2]};
+}
+
+Batch DataLoader::next() {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  while (s.ready.empty()) {
+    if (s.free.empty() && !s.filling) {
+      throw ConfigError(fmt::format("data loader: the consumer holds all {} batch buffers "
+                                    "(max_leases {}); next() would wait forever",
+                                    s.slots.size(), options_.max_leases),
+                        "release a Batch before asking for the next, or raise max_leases");
+    }
+    s.cv.wait(lock);
+  }
+  Item item = s.ready.front();
+  if (item.error) std::rethrow_exception(item.error);  // stays queued: later calls rethrow
+  if (item.slot == nullptr) return Batch();            // end of the pass, stays queued
+  s.ready.pop_front();
+  --s.ready_batches;
+  lock.unlock();
+  s.cv.notify_all();  // the producer may fill another slot
+  position_ = item.slot->position;
+  if (++position_.batch == batches_per_epoch_) position_ = LoaderPosition{position_.epoch + 1, 0};
+  return Batch(state_, item.slot);
+}
+
+void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
+  const Dataset& ds = *dataset_;
+  const SliceRange r = rank_slice(ds.size(), options_.batch_size, options_.world_size,
+                                  options_.rank, slot.position.batch);
+  const Shape chw = ds.image_shape();
+  const int64_t plane = chw[1] * chw[2], sample = chw[0] * plane;
+  const int64_t classes = ds.classes();
+  slot.n = r.count;
+  for (int64_t i = 0; i < r.count; ++i) {
+    if (state_->stop.load(std::memory_order_relaxed)) return;
+    const int64_t index = order[r.begin + i];
+    float* pixels = slot.images + i * sample;
+    const int32_t label = ds.get(index, pixels);
+    if (label < 0 || label >= classes) {
+      throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",
+                                  ds.describe(), label, index, classes));
+    }
+    slot.labels[i] = label;
+    if (!options_.mean.empty()) {
+      for (int64_t c = 0; c < chw[0]; ++c) {
+        const float mean = options_.mean[c], stddev = options_.stddev[c];
+        float* p = pixels + c * plane;
+        for (int64_t k = 0; k < plane; ++k) p[k] = (p[k] - mean) / stddev;
+      }
+    }
+  }
+}
+
+void DataLoader::produce(LoaderPosition position) {
+  State& s = *state_;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  Slot* slot = nullptr;
+  try {
+    while (true) {
+      if (options_.epochs > 0 && position.epoch >= options_.epochs) {
+        {
+          std::lock_guard<std::mutex> lock(s.mu);
+          s.ready.push_back(Item{});
+        }
+        s.cv.notify_all();
+        return;
+      }
+      {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.cv.wait(lock, [&] {
+          return s.stop || (!s.free.empty() && s.ready_batches < options_.prefetch);
+        });
+        if (s.stop) return;
+        slot = s.free.front();
+        s.free.pop_front();
+        s.filling = true;
+      }
+      if (order_epoch != position.epoch) {
+        order = epoch_order(dataset_->size(), options_.shuffle, options_.seed, position.epoch);
+        order_epoch = position.epoch;
+      }
+      slot->position = position;
+      fill(*slot, order);
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.filling = false;
+        if (s.stop) {
+          s.free.push_back(slot);
+          return;
+        }
+        s.ready.push_back(Item{slot, nullptr});
+        ++s.ready_batches;
+        slot = nullptr;
+      }
+      s.cv.notify_all();
+      if (++position.batch == batches_per_epoch_) position = LoaderPosition{position.epoch + 1, 0};
+    }
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.filling = false;
+      if (slot != nullptr) s.free.push_back(slot);
+      s.ready.push_back(Item{nullptr, std::current_exception()});
+    }
+    s.cv.notify_all();
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,136 @@
+// The data loader: a background thread fills batch buffers ahead of the trainer, in an order
+// that depends only on (seed, epoch) and never on timing or on the number of ranks.
+// Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
+// is reused only after the lease that holds it has been released.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "device/host_pool.h"
+#include "device/shape.h"
+#include "trainer/data/dataset.h"
+
+namespace ferry {
+
+// Where a loader is in its endless sequence of batches: batch `batch` of epoch `epoch`.
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const LoaderPosition&) const = default;
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 32;  // per rank; the global batch is world_size * batch_size
+  bool shuffle = true;      // false: file order in every epoch
+  uint64_t seed = 0;        // the order of epoch e is a function of (seed, e)
+  int world_size = 1;
+  int rank = 0;
+  // Per-channel normalisation after scaling to [0, 1]: x = (x - mean[c]) / stddev[c].
+  // Both empty (none) or both of C values.
+  std::vector<float> mean;
+  std::vector<float> stddev;
+  // true: a trailing partial global batch is skipped. false: it is kept and split across the
+  // ranks as evenly as possible (Note [Partial global batch] in loader.cc).
+  bool drop_last = true;
+  int prefetch = 2;      // batches prepared ahead of the consumer (>= 1)
+  int max_leases = 2;    // batches the consumer may hold at once (>= 1)
+  int64_t epochs = 0;    // 0: endless (training); n > 0: next() ends after n epochs (eval: 1)
+  LoaderPosition start;  // where the first next() starts (resume)
+  // Where batch buffers come from (pinned memory for asynchronous device copies); nullptr:
+  // aligned host memory. Must outlive the loader and every Batch it returned.
+  PinnedAllocator* allocator = nullptr;
+};
+
+namespace loader_detail {
+struct State;
+struct Slot;
+}  // namespace loader_detail
+
+// A lease on one prepared batch. Its buffers go back to the loader when the lease is
+// destroyed or released: release only after any asynchronous copy out of it has completed.
+// A default-constructed (or end-of-pass) Batch is false.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(Batch&& other) noexcept;
+  Batch& operator=(Batch&& other) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch() { release(); }
+
+  // false at the end of a finite pass (LoaderOptions::epochs > 0).
+  explicit operator bool() const { return slot_ != nullptr; }
+  float* images() const;    // (n, C, H, W), rows beyond n unspecified
+  int32_t* labels() const;  // (n)
+  // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).
+  int64_t size() const;
+  LoaderPosition position() const;
+  int64_t epoch() const { return position().epoch; }
+  int64_t index_in_epoch() const { return position().batch; }
+  // Returns the buffers to the loader; the Batch becomes false. Idempotent.
+  void release();
+
+ private:
+  friend class DataLoader;
+  Batch(std::shared_ptr<loader_detail::State> state, loader_detail::Slot* slot)
+      : state_(std::move(state)), slot_(slot) {}
+  std::shared_ptr<loader_detail::State> state_;
+  loader_detail::Slot* slot_ = nullptr;
+};
+
+class DataLoader {
+ public:
+  // Starts the background thread at options.start. ConfigError for invalid options (batch
+  // size, rank, mean/std that do not match the channels, a dataset smaller than one global
+  // batch with drop_last).
+  DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+  // Stops and joins the thread, also when it waits for a free buffer. Leases stay valid.
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The batch at position(), waiting for it if needed. Rethrows (as its own type) an error the
+  // background thread met on this batch, and again on every later call. A false Batch at the
+  // end of a finite pass. Throws ConfigError instead of blocking forever when the consumer
+  // holds more than max_leases batches. Call from one thread.
+  Batch next();
+  // The position of the batch next() will return; save it in a checkpoint to resume.
+  LoaderPosition position() const { return position_; }
+  // Continues at `position` (drops prepared batches, restarts the thread). ConfigError when
+  // batch >= batches_per_epoch() or the position is past the end of a finite pass.
+  void seek(LoaderPosition position);
+  // The position after `batches` calls of next() from the start of epoch 0.
+  LoaderPosition position_after(int64_t batches) const;
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Dataset indices this rank gets in the batch at `position`, in row order. A pure function of
+  // the options: what next() returns for that position.
+  std::vector<int64_t> indices(LoaderPosition position) const;
+  // (batch_size, C, H, W): the capacity of a batch buffer.
+  Shape batch_shape() const;
+  const LoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  void start_thread(LoaderPosition from);
+  void stop_thread();
+  void produce(LoaderPosition from);  // the background thread
+  void fill(loader_detail::Slot& slot, const std::vector<int64_t>& order) const;
+  void check_position(LoaderPosition position, const char* what) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions options_;
+  int64_t batches_per_epoch_ = 0;
+  LoaderPosition position_;
+  std::shared_ptr<loader_detail::State> state_;
+  std::thread thread_;
+};
+
+// The order of the samples in `epoch`: a permutation of [0, size) that depends only on
+// (seed, epoch) (Fisher-Yates on counter-based random numbers); the identity when !shuffle.
+std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch);
+
+}  // namespace ferry

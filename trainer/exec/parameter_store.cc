@@ -1,0 +1,152 @@
+// Size tables, allocation and host transfers of the persistent blocks.
+#include "trainer/exec/parameter_store.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "trainer/model/init.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr uint64_t kTensorAlignment = 64;
+
+uint64_t align(uint64_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+
+// Cuts a block: entries in graph order, each aligned.
+uint64_t cut(const Graph& graph, const std::vector<TensorId>& ids,
+             std::vector<ParameterStore::Entry>& entries, std::map<std::string, size_t>& index) {
+  uint64_t offset = 0;
+  for (TensorId id : ids) {
+    const TensorInfo& info = graph.tensor(id);
+    index[info.name] = entries.size();
+    entries.push_back({info.name, info.desc, offset});
+    offset += align(info.desc.bytes());
+  }
+  return std::max<uint64_t>(offset, kTensorAlignment);
+}
+
+}  // namespace
+
+ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots)
+    : device_(device) {
+  param_block_bytes_ = cut(graph, graph.params(), params_, param_by_name_);
+  buffer_block_bytes_ = cut(graph, graph.buffers(), buffers_, buffer_by_name_);
+  DeviceHeap& heap = device.memory();
+  params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
+  grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
+  for (int s = 0; s < optimizer_slots; ++s) {
+    optimizer_blocks_.emplace_back(heap, param_block_bytes_, fmt::format("optimizer state {}", s));
+  }
+  buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
+  metrics_ = DeviceBuffer(heap, 128, "metrics");
+}
+
+void* ParameterStore::address(const Graph& graph, TensorId id) const {
+  const TensorInfo& info = graph.tensor(id);
+  switch (info.role) {
+    case TensorRole::kParam:
+      return static_cast<std::byte*>(params_block_.data()) + params_[param_index(graph, id)].offset;
+    case TensorRole::kBuffer: {
+      auto it = buffer_by_name_.find(info.name);
+      FERRY_ASSERT(it != buffer_by_name_.end(), "unknown buffer " + info.name);
+      return static_cast<std::byte*>(buffers_block_.data()) + buffers_[it->second].offset;
+    }
+    case TensorRole::kMetric:
+      return id == graph.loss() ? static_cast<void*>(loss_address())
+                                : static_cast<void*>(correct_address());
+    default: FERRY_ASSERT(false, "not a persistent tensor: " + info.name);
+  }
+  return nullptr;
+}
+
+size_t ParameterStore::param_index(const Graph& graph, TensorId param) const {
+  auto it = param_by_name_.find(graph.tensor(param).name);
+  FERRY_ASSERT(it != param_by_name_.end(), "unknown parameter " + graph.tensor(param).name);
+  return it->second;
+}
+
+float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
+  return reinterpret_cast<float*>(static_cast<std::byte*>(grads_block_.data()) +
+                                  params_[param_index(graph, param)].offset);
+}
+
+PersistentBytes ParameterStore::bytes() const {
+  PersistentBytes b;
+  b.weights = params_block_.bytes();
+  b.gradients = grads_block_.bytes();
+  for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();
+  b.buffers = buffers_block_.bytes() + metrics_.bytes();
+  return b;
+}
+
+std::vector<std::byte> ParameterStore::read(const void* src, uint64_t bytes) const {
+  std::vector<std::byte> out(bytes);
+  Stream& s = device_.stream(StreamKind::kCompute);
+  device_.copy_async(out.data(), src, bytes, s);
+  s.synchronize();
+  return out;
+}
+
+void ParameterStore::write(void* dst, const void* src, uint64_t bytes) {
+  Stream& s = device_.stream(StreamKind::kCompute);
+  device_.copy_async(dst, src, bytes, s);
+  s.synchronize();
+}
+
+void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
+  std::vector<std::byte> host(param_block_bytes_);
+  for (TensorId id : graph.params()) {
+    const Entry& e = params_[param_index(graph, id)];
+    float* data = reinterpret_cast<float*>(host.data() + e.offset);
+    fill_param(graph.init(id), tensor_seed(seed, e.name),
+               std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
+  }
+  write(params_block_.data(), host.data(), host.size());
+  std::vector<std::byte> buffers(buffer_block_bytes_);
+  for (TensorId id : graph.buffers()) {
+    const Entry& e = buffers_[buffer_by_name_.at(graph.tensor(id).name)];
+    if (e.desc.dtype != DType::kF32) continue;  // counters start at zero
+    float* data = reinterpret_cast<float*>(buffers.data() + e.offset);
+    fill_param(graph.init(id), 0, std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
+  }
+  write(buffers_block_.data(), buffers.data(), buffers.size());
+  const std::vector<std::byte> zeros(param_block_bytes_);
+  write(grads_block_.data(), zeros.data(), zeros.size());
+  for (auto& o : optimizer_blocks_) write(o.data(), zeros.data(), zeros.size());
+}
+
+std::vector<std::byte> ParameterStore::read_param(size_t i) const {
+  return read(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, params_[i].desc.bytes());
+}
+std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
+  return read(static_cast<std::byte*>(grads_block_.data()) + params_[i].offset, params_[i].desc.bytes());
+}
+std::vector<std::byte> ParameterStore::read_buffer(size_t i) const {
+  return read(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset,
+              buffers_[i].desc.bytes());
+}
+std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const {
+  return read(static_cast<std::byte*>(optimizer_blocks_[slot].data()) + params_[i].offset,
+              params_[i].desc.bytes());
+}
+void ParameterStore::write_param(size_t i, const void* data) {
+  write(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, data, params_[i].desc.bytes());
+}
+void ParameterStore::write_buffer(size_t i, const void* data) {
+  write(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset, data,
+        buffers_[i].desc.bytes());
+}
+void ParameterStore::write_optimizer(int slot, size_t i, const void* data) {
+  write(static_cast<std::byte*>(optimizer_blocks_[slot].data()) + params_[i].offset, data,
+        params_[i].desc.bytes());
+}
+void ParameterStore::zero_grads() {
+  const std::vector<std::byte> zeros(param_block_bytes_);
+  write(grads_block_.data(), zeros.data(), zeros.size());
+}
+
+}  // namespace ferry

@@ -1,0 +1,112 @@
+// A model graph for one input shape: a DAG of nodes (ResNet's skips included) over a tensor
+// table, built by the model zoo through GraphBuilder. Invariants: nodes are in a topological
+// order; every activation has exactly one producer; every parameter belongs to one node.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/model/init.h"
+#include "trainer/model/op.h"
+#include "trainer/model/tensor.h"
+
+namespace ferry {
+
+struct Node {
+  std::string name;  // the torchvision module path when there is one ("layer1.0.conv1")
+  std::unique_ptr<Op> op;
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  std::vector<TensorId> params;
+  std::vector<TensorId> buffers;
+  std::vector<TensorId> aux;
+};
+
+class Graph {
+ public:
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo& tensor(TensorId id) const { return tensors_[static_cast<size_t>(id)]; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  // Parameters and buffers in state_dict order, with their initialisers.
+  const std::vector<TensorId>& params() const { return params_; }
+  const std::vector<TensorId>& buffers() const { return buffers_; }
+  const ParamInit& init(TensorId param) const;
+  TensorId input() const { return input_; }
+  TensorId labels() const { return labels_; }
+  TensorId logits() const { return logits_; }
+  TensorId loss() const { return loss_; }
+  TensorId correct() const { return correct_; }
+  int64_t batch() const { return tensor(input_).desc.shape[0]; }
+  // Number of trained parameters (elements), as torchvision counts them.
+  int64_t parameter_count() const;
+  // The tensors a node's backward reads, from its op's SavedSet.
+  std::vector<TensorId> saved_by(const Node& node) const;
+
+ private:
+  friend class GraphBuilder;
+  std::vector<TensorInfo> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<TensorId> params_;
+  std::vector<TensorId> buffers_;
+  std::vector<ParamInit> inits_;  // parallel to tensors_ (meaningful for params and buffers)
+  TensorId input_ = kNoTensor, labels_ = kNoTensor, logits_ = kNoTensor, loss_ = kNoTensor,
+           correct_ = kNoTensor;
+};
+
+// Builds a Graph layer by layer with PyTorch's layer semantics and default initialisers.
+// Shapes are checked as layers are added; a mismatch is a ConfigError naming the layer.
+class GraphBuilder {
+ public:
+  // input: (N, C, H, W); classes: the width of the logits the loss expects.
+  GraphBuilder(const Shape& input, int64_t classes);
+
+  TensorId input() const { return graph_.input_; }
+  const Shape& shape(TensorId t) const { return graph_.tensor(t).desc.shape; }
+  int64_t classes() const { return classes_; }
+
+  // Initialisers used for layers added from now on (torchvision models set their own).
+  void set_conv_init(InitRule weight, InitRule bias) { conv_w_ = weight; conv_b_ = bias; }
+  void set_linear_init(InitRule weight, InitRule bias) { lin_w_ = weight; lin_b_ = bias; }
+
+  TensorId conv2d(TensorId x, const std::string& name, int64_t out_channels, int64_t kernel,
+                  int64_t stride = 1, int64_t padding = 0, int64_t groups = 1, bool bias = true);
+  TensorId batch_norm(TensorId x, const std::string& name, float eps = 1e-5f,
+                      float momentum = 0.1f);
+  TensorId linear(TensorId x, const std::string& name, int64_t out_features, bool bias = true);
+  TensorId relu(TensorId x, const std::string& name = {});
+  TensorId max_pool(TensorId x, int64_t kernel, int64_t stride, int64_t padding = 0,
+                    bool ceil_mode = false, const std::string& name = {});
+  TensorId avg_pool(TensorId x, int64_t kernel, int64_t stride, int64_t padding = 0,
+                    bool ceil_mode = false, bool count_include_pad = true,
+                    const std::string& name = {});
+  TensorId adaptive_avg_pool(TensorId x, int64_t out_h, int64_t out_w,
+                             const std::string& name = {});
+  TensorId flatten(TensorId x, const std::string& name = {});
+  TensorId dropout(TensorId x, float p, const std::string& name = {});
+  TensorId add(TensorId a, TensorId b, const std::string& name = {});
+  // Softmax cross-entropy of `logits` (N, classes) against the labels; ends the graph.
+  void loss(TensorId logits);
+
+  Graph finish();
+
+ private:
+  TensorId add_tensor(std::string name, TensorDesc desc, TensorRole role);
+  TensorId add_param(const std::string& name, Shape shape, ParamInit init);
+  TensorId add_buffer(const std::string& name, Shape shape, DType dtype, ParamInit init);
+  TensorId add_node(std::string name, std::unique_ptr<Op> op, std::vector<TensorId> inputs,
+                    std::vector<Shape> outputs, std::vector<TensorId> params = {},
+                    std::vector<TensorId> buffers = {}, std::vector<TensorDesc> aux = {});
+  std::string auto_name(std::string_view kind);
+  void expect_rank(TensorId x, size_t rank, const std::string& layer) const;
+
+  Graph graph_;
+  int64_t classes_;
+  int unnamed_ = 0;
+  InitRule conv_w_ = InitRule::kTorchDefault;
+  InitRule conv_b_ = InitRule::kTorchDefault;
+  InitRule lin_w_ = InitRule::kTorchDefault;
+  InitRule lin_b_ = InitRule::kTorchDefault;
+};
+
+}  // namespace ferry

@@ -1,0 +1,65 @@
+// The Op interface: an op knows its shapes (fixed when the graph is built for an input shape),
+// which tensors its backward reads, its cost, and how to launch its kernels. Ops never touch
+// residency or allocation: the executor hands them device pointers in node order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device/kernels.h"
+
+namespace ferry {
+
+// Device pointers for one forward or backward call, in the order of the node's lists.
+struct OpIo {
+  std::vector<void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<void*> params;
+  std::vector<void*> buffers;
+  std::vector<void*> aux;
+  // Backward only. A null grad_inputs[i] means that gradient is not needed.
+  std::vector<void*> grad_outputs;
+  std::vector<void*> grad_inputs;
+  std::vector<void*> grad_params;
+  Workspace ws;
+  bool training = true;
+  // False when the forward runs again to recompute a dropped activation: it must produce the
+  // same bits and leave persistent state (BN running statistics) untouched.
+  bool update_buffers = true;
+  uint64_t seed = 0;  // per-node, per-step randomness (dropout)
+};
+
+// Which of a node's tensors its backward reads, besides the output gradients.
+struct SavedSet {
+  uint32_t inputs = 0;   // bit i: inputs[i]
+  uint32_t outputs = 0;  // bit i: outputs[i]
+  bool aux = false;      // every aux tensor
+};
+
+struct OpCost {
+  double forward_flops = 0;
+  double backward_flops = 0;
+};
+
+enum class Pass { kForward, kBackward };
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // "conv2d", "batchnorm2d", ...
+  virtual std::string_view kind() const = 0;
+  // Hyper-parameters for the layer table: "3x3 s2 p1, 64->128".
+  virtual std::string describe() const { return {}; }
+  virtual SavedSet saved() const = 0;
+  virtual OpCost cost() const = 0;
+  // Scratch bytes a pass needs (io.ws). Asked once per graph, at planning time.
+  virtual uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training) const { return 0; }
+  // Cheap enough to run again in backward instead of keeping its outputs (ReLU, BN, pooling).
+  virtual bool recomputable() const { return false; }
+  virtual void forward(Kernels& k, Stream& s, const OpIo& io) const = 0;
+  virtual void backward(Kernels& k, Stream& s, const OpIo& io) const = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,108 @@
+// conv2d and linear: the ops with weights and a workspace.
+#include <fmt/format.h>
+
+#include "trainer/model/ops/ops.h"
+
+namespace ferry {
+namespace {
+
+float* f(void* p) { return static_cast<float*>(p); }
+const float* cf(void* p) { return static_cast<const float*>(p); }
+
+// Workspace queries ignore addresses but not whether a bias exists: a stand-in marks it.
+float bias_marker;
+
+class Conv2dOp : public Op {
+ public:
+  Conv2dOp(const ConvGeom& g, bool bias) : g_(g), bias_(bias) {}
+  std::string_view kind() const override { return "conv2d"; }
+  std::string describe() const override {
+    std::string s = fmt::format("{}x{}", g_.r, g_.s);
+    if (g_.stride_h != 1 || g_.stride_w != 1) s += fmt::format(" s{}", g_.stride_h);
+    if (g_.pad_h || g_.pad_w) s += fmt::format(" p{}", g_.pad_h);
+    if (g_.groups != 1) s += fmt::format(" g{}", g_.groups);
+    return s + fmt::format(", {}->{}", g_.c, g_.k);
+  }
+  SavedSet saved() const override { return {.inputs = 1}; }
+  OpCost cost() const override {
+    const double macs = static_cast<double>(g_.n) * g_.k * g_.out_h() * g_.out_w() *
+                        (g_.c / g_.groups) * g_.r * g_.s;
+    return {2 * macs, 4 * macs};
+  }
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool) const override {
+    float* bias = bias_ ? &bias_marker : nullptr;
+    if (pass == Pass::kForward) return k.workspace_bytes(ConvForward{.g = g_, .bias = bias});
+    return std::max(k.workspace_bytes(ConvBackwardData{.g = g_}),
+                    k.workspace_bytes(ConvBackwardWeights{.g = g_, .dbias = bias}));
+  }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(ConvForward{g_, cf(io.inputs[0]), cf(io.params[0]),
+                         bias_ ? cf(io.params[1]) : nullptr, f(io.outputs[0]), io.ws},
+             s);
+  }
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    if (io.grad_inputs[0]) {
+      k.launch(ConvBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]),
+                                f(io.grad_inputs[0]), io.ws},
+               s);
+    }
+    k.launch(ConvBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]),
+                                 f(io.grad_params[0]), bias_ ? f(io.grad_params[1]) : nullptr,
+                                 io.ws},
+             s);
+  }
+
+ private:
+  ConvGeom g_;
+  bool bias_;
+};
+
+class LinearOp : public Op {
+ public:
+  LinearOp(const LinearGeom& g, bool bias) : g_(g), bias_(bias) {}
+  std::string_view kind() const override { return "linear"; }
+  std::string describe() const override { return fmt::format("{}->{}", g_.k, g_.n); }
+  SavedSet saved() const override { return {.inputs = 1}; }
+  OpCost cost() const override {
+    const double macs = static_cast<double>(g_.m) * g_.n * g_.k;
+    return {2 * macs, 4 * macs};
+  }
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool) const override {
+    float* bias = bias_ ? &bias_marker : nullptr;
+    if (pass == Pass::kForward) return k.workspace_bytes(LinearForward{.g = g_, .bias = bias});
+    return std::max(k.workspace_bytes(LinearBackwardData{.g = g_}),
+                    k.workspace_bytes(LinearBackwardWeights{.g = g_, .dbias = bias}));
+  }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(LinearForward{g_, cf(io.inputs[0]), cf(io.params[0]),
+                           bias_ ? cf(io.params[1]) : nullptr, f(io.outputs[0]), io.ws},
+             s);
+  }
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    if (io.grad_inputs[0]) {
+      k.launch(LinearBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]),
+                                  f(io.grad_inputs[0]), io.ws},
+               s);
+    }
+    k.launch(LinearBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]),
+                                   f(io.grad_params[0]), bias_ ? f(io.grad_params[1]) : nullptr,
+                                   io.ws},
+             s);
+  }
+
+ private:
+  LinearGeom g_;
+  bool bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_conv2d(const ConvGeom& g, bool bias) {
+  return std::make_unique<Conv2dOp>(g, bias);
+}
+
+std::unique_ptr<Op> make_linear(const LinearGeom& g, bool bias) {
+  return std::make_unique<LinearOp>(g, bias);
+}
+
+}  // namespace ferry

@@ -1,0 +1,31 @@
+// Factories for the ops GraphBuilder adds. Each op is built for fixed shapes; its pointer
+// lists follow GraphBuilder's order (documented per factory).
+#pragma once
+
+#include <memory>
+
+#include "device/kernels.h"
+#include "trainer/model/op.h"
+
+namespace ferry {
+
+// inputs {x}; params {weight (K, C/g, R, S), bias (K) if bias}; outputs {y}.
+std::unique_ptr<Op> make_conv2d(const ConvGeom& g, bool bias);
+// inputs {x (M, K)}; params {weight (N, K), bias (N) if bias}; outputs {y (M, N)}.
+std::unique_ptr<Op> make_linear(const LinearGeom& g, bool bias);
+// inputs {x}; params {weight, bias} (C); buffers {running_mean, running_var, num_batches_tracked};
+// aux {save_mean, save_var} (C); outputs {y}.
+std::unique_ptr<Op> make_batch_norm(const BatchNormGeom& g, float momentum);
+// inputs {x}; outputs {y}.
+std::unique_ptr<Op> make_pool(const PoolGeom& g);
+std::unique_ptr<Op> make_adaptive_avg_pool(const AdaptiveAvgPoolForward& shape);
+std::unique_ptr<Op> make_relu(int64_t n);
+std::unique_ptr<Op> make_flatten(int64_t n);
+// aux {mask (n) u8}.
+std::unique_ptr<Op> make_dropout(int64_t n, float p);
+// inputs {a, b}; outputs {y}.
+std::unique_ptr<Op> make_add(int64_t n);
+// inputs {logits (N, K), labels (N) int32}; outputs {loss (), correct () int32}; aux {probs}.
+std::unique_ptr<Op> make_softmax_cross_entropy(int64_t n, int64_t k);
+
+}  // namespace ferry

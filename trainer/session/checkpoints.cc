@@ -1,0 +1,61 @@
+// Checkpoint folder housekeeping.
+#include "trainer/session/checkpoints.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace ferry {
+
+namespace fs = std::filesystem;
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / fmt::format("step_{}.safetensors", step)).string();
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "step_", kSuffix = ".safetensors";
+    if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+        !name.ends_with(kSuffix)) {
+      continue;
+    }
+    const std::string digits =
+        name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune_checkpoints(const std::string& dir, int64_t keep) {
+  if (keep <= 0) return;
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& dir) {
+  if (resume.empty()) return "";
+  if (resume == "latest") {
+    auto all = list_checkpoints(dir);
+    return all.empty() ? "" : all.back().second;
+  }
+  if (!fs::exists(resume)) {
+    throw DataError(fmt::format("checkpoint.resume: no such file '{}'", resume),
+                    "give a step_<N>.safetensors file, or 'latest'");
+  }
+  return resume;
+}
+
+}  // namespace ferry

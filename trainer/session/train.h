@@ -1,0 +1,32 @@
+// The training and evaluation loops. train() reads like the pseudocode of a step: next batch,
+// forward and backward, reduce gradients, update, then diagnostics and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/config/config.h"
+
+namespace ferry {
+
+struct TrainResult {
+  int64_t steps = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  uint64_t device_peak_bytes = 0;
+};
+
+// Trains as `config` says, writing <run.dir>/config.yaml, metrics.jsonl and checkpoints.
+TrainResult train(const Config& config);
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t samples = 0;
+};
+
+// Loss and accuracy over one pass of the configured dataset, with the weights of model.init_from
+// (or the newest checkpoint in checkpoint.dir); written to <run.dir>/eval.json.
+EvalResult evaluate(const Config& config);
+
+}  // namespace ferry
