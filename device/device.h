@@ -41,6 +41,10 @@ class Device {
   // The device's own streams, one per kind; each runs its work in order.
   virtual Stream& stream(StreamKind kind) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // An event that keeps the time its work completed, for traces.
+  virtual std::unique_ptr<Event> create_timing_event() = 0;
+  // Milliseconds from `start`'s completion to `end`'s (both timing events, both completed).
+  virtual double elapsed_ms(Event& start, Event& end) = 0;
 
   // Copies `bytes` from src to dst, ordered on `stream`. Either side may be device memory or
   // pinned host memory; the ranges must not overlap.
@@ -55,6 +59,10 @@ class Device {
 // Whether this build has `backend`, and (cuda) whether a device is present.
 bool backend_built(Backend backend);
 int cuda_device_count();
+
+// The kernels of options.backend without a device (no memory reserved): for planning, which
+// asks kernels for workspace sizes. Throws UnsupportedError when that backend was not built.
+std::unique_ptr<Kernels> create_kernels(const DeviceOptions& options);
 
 // Creates a device of options.backend. Throws UnsupportedError when that backend was not built
 // or no such device is present, OutOfMemoryError when the capacity cannot be reserved.

@@ -1,4 +1,6 @@
 // The one place backends are chosen: build-time guards, no static registration tricks.
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "device/cpu/cpu_device.h"
@@ -25,6 +27,21 @@ int cuda_device_count() {
   return cuda::device_count();
 #else
   return 0;
+#endif
+}
+
+std::unique_ptr<Kernels> create_kernels(const DeviceOptions& options) {
+  if (options.backend == Backend::kCpu) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return std::make_unique<cpu::CpuKernels>(options.threads > 0 ? options.threads
+                                                                  : std::max(1, cores));
+  }
+#if FERRY_HAVE_CUDA
+  return cuda::create_cuda_kernels(options);
+#else
+  throw UnsupportedError("device.backend is cuda but this build has no CUDA backend",
+                         "install the CUDA toolkit with cuDNN and NCCL and rebuild, or set "
+                         "device.backend=cpu");
 #endif
 }
 

@@ -1,6 +1,8 @@
 // A memory plan: for every arena tensor, whether it stays resident, is offloaded to pinned
-// host memory and prefetched back, or is recomputed; where it lives in the arena during each
-// interval of device residency; and the predicted peak. Made once per input shape.
+// host memory and prefetched back, or is dropped and recomputed; where it lives in the arena
+// during each stretch of device residency; and the predicted peak and cost. Made once per input
+// shape. Recomputation adds steps, so a plan carries its own tape (the input tape with the
+// recompute steps inserted); step indices in a plan refer to that tape.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +11,12 @@
 #include <vector>
 
 #include "prefetch/arena.h"
+#include "prefetch/cost_model.h"
 #include "prefetch/liveness.h"
 #include "prefetch/policy.h"
 #include "prefetch/tape.h"
 
 namespace ferry {
-
 
 // Device bytes that live for the whole run, by lifetime class.
 struct PersistentBytes {
@@ -26,8 +28,9 @@ struct PersistentBytes {
 };
 
 enum class Decision : uint8_t { kResident, kOffload, kRecompute };
+std::string_view decision_name(Decision d);
 
-// One stretch of device residency at one arena offset.
+// One stretch of device residency at one arena offset: steps [begin, end].
 struct Residency {
   int begin = 0;
   int end = 0;
@@ -36,11 +39,11 @@ struct Residency {
 
 struct TensorPlan {
   Decision decision = Decision::kResident;
-  std::vector<Residency> residency;  // 1 interval, or 2 (before offload/drop, after fetch/recompute)
-  // kOffload: the copy to host is issued after step `offload_after`; compute waits for it
-  // before step `release_at` (from which the space is reused); the copy back is issued before
-  // step `fetch_at` and compute waits for it before step `needed_at`.
-  // kRecompute: the producer's forward runs again just before step `needed_at`.
+  std::vector<Residency> residency;  // in step order; empty for a tensor never written
+  // kOffload: the copy to host is issued after step `offload_after` (the producer); compute
+  // waits for it before step `release_at`, from which the first stretch's space is reused;
+  // the copy back is issued before step `fetch_at`, into the second stretch; compute waits for
+  // it before step `needed_at` (the first backward use).
   int offload_after = -1;
   int release_at = -1;
   int fetch_at = -1;
@@ -51,32 +54,47 @@ struct MemoryPlan {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;
   PersistentBytes persistent;
+  Tape tape;                 // the planned tape: the input tape plus recompute steps
+  std::vector<int> origin;   // per planned step: the input step it runs (a recompute step
+                             // runs a forward step again)
+  std::vector<TensorPlan> tensors;
   uint64_t arena_bytes = 0;       // activations + gradients + workspaces, laid out
-  uint64_t activation_bytes = 0;  // of the arena peak: activations, aux and inputs
-  uint64_t workspace_bytes = 0;   // of the arena peak: workspaces
-  uint64_t gradient_bytes = 0;    // of the arena peak: activation gradients
-  uint64_t offload_bytes = 0;     // copied to host per step (= prefetched back)
+  uint64_t activation_bytes = 0;  // of the arena at its fullest step: activations, aux, inputs
+  uint64_t workspace_bytes = 0;   // of the arena at its fullest step: workspaces
+  uint64_t gradient_bytes = 0;    // of the arena at its fullest step: activation gradients
+  uint64_t offload_bytes = 0;     // copied to host per step (and prefetched back)
   uint64_t host_bytes = 0;        // pinned host memory the offloads need
   double recompute_flops = 0;
   uint64_t lower_bound = 0;       // persistent + the largest single-step working set
-  int lower_bound_step = -1;      // the step that sets it
-  std::vector<TensorPlan> tensors;
+  int lower_bound_step = -1;      // the input-tape step that sets it
+  Prediction prediction;          // the cost model's step time and stalls
 
   uint64_t peak_bytes() const { return persistent.total() + arena_bytes; }
 };
 
 struct PlanOptions {
   MemoryPolicy policy = MemoryPolicy::kNone;
-  uint64_t budget = 0;  // device bytes the plan must fit (0 = unlimited)
+  uint64_t budget = 0;  // device bytes the plan must fit; 0 = unlimited
   bool recompute = false;
   PersistentBytes persistent;
+  CostModel cost;
 };
 
-// Plans `tape`. Policies other than kNone may throw ConfigError when the budget cannot be met.
-MemoryPlan plan_memory(const Tape& tape, const Liveness& live, const PlanOptions& options);
+// Plans `tape` under options.policy. Throws ConfigError when options.budget is below the lower
+// bound (naming the step whose working set does not fit and the smallest budget that would),
+// or when the policy's plan does not fit the budget (naming the smallest budget it can meet).
+MemoryPlan plan_memory(const Tape& tape, const PlanOptions& options);
 
 // The largest single-step working set (every tensor a step reads or writes) plus the
 // persistent bytes: no plan of this tape can peak lower.
 uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, int* step);
+
+// Arena bytes in use at each step of the plan's tape (aligned sizes of the stretches that
+// cover it): the device-memory curve of a step, minus the persistent bytes.
+std::vector<uint64_t> arena_occupancy(const MemoryPlan& plan);
+
+// The tensors a backward step reads that forward produced: what vDNN calls saved activations.
+// `conv_inputs_only` keeps those a convolution's forward reads (vDNN's vdnn-conv).
+std::vector<int> saved_tensors(const Tape& tape, const Liveness& live, bool conv_inputs_only);
 
 }  // namespace ferry

@@ -1,9 +1,12 @@
-// The planner: per-tensor decisions for a policy, then the arena layout of the resulting
-// residency intervals.
+// The planner: policy decisions on the input tape, the planned tape with recompute steps,
+// residency stretches, the arena layout, and the plan's totals and prediction.
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "common/bytes.h"
 #include "common/error.h"
-#include "prefetch/plan.h"
+#include "prefetch/planner_impl.h"
 
 namespace ferry {
 
@@ -13,6 +16,15 @@ std::string_view policy_name(MemoryPolicy p) {
     case MemoryPolicy::kVdnnConv: return "vdnn-conv";
     case MemoryPolicy::kVdnnAll: return "vdnn-all";
     case MemoryPolicy::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string_view decision_name(Decision d) {
+  switch (d) {
+    case Decision::kResident: return "resident";
+    case Decision::kOffload: return "offload";
+    case Decision::kRecompute: return "recompute";
   }
   return "?";
 }
@@ -28,10 +40,7 @@ uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, 
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     uint64_t bytes = 0;
-    for (int t : seen) {
-      bytes += (tape.tensors[static_cast<size_t>(t)].bytes + kArenaAlignment - 1) /
-               kArenaAlignment * kArenaAlignment;
-    }
+    for (int t : seen) bytes += planner::aligned(tape.tensors[static_cast<size_t>(t)].bytes);
     if (bytes > best) {
       best = bytes;
       best_step = s;
@@ -41,66 +50,265 @@ uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, 
   return persistent.total() + best;
 }
 
-namespace {
+std::vector<int> saved_tensors(const Tape& tape, const Liveness& live, bool conv_inputs_only) {
+  std::vector<int> out;
+  for (int t = 0; t < static_cast<int>(tape.tensors.size()); ++t) {
+    const TensorLiveness& tl = live.tensors[static_cast<size_t>(t)];
+    const TapeTensorKind kind = tape.tensors[static_cast<size_t>(t)].kind;
+    if (tl.produced < 0 || tl.produced > live.forward_end || tl.first_backward_use < 0) continue;
+    if (kind == TapeTensorKind::kWorkspace || kind == TapeTensorKind::kGradient) continue;
+    if (conv_inputs_only) {
+      bool conv_input = false;
+      for (int u : tl.uses) {
+        const TapeStep& s = tape.steps[static_cast<size_t>(u)];
+        conv_input = conv_input || (s.phase == StepPhase::kForward && s.op == "conv2d");
+      }
+      if (!conv_input) continue;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
 
-// Lays out every residency interval and fills the plan's byte totals.
-void layout(const Tape& tape, MemoryPlan& plan) {
+namespace planner {
+
+uint64_t aligned(uint64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d) {
+  Materialized m;
+  m.tape = insert_recompute(input, live, d.recompute, m.origin);
+  m.new_index.assign(input.steps.size(), -1);
+  for (int s = 0; s < static_cast<int>(m.origin.size()); ++s) {
+    if (m.tape.steps[static_cast<size_t>(s)].phase != StepPhase::kRecompute) {
+      m.new_index[static_cast<size_t>(m.origin[static_cast<size_t>(s)])] = s;
+    }
+  }
+  m.live = analyse_liveness(m.tape);
+  m.rebuilt.assign(input.tensors.size(), false);
+  for (const auto& c : d.recompute) {
+    m.rebuilt[static_cast<size_t>(c.target)] = true;
+    for (int t : c.temps) m.rebuilt[static_cast<size_t>(t)] = true;
+  }
+  return m;
+}
+
+OffloadTiming vdnn_timing(const Materialized& m, int t) {
+  const TensorLiveness& tl = m.live.tensors[static_cast<size_t>(t)];
+  OffloadTiming timing;
+  timing.release_at = tl.last_forward_use + 1;
+  timing.fetch_at = std::max(tl.first_backward_use - 1, m.live.forward_end + 1);
+  return timing;
+}
+
+std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
+                                  const std::vector<OffloadTiming>& timing) {
+  const Tape& tape = m.tape;
+  std::vector<TensorPlan> plans(tape.tensors.size());
+  std::vector<int> offload_index(tape.tensors.size(), -1);
+  for (size_t i = 0; i < d.offload.size(); ++i) offload_index[static_cast<size_t>(d.offload[i])] = static_cast<int>(i);
+  // Steps that write each tensor by recomputing (a new life starts there).
+  std::vector<std::vector<int>> rebirths(tape.tensors.size());
+  for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
+    const TapeStep& st = tape.steps[static_cast<size_t>(s)];
+    if (st.phase != StepPhase::kRecompute) continue;
+    for (int w : st.writes) rebirths[static_cast<size_t>(w)].push_back(s);
+  }
+  // Every access of each tensor, ascending.
+  std::vector<std::vector<int>> access(tape.tensors.size());
+  for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
+    const TapeStep& st = tape.steps[static_cast<size_t>(s)];
+    for (int t : st.reads) access[static_cast<size_t>(t)].push_back(s);
+    for (int t : st.writes) access[static_cast<size_t>(t)].push_back(s);
+  }
+  for (size_t t = 0; t < tape.tensors.size(); ++t) {
+    auto& a = access[t];
+    if (a.empty()) continue;
+    std::sort(a.begin(), a.end());
+    a.erase(std::unique(a.begin(), a.end()), a.end());
+    TensorPlan& p = plans[t];
+    const TensorLiveness& tl = m.live.tensors[t];
+    if (offload_index[t] >= 0) {
+      const OffloadTiming& tm = timing[static_cast<size_t>(offload_index[t])];
+      p.decision = Decision::kOffload;
+      p.offload_after = tl.produced;
+      p.release_at = tm.release_at;
+      p.fetch_at = tm.fetch_at;
+      p.needed_at = tl.first_backward_use;
+      p.residency = {{tl.produced, tm.release_at - 1, 0}, {tm.fetch_at, tl.last_use, 0}};
+      continue;
+    }
+    if (!rebirths[t].empty()) {
+      p.decision = m.rebuilt[t] ? Decision::kRecompute : Decision::kResident;
+      // A new stretch starts at each rebirth; the previous one ends at the access before it.
+      const std::vector<int>& rb = rebirths[t];
+      size_t next = 0;
+      Residency cur{a.front(), a.front(), 0};
+      for (size_t i = 1; i < a.size(); ++i) {
+        while (next < rb.size() && rb[next] <= cur.begin) ++next;
+        if (next < rb.size() && a[i] == rb[next]) {
+          p.residency.push_back(cur);
+          cur = {a[i], a[i], 0};
+          ++next;
+        } else {
+          cur.end = a[i];
+        }
+      }
+      p.residency.push_back(cur);
+      if (p.decision == Decision::kRecompute) p.needed_at = p.residency.back().begin;
+      continue;
+    }
+    p.residency = {{a.front(), a.back(), 0}};
+  }
+  return plans;
+}
+
+std::vector<uint64_t> live_bytes(const Tape& tape, const std::vector<TensorPlan>& plans) {
+  std::vector<int64_t> delta(tape.steps.size() + 1, 0);
+  for (size_t t = 0; t < plans.size(); ++t) {
+    const auto bytes = static_cast<int64_t>(aligned(tape.tensors[t].bytes));
+    for (const Residency& r : plans[t].residency) {
+      delta[static_cast<size_t>(r.begin)] += bytes;
+      delta[static_cast<size_t>(r.end) + 1] -= bytes;
+    }
+  }
+  std::vector<uint64_t> live(tape.steps.size());
+  int64_t running = 0;
+  for (size_t s = 0; s < live.size(); ++s) {
+    running += delta[s];
+    live[s] = static_cast<uint64_t>(running);
+  }
+  return live;
+}
+
+uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
   std::vector<ArenaBlock> blocks;
-  std::vector<std::pair<size_t, size_t>> owner;  // block -> (tensor, interval)
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
-    for (size_t r = 0; r < plan.tensors[t].residency.size(); ++r) {
-      const Residency& res = plan.tensors[t].residency[r];
+  std::vector<std::pair<size_t, size_t>> owner;
+  for (size_t t = 0; t < plans.size(); ++t) {
+    for (size_t r = 0; r < plans[t].residency.size(); ++r) {
+      const Residency& res = plans[t].residency[r];
       blocks.push_back({tape.tensors[t].bytes, res.begin, res.end, 0});
       owner.emplace_back(t, r);
     }
   }
-  plan.arena_bytes = layout_arena(blocks);
-  FERRY_ASSERT(arena_is_valid(blocks), "arena layout overlaps live blocks");
+  const uint64_t size = layout_arena(blocks);
   for (size_t b = 0; b < blocks.size(); ++b) {
-    plan.tensors[owner[b].first].residency[owner[b].second].offset = blocks[b].offset;
+    plans[owner[b].first].residency[owner[b].second].offset = blocks[b].offset;
   }
-  // Split of the arena by kind, at the step where the arena is fullest.
-  int last = 0;
-  for (const auto& b : blocks) last = std::max(last, b.end);
-  uint64_t best = 0;
-  for (int s = 0; s <= last; ++s) {
-    uint64_t act = 0, ws = 0, grad = 0;
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      if (blocks[b].begin > s || blocks[b].end < s) continue;
-      switch (tape.tensors[owner[b].first].kind) {
-        case TapeTensorKind::kWorkspace: ws += blocks[b].bytes; break;
-        case TapeTensorKind::kGradient: grad += blocks[b].bytes; break;
-        default: act += blocks[b].bytes;
+  return size;
+}
+
+}  // namespace planner
+
+namespace {
+
+using namespace planner;
+
+// Fills totals, the kind split at the fullest step, and the prediction.
+void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
+  const Tape& tape = plan.tape;
+  const std::vector<uint64_t> live = live_bytes(tape, plan.tensors);
+  size_t fullest = 0;
+  for (size_t s = 0; s < live.size(); ++s) {
+    if (live[s] > live[fullest]) fullest = s;
+  }
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const TensorPlan& tp = plan.tensors[t];
+    for (const Residency& r : tp.residency) {
+      if (r.begin > static_cast<int>(fullest) || r.end < static_cast<int>(fullest)) continue;
+      const uint64_t bytes = tape.tensors[t].bytes;
+      switch (tape.tensors[t].kind) {
+        case TapeTensorKind::kWorkspace: plan.workspace_bytes += bytes; break;
+        case TapeTensorKind::kGradient: plan.gradient_bytes += bytes; break;
+        default: plan.activation_bytes += bytes;
       }
     }
-    if (act + ws + grad > best) {
-      best = act + ws + grad;
-      plan.activation_bytes = act;
-      plan.workspace_bytes = ws;
-      plan.gradient_bytes = grad;
-    }
+    if (tp.decision == Decision::kOffload) plan.offload_bytes += tape.tensors[t].bytes;
   }
+  plan.host_bytes = plan.offload_bytes;
+  for (const auto& c : d.recompute) plan.recompute_flops += c.flops;
+  std::vector<SimTransfer> transfers;
+  for (const TensorPlan& tp : plan.tensors) {
+    if (tp.decision != Decision::kOffload) continue;
+    const uint64_t bytes = tape.tensors[static_cast<size_t>(&tp - plan.tensors.data())].bytes;
+    transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
+    transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
+  }
+  plan.prediction = simulate(tape, cost, transfers);
+}
+
+[[noreturn]] void below_lower_bound(const Tape& tape, const PlanOptions& o, uint64_t lower_bound,
+                                    int step) {
+  const TapeStep& st = tape.steps[static_cast<size_t>(step)];
+  const char* phase = st.phase == StepPhase::kBackward ? "backward" : "forward";
+  throw ConfigError(
+      fmt::format("memory.budget {} is below the lower bound {}: the {} of '{}' ({}) alone needs "
+                  "{} of activations, gradients and workspace, on top of {} of weights, "
+                  "gradients and optimizer state",
+                  format_bytes(o.budget), format_bytes(lower_bound), phase, st.name, st.op,
+                  format_bytes(lower_bound - o.persistent.total()),
+                  format_bytes(o.persistent.total())),
+      fmt::format("the smallest budget that can work is {}: raise memory.budget (and "
+                  "device.memory) to at least that, or lower data.batch_size",
+                  format_bytes(lower_bound)));
 }
 
 }  // namespace
 
-MemoryPlan plan_memory(const Tape& tape, const Liveness& live, const PlanOptions& options) {
+std::vector<uint64_t> arena_occupancy(const MemoryPlan& plan) {
+  return planner::live_bytes(plan.tape, plan.tensors);
+}
+
+MemoryPlan plan_memory(const Tape& input, const PlanOptions& o) {
+  const Liveness live = analyse_liveness(input);
   MemoryPlan plan;
-  plan.policy = options.policy;
-  plan.budget = options.budget;
-  plan.persistent = options.persistent;
-  plan.lower_bound = working_set_bound(tape, options.persistent, &plan.lower_bound_step);
-  plan.tensors.resize(tape.tensors.size());
-  for (size_t t = 0; t < tape.tensors.size(); ++t) {
-    const TensorLiveness& tl = live.tensors[t];
-    if (tl.produced < 0) continue;  // never written: never allocated
-    plan.tensors[t].residency.push_back({tl.produced, tl.last_use, 0});
+  plan.policy = o.policy;
+  plan.budget = o.budget;
+  plan.persistent = o.persistent;
+  plan.lower_bound = working_set_bound(input, o.persistent, &plan.lower_bound_step);
+  if (o.budget > 0 && o.budget < plan.lower_bound) {
+    below_lower_bound(input, o, plan.lower_bound, plan.lower_bound_step);
   }
-  if (options.policy != MemoryPolicy::kNone) {
-    throw UnsupportedError(std::string("memory.policy ") + std::string(policy_name(options.policy)) +
-                           " is not implemented yet");
+
+  Decisions d;
+  Materialized m;
+  std::vector<OffloadTiming> timing;
+  std::vector<TensorPlan> plans;
+  if (o.policy == MemoryPolicy::kAuto) {
+    const uint64_t arena_budget = o.budget > 0 ? o.budget - o.persistent.total() : UINT64_MAX;
+    plan_auto(input, live, o, arena_budget, d, m, timing, plans);
+  } else {
+    if (o.policy != MemoryPolicy::kNone) {
+      const bool conv_only = o.policy == MemoryPolicy::kVdnnConv;
+      for (int t : saved_tensors(input, live, conv_only)) {
+        // vDNN moves what is worth a copy: below 4 KiB a transfer costs more than it frees.
+        if (input.tensors[static_cast<size_t>(t)].bytes >= 4096) d.offload.push_back(t);
+      }
+    }
+    m = materialize(input, live, d);
+    std::vector<int> worth;
+    for (int t : d.offload) {
+      const OffloadTiming tm = vdnn_timing(m, t);
+      if (tm.fetch_at <= tm.release_at) continue;  // no step between: nothing to free
+      worth.push_back(t);
+      timing.push_back(tm);
+    }
+    d.offload = std::move(worth);
+    plans = stretches(m, d, timing);
   }
-  layout(tape, plan);
+  plan.arena_bytes = layout_plans(m.tape, plans);
+  plan.tensors = std::move(plans);
+  plan.tape = std::move(m.tape);
+  plan.origin = std::move(m.origin);
+  finish(plan, d, o.cost);
+  if (o.budget > 0 && plan.peak_bytes() > o.budget) {
+    throw ConfigError(
+        fmt::format("memory.policy {} plans a peak of {}, above memory.budget {}",
+                    policy_name(o.policy), format_bytes(plan.peak_bytes()), format_bytes(o.budget)),
+        fmt::format("use memory.policy=auto, raise memory.budget to {}, or lower data.batch_size",
+                    format_bytes(plan.peak_bytes())));
+  }
   return plan;
 }
 

@@ -25,7 +25,9 @@ struct TapeTensor {
   TapeTensorKind kind = TapeTensorKind::kActivation;
 };
 
-enum class StepPhase : uint8_t { kLoad, kForward, kBackward, kAccumulate, kUpdate };
+// kRecompute runs a forward step again, in backward, to rebuild a dropped activation; it
+// writes the same bits and leaves persistent state alone.
+enum class StepPhase : uint8_t { kLoad, kForward, kBackward, kAccumulate, kUpdate, kRecompute };
 
 struct TapeStep {
   StepPhase phase = StepPhase::kForward;

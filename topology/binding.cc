@@ -16,7 +16,8 @@ namespace {
 class Bitmap {
  public:
   Bitmap() : b_(hwloc_bitmap_alloc()) {
-    if (!b_) throw LibraryError("hwloc", "hwloc_bitmap_alloc()", "out of memory", __FILE__, __LINE__);
+    if (!b_)
+      throw LibraryError("hwloc", "hwloc_bitmap_alloc()", "out of memory", __FILE__, __LINE__);
   }
   ~Bitmap() { hwloc_bitmap_free(b_); }
   Bitmap(const Bitmap&) = delete;
@@ -103,8 +104,8 @@ bool bind_process(const HwlocTopology& live, const RankBinding& binding) {
   }
   // Neither PROCESS nor THREAD: hwloc binds the process where the OS can, else this thread
   // (Linux), whose policy threads created later inherit.
-  HWLOC_CHECK(hwloc_set_membind(live.get(), nodes.get(), HWLOC_MEMBIND_BIND,
-                                HWLOC_MEMBIND_BYNODESET));
+  HWLOC_CHECK(
+      hwloc_set_membind(live.get(), nodes.get(), HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET));
   return true;
 }
 
@@ -119,8 +120,8 @@ bool bind_memory(const HwlocTopology& live, void* addr, size_t bytes, int numa) 
   if (!mem->set_area_membind || !mem->bind_membind) return false;
   int flags = HWLOC_MEMBIND_BYNODESET;
   if (mem->migrate_membind) flags |= HWLOC_MEMBIND_MIGRATE;
-  HWLOC_CHECK(hwloc_set_area_membind(live.get(), addr, bytes, nodes.get(), HWLOC_MEMBIND_BIND,
-                                     flags));
+  HWLOC_CHECK(
+      hwloc_set_area_membind(live.get(), addr, bytes, nodes.get(), HWLOC_MEMBIND_BIND, flags));
   return true;
 }
 

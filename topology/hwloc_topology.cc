@@ -94,7 +94,8 @@ class Converter {
     if (!obj->cpuset || hwloc_bitmap_iszero(obj->cpuset)) return -1;
     int found = -1;
     for (size_t i = 0; i < package_objs_.size(); ++i) {
-      if (package_objs_[i]->cpuset && hwloc_bitmap_intersects(obj->cpuset, package_objs_[i]->cpuset)) {
+      if (package_objs_[i]->cpuset &&
+          hwloc_bitmap_intersects(obj->cpuset, package_objs_[i]->cpuset)) {
         if (found >= 0) return -1;
         found = static_cast<int>(i);
       }
@@ -217,7 +218,8 @@ class Converter {
         const auto& b = obj->attr->bridge;
         const bool host = b.upstream_type == HWLOC_OBJ_BRIDGE_HOST && parent < 0;
         node.kind = host ? PciKind::kHostBridge : PciKind::kBridge;
-        if (b.downstream_type == HWLOC_OBJ_BRIDGE_PCI) node.bus_last = b.downstream.pci.subordinate_bus;
+        if (b.downstream_type == HWLOC_OBJ_BRIDGE_PCI)
+          node.bus_last = b.downstream.pci.subordinate_bus;
         if (b.upstream_type == HWLOC_OBJ_BRIDGE_PCI) {
           node.vendor_id = b.upstream.pci.vendor_id;
           node.device_id = b.upstream.pci.device_id;
@@ -309,8 +311,9 @@ void check_xml_version(const std::string& xml, const std::string& name) {
 }  // namespace
 
 std::string hwloc_version() {
-  const unsigned v = hwloc_get_api_version();
-  return fmt::format("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+  // The release this program was built against (Debian ships headers and library together);
+  // hwloc_get_api_version() would give the API level, 2.8.0 for hwloc 2.9.
+  return HWLOC_VERSION;
 }
 
 HwlocTopology HwlocTopology::live() {

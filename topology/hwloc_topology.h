@@ -51,7 +51,7 @@ class HwlocTopology {
 Topology discover_live();
 Topology load_xml(const std::string& path);
 
-// The hwloc library version this program runs with, "2.9.0".
+// The hwloc release this program was built with, "2.9.0".
 std::string hwloc_version();
 
 }  // namespace ferry

@@ -125,8 +125,8 @@ LinkMap::LinkMap(const Topology& t, const LinkOptions& options) : topology_name_
     nic_uplinks_.push_back(l.id);
   }
   for (const auto& sw : t.switches()) {
-    Link& l = add(LinkKind::kSwitchUplink,
-                  fmt::format("switch-uplink SW{} {}", sw.index, sw.addr.str()));
+    Link& l =
+        add(LinkKind::kSwitchUplink, fmt::format("switch-uplink SW{} {}", sw.index, sw.addr.str()));
     set_speed(l, t, sw.node, options.default_pcie_gbps);
     l.pci_node = sw.node;
     l.index = sw.index;
@@ -203,9 +203,9 @@ std::vector<int> LinkMap::route_to(const Route& route, int numa) const {
   auto it = std::find_if(numa_package_.begin(), numa_package_.end(),
                          [&](const auto& p) { return p.first == numa; });
   if (it == numa_package_.end()) {
-    throw ConfigError(fmt::format("NUMA node {} does not exist in topology '{}'", numa,
-                                  topology_name_),
-                      "route to a NUMA node listed by topo-probe");
+    throw ConfigError(
+        fmt::format("NUMA node {} does not exist in topology '{}'", numa, topology_name_),
+        "route to a NUMA node listed by topo-probe");
   }
   std::vector<int> path = route.links;
   const bool local = std::binary_search(route.local_numa.begin(), route.local_numa.end(), numa);

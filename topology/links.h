@@ -34,12 +34,12 @@ struct LinkOptions {
 struct Link {
   int id = 0;  // index into LinkMap::links()
   LinkKind kind = LinkKind::kGpuUplink;
-  std::string name;   // "gpu-uplink GPU0 0000:34:00.0", "inter-socket package 0-1"
-  double gbps = 0;    // per direction, > 0
-  bool known = false; // false when gbps is a default or derived figure
-  std::string basis;  // where gbps came from: "15.75 GB/s", "gen3 x16", "default", ...
-  int pci_node = -1;  // the node whose uplink this is (host bridge for a root complex), or -1
-  int index = -1;     // first GPU or NIC, switch or root complex index; -1 for inter-socket
+  std::string name;    // "gpu-uplink GPU0 0000:34:00.0", "inter-socket package 0-1"
+  double gbps = 0;     // per direction, > 0
+  bool known = false;  // false when gbps is a default or derived figure
+  std::string basis;   // where gbps came from: "15.75 GB/s", "gen3 x16", "default", ...
+  int pci_node = -1;   // the node whose uplink this is (host bridge for a root complex), or -1
+  int index = -1;      // first GPU or NIC, switch or root complex index; -1 for inter-socket
   int package_a = -1, package_b = -1;  // inter-socket only, package indices, a < b
   std::vector<int> gpus;  // GPUs that can put traffic on it: below it, or on either package
   std::vector<int> nics;

@@ -82,7 +82,8 @@ void Topology::validate() const {
       throw bad(d, fmt::format("NUMA node {} refers to package {}", n.os_index, n.package));
     }
     for (const auto& core : n.cores) {
-      if (core.empty()) throw bad(d, fmt::format("NUMA node {} has a core without PUs", n.os_index));
+      if (core.empty())
+        throw bad(d, fmt::format("NUMA node {} has a core without PUs", n.os_index));
       for (int pu : core) {
         if (pu < 0 || pu > kMaxCpuIndex) throw bad(d, fmt::format("PU index {}", pu));
         if (!cpu_ids.insert(pu).second) {
@@ -103,8 +104,8 @@ void Topology::validate() const {
     }
     if (!host) {
       if (n.parent < 0 || n.parent >= static_cast<int>(i)) {
-        throw bad(d, fmt::format("PCI node {} has parent {} (parents must come first)", i,
-                                 n.parent));
+        throw bad(d,
+                  fmt::format("PCI node {} has parent {} (parents must come first)", i, n.parent));
       }
       if (d.pci[n.parent].kind == PciKind::kDevice) {
         throw bad(d, fmt::format("PCI {} sits below device {}", n.addr.str(),
@@ -133,8 +134,8 @@ void Topology::validate() const {
       }
     }
     if (n.link.gbps && !(*n.link.gbps > 0 && *n.link.gbps <= kMaxPlausibleLinkGbps)) {
-      throw bad(d, fmt::format("PCI {} link speed {} GB/s is not plausible", n.addr.str(),
-                               *n.link.gbps));
+      throw bad(
+          d, fmt::format("PCI {} link speed {} GB/s is not plausible", n.addr.str(), *n.link.gbps));
     }
   }
 }
@@ -192,10 +193,10 @@ void Topology::derive() {
     rc.node = h;
     rc.addr = pci[h].addr;
     rc.bus_last = pci[h].bus_last;
-    rc.label = pci[h].implicit ? fmt::format("{:04x}:[{:02x}] (implicit)", rc.addr.domain,
-                                             rc.addr.bus)
-                               : fmt::format("{:04x}:[{:02x}-{:02x}]", rc.addr.domain, rc.addr.bus,
-                                             rc.bus_last);
+    rc.label =
+        pci[h].implicit
+            ? fmt::format("{:04x}:[{:02x}] (implicit)", rc.addr.domain, rc.addr.bus)
+            : fmt::format("{:04x}:[{:02x}-{:02x}]", rc.addr.domain, rc.addr.bus, rc.bus_last);
     rc.locality = pci[h].locality;
     rc.gbps = pci[h].root_complex_gbps;
     rc_of_node_[h] = rc.index;
@@ -216,8 +217,9 @@ void Topology::derive() {
   for (int i = 0; i < n; ++i) {
     const auto& node = pci[i];
     if (node.kind != PciKind::kBridge || depth_[i] % 2 != 0) continue;
-    const bool has_bridge_child = std::any_of(node.children.begin(), node.children.end(),
-                                              [&](int c) { return pci[c].kind == PciKind::kBridge; });
+    const bool has_bridge_child =
+        std::any_of(node.children.begin(), node.children.end(),
+                    [&](int c) { return pci[c].kind == PciKind::kBridge; });
     if (has_bridge_child) switch_nodes.push_back(i);
   }
   std::stable_sort(switch_nodes.begin(), switch_nodes.end(),
@@ -271,8 +273,8 @@ void Topology::derive() {
     nics_.push_back(make_device(i, DeviceKind::kNic, static_cast<int>(nics_.size())));
   }
   for (int i : other_nodes) {
-    other_gpus_.push_back(make_device(i, DeviceKind::kOtherGpu,
-                                      static_cast<int>(other_gpus_.size())));
+    other_gpus_.push_back(
+        make_device(i, DeviceKind::kOtherGpu, static_cast<int>(other_gpus_.size())));
   }
   for (const auto& g : gpus_) {
     root_complexes_[g.root_complex].gpus.push_back(g.index);
@@ -321,8 +323,8 @@ Device Topology::make_device(int node, DeviceKind kind, int index) const {
       dev.rdma = !p.rdma_device.empty();
       // Prefer the RDMA name NCCL shows (mlx5_0); fall back to the first OS name.
       dev.os_name = !p.rdma_device.empty() ? p.rdma_device
-                    : p.os_devices.empty()   ? p.addr.str()
-                                             : p.os_devices.front();
+                    : p.os_devices.empty() ? p.addr.str()
+                                           : p.os_devices.front();
       break;
   }
 
@@ -359,9 +361,9 @@ const NumaNode& Topology::numa(int os_index) const {
     std::vector<int> ids;
     for (const auto& m : data_.numa_nodes) ids.push_back(m.os_index);
     std::sort(ids.begin(), ids.end());
-    throw ConfigError(fmt::format("NUMA node {} does not exist in topology '{}'", os_index,
-                                  data_.name),
-                      fmt::format("use one of NUMA nodes {}", format_index_list(ids)));
+    throw ConfigError(
+        fmt::format("NUMA node {} does not exist in topology '{}'", os_index, data_.name),
+        fmt::format("use one of NUMA nodes {}", format_index_list(ids)));
   }
   return data_.numa_nodes[pos];
 }

@@ -34,7 +34,7 @@ struct PciNode {
   uint16_t class_id = 0;  // base class << 8 | subclass: 0x0302 3D controller, 0x0207 InfiniBand
   std::string name;       // model name when known ("Tesla V100-SXM2-16GB"); may be empty
   std::vector<std::string> os_devices;  // OS device names below it: "nvml0", "mlx5_0", "ib0"
-  std::string rdma_device;  // its OpenFabrics (RDMA) OS device ("mlx5_0"), or empty
+  std::string rdma_device;              // its OpenFabrics (RDMA) OS device ("mlx5_0"), or empty
   LinkSpeed link;                       // its own PCIe link, towards its parent
   int parent = -1;                      // index into pci(); -1 exactly for host bridges
   std::vector<int> children;            // filled by Topology from `parent`
@@ -67,8 +67,8 @@ struct TopologyData {
   std::string source;  // "live", "xml:FILE", "yaml:FILE"
   std::vector<Package> packages;
   std::vector<NumaNode> numa_nodes;
-  std::vector<PciNode> pci;                  // parents before children
-  std::optional<double> inter_socket_gbps;   // declared; hwloc never knows it
+  std::vector<PciNode> pci;                 // parents before children
+  std::optional<double> inter_socket_gbps;  // declared; hwloc never knows it
 };
 
 enum class DeviceKind { kNvidiaGpu, kOtherGpu, kNic };
@@ -87,13 +87,13 @@ struct Device {
   PciAddress addr;
   uint16_t vendor_id = 0;
   uint16_t device_id = 0;
-  std::string name;   // model name, or "10de:1db1" when unknown
-  std::string label;  // "GPU3", "NIC0"; other GPUs "other GPU 1"
-  std::string os_name;  // NICs: "mlx5_0" (RDMA) or "ib0"/"eth0"; GPUs: "" or "nvml3"
-  int root_complex = 0;          // index into root_complexes()
-  std::vector<int> switches;     // indices into switches(), nearest first; empty when none
-  LinkSpeed link;                // its own PCIe link
-  std::vector<int> local_numa;   // os indices of its CPU-bearing local NUMA nodes, never empty
+  std::string name;             // model name, or "10de:1db1" when unknown
+  std::string label;            // "GPU3", "NIC0"; other GPUs "other GPU 1"
+  std::string os_name;          // NICs: "mlx5_0" (RDMA) or "ib0"/"eth0"; GPUs: "" or "nvml3"
+  int root_complex = 0;         // index into root_complexes()
+  std::vector<int> switches;    // indices into switches(), nearest first; empty when none
+  LinkSpeed link;               // its own PCIe link
+  std::vector<int> local_numa;  // os indices of its CPU-bearing local NUMA nodes, never empty
 };
 
 // A host bridge, i.e. a PCIe root complex.

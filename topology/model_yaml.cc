@@ -117,11 +117,11 @@ std::string dump_model_yaml(const Topology& t) {
 }
 
 TopologyData read_model_yaml(const yaml::Reader& r, const YAML::Node& root) {
-  r.check_keys(root,
-               {"ferry_topology_model", "name", "inter_socket_gbps", "packages", "numa_nodes",
-                "pci"},
-               "the model");
-  const int64_t version = r.integer(root["ferry_topology_model"], "'ferry_topology_model'", 1, 1000);
+  r.check_keys(
+      root, {"ferry_topology_model", "name", "inter_socket_gbps", "packages", "numa_nodes", "pci"},
+      "the model");
+  const int64_t version =
+      r.integer(root["ferry_topology_model"], "'ferry_topology_model'", 1, 1000);
   if (version != kModelYamlVersion) {
     throw r.error(root["ferry_topology_model"],
                   fmt::format("model format version {} is not supported (this build reads {})",
@@ -145,7 +145,8 @@ TopologyData read_model_yaml(const yaml::Reader& r, const YAML::Node& root) {
     return n;
   };
   for (const YAML::Node& p : list("packages", 1024)) {
-    d.packages.push_back(Package{static_cast<int>(r.integer(p, "package os index", 0, 1 << 20)), {}, {}});
+    d.packages.push_back(
+        Package{static_cast<int>(r.integer(p, "package os index", 0, 1 << 20)), {}, {}});
   }
   const int npkg = static_cast<int>(d.packages.size());
   for (const YAML::Node& m : list("numa_nodes", 4096)) {

@@ -37,9 +37,9 @@ int bridges_between(const Topology& t, int node, int lca) {
 
 void check_index(const char* what, int index, size_t count, const Topology& t) {
   if (index < 0 || index >= static_cast<int>(count)) {
-    throw ConfigError(fmt::format("{} {} does not exist: topology '{}' has {}", what, index,
-                                  t.name(), count),
-                      fmt::format("use a {} index below {}", what, count));
+    throw ConfigError(
+        fmt::format("{} {} does not exist: topology '{}' has {}", what, index, t.name(), count),
+        fmt::format("use a {} index below {}", what, count));
   }
 }
 
@@ -62,8 +62,8 @@ const char* path_class_name(PathClass c) {
 }
 
 std::optional<PathClass> parse_path_class(std::string_view name) {
-  for (PathClass c : {PathClass::kPix, PathClass::kPxb, PathClass::kPhb, PathClass::kNode,
-                      PathClass::kSys}) {
+  for (PathClass c :
+       {PathClass::kPix, PathClass::kPxb, PathClass::kPhb, PathClass::kNode, PathClass::kSys}) {
     if (name == path_class_name(c)) return c;
   }
   return std::nullopt;

@@ -26,7 +26,8 @@ std::vector<int> cpu_nodes(const Topology& t) {
 // Gives each rank on a NUMA node its CPUs.
 void assign_cpus(const Topology& t, CpuShare share, std::vector<RankBinding>& bindings) {
   std::map<int, std::vector<int>> ranks_on;  // numa -> binding positions, in rank order
-  for (size_t i = 0; i < bindings.size(); ++i) ranks_on[bindings[i].numa].push_back(static_cast<int>(i));
+  for (size_t i = 0; i < bindings.size(); ++i)
+    ranks_on[bindings[i].numa].push_back(static_cast<int>(i));
   for (const auto& [numa, ranks] : ranks_on) {
     const NumaNode& node = t.numa(numa);
     const size_t k = ranks.size();
@@ -39,7 +40,8 @@ void assign_cpus(const Topology& t, CpuShare share, std::vector<RankBinding>& bi
         // Contiguous runs of whole cores, sizes differing by at most one.
         const size_t begin = j * cores.size() / k;
         const size_t end = (j + 1) * cores.size() / k;
-        for (size_t c = begin; c < end; ++c) cpus.insert(cpus.end(), cores[c].begin(), cores[c].end());
+        for (size_t c = begin; c < end; ++c)
+          cpus.insert(cpus.end(), cores[c].begin(), cores[c].end());
       } else {
         const auto& core = cores[j % cores.size()];
         cpus.assign(core.begin(), core.end());
@@ -117,8 +119,8 @@ std::vector<RankBinding> place_ranks(const Topology& t, int local_ranks,
 }
 
 std::string format_bindings(const std::vector<RankBinding>& bindings) {
-  std::string out = fmt::format("{:<6}{:<7}{:<14}{:<6}{:<20}{}\n", "rank", "gpu", "pci", "numa",
-                                "cpus", "why");
+  std::string out =
+      fmt::format("{:<6}{:<7}{:<14}{:<6}{:<20}{}\n", "rank", "gpu", "pci", "numa", "cpus", "why");
   for (const auto& b : bindings) {
     const std::string cpus = format_index_list(b.cpus);
     out += fmt::format("{:<6}{:<7}{:<14}{:<6}{:<20}{}\n", b.local_rank,

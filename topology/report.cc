@@ -68,9 +68,10 @@ class TreePrinter {
   std::string run() {
     for (const auto& rc : t_.root_complexes()) {
       const Link& l = links_.link(links_.root_complex_link(rc.index));
-      std::string where = rc.locality.package >= 0
-                              ? fmt::format("package {}", t_.packages()[rc.locality.package].os_index)
-                              : std::string("machine");
+      std::string where =
+          rc.locality.package >= 0
+              ? fmt::format("package {}", t_.packages()[rc.locality.package].os_index)
+              : std::string("machine");
       out_ += fmt::format("RC{} {}  {}, NUMA {}, CPUs {}  root-complex {:.2f} GB/s ({})\n",
                           rc.index, rc.label, where, format_index_list(rc.locality.numa),
                           cpus_text(rc.locality.cpus), l.gbps, l.basis);
@@ -136,9 +137,8 @@ class TreePrinter {
         extra = " (not NVIDIA: not used)";
         break;
     }
-    const std::string speed = d.kind == DeviceKind::kOtherGpu
-                                  ? d.link.str()
-                                  : gbps_text(d.link, fallback);
+    const std::string speed =
+        d.kind == DeviceKind::kOtherGpu ? d.link.str() : gbps_text(d.link, fallback);
     out_ += fmt::format("{}{} {} [{:04x}:{:04x}]{}{}, link {}\n", pad(indent), d.label,
                         d.addr.str(), d.vendor_id, d.device_id, name_of(d), extra, speed);
   }
@@ -157,8 +157,8 @@ std::string format_matrix(const Topology& t) {
   std::string out;
   if (t.gpus().empty()) out += "No NVIDIA GPU found.\n";
   for (const auto& o : t.other_gpus()) {
-    out += fmt::format("Not used: {} {} [{:04x}:{:04x}] {} (not an NVIDIA GPU), NUMA {}\n",
-                       o.label, o.addr.str(), o.vendor_id, o.device_id, o.name,
+    out += fmt::format("Not used: {} {} [{:04x}:{:04x}] {} (not an NVIDIA GPU), NUMA {}\n", o.label,
+                       o.addr.str(), o.vendor_id, o.device_id, o.name,
                        format_index_list(o.local_numa));
   }
   const auto matrix = class_matrix(t);
@@ -173,8 +173,9 @@ std::string format_matrix(const Topology& t) {
     for (const auto& l : labels) out += fmt::format("{:<{}}", l, width);
     size_t cpu_width = 16;
     for (const auto& g : t.gpus()) {
-      cpu_width = std::max(
-          cpu_width, format_index_list(t.root_complexes()[g.root_complex].locality.cpus).size() + 2);
+      cpu_width =
+          std::max(cpu_width,
+                   format_index_list(t.root_complexes()[g.root_complex].locality.cpus).size() + 2);
     }
     out += fmt::format("{:<{}}{}\n", "CPU Affinity", cpu_width, "NUMA Affinity");
     for (size_t i = 0; i < matrix.size(); ++i) {
@@ -192,8 +193,8 @@ std::string format_matrix(const Topology& t) {
       out += "\n";
     }
     out += "\nLegend:\n\n  X    = Self\n";
-    for (PathClass c : {PathClass::kSys, PathClass::kNode, PathClass::kPhb, PathClass::kPxb,
-                        PathClass::kPix}) {
+    for (PathClass c :
+         {PathClass::kSys, PathClass::kNode, PathClass::kPhb, PathClass::kPxb, PathClass::kPix}) {
       out += fmt::format("  {:<4} = {}\n", path_class_name(c), path_class_legend(c));
     }
     out += "  (PCIe only: NVLink connections are not shown)\n";
@@ -213,11 +214,10 @@ std::string format_tree(const Topology& t, const LinkMap& links) {
   for (const auto& m : t.numa_nodes()) memory_only += m.has_cpus() ? 0 : 1;
   std::string out = fmt::format(
       "Machine '{}' ({}): {} package{}, {} NUMA node{}{}, {} NVIDIA GPU{}, {} NIC{}\n", t.name(),
-      t.source(), t.packages().size(), t.packages().size() == 1 ? "" : "s",
-      t.numa_nodes().size(), t.numa_nodes().size() == 1 ? "" : "s",
-      memory_only ? fmt::format(" ({} without CPUs)", memory_only) : std::string(),
-      t.gpus().size(), t.gpus().size() == 1 ? "" : "s", t.nics().size(),
-      t.nics().size() == 1 ? "" : "s");
+      t.source(), t.packages().size(), t.packages().size() == 1 ? "" : "s", t.numa_nodes().size(),
+      t.numa_nodes().size() == 1 ? "" : "s",
+      memory_only ? fmt::format(" ({} without CPUs)", memory_only) : std::string(), t.gpus().size(),
+      t.gpus().size() == 1 ? "" : "s", t.nics().size(), t.nics().size() == 1 ? "" : "s");
   for (const auto& m : t.numa_nodes()) {
     const std::string pkg = m.package >= 0
                                 ? fmt::format("package {}", t.packages()[m.package].os_index)

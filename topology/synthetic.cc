@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -132,9 +132,9 @@ class Builder {
       sh.numa = r_.opt_integer(s, "numa_nodes", 1, 64).value_or(1);
       sh.memory = s["memory"] ? r_.bytes(s["memory"], "'memory'") : (64ull << 30);
       if (sh.cores % sh.numa != 0) {
-        throw r_.error(s, fmt::format("{} cores do not split evenly over {} NUMA nodes", sh.cores,
-                                      sh.numa),
-                       "make cores a multiple of numa_nodes");
+        throw r_.error(
+            s, fmt::format("{} cores do not split evenly over {} NUMA nodes", sh.cores, sh.numa),
+            "make cores a multiple of numa_nodes");
       }
       sh.mem_only = 0;
       sh.mem_only_bytes = 16ull << 30;
@@ -308,8 +308,8 @@ class Builder {
     add_node(std::move(n), at);
   }
 
-  // The children of a root complex or a switch, in order: GPUs, NICs, switches. `make_port` makes the
-  // port bridge for child k and returns {its index, its secondary bus}.
+  // The children of a root complex or a switch, in order: GPUs, NICs, switches. `make_port` makes
+  // the port bridge for child k and returns {its index, its secondary bus}.
   using MakePort = std::function<std::pair<int, uint8_t>(const LinkSpeed&)>;
 
   void add_children(const YAML::Node& spec, const LinkSpeed& inherited, uint32_t domain, int level,
@@ -335,8 +335,10 @@ class Builder {
       const LinkSpeed uplink = sw["pcie"] ? link(sw["pcie"], "'pcie'") : inherited;
       auto [port, bus] = make_port(uplink);
       PciNode up = bridge(port, PciAddress{domain, bus, 0, 0}, uplink);
-      if (auto v = r_.opt_integer(sw, "vendor_id", 0, 0xffff)) up.vendor_id = static_cast<uint16_t>(*v);
-      if (auto v = r_.opt_integer(sw, "device_id", 0, 0xffff)) up.device_id = static_cast<uint16_t>(*v);
+      if (auto v = r_.opt_integer(sw, "vendor_id", 0, 0xffff))
+        up.vendor_id = static_cast<uint16_t>(*v);
+      if (auto v = r_.opt_integer(sw, "device_id", 0, 0xffff))
+        up.device_id = static_cast<uint16_t>(*v);
       up.name = sw["name"] ? r_.string(sw["name"], "'name'") : "synthetic PCIe switch";
       const int up_index = add_node(std::move(up), sw);
       const uint8_t internal = alloc_bus(domain, sw);
@@ -346,8 +348,8 @@ class Builder {
           throw r_.error(sw, "a switch has more than 32 downstream ports",
                          "put fewer devices on one switch");
         }
-        PciNode dp = bridge(up_index, PciAddress{domain, internal, static_cast<uint8_t>(next_port++), 0},
-                            speed);
+        PciNode dp = bridge(
+            up_index, PciAddress{domain, internal, static_cast<uint8_t>(next_port++), 0}, speed);
         const int dp_index = add_node(std::move(dp), sw);
         return std::pair<int, uint8_t>(dp_index, alloc_bus(domain, sw));
       });
@@ -361,9 +363,11 @@ class Builder {
                   "a root complex");
     PciNode hb;
     hb.kind = PciKind::kHostBridge;
-    const uint32_t domain = static_cast<uint32_t>(r_.opt_integer(rc, "domain", 0, 0xffff).value_or(0));
+    const uint32_t domain =
+        static_cast<uint32_t>(r_.opt_integer(rc, "domain", 0, 0xffff).value_or(0));
     hb.addr = PciAddress{domain, alloc_bus(domain, rc), 0, 0};
-    hb.root_complex_gbps = rc["gbps"] ? r_.opt_number(rc, "gbps", 0, kMaxPlausibleLinkGbps) : rc_gbps_;
+    hb.root_complex_gbps =
+        rc["gbps"] ? r_.opt_number(rc, "gbps", 0, kMaxPlausibleLinkGbps) : rc_gbps_;
     const Package& pkg = d_.packages[socket];
     std::vector<int> socket_numa;
     for (const auto& m : d_.numa_nodes) {
@@ -376,7 +380,8 @@ class Builder {
         if (m.package == socket && !m.cores.empty() && seen++ == *numa) chosen = &m;
       }
       if (!chosen) {
-        throw r_.error(rc["numa"], fmt::format("socket {} has no NUMA node {}", pkg.os_index, *numa),
+        throw r_.error(rc["numa"],
+                       fmt::format("socket {} has no NUMA node {}", pkg.os_index, *numa),
                        "count NUMA nodes from 0 within the socket");
       }
       hb.locality.numa = {chosen->os_index};
@@ -404,8 +409,8 @@ class Builder {
         throw r_.error(rc, "a root complex has more than 31 root ports",
                        "put devices behind switches or split the root complex");
       }
-      PciNode rp = bridge(hb_index, PciAddress{domain, host_bus, static_cast<uint8_t>(next_port++), 0},
-                          speed);
+      PciNode rp = bridge(
+          hb_index, PciAddress{domain, host_bus, static_cast<uint8_t>(next_port++), 0}, speed);
       const int rp_index = add_node(std::move(rp), rc);
       return std::pair<int, uint8_t>(rp_index, alloc_bus(domain, rc));
     });

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "common/error.h"
 #include "topology/hwloc_topology.h"
@@ -78,8 +78,8 @@ int run(const Args& a) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_matrix(*topo) << "\n" << format_tree(*topo, links);
-    if (a.ranks > 0) std::cout << "\nBindings for " << a.ranks << " local ranks:\n"
-                               << format_bindings(bindings);
+    if (a.ranks > 0)
+      std::cout << "\nBindings for " << a.ranks << " local ranks:\n" << format_bindings(bindings);
   }
   return 0;
 }

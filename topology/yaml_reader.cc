@@ -123,8 +123,7 @@ std::string Reader::string(const YAML::Node& node, std::string_view what, size_t
                 "quote the text");
   }
   if (node.Scalar().size() > max_len) {
-    throw error(node, fmt::format("{} is longer than {} characters", what, max_len),
-                "shorten it");
+    throw error(node, fmt::format("{} is longer than {} characters", what, max_len), "shorten it");
   }
   return node.Scalar();
 }

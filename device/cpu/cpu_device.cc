@@ -77,6 +77,21 @@ void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& s
   });
 }
 
+double CpuDevice::elapsed_ms(Event& start, Event& end) {
+  const auto& a = static_cast<CpuEvent&>(start).state();
+  const auto& b = static_cast<CpuEvent&>(end).state();
+  std::chrono::steady_clock::time_point ta, tb;
+  {
+    std::lock_guard lock(a->mu);
+    ta = a->completed_at;
+  }
+  {
+    std::lock_guard lock(b->mu);
+    tb = b->completed_at;
+  }
+  return std::chrono::duration<double, std::milli>(tb - ta).count();
+}
+
 void CpuDevice::synchronize() {
   for (auto& s : streams_) s->synchronize();
 }

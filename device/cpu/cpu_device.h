@@ -28,6 +28,9 @@ class CpuDevice : public Device {
   PinnedAllocator& pinned() override { return pinned_; }
   Stream& stream(StreamKind kind) override;
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  // Every CPU event keeps its completion time.
+  std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CpuEvent>(); }
+  double elapsed_ms(Event& start, Event& end) override;
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
   Kernels& kernels() override { return *kernels_; }
   void synchronize() override;

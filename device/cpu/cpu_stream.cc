@@ -57,6 +57,7 @@ void CpuStream::record(Event& event) {
               {
                 std::lock_guard lock(state->mu);
                 if (target > state->completed) state->completed = target;
+                state->completed_at = std::chrono::steady_clock::now();
                 if (error) state->error = error;
               }
               state->cv.notify_all();

@@ -4,6 +4,7 @@
 // events still complete (no waiter hangs) and carry the error to whoever synchronizes.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -25,6 +26,7 @@ class CpuEvent : public Event {
     uint64_t recorded = 0;   // records issued
     uint64_t completed = 0;  // highest record that has completed
     std::exception_ptr error;
+    std::chrono::steady_clock::time_point completed_at;  // of the last completion
   };
 
   CpuEvent() : state_(std::make_shared<State>()) {}

@@ -10,6 +10,7 @@
 
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
+#include "device/cpu/simd.h"
 
 namespace ferry::cpu {
 namespace {
@@ -122,6 +123,110 @@ struct Windows {
   }
 };
 
+// Note [Max pool backward across a plane of windows]
+// Finding each window's first maximum with scalar compares is branchy and slow on random data.
+// Instead the K = kh * kw window elements of every output of a plane are staged as K rows of
+// the plane's outputs (-inf where a window leaves the input, rows padded to whole blocks), and
+// the running maximum and its window position are updated for a block of outputs at once with
+// selects, which vectorize. The rule is PyTorch's: a later element wins only when it is strictly
+// greater or NaN.
+
+inline constexpr int64_t kArgmaxBlock = 16;
+
+// For each output j < n (a multiple of kArgmaxBlock): over the k staged rows of n values,
+// best[j] and arg[j] (the winning window position).
+FERRY_SIMD_CLONES void argmax_rows(const float* stage, int64_t k, int64_t n, float* best,
+                                   int32_t* arg) {
+  for (int64_t e = 0; e < k; ++e) {
+    const int32_t pos = static_cast<int32_t>(e);
+    for (int64_t b = 0; b < n; b += kArgmaxBlock) {
+      const float* v = stage + e * n + b;
+      float* bb = best + b;
+      int32_t* ab = arg + b;
+      for (int64_t l = 0; l < kArgmaxBlock; ++l) {
+        const bool take = (v[l] > bb[l]) | (v[l] != v[l]);
+        bb[l] = take ? v[l] : bb[l];
+        ab[l] = take ? pos : ab[l];
+      }
+    }
+  }
+}
+
+// dx (H, W) of one plane, zeroed by the caller, receives dy (OH, OW) at each window's first
+// maximum in x (H, W).
+void max_pool_backward_plane(const PoolGeom& g, const Windows& windows, const float* x,
+                             const float* dy, float* dx) {
+  const int64_t oh = g.out_h(), ow = g.out_w(), k = g.kh * g.kw;
+  const int64_t n = align_up(oh * ow, kArgmaxBlock);
+  thread_local std::vector<float> stage, best;
+  thread_local std::vector<int32_t> arg;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  stage.assign(k * n, kLowest);
+  best.assign(n, kLowest);
+  arg.assign(n, 0);
+  for (int64_t i = 0; i < oh; ++i) {
+    const Window& wh = windows.rows[i];
+    const int64_t top = i * g.stride_h - g.pad_h;  // window origin, may be in the padding
+    for (int64_t ih = wh.start; ih < wh.end; ++ih) {
+      const float* row = x + ih * g.w;
+      for (int64_t j = 0; j < ow; ++j) {
+        const Window& ww = windows.cols[j];
+        const int64_t left = j * g.stride_w - g.pad_w;
+        float* out = stage.data() + ((ih - top) * g.kw + (ww.start - left)) * n + i * ow + j;
+        for (int64_t iw = ww.start; iw < ww.end; ++iw, out += n) *out = row[iw];
+      }
+    }
+    // PyTorch starts from the window's first element inside the input.
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t left = j * g.stride_w - g.pad_w;
+      arg[i * ow + j] =
+          static_cast<int32_t>((wh.start - top) * g.kw + (windows.cols[j].start - left));
+    }
+  }
+  argmax_rows(stage.data(), k, n, best.data(), arg.data());
+  // Window position -> offset from the window's origin in the plane (no division per output).
+  thread_local std::vector<int64_t> offset;
+  offset.resize(k);
+  for (int64_t e = 0; e < k; ++e) offset[e] = (e / g.kw) * g.w + e % g.kw;
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t origin = (i * g.stride_h - g.pad_h) * g.w - g.pad_w;
+    for (int64_t j = 0; j < ow; ++j) {
+      dx[origin + j * g.stride_w + offset[arg[i * ow + j]]] += dy[i * ow + j];
+    }
+  }
+}
+
+// Whether g is 2x2 windows at stride 2 without padding that all lie inside the input (VGG's
+// pooling): each input element then belongs to at most one window.
+bool is_tiled_2x2(const PoolGeom& g) {
+  return g.kh == 2 && g.kw == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
+         g.pad_w == 0 && 2 * g.out_h() <= g.h && 2 * g.out_w() <= g.w;
+}
+
+// The same rule for tiled 2x2 windows, vectorized along an output row: dx is written (not
+// accumulated) inside the windows; the caller zeroes a leftover last row or column.
+FERRY_SIMD_CLONES void max_pool_backward_2x2_row(const float* x0, const float* x1, const float* dy,
+                                                 float* d0, float* d1, int64_t ow) {
+  for (int64_t j = 0; j < ow; ++j) {
+    const float a = x0[2 * j], b = x0[2 * j + 1], c = x1[2 * j], d = x1[2 * j + 1];
+    float best = a;
+    int pos = 0;
+    bool take = (b > best) | (b != b);
+    best = take ? b : best;
+    pos = take ? 1 : pos;
+    take = (c > best) | (c != c);
+    best = take ? c : best;
+    pos = take ? 2 : pos;
+    take = (d > best) | (d != d);
+    pos = take ? 3 : pos;
+    const float grad = dy[j];
+    d0[2 * j] = pos == 0 ? grad : 0.0f;
+    d0[2 * j + 1] = pos == 1 ? grad : 0.0f;
+    d1[2 * j] = pos == 2 ? grad : 0.0f;
+    d1[2 * j + 1] = pos == 3 ? grad : 0.0f;
+  }
+}
+
 float avg_divisor(const PoolGeom& g, const Window& wh, const Window& ww) {
   const int64_t count =
       g.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
@@ -183,19 +288,29 @@ void run(PlanCache&, const PoolBackward& a) {
   check(g, "pool_backward");
   const int64_t oh = g.out_h(), ow = g.out_w();
   const Windows windows(g);
+  const bool tiled_2x2 = g.kind == PoolKind::kMax && is_tiled_2x2(g);
   parallel_items(g.n * g.c, g.n * g.c * g.h * g.w, [&](int64_t p) {
     const float* x = a.x + p * g.h * g.w;
     const float* dy = a.dy + p * oh * ow;
     float* dx = a.dx + p * g.h * g.w;
+    if (tiled_2x2) {
+      if (2 * oh < g.h || 2 * ow < g.w) std::memset(dx, 0, sizeof(float) * g.h * g.w);
+      for (int64_t i = 0; i < oh; ++i) {
+        const int64_t row = 2 * i * g.w;
+        max_pool_backward_2x2_row(x + row, x + row + g.w, dy + i * ow, dx + row, dx + row + g.w,
+                                  ow);
+      }
+      return;
+    }
     std::memset(dx, 0, sizeof(float) * g.h * g.w);
+    if (g.kind == PoolKind::kMax) {
+      max_pool_backward_plane(g, windows, x, dy, dx);
+      return;
+    }
     for (int64_t i = 0; i < oh; ++i) {
       const Window& wh = windows.rows[i];
       for (int64_t j = 0; j < ow; ++j) {
         const Window& ww = windows.cols[j];
-        if (g.kind == PoolKind::kMax) {
-          dx[window_argmax(x, g.w, wh, ww)] += dy[i * ow + j];
-          continue;
-        }
         const float grad = dy[i * ow + j] / avg_divisor(g, wh, ww);
         for (int64_t ih = wh.start; ih < wh.end; ++ih) {
           for (int64_t iw = ww.start; iw < ww.end; ++iw) dx[ih * g.w + iw] += grad;

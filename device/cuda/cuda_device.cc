@@ -131,8 +131,12 @@ std::unique_ptr<Event> CudaDevice::create_event() {
   return std::make_unique<CudaEvent>(ordinal_, /*timing=*/false);
 }
 
-std::unique_ptr<CudaEvent> CudaDevice::create_timing_event() {
+std::unique_ptr<Event> CudaDevice::create_timing_event() {
   return std::make_unique<CudaEvent>(ordinal_, /*timing=*/true);
+}
+
+double CudaDevice::elapsed_ms(Event& start, Event& end) {
+  return ferry::cuda::elapsed_ms(as_cuda(start), as_cuda(end));
 }
 
 void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
@@ -144,6 +148,10 @@ void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& 
 
 void CudaDevice::synchronize() {
   for (auto& stream : streams_) stream->synchronize();
+}
+
+std::unique_ptr<Kernels> create_cuda_kernels(const DeviceOptions& options) {
+  return std::make_unique<CudaKernels>(options.ordinal);
 }
 
 }  // namespace ferry::cuda

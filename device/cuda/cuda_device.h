@@ -19,6 +19,9 @@ int device_count();
 // OutOfMemoryError when device.memory bytes cannot be reserved on it.
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options);
 
+// The CUDA kernels of GPU options.ordinal, without creating the device (for planning).
+std::unique_ptr<Kernels> create_cuda_kernels(const DeviceOptions& options);
+
 // Pinned host memory from cudaHostAlloc(cudaHostAllocPortable): page-locked and usable by
 // every CUDA context of the process.
 class CudaPinnedAllocator : public PinnedAllocator {
@@ -49,7 +52,8 @@ class CudaDevice : public Device {
   // A cheap event without timestamps (cudaEventDisableTiming).
   std::unique_ptr<Event> create_event() override;
   // An event that keeps timestamps, for traces: elapsed_ms(start, end).
-  std::unique_ptr<CudaEvent> create_timing_event();
+  std::unique_ptr<Event> create_timing_event() override;
+  double elapsed_ms(Event& start, Event& end) override;
   // cudaMemcpyAsync(cudaMemcpyDefault) on `stream`, a stream of this device. Host memory must
   // be pinned (pinned()) for the copy to be asynchronous.
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;

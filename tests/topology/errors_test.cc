@@ -35,9 +35,7 @@ void expect_error(F f, const std::string& needle) {
   }
 }
 
-std::string dgx2_xml() {
-  return testing::read_text(testing::real_dir() + "/nvidiaDGX2.xml");
-}
+std::string dgx2_xml() { return testing::read_text(testing::real_dir() + "/nvidiaDGX2.xml"); }
 
 TEST(XmlErrors, MissingFileAndDirectory) {
   expect_error<DataError>([] { load_xml("/nonexistent/machine.xml"); }, "no such file");
@@ -129,19 +127,20 @@ TEST(YamlErrors, HugeNumbers) {
                             "out of range");
   expect_error<ConfigError>(
       [] { parse_yaml("inter_socket_gbps: 1e400\nsockets: [{}]\n", "t.yaml"); }, "out of range");
-  expect_error<ConfigError>([] { parse_yaml("pcie: {gen: 9, width: 16}\nsockets: [{}]\n", "t.yaml"); },
-                            "out of range");
-  expect_error<ConfigError>([] { parse_yaml("pcie: {gen: 3, width: 3}\nsockets: [{}]\n", "t.yaml"); },
-                            "width x3 does not exist");
+  expect_error<ConfigError>(
+      [] { parse_yaml("pcie: {gen: 9, width: 16}\nsockets: [{}]\n", "t.yaml"); }, "out of range");
+  expect_error<ConfigError>(
+      [] { parse_yaml("pcie: {gen: 3, width: 3}\nsockets: [{}]\n", "t.yaml"); },
+      "width x3 does not exist");
   expect_error<ConfigError>([] { parse_yaml("sockets: [{memory: 99999999999TiB}]\n", "t.yaml"); },
                             "'memory' must be a size");
   // Within every per-entry limit, but too many PCI buses in total.
-  expect_error<ConfigError>([] {
-    parse_yaml("sockets: [{root_complexes: [{count: 200, gpus: 30}]}]\n", "t.yaml");
-  }, "PCI buses");
-  expect_error<ConfigError>([] {
-    parse_yaml("sockets: [{count: 64, cores: 4096, threads_per_core: 8}]\n", "t.yaml");
-  }, "too many CPUs");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{root_complexes: [{count: 200, gpus: 30}]}]\n", "t.yaml"); },
+      "PCI buses");
+  expect_error<ConfigError>(
+      [] { parse_yaml("sockets: [{count: 64, cores: 4096, threads_per_core: 8}]\n", "t.yaml"); },
+      "too many CPUs");
 }
 
 TEST(YamlErrors, UnknownKeysSuggestTheNearest) {
@@ -181,19 +180,26 @@ TEST(ModelYamlErrors, BadModelsAreConfigErrors) {
       "PCI address 'nowhere' is malformed");
   expect_error<ConfigError>([&] { parse_yaml(head + "pci: [{kind: gpu}]\n", "m.yaml"); },
                             "kind 'gpu' is unknown");
-  expect_error<ConfigError>([&] {
-    parse_yaml(head +
-                   "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"0\"}, {kind: device, parent: "
-                   "0, addr: 01:00.0}, {kind: device, parent: 0, addr: 01:00.0}]\n",
-               "m.yaml");
-  }, "two PCI functions at 0000:01:00.0");
-  expect_error<ConfigError>([&] {
-    parse_yaml(head + "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"5\"}]\n", "m.yaml");
-  }, "NUMA node 5, which does not exist");
-  expect_error<ConfigError>([&] {
-    parse_yaml("ferry_topology_model: 1\npackages: [0]\nnuma_nodes: [{os_index: 0}]\npci: []\n",
-               "m.yaml");
-  }, "no NUMA node has CPUs");
+  expect_error<ConfigError>(
+      [&] {
+        parse_yaml(
+            head +
+                "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"0\"}, {kind: device, parent: "
+                "0, addr: 01:00.0}, {kind: device, parent: 0, addr: 01:00.0}]\n",
+            "m.yaml");
+      },
+      "two PCI functions at 0000:01:00.0");
+  expect_error<ConfigError>(
+      [&] {
+        parse_yaml(head + "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"5\"}]\n", "m.yaml");
+      },
+      "NUMA node 5, which does not exist");
+  expect_error<ConfigError>(
+      [&] {
+        parse_yaml("ferry_topology_model: 1\npackages: [0]\nnuma_nodes: [{os_index: 0}]\npci: []\n",
+                   "m.yaml");
+      },
+      "no NUMA node has CPUs");
 }
 
 }  // namespace

@@ -21,8 +21,7 @@
 #include <dlfcn.h>
 extern "C" const char* __lsan_default_suppressions() { return "leak:libhwloc.so\n"; }
 namespace {
-[[maybe_unused]] void* const kKeepPciAccess =
-    dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE);
+[[maybe_unused]] void* const kKeepPciAccess = dlopen("libpciaccess.so.0", RTLD_NOW | RTLD_NODELETE);
 }  // namespace
 #endif
 

@@ -25,10 +25,10 @@ std::string read_text(const std::string& path);
 
 }  // namespace ferry::testing
 
-#define FERRY_REQUIRE_REAL_TOPOLOGIES()                                                    \
-  do {                                                                                     \
-    if (!::ferry::testing::have_real_dir()) {                                              \
+#define FERRY_REQUIRE_REAL_TOPOLOGIES()                                                         \
+  do {                                                                                          \
+    if (!::ferry::testing::have_real_dir()) {                                                   \
       GTEST_SKIP() << "real hwloc XML topologies not found at " << ::ferry::testing::real_dir() \
-                   << " (the ../shared folder beside the repository)";                    \
-    }                                                                                      \
+                   << " (the ../shared folder beside the repository)";                          \
+    }                                                                                           \
   } while (0)

@@ -2,9 +2,10 @@
 // XML and YAML files (wrong types, huge numbers, deleted and repeated lines) must each load or
 // fail with a ferry::Error; nothing may crash or throw anything else. Run it under
 // AddressSanitizer too (-DFERRY_SANITIZE=address).
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
-#include <regex>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -35,10 +36,25 @@ class Rng {
   uint64_t s_;
 };
 
-const char* const kNastyValues[] = {
-    "99999999999999999999999999", "-1", "-2147483649", "1e999", "nan", "inf", "0x", "",
-    "4294967296", "18446744073709551616", "3.5", "[1, 2]", "{a: 1}", "~", "\"text\"",
-    "0xffffffffffffffffff", "1e-400", "-0", "00000000000000000000001"};
+const char* const kNastyValues[] = {"99999999999999999999999999",
+                                    "-1",
+                                    "-2147483649",
+                                    "1e999",
+                                    "nan",
+                                    "inf",
+                                    "0x",
+                                    "",
+                                    "4294967296",
+                                    "18446744073709551616",
+                                    "3.5",
+                                    "[1, 2]",
+                                    "{a: 1}",
+                                    "~",
+                                    "\"text\"",
+                                    "0xffffffffffffffffff",
+                                    "1e-400",
+                                    "-0",
+                                    "00000000000000000000001"};
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -72,13 +88,18 @@ std::string mutate(const std::string& text, Rng& rng, bool xml) {
       return s;
     }
     case 2: {  // replace a number with a nasty value
-      static const std::regex kXmlNumber(R"re(="(-?[0-9][0-9a-fx.,]*)")re");
-      static const std::regex kYamlNumber(R"re(: ?(-?[0-9][0-9a-fx.]*))re");
-      const std::regex& kNumber = xml ? kXmlNumber : kYamlNumber;
+      // Numbers right after `="` (XML attributes) or `: ` (YAML values).
       std::vector<std::pair<size_t, size_t>> spans;
-      for (auto it = std::sregex_iterator(s.begin(), s.end(), kNumber);
-           it != std::sregex_iterator(); ++it) {
-        spans.emplace_back(it->position(1), it->length(1));
+      const std::string lead = xml ? "=\"" : ": ";
+      for (size_t at = s.find(lead); at != std::string::npos; at = s.find(lead, at + 1)) {
+        size_t b = at + lead.size(), e = b;
+        if (e < s.size() && s[e] == '-') ++e;
+        if (e >= s.size() || !std::isdigit(static_cast<unsigned char>(s[e]))) continue;
+        while (e < s.size() && (std::isxdigit(static_cast<unsigned char>(s[e])) || s[e] == '.' ||
+                                s[e] == 'x' || (xml && s[e] == ','))) {
+          ++e;
+        }
+        spans.emplace_back(b, e - b);
       }
       if (spans.empty()) return s;
       const auto [pos, len] = spans[rng.below(spans.size())];
@@ -100,22 +121,24 @@ std::string mutate(const std::string& text, Rng& rng, bool xml) {
     }
     case 5: {  // swap two lines (reparents objects, breaks nesting)
       auto lines = lines_of(s);
-      if (lines.size() > 1) std::swap(lines[rng.below(lines.size())], lines[rng.below(lines.size())]);
+      if (lines.size() > 1)
+        std::swap(lines[rng.below(lines.size())], lines[rng.below(lines.size())]);
       return join_lines(lines);
     }
     default: {  // change an object type or a key
       static const char* const kXml[][2] = {{"type=\"PCIDev\"", "type=\"Bridge\""},
-                                             {"type=\"Bridge\"", "type=\"PCIDev\""},
-                                             {"type=\"Package\"", "type=\"Group\""},
-                                             {"type=\"NUMANode\"", "type=\"Core\""},
-                                             {"bridge_type=\"0-1\"", "bridge_type=\"1-1\""},
-                                             {"bridge_type=\"1-1\"", "bridge_type=\"0-1\""},
-                                             {"pci_type=\"0302", "pci_type=\"0200"}};
-      static const char* const kYaml[][2] = {{"gpus:", "nics:"},       {"switches:", "gpus:"},
-                                              {"count:", "cores:"},     {"gen:", "width:"},
-                                              {"sockets:", "switches:"}, {"parent:", "package:"},
-                                              {"kind:", "name:"}};
-      const auto& pair = xml ? kXml[rng.below(std::size(kXml))] : kYaml[rng.below(std::size(kYaml))];
+                                            {"type=\"Bridge\"", "type=\"PCIDev\""},
+                                            {"type=\"Package\"", "type=\"Group\""},
+                                            {"type=\"NUMANode\"", "type=\"Core\""},
+                                            {"bridge_type=\"0-1\"", "bridge_type=\"1-1\""},
+                                            {"bridge_type=\"1-1\"", "bridge_type=\"0-1\""},
+                                            {"pci_type=\"0302", "pci_type=\"0200"}};
+      static const char* const kYaml[][2] = {{"gpus:", "nics:"},        {"switches:", "gpus:"},
+                                             {"count:", "cores:"},      {"gen:", "width:"},
+                                             {"sockets:", "switches:"}, {"parent:", "package:"},
+                                             {"kind:", "name:"}};
+      const auto& pair =
+          xml ? kXml[rng.below(std::size(kXml))] : kYaml[rng.below(std::size(kYaml))];
       const size_t at = s.find(pair[0], rng.below(s.size()));
       const size_t where = at != std::string::npos ? at : s.find(pair[0]);
       if (where != std::string::npos) s.replace(where, std::strlen(pair[0]), pair[1]);
@@ -144,11 +167,12 @@ struct Tally {
 };
 
 template <typename Load>
-void fuzz(const std::string& seed, bool xml, uint64_t seed_value, int cases, Load load, Tally& tally) {
+void fuzz(const std::string& seed, bool xml, uint64_t seed_value, int cases, Load load,
+          Tally& tally) {
   Rng rng(seed_value);
   for (int i = 0; i < cases; ++i) {
     std::string input = mutate(seed, rng, xml);
-    if (rng.below(3) == 0) input = mutate(input, rng, xml);  // sometimes two mutations
+    if (rng.below(3) == 0) input = mutate(input, rng, xml);      // sometimes two mutations
     if (const char* dir = std::getenv("FERRY_FUZZ_DUMP_DIR")) {  // to replay cases elsewhere
       std::ofstream(fmt::format("{}/case-{}-{}.{}", dir, seed_value, i, xml ? "xml" : "yaml"))
           << input;
@@ -174,9 +198,10 @@ TEST(Fuzz, MutatedHwlocXml) {
   for (const char* file : {"nvidiaDGX2.xml", "power8gpudistances.xml", "24em64t-2n6c2t-pci.xml",
                            "coral-butte-hwloc1.xml"}) {
     const std::string text = testing::read_text(testing::real_dir() + "/" + file);
-    fuzz(text, true, seed++, 80,
-         [](const std::string& x) { return HwlocTopology::from_xml_buffer(x, "fuzz").model(); },
-         tally);
+    fuzz(
+        text, true, seed++, 80,
+        [](const std::string& x) { return HwlocTopology::from_xml_buffer(x, "fuzz").model(); },
+        tally);
   }
   std::printf("xml fuzz: %d loaded, %d rejected with a typed error\n", tally.loaded,
               tally.rejected);
@@ -189,14 +214,14 @@ TEST(Fuzz, MutatedYaml) {
   Tally tally;
   uint64_t seed = 100;
   std::vector<std::string> seeds;
-  for (const char* name : {"dgx1-like.yaml", "workstation-4gpu.yaml", "dgx2-like.yaml",
-                           "h100-snc4.yaml"}) {
+  for (const char* name :
+       {"dgx1-like.yaml", "workstation-4gpu.yaml", "dgx2-like.yaml", "h100-snc4.yaml"}) {
     seeds.push_back(testing::read_text(testing::config_path(name)));
   }
   seeds.push_back(dump_model_yaml(testing::synthetic("dgx1-like.yaml")));
   for (const auto& text : seeds) {
-    fuzz(text, false, seed++, 70, [](const std::string& y) { return parse_yaml(y, "fuzz"); },
-         tally);
+    fuzz(
+        text, false, seed++, 70, [](const std::string& y) { return parse_yaml(y, "fuzz"); }, tally);
   }
   std::printf("yaml fuzz: %d loaded, %d rejected with a typed error\n", tally.loaded,
               tally.rejected);

@@ -62,7 +62,7 @@ TEST(IndexList, RoundTrips) {
   EXPECT_EQ(parse_index_list("5,1,1"), (std::vector<int>{1, 5}));
   EXPECT_FALSE(parse_index_list("3-1"));
   EXPECT_FALSE(parse_index_list("1,,2"));
-  EXPECT_FALSE(parse_index_list("0-99999999"));  // above the default maximum value
+  EXPECT_FALSE(parse_index_list("0-99999999"));           // above the default maximum value
   EXPECT_FALSE(parse_index_list("0-1000", 1 << 20, 10));  // too many entries
 }
 
@@ -71,8 +71,8 @@ TEST(PathClass, IsOrderedFromClosestToFarthest) {
   EXPECT_LT(PathClass::kPxb, PathClass::kPhb);
   EXPECT_LT(PathClass::kPhb, PathClass::kNode);
   EXPECT_LT(PathClass::kNode, PathClass::kSys);
-  for (auto c : {PathClass::kPix, PathClass::kPxb, PathClass::kPhb, PathClass::kNode,
-                 PathClass::kSys}) {
+  for (auto c :
+       {PathClass::kPix, PathClass::kPxb, PathClass::kPhb, PathClass::kNode, PathClass::kSys}) {
     EXPECT_EQ(parse_path_class(path_class_name(c)), c);
   }
   EXPECT_FALSE(parse_path_class("NV2"));

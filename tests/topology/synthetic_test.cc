@@ -26,7 +26,7 @@ TEST(SyntheticDgx1, MatrixIsTheDgx1Documentation) {
       EXPECT_EQ(gpu_pair_class(t, a, b), expected) << "GPU" << a << " GPU" << b;
     }
     for (int n = 0; n < 4; ++n) {
-      const PathClass expected = a / 2 == n   ? PathClass::kPix
+      const PathClass expected = a / 2 == n       ? PathClass::kPix
                                  : a / 4 == n / 2 ? PathClass::kPhb
                                                   : PathClass::kSys;
       EXPECT_EQ(gpu_nic_class(t, a, n), expected) << "GPU" << a << " NIC" << n;
@@ -189,8 +189,8 @@ void expect_same_model(const Topology& a, const Topology& b) {
 }
 
 TEST(ModelDump, RoundTripsEveryShippedDescription) {
-  for (const char* name : {"dgx1-like.yaml", "workstation-4gpu.yaml", "dgx2-like.yaml",
-                           "h100-snc4.yaml"}) {
+  for (const char* name :
+       {"dgx1-like.yaml", "workstation-4gpu.yaml", "dgx2-like.yaml", "h100-snc4.yaml"}) {
     SCOPED_TRACE(name);
     const Topology& t = synthetic(name);
     const std::string dump = dump_model_yaml(t);

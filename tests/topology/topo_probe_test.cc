@@ -106,14 +106,15 @@ TEST_F(TopoProbe, JsonKeysAndValuesForTheDgx2) {
 }
 
 TEST_F(TopoProbe, JsonForTheSyntheticDgx1) {
-  const ProbeRun r = run_probe("--json --synthetic " + quote(testing::config_path("dgx1-like.yaml")));
+  const ProbeRun r =
+      run_probe("--json --synthetic " + quote(testing::config_path("dgx1-like.yaml")));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["gpus"].size(), 8u);
   ASSERT_EQ(j["nics"].size(), 4u);
   EXPECT_EQ(j["nics"][0]["kind"], "infiniband");
   EXPECT_EQ(j["nics"][0]["os_name"], "mlx5_0");
-  ASSERT_EQ(j["matrix"].size(), 12u);  // GPUs then NICs
+  ASSERT_EQ(j["matrix"].size(), 12u);   // GPUs then NICs
   EXPECT_EQ(j["matrix"][0][8], "PIX");  // GPU0 with its switch's NIC
   EXPECT_EQ(j["matrix"][0][2], "PHB");
   EXPECT_EQ(j["matrix"][0][4], "SYS");
@@ -178,7 +179,8 @@ TEST_F(TopoProbe, ExportWritesXmlThatLoadsBack) {
 TEST_F(TopoProbe, DumpedModelReloadsToTheSameJson) {
   FERRY_REQUIRE_REAL_TOPOLOGIES();
   const std::string path = ::testing::TempDir() + "/ferry_ipa20_model.yaml";
-  const ProbeRun a = run_probe("--json --xml " + real_file("ipa20.xml") + " --dump-model " + quote(path));
+  const ProbeRun a =
+      run_probe("--json --xml " + real_file("ipa20.xml") + " --dump-model " + quote(path));
   ASSERT_EQ(a.code, 0) << a.err;
   const ProbeRun b = run_probe("--json --synthetic " + quote(path));
   ASSERT_EQ(b.code, 0) << b.err;
@@ -197,8 +199,7 @@ TEST_F(TopoProbe, ErrorsAreOneLineWithExitCode2) {
   expect_one_line_error(run_probe("--xml a.xml --synthetic b.yaml"));
   expect_one_line_error(run_probe("--frobnicate"));
   expect_one_line_error(run_probe("--ranks 0"));
-  expect_one_line_error(run_probe("--synthetic " +
-                                  quote(testing::config_path("dgx1-like.yaml")) +
+  expect_one_line_error(run_probe("--synthetic " + quote(testing::config_path("dgx1-like.yaml")) +
                                   " --export /tmp/x.xml"));
   FERRY_REQUIRE_REAL_TOPOLOGIES();
   std::string xml = testing::read_text(testing::real_dir() + "/power8gpudistances.xml");

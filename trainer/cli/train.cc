@@ -15,8 +15,4 @@ int run_eval(const TrainArgs& args) {
   return 0;
 }
 
-int run_plan(const PlanArgs& args) {
-  throw UnsupportedError("trainer plan is not implemented yet");
-}
-
 }  // namespace ferry

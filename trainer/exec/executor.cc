@@ -1,4 +1,19 @@
-// Planning per shape and running the tape.
+// Planning per shape and running the planned tape.
+//
+// Note [Executing a plan]
+// For each planned step s, on the host, in this order:
+//  1. release: for each tensor offloaded with release_at == s, compute waits for its copy to
+//     host; its first stretch's space is then free for what step s writes (poison mode fills
+//     it with NaN);
+//  2. fetch: for each tensor with fetch_at == s, the host-to-device stream waits for compute to
+//     finish step s-1 (its second stretch's space is free from s on) and copies it back;
+//  3. need: for each tensor with needed_at == s, compute waits for its fetch;
+//  4. the step's kernels on the compute stream (a recompute step runs its forward step again
+//     without touching persistent state);
+//  5. offload: for each tensor produced at s and offloaded, an event after step s orders its
+//     copy to host on the device-to-host stream;
+//  6. poison mode: tensors whose stretch ends at s and that are not offloaded are NaN-filled.
+// Nothing here blocks the host. Every ordering is a stream waiting on an event.
 #include "trainer/exec/executor.h"
 
 #include <fmt/format.h>
@@ -9,13 +24,13 @@
 
 namespace ferry {
 
-Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory, PlanOptions plan,
-                   uint64_t seed)
+Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
+                   ExecutorOptions options)
     : device_(device),
       store_(store),
       factory_(std::move(factory)),
-      plan_options_(plan),
-      seed_(seed),
+      options_(options),
+      host_pool_(device.pinned(), options.host_limit ? options.host_limit : UINT64_MAX),
       upload_done_(device.create_event()) {}
 
 Executor::~Executor() {
@@ -23,6 +38,9 @@ Executor::~Executor() {
     device_.synchronize();
   } catch (...) {
     // The failure was already reported by whoever enqueued the work.
+  }
+  for (auto& [key, p] : programs_) {
+    for (auto& [t, slot] : p->offloads) host_pool_.release(slot.host);
   }
 }
 
@@ -33,31 +51,58 @@ const Program& Executor::program(int64_t batch, bool training) {
   auto p = std::make_unique<Program>();
   p->graph = factory_(batch);
   p->lowered = lower_graph(p->graph, device_.kernels(), training);
-  if (!keep_alive_.empty()) {
-    // The last step reads every kept tensor, so liveness keeps it to the end.
-    for (const std::string& name : keep_alive_) {
-      bool found = false;
-      for (size_t t = 0; t < p->lowered.tape.tensors.size(); ++t) {
-        if (p->lowered.tape.tensors[t].name == name) {
-          p->lowered.tape.steps.back().reads.push_back(static_cast<int>(t));
-          found = true;
-        }
-      }
-      if (!found) throw ConfigError("keep_alive: no tensor named '" + name + "'");
+  // The last step reads every kept tensor, so liveness keeps it to the end.
+  for (const std::string& name : keep_alive_) {
+    bool found = false;
+    for (size_t t = 0; t < p->lowered.tape.tensors.size(); ++t) {
+      if (p->lowered.tape.tensors[t].name != name) continue;
+      p->lowered.tape.steps.back().reads.push_back(static_cast<int>(t));
+      found = true;
     }
+    if (!found) throw ConfigError("keep_alive: no tensor named '" + name + "'");
   }
-  p->liveness = analyse_liveness(p->lowered.tape);
-  PlanOptions options = plan_options_;
+  PlanOptions options = options_.plan;
   options.persistent = store_.bytes();
   if (!training) options.policy = MemoryPolicy::kNone;  // nothing is saved for a backward
-  p->plan = plan_memory(p->lowered.tape, p->liveness, options);
-  p->grads_written.resize(p->lowered.tape.steps.size());
-  for (size_t s = 0; s < p->lowered.bindings.size(); ++s) {
-    for (int slot : p->lowered.bindings[s].grad_params) {
-      p->grads_written[s].push_back(store_.param_index(p->graph, persistent_id(slot)));
+  p->plan = plan_memory(p->lowered.tape, options);
+  index_plan(*p);
+  return *programs_.emplace(key, std::move(p)).first->second;
+}
+
+void Executor::index_plan(Program& p) {
+  const size_t steps = p.plan.tape.steps.size();
+  p.grads_written.resize(steps);
+  p.release_at.resize(steps);
+  p.fetch_at.resize(steps);
+  p.needed_at.resize(steps);
+  p.offload_after.resize(steps);
+  p.dies_at.resize(steps);
+  for (size_t s = 0; s < steps; ++s) {
+    if (p.plan.tape.steps[s].phase != StepPhase::kBackward) continue;
+    const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])];
+    for (int slot : b.grad_params) {
+      p.grads_written[s].push_back(store_.param_index(p.graph, persistent_id(slot)));
     }
   }
-  return *programs_.emplace(key, std::move(p)).first->second;
+  for (size_t t = 0; t < p.plan.tensors.size(); ++t) {
+    const TensorPlan& tp = p.plan.tensors[t];
+    const int tensor = static_cast<int>(t);
+    if (tp.decision == Decision::kOffload) {
+      p.release_at[static_cast<size_t>(tp.release_at)].push_back(tensor);
+      p.fetch_at[static_cast<size_t>(tp.fetch_at)].push_back(tensor);
+      p.needed_at[static_cast<size_t>(tp.needed_at)].push_back(tensor);
+      p.offload_after[static_cast<size_t>(tp.offload_after)].push_back(tensor);
+      const TapeTensor& info = p.plan.tape.tensors[t];
+      OffloadSlot slot;
+      slot.residency = std::make_unique<ResidentTensor>(device_, info.name, info.bytes);
+      slot.host = host_pool_.acquire(info.bytes, "offload of " + info.name);
+      p.offloads.emplace(tensor, std::move(slot));
+    }
+    for (size_t r = 0; r < tp.residency.size(); ++r) {
+      const bool released_by_offload = tp.decision == Decision::kOffload && r == 0;
+      if (!released_by_offload) p.dies_at[static_cast<size_t>(tp.residency[r].end)].push_back(tensor);
+    }
+  }
 }
 
 void Executor::ensure_arena(uint64_t bytes) {
@@ -66,6 +111,11 @@ void Executor::ensure_arena(uint64_t bytes) {
   arena_.reset();
   arena_ = DeviceBuffer(device_.memory(), std::max<uint64_t>(bytes, kArenaAlignment),
                         "activation arena");
+  if (options_.poison) {
+    device_.kernels().launch(
+        Fill{static_cast<int64_t>(arena_.bytes() / sizeof(float)), NAN, arena_.as<float>()},
+        device_.stream(StreamKind::kCompute));
+  }
 }
 
 void* Executor::tensor_address(const Program& p, int t, int step) const {
@@ -74,22 +124,30 @@ void* Executor::tensor_address(const Program& p, int t, int step) const {
     if (r.begin <= step && step <= r.end) return static_cast<std::byte*>(arena_.data()) + r.offset;
   }
   FERRY_ASSERT(false, fmt::format("tensor {} is not resident at step {}",
-                                  p.lowered.tape.tensors[static_cast<size_t>(t)].name, step));
+                                  p.plan.tape.tensors[static_cast<size_t>(t)].name, step));
   return nullptr;
 }
 
-void* Executor::slot_address(const Program& p, int slot, int step) const {
+void* Executor::slot_address(const Program& p, int slot, int step, bool optional) const {
   if (slot == -1) return nullptr;
-  if (is_persistent_slot(slot)) {
-    const TensorId id = persistent_id(slot);
-    return persistent_[static_cast<size_t>(id)];
+  if (is_persistent_slot(slot)) return persistent_[static_cast<size_t>(persistent_id(slot))];
+  if (optional) {
+    const TensorPlan& tp = p.plan.tensors[static_cast<size_t>(slot)];
+    bool resident = false;
+    for (const Residency& r : tp.residency) resident = resident || (r.begin <= step && step <= r.end);
+    if (!resident) return nullptr;
   }
   return tensor_address(p, slot, step);
 }
 
+Event& Executor::step_event() {
+  if (next_event_ == events_.size()) events_.push_back(device_.create_event());
+  return *events_[next_event_++];
+}
+
 void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
-  const Program& p = program(batch.n, training);
+  Program& p = const_cast<Program&>(program(batch.n, training));
   ensure_arena(p.plan.arena_bytes);
   persistent_.assign(p.graph.tensors().size(), nullptr);
   for (size_t id = 0; id < p.graph.tensors().size(); ++id) {
@@ -97,24 +155,82 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
       persistent_[id] = store_.address(p.graph, static_cast<TensorId>(id));
     }
   }
+  // The previous step has completed (its metrics were read): fetched tensors are on device.
+  for (auto& [t, slot] : p.offloads) slot.residency->synchronize();
   last_ = &p;
-  const uint64_t step_seed = counter_hash(seed_, step);
-  for (int s = 0; s < static_cast<int>(p.lowered.tape.steps.size()); ++s) {
+  next_event_ = 0;
+  const uint64_t step_seed = counter_hash(options_.seed, step);
+  for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
+    before_step(p, s);
     run_step(p, s, batch, step_seed);
+    after_step(p, s);
     if (listener && !p.grads_written[static_cast<size_t>(s)].empty()) {
       listener->on_gradients(p.grads_written[static_cast<size_t>(s)]);
     }
   }
 }
 
+void Executor::poison(const Program& p, int t, const Residency& r) {
+  const int64_t n = static_cast<int64_t>(p.plan.tape.tensors[static_cast<size_t>(t)].bytes / sizeof(float));
+  if (n == 0) return;
+  device_.kernels().launch(
+      Fill{n, NAN, reinterpret_cast<float*>(static_cast<std::byte*>(arena_.data()) + r.offset)},
+      device_.stream(StreamKind::kCompute));
+}
+
+void Executor::before_step(Program& p, int s) {
+  Stream& compute = device_.stream(StreamKind::kCompute);
+  for (int t : p.release_at[static_cast<size_t>(s)]) {
+    p.offloads.at(t).residency->order_after_offload(compute);
+    if (options_.poison) poison(p, t, p.plan.tensors[static_cast<size_t>(t)].residency[0]);
+  }
+  if (!p.fetch_at[static_cast<size_t>(s)].empty()) {
+    Event& space_free = step_event();  // compute has finished step s-1
+    compute.record(space_free);
+    for (int t : p.fetch_at[static_cast<size_t>(s)]) {
+      OffloadSlot& slot = p.offloads.at(t);
+      slot.residency->prefetch(tensor_address(p, t, s), device_.stream(StreamKind::kHostToDevice),
+                               space_free);
+    }
+  }
+  for (int t : p.needed_at[static_cast<size_t>(s)]) {
+    p.offloads.at(t).residency->order_after_prefetch(compute);
+  }
+}
+
+void Executor::after_step(Program& p, int s) {
+  Stream& compute = device_.stream(StreamKind::kCompute);
+  if (!p.offload_after[static_cast<size_t>(s)].empty()) {
+    Event& produced = step_event();
+    compute.record(produced);
+    for (int t : p.offload_after[static_cast<size_t>(s)]) {
+      OffloadSlot& slot = p.offloads.at(t);
+      slot.residency->offload(tensor_address(p, t, s), slot.host,
+                              device_.stream(StreamKind::kDeviceToHost), produced);
+    }
+  }
+  if (options_.poison) {
+    for (int t : p.dies_at[static_cast<size_t>(s)]) {
+      for (const Residency& r : p.plan.tensors[static_cast<size_t>(t)].residency) {
+        if (r.end == s) poison(p, t, r);
+      }
+    }
+  }
+}
+
 void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed) {
-  const TapeStep& step = p.lowered.tape.steps[static_cast<size_t>(s)];
-  const StepBinding& b = p.lowered.bindings[static_cast<size_t>(s)];
+  const TapeStep& step = p.plan.tape.steps[static_cast<size_t>(s)];
+  const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[static_cast<size_t>(s)])];
   Stream& compute = device_.stream(StreamKind::kCompute);
   Kernels& k = device_.kernels();
   switch (step.phase) {
     case StepPhase::kLoad: {
+      // The upload writes arena space that compute's earlier work (the previous batch, or a
+      // poison fill) may still be using.
       Stream& h2d = device_.stream(StreamKind::kHostToDevice);
+      Event& arena_free = step_event();
+      compute.record(arena_free);
+      h2d.wait(arena_free);
       const Graph& g = p.graph;
       device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.input())], s),
                          batch.images, g.tensor(g.input()).desc.bytes(), h2d);
@@ -126,7 +242,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     }
     case StepPhase::kAccumulate: {
       const int64_t n = static_cast<int64_t>(
-          p.lowered.tape.tensors[static_cast<size_t>(b.accumulate_into)].bytes / sizeof(float));
+          p.plan.tape.tensors[static_cast<size_t>(b.accumulate_into)].bytes / sizeof(float));
       k.launch(Accumulate{n, static_cast<const float*>(tensor_address(p, b.accumulate_from, s)),
                           static_cast<float*>(tensor_address(p, b.accumulate_into, s))},
                compute);
@@ -134,39 +250,44 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     }
     case StepPhase::kUpdate: return;  // the optimizer runs after gradients are reduced
     case StepPhase::kForward:
-    case StepPhase::kBackward: break;
+    case StepPhase::kBackward:
+    case StepPhase::kRecompute: break;
   }
   const Node& node = p.graph.nodes()[static_cast<size_t>(step.node)];
+  const bool recompute = step.phase == StepPhase::kRecompute;
   OpIo io;
-  const auto fill = [&](const std::vector<int>& slots, std::vector<void*>& out) {
+  const auto fill = [&](const std::vector<int>& slots, std::vector<void*>& out, bool optional) {
     out.clear();
-    for (int slot : slots) out.push_back(slot_address(p, slot, s));
+    for (int slot : slots) out.push_back(slot_address(p, slot, s, optional));
   };
-  fill(b.inputs, io.inputs);
-  fill(b.outputs, io.outputs);
-  fill(b.params, io.params);
-  fill(b.buffers, io.buffers);
-  fill(b.aux, io.aux);
+  fill(b.inputs, io.inputs, false);
+  fill(b.outputs, io.outputs, false);
+  fill(b.params, io.params, false);
+  fill(b.buffers, io.buffers, false);
+  if (!recompute) fill(b.aux, io.aux, false);  // a recompute writes scratch, not saved state
   io.training = p.lowered.training;
+  io.update_buffers = !recompute;
   io.seed = counter_hash(step_seed, static_cast<uint64_t>(step.node));
   if (b.workspace >= 0) {
     io.ws = {tensor_address(p, b.workspace, s),
-             p.lowered.tape.tensors[static_cast<size_t>(b.workspace)].bytes};
+             p.plan.tape.tensors[static_cast<size_t>(b.workspace)].bytes};
   }
-  if (step.phase == StepPhase::kForward) {
+  if (step.phase != StepPhase::kBackward) {
     node.op->forward(k, compute, io);
     return;
   }
-  fill(b.grad_outputs, io.grad_outputs);
-  fill(b.grad_inputs, io.grad_inputs);
+  fill(b.grad_outputs, io.grad_outputs, false);
+  fill(b.grad_inputs, io.grad_inputs, false);
   io.grad_params.clear();
-  for (int slot : b.grad_params) io.grad_params.push_back(store_.grad_address(p.graph, persistent_id(slot)));
+  for (int slot : b.grad_params) {
+    io.grad_params.push_back(store_.grad_address(p.graph, persistent_id(slot)));
+  }
   node.op->backward(k, compute, io);
 }
 
 std::vector<std::byte> Executor::read_activation(const std::string& name) {
   FERRY_ASSERT(last_ != nullptr, "read_activation before any step");
-  const Tape& tape = last_->lowered.tape;
+  const Tape& tape = last_->plan.tape;
   for (size_t t = 0; t < tape.tensors.size(); ++t) {
     if (tape.tensors[t].name != name) continue;
     const int last_step = static_cast<int>(tape.steps.size()) - 1;

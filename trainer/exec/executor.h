@@ -1,7 +1,8 @@
 // The executor: plans a model once per (batch size, mode), then runs steps by following the
-// plan — kernels on the compute stream, the batch upload on the host-to-device stream, the
-// compute stream waiting on the upload's event. The host never waits inside a step; it reads
-// the loss after the step has been enqueued.
+// plan (Note [Executing a plan] in executor.cc): kernels on the compute stream, offloads on the
+// device-to-host stream after their producer's event, device space reused only after the
+// copy's event, prefetches on the host-to-device stream, compute waiting on the prefetch's
+// event. The host never waits inside a step; it reads the loss after the step is enqueued.
 #pragma once
 
 #include <cstdint>
@@ -13,17 +14,19 @@
 #include <vector>
 
 #include "device/device.h"
-#include "prefetch/liveness.h"
+#include "device/host_pool.h"
+#include "device/residency.h"
 #include "prefetch/plan.h"
 #include "trainer/exec/lower.h"
 #include "trainer/exec/parameter_store.h"
+#include "trainer/exec/trace.h"
 #include "trainer/model/graph.h"
 
 namespace ferry {
 
 // One batch in pinned host memory.
 struct HostBatch {
-  const float* images = nullptr;   // (N, C, H, W)
+  const float* images = nullptr;    // (N, C, H, W)
   const int32_t* labels = nullptr;  // (N)
   int64_t n = 0;
 };
@@ -36,13 +39,23 @@ class GradientListener {
   virtual void on_gradients(std::span<const size_t> params) = 0;
 };
 
+// An offloaded tensor's runtime state: its residency machine and its pinned host copy.
+struct OffloadSlot {
+  std::unique_ptr<ResidentTensor> residency;
+  void* host = nullptr;
+};
+
 // Everything planned for one input shape and mode.
 struct Program {
   Graph graph;
-  Lowered lowered;
-  Liveness liveness;
-  MemoryPlan plan;
-  std::vector<std::vector<size_t>> grads_written;  // per tape step
+  Lowered lowered;  // the input tape and the OpIo bindings of its steps
+  MemoryPlan plan;  // its own tape: the input tape plus recompute steps
+  std::vector<std::vector<size_t>> grads_written;  // per planned step
+  // Per planned step: offloaded tensors to release, fetch, wait for, and offload.
+  std::vector<std::vector<int>> release_at, fetch_at, needed_at, offload_after;
+  // Per planned step: tensors whose stretch ends there and are not offloaded (poison mode).
+  std::vector<std::vector<int>> dies_at;
+  std::map<int, OffloadSlot> offloads;  // by tape tensor
 };
 
 struct StepMetrics {
@@ -50,15 +63,22 @@ struct StepMetrics {
   int32_t correct = 0;
 };
 
+struct ExecutorOptions {
+  PlanOptions plan;           // policy, budget, recompute, cost model
+  uint64_t host_limit = 0;    // pinned host pool cap (memory.host_limit)
+  bool poison = false;        // memory.debug_poison: NaN-fill device space not resident
+  uint64_t seed = 0;          // run.seed: per-step randomness
+};
+
 class Executor {
  public:
   using GraphFactory = std::function<Graph(int64_t batch)>;
 
-  Executor(Device& device, ParameterStore& store, GraphFactory factory, PlanOptions plan,
-           uint64_t seed);
+  Executor(Device& device, ParameterStore& store, GraphFactory factory, ExecutorOptions options);
   ~Executor();
 
-  // The program for a batch size and mode, planned on first use.
+  // The program for a batch size and mode, planned on first use (ConfigError when the plan
+  // cannot meet the budget; OutOfMemoryError when the host pool cannot hold its offloads).
   const Program& program(int64_t batch, bool training);
 
   // Enqueues the upload, the forward pass and (training) the backward pass of one batch.
@@ -75,8 +95,11 @@ class Executor {
   // Host copy of a kept activation of the last enqueued batch. Synchronizes.
   std::vector<std::byte> read_activation(const std::string& name);
 
-  // Bytes of the activation arena currently allocated.
+  // Records the next enqueued step's spans and memory counter into `trace` (until cleared).
+  void set_trace(StepTrace* trace) { trace_ = trace; }
+
   uint64_t arena_bytes() const { return arena_.bytes(); }
+  HostPool& host_pool() { return host_pool_; }
 
  private:
   struct Key {
@@ -84,23 +107,31 @@ class Executor {
     bool training;
     auto operator<=>(const Key&) const = default;
   };
+  void index_plan(Program& p);
   void ensure_arena(uint64_t bytes);
   void* tensor_address(const Program& p, int tape_tensor, int step) const;
-  void* slot_address(const Program& p, int slot, int step) const;
+  void* slot_address(const Program& p, int slot, int step, bool optional) const;
+  void before_step(Program& p, int s);
   void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed);
+  void after_step(Program& p, int s);
+  void poison(const Program& p, int tensor, const Residency& r);
+  Event& step_event();
 
   Device& device_;
   ParameterStore& store_;
   GraphFactory factory_;
-  PlanOptions plan_options_;
-  uint64_t seed_;
+  ExecutorOptions options_;
+  HostPool host_pool_;
   std::map<Key, std::unique_ptr<Program>> programs_;
   DeviceBuffer arena_;
   std::unique_ptr<Event> upload_done_;
+  std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
+  size_t next_event_ = 0;
   std::vector<void*> persistent_;  // of the program being run: TensorId -> address
   StepMetrics host_metrics_;
   std::vector<std::string> keep_alive_;
   const Program* last_ = nullptr;
+  StepTrace* trace_ = nullptr;
 };
 
 }  // namespace ferry

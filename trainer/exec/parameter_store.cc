@@ -26,15 +26,48 @@ uint64_t cut(const Graph& graph, const std::vector<TensorId>& ids,
     entries.push_back({info.name, info.desc, offset});
     offset += align(info.desc.bytes());
   }
-  return std::max<uint64_t>(offset, kTensorAlignment);
+  // Whole heap granules, so the bytes planned are the bytes the heap reserves.
+  const uint64_t g = DeviceHeap::kAlignment;
+  return (std::max<uint64_t>(offset, 1) + g - 1) / g * g;
 }
+
+// The layout alone: blocks sizes without allocating.
+struct Layout {
+  std::vector<ParameterStore::Entry> params, buffers;
+  std::map<std::string, size_t> param_by_name, buffer_by_name;
+  uint64_t param_bytes = 0, buffer_bytes = 0;
+};
+
+Layout layout(const Graph& graph) {
+  Layout l;
+  l.param_bytes = cut(graph, graph.params(), l.params, l.param_by_name);
+  l.buffer_bytes = cut(graph, graph.buffers(), l.buffers, l.buffer_by_name);
+  return l;
+}
+
+constexpr uint64_t kMetricsBytes = 256;
 
 }  // namespace
 
+PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots) {
+  const Layout l = layout(graph);
+  PersistentBytes b;
+  b.weights = l.param_bytes;
+  b.gradients = l.param_bytes;
+  b.optimizer = l.param_bytes * static_cast<uint64_t>(optimizer_slots);
+  b.buffers = l.buffer_bytes + kMetricsBytes;
+  return b;
+}
+
 ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots)
     : device_(device) {
-  param_block_bytes_ = cut(graph, graph.params(), params_, param_by_name_);
-  buffer_block_bytes_ = cut(graph, graph.buffers(), buffers_, buffer_by_name_);
+  Layout l = layout(graph);
+  params_ = std::move(l.params);
+  buffers_ = std::move(l.buffers);
+  param_by_name_ = std::move(l.param_by_name);
+  buffer_by_name_ = std::move(l.buffer_by_name);
+  param_block_bytes_ = l.param_bytes;
+  buffer_block_bytes_ = l.buffer_bytes;
   DeviceHeap& heap = device.memory();
   params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
   grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
@@ -42,7 +75,7 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
     optimizer_blocks_.emplace_back(heap, param_block_bytes_, fmt::format("optimizer state {}", s));
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
-  metrics_ = DeviceBuffer(heap, 128, "metrics");
+  metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
 }
 
 void* ParameterStore::address(const Graph& graph, TensorId id) const {

@@ -24,6 +24,9 @@ class ParameterStore {
     uint64_t offset = 0;  // bytes from the start of its block, 64-byte aligned
   };
 
+  // The persistent bytes a store for `graph` would hold, without allocating.
+  static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots);
+
   // Allocates every block on `device` (throws OutOfMemoryError naming the block).
   ParameterStore(Device& device, const Graph& graph, int optimizer_slots);
 

@@ -3,6 +3,7 @@
 
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
+#include "trainer/session/planning.h"
 
 namespace ferry {
 
@@ -11,6 +12,7 @@ PlanOptions plan_options(const Config& config) {
   p.policy = config.memory.policy;
   p.budget = config.memory.budget;
   p.recompute = config.memory.recompute;
+  p.cost = cost_model(config);
   return p;
 }
 
@@ -59,10 +61,15 @@ Session::Session(const Config& config, bool training) : config_(config) {
   optimizer_ = std::make_unique<Optimizer>(opt);
   const std::string name = config.model.name;
   const int64_t classes = config.model.classes;
+  ExecutorOptions exec;
+  exec.plan = plan_options(config);
+  exec.host_limit = config.memory.host_limit;
+  exec.poison = config.memory.debug_poison;
+  exec.seed = config.run.seed;
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
       [this, name, classes](int64_t batch) { return build_model(name, input_shape(batch), classes); },
-      plan_options(config), config.run.seed);
+      exec);
 }
 
 Session::~Session() = default;

@@ -70,7 +70,7 @@ class GoldenTest : public ::testing::Test {
       store_->write_buffer(i, fixture_.at("init." + store_->buffers()[i].name).bytes.data());
     }
     executor_ = std::make_unique<Executor>(
-        *device_, *store_, [](int64_t n) { return build_golden_net(n); }, PlanOptions{}, 0);
+        *device_, *store_, [](int64_t n) { return build_golden_net(n); }, ExecutorOptions{});
     executor_->keep_alive({"fc"});
   }
 

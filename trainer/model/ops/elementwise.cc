@@ -71,7 +71,7 @@ class DropoutOp : public Op {
   std::string describe() const override { return fmt::format("p={}", p_); }
   SavedSet saved() const override { return {.aux = true}; }
   OpCost cost() const override { return {2.0 * n_, static_cast<double>(n_)}; }
-  bool recomputable() const override { return true; }
+  // Not recomputable: a second run would rewrite its saved mask.
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (!io.training) {
       k.launch(CopyDevice{n_ * sizeof(float), io.inputs[0], io.outputs[0]}, s);

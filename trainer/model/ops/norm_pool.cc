@@ -20,9 +20,10 @@ class BatchNormOp : public Op {
     return {8 * n, 12 * n};
   }
   bool recomputable() const override { return true; }
-  // A recompute must not touch the running statistics: it updates a scratch copy instead.
+  // A recompute must leave the running statistics and the saved batch statistics alone: it
+  // writes scratch copies of both, (4, C) floats.
   uint64_t workspace_bytes(Kernels&, Pass pass, bool training) const override {
-    return pass == Pass::kForward && training ? 2 * g_.c * sizeof(float) : 0;
+    return pass == Pass::kForward && training ? 4 * g_.c * sizeof(float) : 0;
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (!io.training) {
@@ -34,13 +35,18 @@ class BatchNormOp : public Op {
     }
     float* running_mean = f(io.buffers[0]);
     float* running_var = f(io.buffers[1]);
+    float* save_mean = io.aux.empty() ? nullptr : f(io.aux[0]);
+    float* save_var = io.aux.empty() ? nullptr : f(io.aux[1]);
     if (!io.update_buffers) {
-      running_mean = f(io.ws.ptr);
-      running_var = running_mean + g_.c;
+      float* scratch = f(io.ws.ptr);
+      running_mean = scratch;
+      running_var = scratch + g_.c;
+      save_mean = scratch + 2 * g_.c;
+      save_var = scratch + 3 * g_.c;
     }
     k.launch(BatchNormForwardTraining{g_, momentum_, cf(io.inputs[0]), cf(io.params[0]),
                                       cf(io.params[1]), f(io.outputs[0]), running_mean,
-                                      running_var, f(io.aux[0]), f(io.aux[1])},
+                                      running_var, save_mean, save_var},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {

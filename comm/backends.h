@@ -1,0 +1,33 @@
+// The backend constructors behind create_communicator (comm/registry.cc). Private to comm/:
+// each backend's class lives in its own source file; only these factories are shared.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace ferry::detail {
+
+// One rank: every collective is complete at once.
+std::unique_ptr<Communicator> make_local_communicator(const RankInfo& ranks);
+
+// How the MPI backend waits for a collective on the comm stream's thread.
+enum class MpiWait {
+  kNonblocking,  // MPI_Iallreduce / MPI_Ibcast / MPI_Ibarrier, then MPI_Test with sched_yield
+  kBlocking,     // MPI_Allreduce / MPI_Bcast / MPI_Barrier (Open MPI's tuned algorithms)
+};
+
+// MPI collectives run as tasks on the CPU device's comm stream. Needs ranks.under_mpi.
+std::unique_ptr<Communicator> make_mpi_communicator(Device& device, const RankInfo& ranks,
+                                                    MpiWait wait = MpiWait::kNonblocking);
+
+#if FERRY_HAVE_NCCL
+// NCCL collectives on the CUDA device's comm stream. With more than one rank the unique id
+// goes from rank 0 to the others over MPI; a single rank needs no MPI.
+std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const RankInfo& ranks);
+#endif
+
+// steady_clock nanoseconds now.
+int64_t now_ns();
+
+}  // namespace ferry::detail

@@ -1,0 +1,103 @@
+// The Communicator: collectives across the ranks of a data-parallel job, asynchronous with
+// respect to the host. Every collective is ordered after the work already enqueued on the
+// stream it is given, runs on the device's comm stream, and returns a CommWork handle; nothing
+// is visible to another stream until that stream is ordered after the handle (order_before).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "comm/ranks.h"
+#include "device/device.h"
+
+namespace ferry {
+
+// Host-clock span of one collective: std::chrono::steady_clock nanoseconds since its epoch,
+// the clock the trainer's traces use.
+struct CommSpan {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// Filled by a backend as its collective runs (start, then end); read once the work is ready.
+struct CommSpanRecord {
+  std::atomic<int64_t> start_ns{-1};
+  std::atomic<int64_t> end_ns{-1};
+};
+
+// The completion of one collective. Copyable; a default-constructed handle is complete.
+class CommWork {
+ public:
+  CommWork() = default;
+  // `done` completes with the collective (null: already complete); `span` may be null (the
+  // backend does not measure).
+  CommWork(std::shared_ptr<Event> done, std::shared_ptr<CommSpanRecord> span)
+      : done_(std::move(done)), span_(std::move(span)) {}
+
+  // Whether the collective has completed. Does not block.
+  bool ready() const { return done_ == nullptr || done_->ready(); }
+  // Blocks the host until the collective has completed; rethrows its failure.
+  void wait() const {
+    if (done_) done_->synchronize();
+  }
+  // Work enqueued on `stream` after this call runs after the collective (its results are
+  // visible to it). Does not block the host.
+  void order_before(Stream& stream) const {
+    if (done_) stream.wait(*done_);
+  }
+  // The collective's host-clock span once ready(); nullopt before that or when the backend did
+  // not measure (the single-rank communicator does no work).
+  std::optional<CommSpan> span() const;
+
+ private:
+  std::shared_ptr<Event> done_;
+  std::shared_ptr<CommSpanRecord> span_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const RankInfo& ranks() const = 0;
+  // "mpi", "nccl" or "local" (one rank, no MPI).
+  virtual std::string_view backend_name() const = 0;
+
+  // data[0, count) <- (sum over ranks of data[0, count)) / size, in place, in device memory.
+  // Starts after the work enqueued on `after` so far; the result is identical (bitwise) on
+  // every rank. Every rank must issue the same collectives in the same order.
+  virtual CommWork all_reduce_mean(float* data, int64_t count, Stream& after) = 0;
+
+  // data[0, bytes) of rank `root` copied to every rank, in place, in device memory. Starts
+  // after the work enqueued on `after` so far.
+  virtual CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) = 0;
+
+  // Blocks the host until every rank has entered the barrier. Ordered after the collectives
+  // this communicator has issued before (they run first on the comm stream).
+  virtual void barrier() = 0;
+};
+
+enum class CommBackendChoice { kAuto, kMpi, kNccl };
+
+// "auto", "mpi", "nccl".
+std::string_view comm_backend_name(CommBackendChoice choice);
+// Parses comm.backend; throws ConfigError naming the value (with the nearest valid name).
+CommBackendChoice parse_comm_backend(std::string_view text);
+
+// The one place a communication backend is chosen. kAuto: nccl for a CUDA device, mpi for a CPU
+// device. A single rank (ranks.size == 1, with or without MPI) gets the local communicator,
+// whose collectives are complete at once (the mean over one rank is the data itself), so the
+// caller needs no special case. Throws UnsupportedError for mpi with a CUDA device, nccl with a
+// CPU device, or nccl in a build without NCCL; LibraryError when MPI or NCCL fails.
+// The device and (under MPI) MPI must outlive the communicator; destroy it before
+// finalize_ranks(). Collective: every rank calls it with the same choice.
+std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Device& device,
+                                                  const RankInfo& ranks);
+
+// Whether this build has the NCCL backend.
+bool nccl_built();
+
+}  // namespace ferry

@@ -1,0 +1,44 @@
+// The communicator of a single rank: the mean over one rank is the data itself and a broadcast
+// from rank 0 to rank 0 moves nothing, so every collective is complete when issued and costs
+// nothing. Lets the trainer use one code path with and without mpirun.
+#include <fmt/format.h>
+
+#include "comm/backends.h"
+#include "common/error.h"
+
+namespace ferry::detail {
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  explicit LocalCommunicator(const RankInfo& ranks) : ranks_(ranks) {}
+
+  const RankInfo& ranks() const override { return ranks_; }
+  std::string_view backend_name() const override { return "local"; }
+
+  CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
+    FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
+    return CommWork();
+  }
+
+  CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) override {
+    if (root != 0) {
+      throw UnsupportedError(fmt::format("broadcast from rank {} in a job of one rank", root),
+                             "broadcast from rank 0");
+    }
+    return CommWork();
+  }
+
+  void barrier() override {}
+
+ private:
+  RankInfo ranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_local_communicator(const RankInfo& ranks) {
+  return std::make_unique<LocalCommunicator>(ranks);
+}
+
+}  // namespace ferry::detail

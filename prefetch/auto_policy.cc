@@ -1,0 +1,199 @@
+// The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
+// activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
+// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time).
+// Cheapest bytes go first until the plan fits; then each prefetch is moved as early, and each
+// release as late, as the budget allows, so copies land before they are needed.
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "prefetch/planner_impl.h"
+
+namespace ferry::planner {
+
+namespace {
+
+struct Candidate {
+  int tensor = -1;
+  bool recompute = false;
+  RecomputeChain chain;
+  uint64_t bytes = 0;
+  double cost = 0;  // predicted seconds added per step
+};
+
+std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
+  std::vector<double> t(tape.steps.size());
+  for (size_t s = 0; s < t.size(); ++s) t[s] = cost.step_seconds(tape.steps[s], tape);
+  return t;
+}
+
+std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o) {
+  const std::vector<int> saved = saved_tensors(input, live, false);
+  std::vector<bool> saved_mask(input.tensors.size(), false);
+  for (int t : saved) saved_mask[static_cast<size_t>(t)] = true;
+  const std::vector<double> times = step_times(input, o.cost);
+  std::vector<double> prefix(times.size() + 1, 0.0);
+  std::partial_sum(times.begin(), times.end(), prefix.begin() + 1);
+  std::vector<Candidate> out;
+  for (int t : saved) {
+    const TensorLiveness& tl = live.tensors[static_cast<size_t>(t)];
+    const uint64_t bytes = input.tensors[static_cast<size_t>(t)].bytes;
+    if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
+    const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
+                       prefix[static_cast<size_t>(tl.last_forward_use) + 1];
+    Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - gap)};
+    if (o.recompute) {
+      RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
+      if (!chain.steps.empty()) {
+        double rebuild = 0;
+        for (int s : chain.steps) rebuild += times[static_cast<size_t>(s)];
+        if (rebuild < c.cost) {
+          c.recompute = true;
+          c.cost = rebuild;
+          c.chain = std::move(chain);
+        }
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    const double ca = a.cost / static_cast<double>(a.bytes);
+    const double cb = b.cost / static_cast<double>(b.bytes);
+    if (ca != cb) return ca < cb;
+    return a.bytes > b.bytes;
+  });
+  return out;
+}
+
+// Offload timings for the current decisions: vDNN's, or just-in-time fetches when `jit`.
+std::vector<OffloadTiming> base_timing(const Materialized& m, const Decisions& d, bool jit) {
+  std::vector<OffloadTiming> timing;
+  for (int t : d.offload) {
+    OffloadTiming tm = vdnn_timing(m, t);
+    if (jit) tm.fetch_at = m.live.tensors[static_cast<size_t>(t)].first_backward_use;
+    timing.push_back(tm);
+  }
+  return timing;
+}
+
+// Moves fetches earlier and releases later, within `limit` live bytes per step, toward the
+// points where the cost model says the copies are hidden.
+std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
+                                 std::vector<OffloadTiming> timing, const CostModel& cost,
+                                 uint64_t limit) {
+  std::vector<TensorPlan> plans = stretches(m, d, timing);
+  std::vector<uint64_t> live = live_bytes(m.tape, plans);
+  const std::vector<double> times = step_times(m.tape, cost);
+  std::vector<size_t> order(d.offload.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return plans[static_cast<size_t>(d.offload[a])].needed_at <
+           plans[static_cast<size_t>(d.offload[b])].needed_at;
+  });
+  for (size_t i : order) {
+    const int t = d.offload[i];
+    const TensorPlan& p = plans[static_cast<size_t>(t)];
+    const uint64_t size = aligned(m.tape.tensors[static_cast<size_t>(t)].bytes);
+    const double copy = cost.transfer_seconds(m.tape.tensors[static_cast<size_t>(t)].bytes);
+    // Fetch: as early as needed to land before needed_at, as the budget allows.
+    double ahead = 0;
+    int want = p.needed_at;
+    while (want - 1 > m.live.forward_end + 1 && ahead < copy) ahead += times[static_cast<size_t>(--want)];
+    OffloadTiming& tm = timing[i];
+    for (int g = tm.fetch_at - 1; g >= want && g > tm.release_at; --g) {
+      if (live[static_cast<size_t>(g)] + size > limit) break;
+      live[static_cast<size_t>(g)] += size;
+      tm.fetch_at = g;
+    }
+    // Release: late enough for the copy to finish, as the budget allows.
+    double behind = 0;
+    int until = p.offload_after + 1;
+    while (until < tm.fetch_at - 1 && behind < copy) behind += times[static_cast<size_t>(until++)];
+    for (int g = tm.release_at; g < until && g + 1 < tm.fetch_at; ++g) {
+      if (live[static_cast<size_t>(g)] + size > limit) break;
+      live[static_cast<size_t>(g)] += size;
+      tm.release_at = g + 1;
+    }
+  }
+  return timing;
+}
+
+}  // namespace
+
+void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o,
+               uint64_t arena_budget, Decisions& d, Materialized& m,
+               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
+  const auto fits = [&](bool jit) {
+    m = materialize(input, live, d);
+    timing = base_timing(m, d, jit);
+    plans = stretches(m, d, timing);
+    return layout_plans(m.tape, plans) <= arena_budget;
+  };
+  d = {};
+  if (fits(false)) return;  // everything resident fits
+
+  // Greedy: cheapest bytes first, estimated on the input tape's live bytes.
+  std::vector<TensorPlan> none = stretches(materialize(input, live, d), d, {});
+  std::vector<uint64_t> estimate = live_bytes(input, none);
+  std::vector<bool> taken(input.tensors.size(), false);  // decided, or needed by a chain
+  bool fitted = false;
+  const std::vector<Candidate> all = candidates(input, live, o);
+  for (size_t i = 0; i < all.size() && !fitted; ++i) {
+    const Candidate& c = all[i];
+    const TensorLiveness& tl = live.tensors[static_cast<size_t>(c.tensor)];
+    if (taken[static_cast<size_t>(c.tensor)]) continue;
+    int free_from = tl.last_forward_use + 1, free_to = tl.first_backward_use - 1;
+    if (c.recompute) {
+      bool clash = false;
+      for (int t : c.chain.temps) clash = clash || taken[static_cast<size_t>(t)];
+      if (clash) continue;
+      for (int t : c.chain.temps) taken[static_cast<size_t>(t)] = true;
+      d.recompute.push_back(c.chain);
+    } else {
+      d.offload.push_back(c.tensor);
+      free_to -= 1;  // fetched one step ahead
+    }
+    taken[static_cast<size_t>(c.tensor)] = true;
+    const uint64_t size = aligned(c.bytes);
+    for (int s = free_from; s <= free_to; ++s) estimate[static_cast<size_t>(s)] -= size;
+    const bool last = i + 1 == all.size();
+    if (*std::max_element(estimate.begin(), estimate.end()) <= arena_budget || last) {
+      fitted = fits(false) || fits(true);
+    }
+  }
+  if (!fitted) {
+    // Every candidate taken: report what the tightest plan needs.
+    fits(true);
+    const uint64_t arena = layout_plans(m.tape, plans);
+    throw ConfigError(
+        fmt::format("memory.policy auto cannot fit memory.budget {}: with every saved activation "
+                    "{} the peak is {}",
+                    format_bytes(arena_budget + o.persistent.total()),
+                    o.recompute ? "offloaded or recomputed" : "offloaded",
+                    format_bytes(arena + o.persistent.total())),
+        fmt::format("raise memory.budget to at least {}{}, or lower data.batch_size",
+                    format_bytes(arena + o.persistent.total()),
+                    o.recompute ? "" : ", set memory.recompute=true"));
+  }
+
+  // Fetch early and release late where the budget leaves room; keep the layout within budget
+  // by shrinking the allowance by what fragmentation costs.
+  const std::vector<OffloadTiming> tight = timing;
+  uint64_t limit = arena_budget;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    timing = relax(m, d, tight, o.cost, limit);
+    plans = stretches(m, d, timing);
+    const uint64_t arena = layout_plans(m.tape, plans);
+    if (arena <= arena_budget) return;
+    const uint64_t excess = arena - arena_budget;
+    if (excess >= limit) break;
+    limit -= excess;
+  }
+  timing = tight;
+  plans = stretches(m, d, timing);
+}
+
+}  // namespace ferry::planner

@@ -1,0 +1,54 @@
+// Step costs and the virtual-clock simulation.
+#include "prefetch/cost_model.h"
+
+#include <algorithm>
+
+namespace ferry {
+
+double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
+  double bytes = 0;
+  for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
+  for (int t : step.writes) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
+  return std::max(step.flops / compute_flops, bytes / (memory_gbps * 1e9)) + step_overhead_s;
+}
+
+Prediction simulate(const Tape& tape, const CostModel& cost, const std::vector<SimTransfer>& transfers) {
+  const int steps = static_cast<int>(tape.steps.size());
+  // Which transfers are issued after each step ends, and which each step waits for.
+  std::vector<std::vector<size_t>> issued_after(static_cast<size_t>(steps) + 1);
+  std::vector<std::vector<size_t>> waited_before(static_cast<size_t>(steps) + 1);
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const SimTransfer& t = transfers[i];
+    issued_after[static_cast<size_t>(std::max(t.issue_after, -1) + 1)].push_back(i);
+    if (t.wait_before >= 0) waited_before[static_cast<size_t>(t.wait_before)].push_back(i);
+  }
+  std::vector<double> done(transfers.size(), 0.0);
+  std::vector<bool> issued(transfers.size(), false);
+  double clock = 0, d2h_free = 0, h2d_free = 0;
+  Prediction p;
+  const auto issue = [&](size_t i, double at) {
+    double& lane = transfers[i].to_host ? d2h_free : h2d_free;
+    const double start = std::max(lane, at);
+    done[i] = start + cost.transfer_seconds(transfers[i].bytes);
+    lane = done[i];
+    issued[i] = true;
+  };
+  for (size_t i : issued_after[0]) issue(i, 0.0);
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i : waited_before[static_cast<size_t>(s)]) {
+      if (!issued[i]) issue(i, clock);  // issued and waited at the same point
+      if (done[i] > clock) {
+        p.stall_seconds += done[i] - clock;
+        clock = done[i];
+      }
+    }
+    const double t = cost.step_seconds(tape.steps[static_cast<size_t>(s)], tape);
+    p.compute_seconds += t;
+    clock += t;
+    for (size_t i : issued_after[static_cast<size_t>(s) + 1]) issue(i, clock);
+  }
+  p.step_seconds = clock;
+  return p;
+}
+
+}  // namespace ferry

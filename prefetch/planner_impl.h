@@ -1,0 +1,56 @@
+// Internals shared by the planner's files: the decisions a policy makes on the input tape and
+// how they become a planned tape with residency stretches.
+#pragma once
+
+#include <vector>
+
+#include "prefetch/plan.h"
+#include "prefetch/recompute.h"
+
+namespace ferry::planner {
+
+// What a policy decided, in input-tape terms.
+struct Decisions {
+  std::vector<RecomputeChain> recompute;
+  std::vector<int> offload;  // tensors
+};
+
+// Per offloaded tensor of a planned tape: when to release and fetch (planned-tape steps).
+struct OffloadTiming {
+  int release_at = -1;
+  int fetch_at = -1;
+};
+
+// The planned tape and its liveness, for a set of decisions.
+struct Materialized {
+  Tape tape;
+  std::vector<int> origin;
+  std::vector<int> new_index;  // input step -> planned step
+  Liveness live;
+  std::vector<bool> rebuilt;   // tensors with a recomputed second life
+};
+Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d);
+
+// vDNN's timing: release right after the last forward use, fetch one step before the first
+// backward use (or just before it when that step is in the forward pass).
+OffloadTiming vdnn_timing(const Materialized& m, int tensor);
+
+// Residency stretches for every tensor (offsets still 0).
+std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
+                                  const std::vector<OffloadTiming>& timing);
+
+// Aligned live bytes per planned step.
+std::vector<uint64_t> live_bytes(const Tape& tape, const std::vector<TensorPlan>& plans);
+
+// Lays out `plans` (fills offsets); returns the arena size.
+uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans);
+
+// The auto policy: chooses decisions and timings that fit `arena_budget` at least predicted
+// cost. Throws ConfigError when nothing fits.
+void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& options,
+               uint64_t arena_budget, Decisions& decisions, Materialized& m,
+               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans);
+
+uint64_t aligned(uint64_t bytes);
+
+}  // namespace ferry::planner

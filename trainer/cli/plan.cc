@@ -1,0 +1,138 @@
+// `trainer plan`: the memory plan of a config, per policy, without training.
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/bytes.h"
+#include "common/strings.h"
+#include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
+#include "trainer/session/planning.h"
+
+namespace ferry {
+
+namespace {
+
+std::vector<MemoryPolicy> requested(const PlanArgs& args, const Config& config) {
+  if (args.policy.empty()) return {config.memory.policy};
+  if (args.policy == "all") {
+    return {MemoryPolicy::kNone, MemoryPolicy::kVdnnConv, MemoryPolicy::kVdnnAll, MemoryPolicy::kAuto};
+  }
+  std::vector<MemoryPolicy> out;
+  for (const std::string& name : split(args.policy, ',')) {
+    const auto p = from_string<MemoryPolicy>(name);
+    if (!p) {
+      throw ConfigError(fmt::format("--policy: unknown policy '{}'", name),
+                        "use none, vdnn-conv, vdnn-all, auto, or all");
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
+struct Row {
+  MemoryPolicy policy;
+  bool fits = false;
+  std::string error;
+  MemoryPlan plan;
+  int64_t max_batch = -1;
+};
+
+}  // namespace
+
+int run_plan(const PlanArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  const Config config = load_config(args.config, args.overrides);
+  OfflinePlanner planner(config);
+  const int64_t batch = config.data.batch_size;
+  std::vector<Row> rows;
+  for (MemoryPolicy policy : requested(args, config)) {
+    Row row{policy};
+    try {
+      row.plan = planner.plan(policy, batch);
+      row.fits = true;
+    } catch (const ConfigError& e) {
+      row.error = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+      row.plan = planner.plan(policy, batch, /*enforce_budget=*/false);
+    }
+    if (args.max_batch) row.max_batch = planner.max_batch(policy);
+    rows.push_back(std::move(row));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t none_peak = planner.plan(MemoryPolicy::kNone, batch, false).peak_bytes();
+
+  if (args.json) {
+    nlohmann::json policies = nlohmann::json::array();
+    for (const Row& r : rows) {
+      nlohmann::json j = {{"name", policy_name(r.policy)},
+                          {"fits", r.fits},
+                          {"peak_bytes", r.plan.peak_bytes()},
+                          {"offload_bytes", r.plan.offload_bytes},
+                          {"recompute_flops", r.plan.recompute_flops},
+                          {"lower_bound_bytes", r.plan.lower_bound},
+                          {"max_batch", r.max_batch >= 0 ? nlohmann::json(r.max_batch) : nlohmann::json()},
+                          {"weights_bytes", r.plan.persistent.weights},
+                          {"gradients_bytes", r.plan.persistent.gradients},
+                          {"optimizer_bytes", r.plan.persistent.optimizer},
+                          {"buffers_bytes", r.plan.persistent.buffers},
+                          {"activation_bytes", r.plan.activation_bytes},
+                          {"activation_gradient_bytes", r.plan.gradient_bytes},
+                          {"workspace_bytes", r.plan.workspace_bytes},
+                          {"host_bytes", r.plan.host_bytes},
+                          {"predicted_step_s", r.plan.prediction.step_seconds},
+                          {"predicted_stall_s", r.plan.prediction.stall_seconds}};
+      if (!r.fits) j["error"] = r.error;
+      policies.push_back(std::move(j));
+    }
+    nlohmann::json out = {{"model", config.model.name},
+                          {"batch", batch},
+                          {"input", config.model.input},
+                          {"budget_bytes", config.memory.budget},
+                          {"policies", policies},
+                          {"seconds", seconds}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("plan: %s, batch %lld, input [%lld, %lld, %lld], budget %s%s\n",
+              config.model.name.c_str(), static_cast<long long>(batch),
+              static_cast<long long>(config.model.input[0]),
+              static_cast<long long>(config.model.input[1]),
+              static_cast<long long>(config.model.input[2]),
+              format_bytes(config.memory.budget).c_str(),
+              planner.substituted() ? " (workspace sizes from the CPU backend: cuda is not built)" : "");
+  const PersistentBytes& p = planner.persistent();
+  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n\n",
+              format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),
+              format_bytes(p.optimizer).c_str(), format_bytes(p.buffers).c_str());
+  std::printf("%-10s %12s %8s %12s %12s %12s %12s %12s %10s %s\n", "policy", "peak", "vs none",
+              "activations", "act. grads", "workspace", "offload/step", "recompute", "max batch",
+              "predicted step (stall)");
+  for (const Row& r : rows) {
+    const double vs = none_peak ? 100.0 * (1.0 - static_cast<double>(r.plan.peak_bytes()) /
+                                                     static_cast<double>(none_peak))
+                                : 0.0;
+    std::printf("%-10s %12s %7.1f%% %12s %12s %12s %12s %9.2f GF %10s %.3fs (%.3fs)%s\n",
+                std::string(policy_name(r.policy)).c_str(), format_bytes(r.plan.peak_bytes()).c_str(),
+                -vs, format_bytes(r.plan.activation_bytes).c_str(),
+                format_bytes(r.plan.gradient_bytes).c_str(),
+                format_bytes(r.plan.workspace_bytes).c_str(),
+                format_bytes(r.plan.offload_bytes).c_str(), r.plan.recompute_flops / 1e9,
+                r.max_batch >= 0 ? std::to_string(r.max_batch).c_str() : "-",
+                r.plan.prediction.step_seconds, r.plan.prediction.stall_seconds,
+                r.fits ? "" : "  does not fit");
+  }
+  const MemoryPlan& any = rows.front().plan;
+  std::printf("\nlower bound: %s (persistent + the largest single-step working set)\n",
+              format_bytes(any.lower_bound).c_str());
+  for (const Row& r : rows) {
+    if (!r.fits) std::printf("%s: %s\n", std::string(policy_name(r.policy)).c_str(), r.error.c_str());
+  }
+  std::printf("planned in %.2fs\n", seconds);
+  return 0;
+}
+
+}  // namespace ferry

@@ -1,0 +1,90 @@
+// Offline planning.
+#include "trainer/session/planning.h"
+
+#include "common/error.h"
+#include "device/device.h"
+#include "trainer/exec/parameter_store.h"
+#include "trainer/model/zoo/zoo.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/session/session.h"
+
+namespace ferry {
+
+CostModel cost_model(const Config& config) {
+  CostModel c;
+  if (config.device.backend == Backend::kCuda) {
+    c.compute_flops = 1e13;  // a V100/A100-class GPU at realistic utilisation
+    c.memory_gbps = 700;
+    c.link_gbps = 12;  // PCIe gen3 x16 as measured, per direction
+  } else {
+    c.compute_flops = 5e10 * static_cast<double>(std::max<int64_t>(config.device.threads, 1));
+    c.memory_gbps = 10;
+    c.link_gbps = 8;  // a memcpy on a copy thread
+  }
+  if (config.device.copy_gbps > 0) c.link_gbps = config.device.copy_gbps;
+  return c;
+}
+
+OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
+  DeviceOptions d;
+  d.backend = config.device.backend;
+  d.threads = static_cast<int>(config.device.threads);
+  if (!backend_built(d.backend)) {
+    d.backend = Backend::kCpu;
+    substituted_ = true;
+  }
+  kernels_ = create_kernels(d);
+  const Graph graph = build_model(config.model.name,
+                                  Shape{1, config.model.input[0], config.model.input[1],
+                                        config.model.input[2]},
+                                  config.model.classes);
+  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
+}
+
+OfflinePlanner::~OfflinePlanner() = default;
+
+const Lowered& OfflinePlanner::lowered(int64_t batch) {
+  auto it = tapes_.find(batch);
+  if (it != tapes_.end()) return *it->second;
+  const Graph g = build_model(
+      config_.model.name,
+      Shape{batch, config_.model.input[0], config_.model.input[1], config_.model.input[2]},
+      config_.model.classes);
+  auto lowered = std::make_unique<Lowered>(lower_graph(g, *kernels_, /*training=*/true));
+  return *tapes_.emplace(batch, std::move(lowered)).first->second;
+}
+
+MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce_budget) {
+  PlanOptions o = plan_options(config_);
+  if (!enforce_budget) o.budget = 0;
+  o.policy = policy;
+  o.persistent = persistent_;
+  o.cost = cost_model(config_);
+  return plan_memory(lowered(batch).tape, o);
+}
+
+bool OfflinePlanner::fits(MemoryPolicy policy, int64_t batch) {
+  try {
+    plan(policy, batch);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+int64_t OfflinePlanner::max_batch(MemoryPolicy policy, int64_t limit) {
+  if (!fits(policy, 1)) return 0;
+  int64_t good = 1, bad = 2;
+  while (bad <= limit && fits(policy, bad)) {
+    good = bad;
+    bad *= 2;
+  }
+  if (bad > limit) return good;
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(policy, mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+}  // namespace ferry

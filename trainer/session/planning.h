@@ -1,0 +1,48 @@
+// Planning without training: the memory plan of a config's model at a batch size under a
+// policy, with no device and no activation memory (`trainer plan`, --max-batch, the banner).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "device/kernels.h"
+#include "prefetch/plan.h"
+#include "trainer/config/config.h"
+#include "trainer/exec/lower.h"
+
+namespace ferry {
+
+// The cost model the planner assumes for a config's backend and link.
+CostModel cost_model(const Config& config);
+
+class OfflinePlanner {
+ public:
+  // Uses the configured backend's kernels for workspace sizes (the CPU's when that backend
+  // is not built here, with `substituted()` true).
+  explicit OfflinePlanner(const Config& config);
+  ~OfflinePlanner();
+
+  // The tape of the model at `batch` (lowered once per batch size, then cached).
+  const Lowered& lowered(int64_t batch);
+  // Plans `batch` under `policy` (ConfigError when it does not fit memory.budget; without
+  // `enforce_budget`, the plan the policy makes with no budget).
+  MemoryPlan plan(MemoryPolicy policy, int64_t batch, bool enforce_budget = true);
+  // Whether `batch` fits memory.budget under `policy`.
+  bool fits(MemoryPolicy policy, int64_t batch);
+  // The largest batch that fits memory.budget under `policy` (0 when none does), searched up
+  // to `limit`.
+  int64_t max_batch(MemoryPolicy policy, int64_t limit = 1 << 16);
+
+  bool substituted() const { return substituted_; }
+  const PersistentBytes& persistent() const { return persistent_; }
+
+ private:
+  Config config_;
+  std::unique_ptr<Kernels> kernels_;
+  bool substituted_ = false;
+  PersistentBytes persistent_;
+  std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
+};
+
+}  // namespace ferry
