@@ -84,8 +84,8 @@ class GradientBuckets {
   std::vector<int> expected_;  // writes per parameter per step
 
   // Per step.
-  std::vector<int> marks_;        // writes seen per parameter
-  std::vector<size_t> pending_;   // parameters of each bucket not fully written yet
+  std::vector<int> marks_;                    // writes seen per parameter
+  std::vector<size_t> pending_;               // parameters of each bucket not fully written yet
   std::vector<std::vector<CommWork>> works_;  // per bucket, one per range
   std::vector<int64_t> launch_ns_;
   size_t next_ = 0;  // buckets [0, next_) are launched

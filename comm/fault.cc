@@ -15,8 +15,7 @@ std::string rank_prefix(const RankInfo& ranks) {
   return ranks.size > 1 ? fmt::format("rank {} of {}: ", ranks.rank, ranks.size) : std::string();
 }
 
-int fail_job(const RankInfo& ranks, const std::string& message, const std::string& hint,
-             int code) {
+int fail_job(const RankInfo& ranks, const std::string& message, const std::string& hint, int code) {
   const std::string prefix = rank_prefix(ranks);
   std::string text;
   auto add_lines = [&](const char* label, const std::string& body) {

@@ -41,8 +41,7 @@ namespace ferry {
 // Prints "error: <message>" and "hint: <hint>" (when not empty) to stderr, prefixed with the
 // rank when size > 1; then under MPI ends the job (abort_job(code), never returns), otherwise
 // returns `code`. `code` should be non-zero (0 becomes 1 under MPI).
-int fail_job(const RankInfo& ranks, const std::string& message, const std::string& hint,
-             int code);
+int fail_job(const RankInfo& ranks, const std::string& message, const std::string& hint, int code);
 
 // The same for a caught exception: its what(), and its hint() when it is a ferry::Error.
 int fail_job(const RankInfo& ranks, const std::exception& error, int code);

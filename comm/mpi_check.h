@@ -14,10 +14,10 @@ const char* error_text(int code, char (&buffer)[MPI_MAX_ERROR_STRING]);
 
 }  // namespace ferry::mpi
 
-#define MPI_CHECK(expr)                                                             \
-  do {                                                                              \
-    const int ferry_mpi_status_ = (expr);                                           \
-    if (ferry_mpi_status_ != MPI_SUCCESS) {                                         \
+#define MPI_CHECK(expr)                                                            \
+  do {                                                                             \
+    const int ferry_mpi_status_ = (expr);                                          \
+    if (ferry_mpi_status_ != MPI_SUCCESS) {                                        \
       ::ferry::mpi::throw_mpi_error(ferry_mpi_status_, #expr, __FILE__, __LINE__); \
-    }                                                                               \
+    }                                                                              \
   } while (0)

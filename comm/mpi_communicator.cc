@@ -71,21 +71,28 @@ class MpiCommunicator final : public Communicator {
 
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
-    const float size = static_cast<float>(ranks_.size);
-    return launch(after, [this, data, count, size] {
+    const int ranks = ranks_.size;
+    return launch(after, [this, data, count, ranks] {
       for (int64_t offset = 0; offset < count; offset += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, count - offset));
         if (wait_ == MpiWait::kBlocking) {
           MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_));
         } else {
           MPI_Request request;
-          MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_,
-                                   &request));
+          MPI_CHECK(
+              MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_, &request));
           wait_request(request);
         }
       }
-      // Every rank holds the same sum bits, so every rank gets the same quotient bits.
-      for (int64_t i = 0; i < count; ++i) data[i] /= size;
+      // Every rank holds the same sum bits, so every rank gets the same quotient bits. For a
+      // power-of-two rank count x * (1/n) is exactly x / n, and cheaper.
+      if ((ranks & (ranks - 1)) == 0) {
+        const float inverse = 1.0f / static_cast<float>(ranks);
+        for (int64_t i = 0; i < count; ++i) data[i] *= inverse;
+      } else {
+        const auto n = static_cast<float>(ranks);
+        for (int64_t i = 0; i < count; ++i) data[i] /= n;
+      }
     });
   }
 

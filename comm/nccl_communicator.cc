@@ -79,8 +79,8 @@ class NcclCommunicator final : public Communicator {
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
     return launch(after, [&](cudaStream_t stream) {
-      NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclAvg, comm_,
-                               stream));
+      NCCL_CHECK(
+          ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclAvg, comm_, stream));
     });
   }
 
@@ -91,8 +91,8 @@ class NcclCommunicator final : public Communicator {
           "broadcast from a rank in [0, size)");
     }
     return launch(after, [&](cudaStream_t stream) {
-      NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_,
-                               stream));
+      NCCL_CHECK(
+          ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream));
     });
   }
 

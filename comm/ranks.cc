@@ -73,8 +73,8 @@ RankInfo init_ranks() {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &info.size));
   MPI_Comm local = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL,
-                                &local));
+  MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &info.local_rank));
   MPI_CHECK(MPI_Comm_size(local, &info.local_size));
   MPI_CHECK(MPI_Comm_free(&local));

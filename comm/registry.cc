@@ -33,14 +33,14 @@ std::string_view comm_backend_name(CommBackendChoice choice) {
 }
 
 CommBackendChoice parse_comm_backend(std::string_view text) {
-  for (auto choice : {CommBackendChoice::kAuto, CommBackendChoice::kMpi, CommBackendChoice::kNccl}) {
+  for (auto choice :
+       {CommBackendChoice::kAuto, CommBackendChoice::kMpi, CommBackendChoice::kNccl}) {
     if (text == comm_backend_name(choice)) return choice;
   }
   const std::string near = nearest(text, {"auto", "mpi", "nccl"});
-  throw ConfigError(
-      fmt::format("comm.backend: unknown backend '{}'{}", text,
-                  near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
-      "set comm.backend to auto, mpi (cpu devices) or nccl (cuda devices)");
+  throw ConfigError(fmt::format("comm.backend: unknown backend '{}'{}", text,
+                                near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
+                    "set comm.backend to auto, mpi (cpu devices) or nccl (cuda devices)");
 }
 
 bool nccl_built() {

@@ -203,27 +203,72 @@ bool is_tiled_2x2(const PoolGeom& g) {
          g.pad_w == 0 && 2 * g.out_h() <= g.h && 2 * g.out_w() <= g.w;
 }
 
-// The same rule for tiled 2x2 windows, vectorized along an output row: dx is written (not
-// accumulated) inside the windows; the caller zeroes a leftover last row or column.
+// PyTorch's first-maximum rule for one 2x2 window (a b / c d), as selects only so that loops
+// over windows vectorize: t_k says element k replaces the running maximum (strictly greater, or
+// NaN); the last replacement is the first maximum, and the gradient is routed back to it.
+[[gnu::always_inline]] inline void route_2x2(float a, float b, float c, float d, float grad,
+                                             float& ga, float& gb, float& gc, float& gd) {
+  float best = a;
+  const bool t1 = (b > best) | (b != b);
+  best = t1 ? b : best;
+  const bool t2 = (c > best) | (c != c);
+  best = t2 ? c : best;
+  const bool t3 = (d > best) | (d != d);
+  gd = t3 ? grad : 0.0f;
+  grad = t3 ? 0.0f : grad;
+  gc = t2 ? grad : 0.0f;
+  grad = t2 ? 0.0f : grad;
+  gb = t1 ? grad : 0.0f;
+  ga = t1 ? 0.0f : grad;
+}
+
+// Tiled 2x2 windows along one output row: x0, x1 the two input rows, d0, d1 their gradients
+// (written, not accumulated).
 FERRY_SIMD_CLONES void max_pool_backward_2x2_row(const float* x0, const float* x1, const float* dy,
                                                  float* d0, float* d1, int64_t ow) {
   for (int64_t j = 0; j < ow; ++j) {
-    const float a = x0[2 * j], b = x0[2 * j + 1], c = x1[2 * j], d = x1[2 * j + 1];
-    float best = a;
-    int pos = 0;
-    bool take = (b > best) | (b != b);
-    best = take ? b : best;
-    pos = take ? 1 : pos;
-    take = (c > best) | (c != c);
-    best = take ? c : best;
-    pos = take ? 2 : pos;
-    take = (d > best) | (d != d);
-    pos = take ? 3 : pos;
-    const float grad = dy[j];
-    d0[2 * j] = pos == 0 ? grad : 0.0f;
-    d0[2 * j + 1] = pos == 1 ? grad : 0.0f;
-    d1[2 * j] = pos == 2 ? grad : 0.0f;
-    d1[2 * j + 1] = pos == 3 ? grad : 0.0f;
+    route_2x2(x0[2 * j], x0[2 * j + 1], x1[2 * j], x1[2 * j + 1], dy[j], d0[2 * j], d0[2 * j + 1],
+              d1[2 * j], d1[2 * j + 1]);
+  }
+}
+
+// Tiled 2x2 max pooling backward of a plane with short rows (OW < 16): windows are staged 16 at
+// a time across rows into local blocks, so the routing runs as whole vectors.
+FERRY_SIMD_CLONES void max_pool_backward_2x2_short_rows(const float* x, const float* dy, float* dx,
+                                                        int64_t oh, int64_t ow, int64_t w) {
+  constexpr int kBlock = 16;
+  const int64_t n = oh * ow;
+  int64_t i = 0, j = 0;  // the output of q0
+  for (int64_t q0 = 0; q0 < n; q0 += kBlock) {
+    float a[kBlock] = {}, b[kBlock] = {}, c[kBlock] = {}, d[kBlock] = {}, g[kBlock] = {};
+    float ga[kBlock], gb[kBlock], gc[kBlock], gd[kBlock];
+    int64_t at[kBlock];
+    const int m = static_cast<int>(std::min<int64_t>(kBlock, n - q0));
+    for (int l = 0; l < m; ++l) {
+      at[l] = 2 * i * w + 2 * j;
+      a[l] = x[at[l]], b[l] = x[at[l] + 1], c[l] = x[at[l] + w], d[l] = x[at[l] + w + 1];
+      g[l] = dy[q0 + l];
+      if (++j == ow) j = 0, ++i;
+    }
+    for (int l = 0; l < kBlock; ++l)
+      route_2x2(a[l], b[l], c[l], d[l], g[l], ga[l], gb[l], gc[l], gd[l]);
+    for (int l = 0; l < m; ++l) {
+      dx[at[l]] = ga[l], dx[at[l] + 1] = gb[l], dx[at[l] + w] = gc[l], dx[at[l] + w + 1] = gd[l];
+    }
+  }
+}
+
+// Tiled 2x2 max pooling backward of one plane: dx (H, W) from x (H, W) and dy (OH, OW).
+void max_pool_backward_2x2_plane(const PoolGeom& g, const float* x, const float* dy, float* dx) {
+  const int64_t oh = g.out_h(), ow = g.out_w();
+  if (2 * oh < g.h || 2 * ow < g.w) std::memset(dx, 0, sizeof(float) * g.h * g.w);
+  if (ow < 16) {
+    max_pool_backward_2x2_short_rows(x, dy, dx, oh, ow, g.w);
+    return;
+  }
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t row = 2 * i * g.w;
+    max_pool_backward_2x2_row(x + row, x + row + g.w, dy + i * ow, dx + row, dx + row + g.w, ow);
   }
 }
 
@@ -294,12 +339,7 @@ void run(PlanCache&, const PoolBackward& a) {
     const float* dy = a.dy + p * oh * ow;
     float* dx = a.dx + p * g.h * g.w;
     if (tiled_2x2) {
-      if (2 * oh < g.h || 2 * ow < g.w) std::memset(dx, 0, sizeof(float) * g.h * g.w);
-      for (int64_t i = 0; i < oh; ++i) {
-        const int64_t row = 2 * i * g.w;
-        max_pool_backward_2x2_row(x + row, x + row + g.w, dy + i * ow, dx + row, dx + row + g.w,
-                                  ow);
-      }
+      max_pool_backward_2x2_plane(g, x, dy, dx);
       return;
     }
     std::memset(dx, 0, sizeof(float) * g.h * g.w);

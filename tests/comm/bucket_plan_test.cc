@@ -31,9 +31,7 @@ std::vector<GradSlice> aligned(const std::vector<uint64_t>& sizes, uint64_t alig
 using Params = std::vector<size_t>;
 using Ranges = std::vector<ByteRange>;
 
-TEST(BucketPlan, EmptyTableHasNoBuckets) {
-  EXPECT_TRUE(assign_buckets({}, {}, 1024).empty());
-}
+TEST(BucketPlan, EmptyTableHasNoBuckets) { EXPECT_TRUE(assign_buckets({}, {}, 1024).empty()); }
 
 TEST(BucketPlan, FillsInReverseOrderUpToTheCap) {
   const auto params = packed(6, 400);
@@ -83,7 +81,9 @@ TEST(BucketPlan, NoBucketExceedsTheCapUnlessItHoldsOneParameter) {
   uint64_t total = 0;
   size_t expect_next = params.size();
   for (const auto& b : buckets) {
-    if (b.params.size() > 1) EXPECT_LE(b.bytes, cap);
+    if (b.params.size() > 1) {
+      EXPECT_LE(b.bytes, cap);
+    }
     for (size_t p : b.params) EXPECT_EQ(p, --expect_next);  // production order is kept
     seen += b.params.size();
     total += b.bytes;

@@ -46,6 +46,17 @@ int64_t now_ns() {
       .count();
 }
 
+// A deterministic gradient value in [-1, 1) for (rank, step, element).
+float grad_value(int rank, int step, uint64_t element) {
+  uint64_t x = (static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(step) << 40) ^ element;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return static_cast<float>(x >> 40) / static_cast<float>(1 << 23) - 1.0f;
+}
+
 class MpiCommTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,6 +67,8 @@ class MpiCommTest : public ::testing::Test {
     comm_ = create_communicator(CommBackendChoice::kAuto, *device_, test_ranks());
   }
   void TearDown() override {
+    if (comm_) comm_->barrier();  // no rank frees memory a peer's collective may still read
+    buffers_.clear();
     comm_.reset();
     device_.reset();
   }
@@ -79,8 +92,12 @@ class MpiCommTest : public ::testing::Test {
 TEST_F(MpiCommTest, RanksMatchTheLauncher) {
   const RankInfo& r = test_ranks();
   EXPECT_EQ(comm_->backend_name(), "mpi");
-  if (const char* s = std::getenv("OMPI_COMM_WORLD_SIZE")) EXPECT_EQ(r.size, std::atoi(s));
-  if (const char* s = std::getenv("OMPI_COMM_WORLD_RANK")) EXPECT_EQ(r.rank, std::atoi(s));
+  if (const char* s = std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    EXPECT_EQ(r.size, std::atoi(s));
+  }
+  if (const char* s = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    EXPECT_EQ(r.rank, std::atoi(s));
+  }
   if (const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
     EXPECT_EQ(r.local_rank, std::atoi(s));
   }
@@ -132,6 +149,28 @@ TEST_F(MpiCommTest, AllReduceMeanOfRandomDataIsBitwiseEqualOnEveryRank) {
   }
 }
 
+TEST_F(MpiCommTest, TheNonblockingVariantGivesTheMeanBitwiseEqualOnEveryRank) {
+  auto nonblocking =
+      detail::make_mpi_communicator(*device_, test_ranks(), detail::MpiWait::kNonblocking);
+  const int64_t n = (1 << 20) + 1;
+  float* data = alloc_floats(n, "data");
+  for (int64_t i = 0; i < n; ++i) data[i] = grad_value(rank(), 0, static_cast<uint64_t>(i));
+  nonblocking->all_reduce_mean(data, n, compute()).wait();
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double mean = 0;
+    for (int r = 0; r < size(); ++r) mean += grad_value(r, 0, static_cast<uint64_t>(i));
+    worst = std::max(worst, std::abs(data[i] - mean / size()));
+  }
+  EXPECT_LT(worst, 2e-6);
+  EXPECT_TRUE(same_on_all_ranks(data, static_cast<size_t>(n) * sizeof(float)));
+  auto* bytes = reinterpret_cast<unsigned char*>(data);
+  for (int i = 0; i < 100; ++i) bytes[i] = static_cast<unsigned char>(rank() + i);
+  nonblocking->broadcast(bytes, 100, size() - 1, compute()).wait();
+  EXPECT_EQ(bytes[99], static_cast<unsigned char>(size() - 1 + 99));
+  nonblocking->barrier();
+}
+
 TEST_F(MpiCommTest, CollectivesRunInIssueOrder) {
   const int64_t n = 1 << 16;
   float* a = alloc_floats(n, "a");
@@ -177,8 +216,12 @@ TEST_F(MpiCommTest, BarrierWaitsForTheSlowestRank) {
   const auto t0 = Clock::now();
   comm_->barrier();
   const auto waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (!slow) EXPECT_GE(waited, 200.0);
-  if (slow) EXPECT_LT(waited, 200.0);
+  if (!slow) {
+    EXPECT_GE(waited, 200.0);
+  }
+  if (slow) {
+    EXPECT_LT(waited, 200.0);
+  }
 }
 
 // The collective starts after the producer's work on the compute stream, the host does not
@@ -198,8 +241,8 @@ TEST_F(MpiCommTest, AllReduceIsOrderedAfterItsProducerAndBeforeItsConsumer) {
   const auto t0 = Clock::now();
   CommWork work = comm_->all_reduce_mean(data, n, compute());
   const auto issue_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  EXPECT_LT(issue_ms, 100.0);      // issuing does not wait for the producer
-  EXPECT_FALSE(work.ready());      // rank 0's producer is still sleeping
+  EXPECT_LT(issue_ms, 100.0);  // issuing does not wait for the producer
+  EXPECT_FALSE(work.ready());  // rank 0's producer is still sleeping
   compute().enqueue([&] { std::copy(data, data + n, before.begin()); });  // not ordered
   work.order_before(compute());
   compute().enqueue([&] { std::copy(data, data + n, after.begin()); });  // ordered
@@ -231,17 +274,6 @@ FakeModel fake_model() {
     m.block_bytes += padded;
   }
   return m;
-}
-
-// A deterministic gradient value in [-1, 1) for (rank, step, element).
-float grad_value(int rank, int step, uint64_t element) {
-  uint64_t x = (static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(step) << 40) ^ element;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return static_cast<float>(x >> 40) / static_cast<float>(1 << 23) - 1.0f;
 }
 
 struct StepResult {
@@ -314,7 +346,9 @@ TEST_F(BucketsMpiTest, OverlapOnAndOffGiveTheSameMeanOnEveryRank) {
           mean /= size();
         }
         worst = std::max(worst, std::abs(a.block[first + i] - mean));
-        if (i >= written) EXPECT_EQ(a.block[first + i], 0.0f);
+        if (i >= written) {
+          EXPECT_EQ(a.block[first + i], 0.0f);
+        }
       }
     }
     EXPECT_LT(worst, 2e-6) << step;

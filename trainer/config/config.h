@@ -131,6 +131,7 @@ struct MemoryConfig {
   uint64_t budget = 0;                      // bytes; 0 -> device.memory; <= device.memory
   bool recompute = false;                   // auto may recompute cheap activations
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
+  double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN
   bool operator==(const MemoryConfig&) const = default;
 };

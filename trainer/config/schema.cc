@@ -220,6 +220,9 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(memory, recompute),
            "auto: may recompute cheap activations (ReLU, BN, pooling) instead of keeping them."),
       size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
+      real(FERRY_CONFIG_KEY(memory, link_gbps), at_least(0),
+           "Host<->device GB/s the planner assumes when costing offloads; 0 = the device's "
+           "(cuda 12, cpu device.copy_gbps or 8)."),
       flag(FERRY_CONFIG_KEY(memory, debug_poison),
            "Fill the device space of non-resident tensors with NaN (testing)."),
       // comm

@@ -1,6 +1,8 @@
 // Offline planning.
 #include "trainer/session/planning.h"
 
+#include <thread>
+
 #include "common/error.h"
 #include "device/device.h"
 #include "trainer/exec/parameter_store.h"
@@ -17,11 +19,15 @@ CostModel cost_model(const Config& config) {
     c.memory_gbps = 700;
     c.link_gbps = 12;  // PCIe gen3 x16 as measured, per direction
   } else {
-    c.compute_flops = 5e10 * static_cast<double>(std::max<int64_t>(config.device.threads, 1));
+    const int64_t cores = config.device.threads > 0
+                              ? config.device.threads
+                              : static_cast<int64_t>(std::thread::hardware_concurrency());
+    c.compute_flops = 5e10 * static_cast<double>(std::max<int64_t>(cores, 1));
     c.memory_gbps = 10;
     c.link_gbps = 8;  // a memcpy on a copy thread
   }
   if (config.device.copy_gbps > 0) c.link_gbps = config.device.copy_gbps;
+  if (config.memory.link_gbps > 0) c.link_gbps = config.memory.link_gbps;
   return c;
 }
 

@@ -60,8 +60,9 @@ void time_conv(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw, int64_t kou
   const double d = best_ms(runner(k, ConvBackwardData{g, dy.data(), w.data(), dx.data()}, ws2));
   const double b =
       best_ms(runner(k, ConvBackwardWeights{g, x.data(), dy.data(), dw.data(), nullptr}, ws3));
-  std::printf("conv %3ld->%3ld %2ldx%-2ld k%ld s%ld   fwd %8.3f  bwd_data %8.3f  bwd_weights %8.3f ms\n",
-              c, kout, hw, hw, r, stride, f, d, b);
+  std::printf(
+      "conv %3ld->%3ld %2ldx%-2ld k%ld s%ld   fwd %8.3f  bwd_data %8.3f  bwd_weights %8.3f ms\n", c,
+      kout, hw, hw, r, stride, f, d, b);
 }
 
 void time_batchnorm_relu(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
@@ -81,8 +82,10 @@ void time_batchnorm_relu(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
   const double rf = best_ms([&] { k.run(ReluForward{size, x.data(), y.data()}); });
   const double rb = best_ms([&] { k.run(ReluBackward{size, y.data(), dy.data(), dx.data()}); });
   const double acc = best_ms([&] { k.run(Accumulate{size, x.data(), y.data()}); });
-  std::printf("bn   %3ld %2ldx%-2ld   fwd %8.3f  bwd %8.3f | relu fwd %7.3f bwd %7.3f | accumulate %7.3f ms\n",
-              c, hw, hw, f, b, rf, rb, acc);
+  std::printf(
+      "bn   %3ld %2ldx%-2ld   fwd %8.3f  bwd %8.3f | relu fwd %7.3f bwd %7.3f | accumulate %7.3f "
+      "ms\n",
+      c, hw, hw, f, b, rf, rb, acc);
 }
 
 void time_maxpool(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
@@ -92,8 +95,9 @@ void time_maxpool(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
   auto dy = random_floats(n * c * g.out_h() * g.out_w(), 7);
   std::vector<float> y(dy.size()), dx(x.size());
   const double f = best_ms([&] { k.run(PoolForward{g, x.data(), y.data()}); });
-  const double b =
-      best_ms([&] { k.run(PoolBackward{g, x.data(), y.data(), dy.data(), dx.data()}); });
+  const double b = best_ms([&] {
+    k.run(PoolBackward{g, x.data(), y.data(), dy.data(), dx.data()});
+  });
   std::printf("maxpool 2x2 %3ld %2ldx%-2ld   fwd %8.3f  bwd %8.3f ms\n", c, hw, hw, f, b);
 }
 
@@ -103,7 +107,8 @@ void time_tail(cpu::CpuKernels& k) {
   auto dy = random_floats(g.m * g.n, 10), b = random_floats(g.n, 11);
   std::vector<float> y(g.m * g.n), dx(x.size()), dw(w.size()), db(g.n);
   std::vector<char> ws1, ws2, ws3;
-  const double f = best_ms(runner(k, LinearForward{g, x.data(), w.data(), b.data(), y.data()}, ws1));
+  const double f =
+      best_ms(runner(k, LinearForward{g, x.data(), w.data(), b.data(), y.data()}, ws1));
   const double d = best_ms(runner(k, LinearBackwardData{g, dy.data(), w.data(), dx.data()}, ws2));
   const double bw =
       best_ms(runner(k, LinearBackwardWeights{g, x.data(), dy.data(), dw.data(), db.data()}, ws3));

@@ -44,6 +44,7 @@ std::vector<PoolGeom> fixed_geometries() {
   using enum PoolKind;
   std::vector<PoolGeom> gs = {
       pool(kMax, 2, 3, 8, 8, 2, 2, 0),                // VGG's 2x2 stride 2
+      pool(kMax, 1, 2, 32, 33, 2, 2, 0),              // long rows, a leftover column
       pool(kMax, 3, 2, 7, 7, 3, 2, 1),                // ResNet's stem pool, odd size
       pool(kMax, 1, 3, 8, 8, 3, 2, 0, true),          // ceil mode: a partial last window
       pool(kMax, 2, 2, 9, 13, 3, 2, 1, true),         // 9x13, ceil mode with padding
@@ -143,6 +144,24 @@ TEST(PoolKernel, MaxBackwardSendsTiesToTheFirstMaximum) {
   k.run(PoolBackward{o, flat.data(), oy.data(), ody.data(), odx.data()});
   EXPECT_TRUE(all_close(odx, ref::pool_backward(o, to_f64(flat), to_f64(ody)), 0, 0));
   EXPECT_EQ(odx[0], 4.0f);  // windows (0,0) (0,1) (1,0) (1,1) all start at element 0
+}
+
+// Heavy ties (values from {0, 1, 2}) and NaNs on every backward path: general windows, tiled
+// 2x2 windows with short rows, tiled 2x2 with long rows (and a leftover row and column).
+TEST(PoolKernel, MaxBackwardTiesAndNaNsOnEveryPath) {
+  test::KernelRunner k;
+  for (const PoolGeom& g :
+       {pool(PoolKind::kMax, 2, 3, 9, 9, 3, 2, 1, true), pool(PoolKind::kMax, 2, 3, 8, 10, 2, 2, 0),
+        pool(PoolKind::kMax, 1, 2, 35, 33, 2, 2, 0)}) {
+    SCOPED_TRACE(describe(g));
+    std::vector<float> x = random_floats(g.n * g.c * g.h * g.w, 5, 0.0f, 3.0f);
+    for (auto& v : x) v = std::floor(v);
+    for (size_t i = 7; i < x.size(); i += 23) x[i] = NAN;
+    const auto dy = random_floats(g.n * g.c * g.out_h() * g.out_w(), 6);
+    std::vector<float> y(dy.size()), dx(x.size(), -7.0f);
+    k.run(PoolBackward{g, x.data(), y.data(), dy.data(), dx.data()});
+    EXPECT_TRUE(all_close(dx, ref::pool_backward(g, to_f64(x), to_f64(dy)), kRel, kAbs));
+  }
 }
 
 TEST(PoolKernel, BackwardMatchesFiniteDifferences) {

@@ -167,11 +167,17 @@ Vec pool_backward(const PoolGeom& g, const Vec& x, const Vec& dy) {
         const Range rw = pool_range(j, g.w, g.kw, g.stride_w, g.pad_w);
         const double grad = dy[(p * oh + i) * ow + j];
         if (g.kind == PoolKind::kMax) {
-          int64_t arg = -1;
+          // PyTorch's scan: start at the first element with -inf; replace on strictly greater
+          // (so the first maximum stays) or on NaN (so the last NaN wins).
+          int64_t arg = (p * g.h + rh.lo) * g.w + rw.lo;
+          double best = -std::numeric_limits<double>::infinity();
           for (int64_t a = rh.lo; a < rh.hi; ++a) {
             for (int64_t b = rw.lo; b < rw.hi; ++b) {
               const int64_t idx = (p * g.h + a) * g.w + b;
-              if (arg < 0 || x[idx] > x[arg]) arg = idx;  // strict: the first maximum stays
+              if (x[idx] > best || std::isnan(x[idx])) {
+                best = x[idx];
+                arg = idx;
+              }
             }
           }
           dx[arg] += grad;

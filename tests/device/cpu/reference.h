@@ -25,7 +25,7 @@ Vec linear_backward_weights(const LinearGeom& g, const Vec& x, const Vec& dy, Ve
 
 // ---- pooling ----
 Vec pool_forward(const PoolGeom& g, const Vec& x);
-// Max: each dy to the first maximum (row-major) of its window in x.
+// Max: each dy to the first maximum (row-major) of its window in x (the last NaN if any).
 Vec pool_backward(const PoolGeom& g, const Vec& x, const Vec& dy);
 Vec adaptive_avg_pool_forward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
                               const Vec& x);
