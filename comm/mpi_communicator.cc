@@ -24,8 +24,9 @@ namespace {
 constexpr int64_t kMaxCount = INT_MAX / 2 + 1;  // 2^30: a multiple of every element size
 
 // Note [Waiting for a non-blocking collective]
-// Open MPI progresses a non-blocking collective (libnbc) only inside MPI calls, so the comm
-// thread polls MPI_Test. Between polls it yields the core: on a machine with as many busy
+// MpiWait::kNonblocking only (the default calls the blocking collective, which spins inside
+// Open MPI). Open MPI progresses a non-blocking collective (libnbc) only inside MPI calls, so
+// the comm thread polls MPI_Test. Between polls it yields the core: on a machine with as many busy
 // compute threads as cores a spinning comm thread would slow backward, which the all-reduce is
 // meant to hide behind; a sleep instead would stall every message fragment.
 void wait_request(MPI_Request& request) {

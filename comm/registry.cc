@@ -1,47 +1,13 @@
 // The one place a communication backend is chosen: build-time guards, no static registration.
 // Invariant: the backend always matches the device (nccl <-> cuda, mpi <-> cpu), and one rank
 // always gets the local communicator, whatever was asked for.
-#include <chrono>
-
 #include <fmt/format.h>
 
 #include "comm/backends.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "common/strings.h"
 
 namespace ferry {
-
-std::optional<CommSpan> CommWork::span() const {
-  if (span_ == nullptr || !ready()) return std::nullopt;
-  const int64_t start = span_->start_ns.load(std::memory_order_acquire);
-  const int64_t end = span_->end_ns.load(std::memory_order_acquire);
-  if (start < 0 || end < 0) return std::nullopt;
-  return CommSpan{start, end};
-}
-
-std::string_view comm_backend_name(CommBackendChoice choice) {
-  switch (choice) {
-    case CommBackendChoice::kAuto:
-      return "auto";
-    case CommBackendChoice::kMpi:
-      return "mpi";
-    case CommBackendChoice::kNccl:
-      return "nccl";
-  }
-  return "?";
-}
-
-CommBackendChoice parse_comm_backend(std::string_view text) {
-  for (auto choice :
-       {CommBackendChoice::kAuto, CommBackendChoice::kMpi, CommBackendChoice::kNccl}) {
-    if (text == comm_backend_name(choice)) return choice;
-  }
-  const std::string near = nearest(text, {"auto", "mpi", "nccl"});
-  throw ConfigError(fmt::format("comm.backend: unknown backend '{}'{}", text,
-                                near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
-                    "set comm.backend to auto, mpi (cpu devices) or nccl (cuda devices)");
-}
 
 bool nccl_built() {
 #if FERRY_HAVE_NCCL
@@ -90,13 +56,4 @@ std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Devi
 #endif
 }
 
-namespace detail {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace detail
 }  // namespace ferry

@@ -235,7 +235,7 @@ std::vector<KeySpec> build_schema() {
       text(FERRY_CONFIG_KEY(topology, file),
            "\"\" = the live machine; an hwloc .xml export or a synthetic .yaml description."),
       choice(FERRY_CONFIG_KEY(topology, scheduler),
-             "Transfer scheduling: fifo (oblivious) or topology (per-link arbitration)."),
+             "When offloads and prefetches start: fifo (in request order)."),
       flag(FERRY_CONFIG_KEY(topology, bind),
            "Bind each rank's threads and pinned memory to its GPU's NUMA node."),
       real(FERRY_CONFIG_KEY(topology, unknown_link_gbps), above(0),

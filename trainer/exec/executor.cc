@@ -31,7 +31,9 @@ Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
       factory_(std::move(factory)),
       options_(options),
       host_pool_(device.pinned(), options.host_limit ? options.host_limit : UINT64_MAX),
-      upload_done_(device.create_event()) {}
+      upload_done_(device.create_event()),
+      transfers_(device, options.scheduler ? options.scheduler()
+                                           : std::make_unique<FifoLinkScheduler>()) {}
 
 Executor::~Executor() {
   try {
@@ -160,10 +162,30 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
   last_ = &p;
   next_event_ = 0;
   const uint64_t step_seed = counter_hash(options_.seed, step);
+  std::vector<uint64_t> occupancy;
+  if (trace_) {
+    occupancy = arena_occupancy(p.plan);
+    step_origin_ = device_.create_timing_event();
+    device_.stream(StreamKind::kCompute).record(*step_origin_);
+    if (!trace_origin_) {
+      trace_origin_ = device_.create_timing_event();
+      device_.stream(StreamKind::kCompute).record(*trace_origin_);
+    }
+    marks_.clear();
+  }
   for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
     before_step(p, s);
     run_step(p, s, batch, step_seed);
     after_step(p, s);
+    if (trace_) {
+      const TapeStep& st = p.plan.tape.steps[static_cast<size_t>(s)];
+      static constexpr const char* kPhase[] = {"load", "fwd", "bwd", "acc", "update", "recompute"};
+      StepMark mark{fmt::format("{} {}", kPhase[static_cast<int>(st.phase)], st.name),
+                    device_.create_timing_event(),
+                    p.plan.persistent.total() + occupancy[static_cast<size_t>(s)]};
+      device_.stream(StreamKind::kCompute).record(*mark.end);
+      marks_.push_back(std::move(mark));
+    }
     if (listener && !p.grads_written[static_cast<size_t>(s)].empty()) {
       listener->on_gradients(p.grads_written[static_cast<size_t>(s)]);
     }
@@ -189,8 +211,8 @@ void Executor::before_step(Program& p, int s) {
     compute.record(space_free);
     for (int t : p.fetch_at[static_cast<size_t>(s)]) {
       OffloadSlot& slot = p.offloads.at(t);
-      slot.residency->prefetch(tensor_address(p, t, s), device_.stream(StreamKind::kHostToDevice),
-                               space_free);
+      transfers_.prefetch(*slot.residency, tensor_address(p, t, s), space_free,
+                          p.plan.tensors[static_cast<size_t>(t)].needed_at);
     }
   }
   for (int t : p.needed_at[static_cast<size_t>(s)]) {
@@ -205,8 +227,8 @@ void Executor::after_step(Program& p, int s) {
     compute.record(produced);
     for (int t : p.offload_after[static_cast<size_t>(s)]) {
       OffloadSlot& slot = p.offloads.at(t);
-      slot.residency->offload(tensor_address(p, t, s), slot.host,
-                              device_.stream(StreamKind::kDeviceToHost), produced);
+      transfers_.offload(*slot.residency, tensor_address(p, t, s), slot.host, produced,
+                         p.plan.tensors[static_cast<size_t>(t)].release_at);
     }
   }
   if (options_.poison) {
@@ -306,7 +328,41 @@ StepMetrics Executor::read_metrics() {
   device_.copy_async(&host_metrics_.loss, store_.loss_address(), sizeof(float), compute);
   device_.copy_async(&host_metrics_.correct, store_.correct_address(), sizeof(int32_t), compute);
   compute.synchronize();
+  if (trace_ && step_origin_) resolve_trace();
   return host_metrics_;
+}
+
+void Executor::set_trace(StepTrace* trace) {
+  trace_ = trace;
+  transfers_.set_tracing(trace != nullptr);
+  if (!trace) {
+    trace_origin_.reset();
+    step_origin_.reset();
+    marks_.clear();
+    transfers_.take_traced();
+  }
+}
+
+void Executor::resolve_trace() {
+  device_.synchronize();  // every copy of the step has finished
+  const auto at = [&](Event& e) { return device_.elapsed_ms(*trace_origin_, e) * 1000.0; };
+  double start = at(*step_origin_);
+  for (StepMark& m : marks_) {
+    const double end = at(*m.end);
+    trace_->counter(start, m.device_bytes);
+    trace_->add({TraceTrack::kCompute, m.name, start, end - start, {}});
+    start = end;
+  }
+  for (TracedTransfer& t : transfers_.take_traced()) {
+    const bool to_host = t.request.direction == TransferDirection::kToHost;
+    const double begin = at(*t.start);
+    trace_->add({to_host ? TraceTrack::kDeviceToHost : TraceTrack::kHostToDevice,
+                 (to_host ? "offload " : "prefetch ") + t.request.tensor, begin,
+                 at(*t.end) - begin,
+                 {{"bytes", t.request.bytes}, {"deadline_step", t.request.deadline_step}}});
+  }
+  step_origin_.reset();
+  marks_.clear();
 }
 
 }  // namespace ferry

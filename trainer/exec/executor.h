@@ -17,6 +17,7 @@
 #include "device/host_pool.h"
 #include "device/residency.h"
 #include "prefetch/plan.h"
+#include "prefetch/transfer_engine.h"
 #include "trainer/exec/lower.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/exec/trace.h"
@@ -65,6 +66,8 @@ struct StepMetrics {
 
 struct ExecutorOptions {
   PlanOptions plan;           // policy, budget, recompute, cost model
+  // Decides when each offload or prefetch may start (topology.scheduler); nullptr = fifo.
+  std::function<std::unique_ptr<LinkScheduler>()> scheduler;
   uint64_t host_limit = 0;    // pinned host pool cap (memory.host_limit)
   bool poison = false;        // memory.debug_poison: NaN-fill device space not resident
   uint64_t seed = 0;          // run.seed: per-step randomness
@@ -95,8 +98,10 @@ class Executor {
   // Host copy of a kept activation of the last enqueued batch. Synchronizes.
   std::vector<std::byte> read_activation(const std::string& name);
 
-  // Records the next enqueued step's spans and memory counter into `trace` (until cleared).
-  void set_trace(StepTrace* trace) { trace_ = trace; }
+  // While set, every enqueued step's kernels, copies and device-memory curve are added to
+  // `trace` (when its metrics are read). nullptr stops tracing.
+  void set_trace(StepTrace* trace);
+  const TransferStats& transfer_stats() const { return transfers_.stats(); }
 
   uint64_t arena_bytes() const { return arena_.bytes(); }
   HostPool& host_pool() { return host_pool_; }
@@ -131,7 +136,18 @@ class Executor {
   StepMetrics host_metrics_;
   std::vector<std::string> keep_alive_;
   const Program* last_ = nullptr;
+  TransferEngine transfers_;
+  // Tracing: the first traced step's origin, and the current step's marks until resolved.
   StepTrace* trace_ = nullptr;
+  std::unique_ptr<Event> trace_origin_;
+  struct StepMark {
+    std::string name;
+    std::unique_ptr<Event> end;
+    uint64_t device_bytes;
+  };
+  std::unique_ptr<Event> step_origin_;
+  std::vector<StepMark> marks_;
+  void resolve_trace();
 };
 
 }  // namespace ferry

@@ -120,10 +120,14 @@ TrainResult train(const Config& config) {
   const auto run_start = interval_start;
   int64_t interval_steps = 0;
 
+  StepTrace trace;
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
     if (config.debug.fail_at_step == step) {
       throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step));
     }
+    const bool traced = config.run.trace && step >= config.run.trace_steps[0] &&
+                        step <= config.run.trace_steps[1];
+    session.executor().set_trace(traced ? &trace : nullptr);
     Batch batch = loader.next();
     const float lr = schedule.at(step - 1);
     session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
@@ -163,6 +167,14 @@ TrainResult train(const Config& config) {
       interval_loss = interval_correct = interval_samples = 0;
       interval_steps = 0;
       interval_start = now;
+    }
+    if (traced && (step == config.run.trace_steps[1] || step == config.run.steps)) {
+      session.executor().set_trace(nullptr);
+      const std::string path = (fs::path(config.run.dir) / "trace_rank0.json").string();
+      trace.write(path);
+      std::printf("trace    steps %lld-%lld -> %s (open in ui.perfetto.dev)\n",
+                  static_cast<long long>(config.run.trace_steps[0]),
+                  static_cast<long long>(step), path.c_str());
     }
     if (config.checkpoint.every > 0 && step % config.checkpoint.every == 0) {
       fs::create_directories(config.checkpoint.dir);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # The operations of cpu_kernel_timing, timed in PyTorch 1.13 through the same aten calls its
 # autograd uses (best of several runs after a warm-up), for a like-for-like comparison.
-# Usage: /usr/bin/python3 kernel_timing_torch.py [threads] [reps]
+# Usage: /usr/bin/python3 kernel_timing_torch.py [threads] [reps] [cpu]
+# With "cpu", times are process CPU time rather than wall time (see kernel_timing.cc).
 import sys
 import time
 
@@ -9,6 +10,7 @@ import torch
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+clock = time.process_time if len(sys.argv) > 3 and sys.argv[3] == "cpu" else time.perf_counter
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 aten = torch.ops.aten
@@ -18,9 +20,9 @@ def best_ms(f):
     f()
     best = 1e30
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         f()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best * 1e3
 
 
@@ -82,7 +84,8 @@ def tail():
     print(f"optimizer 11.2M     sgd(momentum, wd) {s:8.3f}  adamw {a:8.3f} ms")
 
 
-print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, best of {reps}")
+print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, best of {reps}, "
+      f"{'process CPU' if clock is time.process_time else 'wall'} time")
 conv(3, 32, 64, 3, 1, 1)
 conv(64, 32, 64, 3, 1, 1)
 conv(64, 32, 128, 3, 2, 1)

@@ -1,0 +1,47 @@
+// Issuing copies through the scheduler and the residency state machine.
+#include "prefetch/transfer_engine.h"
+
+namespace ferry {
+
+TransferEngine::TransferEngine(Device& device, std::unique_ptr<LinkScheduler> scheduler)
+    : device_(device), scheduler_(std::move(scheduler)) {}
+
+Event* TransferEngine::begin(const TransferRequest& request, Stream& stream, Event& ready) {
+  scheduler_->before_copy(request, stream);
+  ++stats_.transfers;
+  (request.direction == TransferDirection::kToHost ? stats_.to_host_bytes
+                                                   : stats_.to_device_bytes) += request.bytes;
+  if (!tracing_) return nullptr;
+  TracedTransfer traced{request, device_.create_timing_event(), device_.create_timing_event()};
+  stream.wait(ready);  // so the start mark is the copy's start, not its wait's
+  stream.record(*traced.start);
+  traced_.push_back(std::move(traced));
+  return traced_.back().end.get();
+}
+
+void TransferEngine::end(const TransferRequest& request, Stream& stream, Event* traced_end) {
+  if (traced_end) stream.record(*traced_end);
+  scheduler_->after_copy(request, stream);
+}
+
+void TransferEngine::offload(ResidentTensor& tensor, const void* device_ptr, void* host,
+                             Event& ready, int deadline_step) {
+  Stream& d2h = device_.stream(StreamKind::kDeviceToHost);
+  const TransferRequest request{TransferDirection::kToHost, tensor.name(), tensor.bytes(),
+                                deadline_step};
+  Event* traced_end = begin(request, d2h, ready);
+  tensor.offload(device_ptr, host, d2h, ready);
+  end(request, d2h, traced_end);
+}
+
+void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready,
+                              int deadline_step) {
+  Stream& h2d = device_.stream(StreamKind::kHostToDevice);
+  const TransferRequest request{TransferDirection::kToDevice, tensor.name(), tensor.bytes(),
+                                deadline_step};
+  Event* traced_end = begin(request, h2d, ready);
+  tensor.prefetch(device_ptr, h2d, ready);
+  end(request, h2d, traced_end);
+}
+
+}  // namespace ferry

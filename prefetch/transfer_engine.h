@@ -1,0 +1,61 @@
+// The transfer engine: issues a rank's offloads (device -> pinned host, on the device-to-host
+// stream) and prefetches (host -> device, on the host-to-device stream) through the residency
+// state machine, asking a LinkScheduler around each copy, and keeps per-step totals and,
+// when tracing, each copy's start and end events.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "device/residency.h"
+#include "prefetch/link_scheduler.h"
+
+namespace ferry {
+
+struct TransferStats {
+  uint64_t to_host_bytes = 0;
+  uint64_t to_device_bytes = 0;
+  uint64_t transfers = 0;
+};
+
+// A traced copy: its request and the timing events around it on its stream.
+struct TracedTransfer {
+  TransferRequest request;
+  std::unique_ptr<Event> start;
+  std::unique_ptr<Event> end;
+};
+
+class TransferEngine {
+ public:
+  TransferEngine(Device& device, std::unique_ptr<LinkScheduler> scheduler);
+
+  // Copies `tensor` (at `device_ptr`) to `host` once `ready` has fired; the copy's event
+  // then lets compute reuse the space (ResidentTensor::order_after_offload).
+  void offload(ResidentTensor& tensor, const void* device_ptr, void* host, Event& ready,
+               int deadline_step);
+  // Copies `tensor` back to `device_ptr` once `ready` has fired (the space is free).
+  void prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready, int deadline_step);
+
+  const TransferStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  // While on, every copy is bracketed by timing events, kept until take_traced().
+  void set_tracing(bool on) { tracing_ = on; }
+  std::vector<TracedTransfer> take_traced() { return std::move(traced_); }
+  const LinkScheduler& scheduler() const { return *scheduler_; }
+
+ private:
+  // Around each copy: the scheduler's hooks, the totals, the trace marks.
+  Event* begin(const TransferRequest& request, Stream& stream, Event& ready);
+  void end(const TransferRequest& request, Stream& stream, Event* traced_end);
+
+  Device& device_;
+  std::unique_ptr<LinkScheduler> scheduler_;
+  TransferStats stats_;
+  bool tracing_ = false;
+  std::vector<TracedTransfer> traced_;
+};
+
+}  // namespace ferry
