@@ -39,6 +39,8 @@ void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& r
   Stream& h2d = device_.stream(StreamKind::kHostToDevice);
   const TransferRequest request{TransferDirection::kToDevice, tensor.name(), tensor.bytes(),
                                 deadline_step};
+  // A fetch of an in-flight offload waits for it; so does the trace's start mark.
+  if (tracing_) tensor.order_after_offload(h2d);
   Event* traced_end = begin(request, h2d, ready);
   tensor.prefetch(device_ptr, h2d, ready);
   end(request, h2d, traced_end);
