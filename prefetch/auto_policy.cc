@@ -30,7 +30,8 @@ std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
   return t;
 }
 
-std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o) {
+std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o,
+                                  bool allow_recompute) {
   const std::vector<int> saved = saved_tensors(input, live, false);
   std::vector<bool> saved_mask(input.tensors.size(), false);
   for (int t : saved) saved_mask[static_cast<size_t>(t)] = true;
@@ -45,7 +46,7 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
                        prefix[static_cast<size_t>(tl.last_forward_use) + 1];
     Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - gap)};
-    if (o.recompute) {
+    if (allow_recompute) {
       RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
       if (!chain.steps.empty()) {
         double rebuild = 0;
@@ -121,27 +122,17 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
   return timing;
 }
 
-}  // namespace
-
-void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o,
-               uint64_t arena_budget, Decisions& d, Materialized& m,
-               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
-  const auto fits = [&](bool jit) {
-    m = materialize(input, live, d);
-    timing = base_timing(m, d, jit);
-    plans = stretches(m, d, timing);
-    return layout_plans(m.tape, plans) <= arena_budget;
-  };
+// Takes candidates cheapest bytes first, estimated on the input tape's live bytes, until the
+// real layout fits. True when it does.
+template <typename Fits>
+bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
+            bool allow_recompute, Decisions& d, Fits& fits) {
   d = {};
-  if (fits(false)) return;  // everything resident fits
-
-  // Greedy: cheapest bytes first, estimated on the input tape's live bytes.
   std::vector<TensorPlan> none = stretches(materialize(input, live, d), d, {});
   std::vector<uint64_t> estimate = live_bytes(input, none);
   std::vector<bool> taken(input.tensors.size(), false);  // decided, or needed by a chain
-  bool fitted = false;
-  const std::vector<Candidate> all = candidates(input, live, o);
-  for (size_t i = 0; i < all.size() && !fitted; ++i) {
+  const std::vector<Candidate> all = candidates(input, live, o, allow_recompute);
+  for (size_t i = 0; i < all.size(); ++i) {
     const Candidate& c = all[i];
     const TensorLiveness& tl = live.tensors[static_cast<size_t>(c.tensor)];
     if (taken[static_cast<size_t>(c.tensor)]) continue;
@@ -161,9 +152,30 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o,
     for (int s = free_from; s <= free_to; ++s) estimate[static_cast<size_t>(s)] -= size;
     const bool last = i + 1 == all.size();
     if (*std::max_element(estimate.begin(), estimate.end()) <= arena_budget || last) {
-      fitted = fits(false) || fits(true);
+      if (fits(false) || fits(true)) return true;
     }
   }
+  return false;
+}
+
+}  // namespace
+
+void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o,
+               uint64_t arena_budget, Decisions& d, Materialized& m,
+               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
+  const auto fits = [&](bool jit) {
+    m = materialize(input, live, d);
+    timing = base_timing(m, d, jit);
+    plans = stretches(m, d, timing);
+    return layout_plans(m.tape, plans) <= arena_budget;
+  };
+  d = {};
+  if (fits(false)) return;  // everything resident fits
+
+  // Recomputing keeps a chain's inputs and temporaries on device, so when the cheapest mix
+  // cannot fit, search again offloading only (which frees the most memory).
+  bool fitted = greedy(input, live, o, arena_budget, o.recompute, d, fits);
+  if (!fitted && o.recompute) fitted = greedy(input, live, o, arena_budget, false, d, fits);
   if (!fitted) {
     // Every candidate taken: report what the tightest plan needs.
     fits(true);

@@ -35,6 +35,8 @@ struct Residency {
   int begin = 0;
   int end = 0;
   uint64_t offset = 0;
+  // The step `end` computes another tensor in place over this one: its memory is handed on.
+  bool handed_on = false;
 };
 
 struct TensorPlan {

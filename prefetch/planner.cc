@@ -1,6 +1,9 @@
 // The planner: policy decisions on the input tape, the planned tape with recompute steps,
 // residency stretches, the arena layout, and the plan's totals and prediction.
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -182,19 +185,71 @@ std::vector<uint64_t> live_bytes(const Tape& tape, const std::vector<TensorPlan>
   return live;
 }
 
+// Note [In-place steps]
+// A step that computes a tensor in place over one that dies at that step (ReLU over its input,
+// a ReLU gradient over the incoming gradient) lets the two share memory: their stretches join
+// one arena block. Not when the dying stretch is an offload's first one (its copy to host may
+// still be reading it), nor when sizes differ; a stretch hands on or receives memory once.
 uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
-  std::vector<ArenaBlock> blocks;
-  std::vector<std::pair<size_t, size_t>> owner;
+  // One node per (tensor, stretch); in-place pairs are unioned into one block.
+  std::vector<std::pair<size_t, size_t>> node_of;
+  std::vector<std::vector<int>> id(plans.size());
   for (size_t t = 0; t < plans.size(); ++t) {
     for (size_t r = 0; r < plans[t].residency.size(); ++r) {
-      const Residency& res = plans[t].residency[r];
+      plans[t].residency[r].handed_on = false;
+      id[t].push_back(static_cast<int>(node_of.size()));
+      node_of.emplace_back(t, r);
+    }
+  }
+  std::vector<int> parent(node_of.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  const std::function<int(int)> root = [&](int x) {
+    return parent[static_cast<size_t>(x)] == x ? x : parent[static_cast<size_t>(x)] = root(parent[static_cast<size_t>(x)]);
+  };
+  std::vector<bool> receives(node_of.size(), false);
+  for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
+    for (const auto& [r, w] : tape.steps[static_cast<size_t>(s)].alias) {
+      if (tape.tensors[static_cast<size_t>(r)].bytes != tape.tensors[static_cast<size_t>(w)].bytes) continue;
+      TensorPlan& rp = plans[static_cast<size_t>(r)];
+      const TensorPlan& wp = plans[static_cast<size_t>(w)];
+      int from = -1, to = -1;
+      for (size_t i = 0; i < rp.residency.size(); ++i) {
+        const bool offload_copy = rp.decision == Decision::kOffload && i == 0;
+        if (rp.residency[i].end == s && !offload_copy && !rp.residency[i].handed_on) from = static_cast<int>(i);
+      }
+      for (size_t i = 0; i < wp.residency.size(); ++i) {
+        if (wp.residency[i].begin == s) to = static_cast<int>(i);
+      }
+      if (from < 0 || to < 0) continue;
+      const int a = id[static_cast<size_t>(r)][static_cast<size_t>(from)];
+      const int b = id[static_cast<size_t>(w)][static_cast<size_t>(to)];
+      if (receives[static_cast<size_t>(b)] || root(a) == root(b)) continue;
+      receives[static_cast<size_t>(b)] = true;
+      rp.residency[static_cast<size_t>(from)].handed_on = true;
+      parent[static_cast<size_t>(root(a))] = root(b);
+    }
+  }
+  // One arena block per group, spanning its members.
+  std::map<int, size_t> block_of;
+  std::vector<ArenaBlock> blocks;
+  for (size_t n = 0; n < node_of.size(); ++n) {
+    const auto [t, r] = node_of[n];
+    const Residency& res = plans[t].residency[r];
+    const int g = root(static_cast<int>(n));
+    auto [it, fresh] = block_of.emplace(g, blocks.size());
+    if (fresh) {
       blocks.push_back({tape.tensors[t].bytes, res.begin, res.end, 0});
-      owner.emplace_back(t, r);
+    } else {
+      ArenaBlock& b = blocks[it->second];
+      b.bytes = std::max(b.bytes, tape.tensors[t].bytes);
+      b.begin = std::min(b.begin, res.begin);
+      b.end = std::max(b.end, res.end);
     }
   }
   const uint64_t size = layout_arena(blocks);
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    plans[owner[b].first].residency[owner[b].second].offset = blocks[b].offset;
+  for (size_t n = 0; n < node_of.size(); ++n) {
+    const auto [t, r] = node_of[n];
+    plans[t].residency[r].offset = blocks[block_of.at(root(static_cast<int>(n)))].offset;
   }
   return size;
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ferry {
@@ -38,6 +39,9 @@ struct TapeStep {
   std::vector<int> writes;
   double flops = 0;
   bool recomputable = false;  // its forward may run again in backward (ReLU, BN, pooling)
+  // (read, write) tensor pairs the step computes in place: when the read tensor dies at this
+  // step, the write may take over its memory.
+  std::vector<std::pair<int, int>> alias;
 };
 
 struct Tape {

@@ -10,11 +10,11 @@
 #include "device/cpu/simd.h"
 
 // Note [Batch norm without oneDNN]
-// oneDNN 2.6 runs plain NCHW batch norm with its reference-style ncsp implementation, which
-// measured 6.7 ms forward / 7.6 ms backward on (64, 64, 32, 32) with 2 threads, slower than
-// PyTorch 1.13's own kernels (5.2 ms forward). Using oneDNN's jit version needs blocked layouts
-// (a reorder in and out, more traffic than the whole kernel). One pass over the channel from
-// memory and the rest from cache is the bandwidth floor, which these loops reach.
+// On plain NCHW, oneDNN 2.6 runs batch norm with its generic ncsp implementation; measured on
+// (64, 64, 32, 32), one thread, CPU time: 13.0 ms forward / 14.2 ms backward, against 5.3 / 6.3 ms
+// for these loops (and 9.5 / 7.1 ms for PyTorch 1.13's own kernels). oneDNN's fast version needs
+// blocked layouts, i.e. a reorder in and out, more traffic than the whole kernel. Each channel
+// is read once from memory and then from cache, which is the bandwidth floor.
 
 namespace ferry::cpu {
 namespace {

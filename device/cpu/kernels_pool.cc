@@ -95,8 +95,9 @@ Window window(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p) {
 }
 
 // The index in the plane of the window's maximum: the first in row-major order, NaN winning as
-// in PyTorch (a NaN replaces the maximum, later NaNs replace it again). Branch-free: on random
-// data the comparisons are unpredictable.
+// in PyTorch (a NaN replaces the maximum, later NaNs replace it again). For the forward loops,
+// which run only for geometries oneDNN does not take; the backward uses the vectorized forms
+// below.
 int64_t window_argmax(const float* plane, int64_t w, const Window& wh, const Window& ww) {
   float best = -std::numeric_limits<float>::infinity();
   int64_t best_idx = wh.start * w + ww.start;
@@ -248,7 +249,10 @@ FERRY_SIMD_CLONES void max_pool_backward_2x2_short_rows(const float* x, const fl
       at[l] = 2 * i * w + 2 * j;
       a[l] = x[at[l]], b[l] = x[at[l] + 1], c[l] = x[at[l] + w], d[l] = x[at[l] + w + 1];
       g[l] = dy[q0 + l];
-      if (++j == ow) j = 0, ++i;
+      if (++j == ow) {
+        j = 0;
+        ++i;
+      }
     }
     for (int l = 0; l < kBlock; ++l)
       route_2x2(a[l], b[l], c[l], d[l], g[l], ga[l], gb[l], gc[l], gd[l]);

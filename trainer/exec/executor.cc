@@ -20,6 +20,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "device/counter_rng.h"
 
 namespace ferry {
@@ -72,6 +73,22 @@ const Program& Executor::program(int64_t batch, bool training) {
 }
 
 void Executor::index_plan(Program& p) {
+  // The host bytes the offloads need are known now: check them before any step runs.
+  const HostPoolStats pool = host_pool_.stats();
+  if (pool.reserved + p.plan.host_bytes > host_pool_.limit()) {
+    throw OutOfMemoryError(
+        OutOfMemoryError::Where::kHostPool, fmt::format("offloads of a batch of {}", p.graph.batch()),
+        p.plan.host_bytes, pool.reserved, host_pool_.limit(), {},
+        fmt::format("raise memory.host_limit to at least {}, or offload less (memory.policy, "
+                    "memory.budget)", format_bytes(pool.reserved + p.plan.host_bytes)));
+  }
+  if (const auto available = available_host_memory();
+      available && p.plan.host_bytes > *available) {
+    throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "offloads (machine memory)",
+                           p.plan.host_bytes, 0, *available, {},
+                           "the machine's free memory cannot hold the offloaded activations: "
+                           "lower data.batch_size or give auto a larger memory.budget");
+  }
   const size_t steps = p.plan.tape.steps.size();
   p.grads_written.resize(steps);
   p.release_at.resize(steps);
@@ -101,8 +118,11 @@ void Executor::index_plan(Program& p) {
       p.offloads.emplace(tensor, std::move(slot));
     }
     for (size_t r = 0; r < tp.residency.size(); ++r) {
+      // Freed by an offload's release, or handed on to a tensor computed in place: not dead.
       const bool released_by_offload = tp.decision == Decision::kOffload && r == 0;
-      if (!released_by_offload) p.dies_at[static_cast<size_t>(tp.residency[r].end)].push_back(tensor);
+      if (!released_by_offload && !tp.residency[r].handed_on) {
+        p.dies_at[static_cast<size_t>(tp.residency[r].end)].push_back(tensor);
+      }
     }
   }
 }
@@ -234,7 +254,7 @@ void Executor::after_step(Program& p, int s) {
   if (options_.poison) {
     for (int t : p.dies_at[static_cast<size_t>(s)]) {
       for (const Residency& r : p.plan.tensors[static_cast<size_t>(t)].residency) {
-        if (r.end == s) poison(p, t, r);
+        if (r.end == s && !r.handed_on) poison(p, t, r);
       }
     }
   }

@@ -113,6 +113,10 @@ class Lowering {
     for (int s : b.inputs) if (s >= 0) step.reads.push_back(s);
     for (int s : b.outputs) if (s >= 0) step.writes.push_back(s);
     for (int s : b.aux) if (s >= 0) step.writes.push_back(s);
+    for (const auto& [i, o] : node.op->inplace(Pass::kForward)) {
+      const int in = b.inputs[static_cast<size_t>(i)], out = b.outputs[static_cast<size_t>(o)];
+      if (in >= 0 && out >= 0) step.alias.emplace_back(in, out);
+    }
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     push(std::move(step), std::move(b));
   }
@@ -176,6 +180,10 @@ class Lowering {
     }
     b.workspace = workspace(node, Pass::kBackward, static_cast<int>(out_.tape.steps.size()));
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
+    for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
+      const int dy = b.grad_outputs[static_cast<size_t>(i)], dx = b.grad_inputs[static_cast<size_t>(o)];
+      if (dy >= 0 && dx >= 0) step.alias.emplace_back(dy, dx);
+    }
     push(std::move(step), std::move(b));
     for (const auto& [partial, into] : accumulate) {
       TapeStep acc;

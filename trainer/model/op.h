@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "device/kernels.h"
@@ -58,6 +59,10 @@ class Op {
   virtual uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training) const { return 0; }
   // Cheap enough to run again in backward instead of keeping its outputs (ReLU, BN, pooling).
   virtual bool recomputable() const { return false; }
+  // Pairs whose memory the pass may share when the first dies at this step (in place):
+  // forward (input i, output j); backward (grad_output i, grad_input j). The kernels must be
+  // correct with the two pointers equal.
+  virtual std::vector<std::pair<int, int>> inplace(Pass pass) const { return {}; }
   virtual void forward(Kernels& k, Stream& s, const OpIo& io) const = 0;
   virtual void backward(Kernels& k, Stream& s, const OpIo& io) const = 0;
 };

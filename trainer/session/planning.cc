@@ -12,6 +12,27 @@
 
 namespace ferry {
 
+namespace {
+
+// Planning for the CUDA backend on a machine whose CUDA kernels cannot be asked: cuDNN's
+// implicit-GEMM convolutions and cuBLAS need no workspace (the algorithms vDNN falls back to
+// under memory pressure), so the plan assumes none. The CPU kernels answer everything else.
+class CudaWorkspaceModel : public Kernels {
+ public:
+  explicit CudaWorkspaceModel(std::unique_ptr<Kernels> cpu) : cpu_(std::move(cpu)) {}
+  bool supports(KernelKind kind, DType dtype) const override { return cpu_->supports(kind, dtype); }
+  uint64_t workspace_bytes(const KernelArgs&) override { return 0; }
+  void launch(const KernelArgs& args, Stream&) override {
+    throw UnsupportedError(std::string("planning-only kernels cannot run ") +
+                           std::string(kernel_name(args)));
+  }
+
+ private:
+  std::unique_ptr<Kernels> cpu_;
+};
+
+}  // namespace
+
 CostModel cost_model(const Config& config) {
   CostModel c;
   if (config.device.backend == Backend::kCuda) {
@@ -35,11 +56,15 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
   DeviceOptions d;
   d.backend = config.device.backend;
   d.threads = static_cast<int>(config.device.threads);
-  if (!backend_built(d.backend)) {
+  if (backend_built(d.backend)) kernels_ = create_kernels(d);
+  if (!kernels_ || !kernels_->supports(kernel_kind<ConvForward>(), DType::kF32)) {
+    // This backend cannot size its workspaces here: model them.
+    const bool cuda = d.backend == Backend::kCuda;
     d.backend = Backend::kCpu;
+    kernels_ = create_kernels(d);
+    if (cuda) kernels_ = std::make_unique<CudaWorkspaceModel>(std::move(kernels_));
     substituted_ = true;
   }
-  kernels_ = create_kernels(d);
   const Graph graph = build_model(config.model.name,
                                   Shape{1, config.model.input[0], config.model.input[1],
                                         config.model.input[2]},

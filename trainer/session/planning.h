@@ -18,8 +18,9 @@ CostModel cost_model(const Config& config);
 
 class OfflinePlanner {
  public:
-  // Uses the configured backend's kernels for workspace sizes (the CPU's when that backend
-  // is not built here, with `substituted()` true).
+  // Uses the configured backend's kernels for workspace sizes. When they cannot answer here
+  // (`substituted()`), a cuda config assumes cuDNN's zero-workspace algorithms and a cpu
+  // config uses the CPU kernels.
   explicit OfflinePlanner(const Config& config);
   ~OfflinePlanner();
 

@@ -14,6 +14,8 @@ class ReluOp : public Op {
   explicit ReluOp(int64_t n) : n_(n) {}
   std::string_view kind() const override { return "relu"; }
   SavedSet saved() const override { return {.outputs = 1}; }
+  // y over x (torchvision's ReLU(inplace=True)); dx over dy.
+  std::vector<std::pair<int, int>> inplace(Pass) const override { return {{0, 0}}; }
   OpCost cost() const override { return {static_cast<double>(n_), static_cast<double>(n_)}; }
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
@@ -32,6 +34,11 @@ class AddOp : public Op {
   explicit AddOp(int64_t n) : n_(n) {}
   std::string_view kind() const override { return "add"; }
   SavedSet saved() const override { return {}; }
+  // y over a (or b); the backward copies, so it shares nothing.
+  std::vector<std::pair<int, int>> inplace(Pass pass) const override {
+    if (pass == Pass::kForward) return {{0, 0}, {1, 0}};
+    return {};
+  }
   OpCost cost() const override { return {static_cast<double>(n_), 0}; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(AddForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0])}, s);
