@@ -101,7 +101,7 @@ LinkMap::LinkMap(const Topology& t, const LinkOptions& options) : topology_name_
   };
   // Functions of one PCI device (a dual-port NIC) share its link: key uplinks by domain:bus:dev.
   std::map<std::tuple<uint32_t, int, int>, int> device_link;
-  auto uplink_of = [&](const Device& d, LinkKind kind) -> Link& {
+  auto uplink_of = [&](const PciEndpoint& d, LinkKind kind) -> Link& {
     const auto key = std::make_tuple(d.addr.domain, int{d.addr.bus}, int{d.addr.dev});
     if (auto it = device_link.find(key); it != device_link.end()) {
       links_[it->second].name += fmt::format(" +{}", d.label);
@@ -185,7 +185,7 @@ LinkMap::LinkMap(const Topology& t, const LinkOptions& options) : topology_name_
       inter_socket_[a * packages_ + b] = inter_socket_[b * packages_ + a] = l.id;
     }
   }
-  auto route = [&](const Device& d, int uplink) {
+  auto route = [&](const PciEndpoint& d, int uplink) {
     Route r;
     r.links.push_back(uplink);
     for (int s : d.switches) r.links.push_back(switch_links_[s]);

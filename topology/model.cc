@@ -286,10 +286,10 @@ void Topology::derive() {
   }
 }
 
-Device Topology::make_device(int node, DeviceKind kind, int index) const {
+PciEndpoint Topology::make_device(int node, DeviceKind kind, int index) const {
   const auto& pci = data_.pci;
   const PciNode& p = pci[node];
-  Device dev;
+  PciEndpoint dev;
   dev.kind = kind;
   dev.index = index;
   dev.node = node;

@@ -78,7 +78,7 @@ const char* nic_kind_name(NicKind kind);  // "infiniband", "ethernet", "network"
 
 // A GPU or NIC as consumers see it. GPUs are NVIDIA display-class functions (vendor 0x10de,
 // class 0x03xx) and are indexed in PCI order (domain:bus:dev.fn), as CUDA_DEVICE_ORDER=PCI_BUS_ID.
-struct Device {
+struct PciEndpoint {
   DeviceKind kind = DeviceKind::kNvidiaGpu;
   NicKind nic_kind = NicKind::kOther;  // NICs only
   bool rdma = false;                   // NICs: has an RDMA (OpenFabrics) device, as NCCL wants
@@ -138,9 +138,9 @@ class Topology {
   std::optional<double> inter_socket_gbps() const { return data_.inter_socket_gbps; }
   const TopologyData& data() const { return data_; }
 
-  const std::vector<Device>& gpus() const { return gpus_; }  // NVIDIA only, PCI order
-  const std::vector<Device>& nics() const { return nics_; }
-  const std::vector<Device>& other_gpus() const { return other_gpus_; }  // not ours
+  const std::vector<PciEndpoint>& gpus() const { return gpus_; }  // NVIDIA only, PCI order
+  const std::vector<PciEndpoint>& nics() const { return nics_; }
+  const std::vector<PciEndpoint>& other_gpus() const { return other_gpus_; }  // not ours
   const std::vector<RootComplex>& root_complexes() const { return root_complexes_; }
   const std::vector<Switch>& switches() const { return switches_; }
 
@@ -164,12 +164,12 @@ class Topology {
  private:
   void validate() const;
   void derive();
-  Device make_device(int node, DeviceKind kind, int index) const;
+  PciEndpoint make_device(int node, DeviceKind kind, int index) const;
 
   TopologyData data_;
   std::vector<int> depth_;       // per pci node
   std::vector<int> rc_of_node_;  // per pci node: root complex index
-  std::vector<Device> gpus_, nics_, other_gpus_;
+  std::vector<PciEndpoint> gpus_, nics_, other_gpus_;
   std::vector<RootComplex> root_complexes_;
   std::vector<Switch> switches_;
   std::vector<int> switch_of_node_;  // per pci node: switch index, -1 when not a switch

@@ -91,7 +91,7 @@ std::vector<RankBinding> place_ranks(const Topology& t, int local_ranks,
                                       g < 0 || g >= ngpu ? "not a GPU index" : "already taken"),
                           fmt::format("use distinct GPU indices from 0 to {}", ngpu - 1));
       }
-      const Device& gpu = t.gpus()[g];
+      const PciEndpoint& gpu = t.gpus()[g];
       int best = gpu.local_numa.front();
       for (int m : gpu.local_numa) {
         if (load[m] < load[best]) best = m;

@@ -18,7 +18,7 @@ namespace {
 std::string hex4(uint16_t v) { return fmt::format("0x{:04x}", v); }
 
 // " Tesla T4", or "" when the name is only the vendor:device pair already printed.
-std::string name_of(const Device& d) {
+std::string name_of(const PciEndpoint& d) {
   return d.name == fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id) ? "" : " " + d.name;
 }
 
@@ -43,7 +43,7 @@ std::string gbps_text(const LinkSpeed& s, double fallback) {
   return fmt::format("unknown (using {:.2f} GB/s)", fallback);
 }
 
-nlohmann::json device_json(const Device& d) {
+nlohmann::json device_json(const PciEndpoint& d) {
   nlohmann::json j;
   j["index"] = d.index;
   j["pci"] = d.addr.str();
@@ -121,7 +121,7 @@ class TreePrinter {
     }
   }
 
-  void device(const Device& d, int indent) {
+  void device(const PciEndpoint& d, int indent) {
     std::string extra;
     double fallback = 0;
     switch (d.kind) {
@@ -147,7 +147,7 @@ class TreePrinter {
 
   const Topology& t_;
   const LinkMap& links_;
-  std::map<int, const Device*> device_at_;
+  std::map<int, const PciEndpoint*> device_at_;
   std::string out_;
 };
 
@@ -184,7 +184,7 @@ std::string format_matrix(const Topology& t) {
         out += fmt::format("{:<{}}", cell == "X" ? " X" : cell, width);
       }
       if (i < t.gpus().size()) {
-        const Device& g = t.gpus()[i];
+        const PciEndpoint& g = t.gpus()[i];
         const auto& cpus = t.root_complexes()[g.root_complex].locality.cpus;
         out += fmt::format("{:<{}}{}", cpus.empty() ? "N/A" : format_index_list(cpus), cpu_width,
                            format_index_list(g.local_numa));

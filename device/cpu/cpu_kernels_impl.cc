@@ -63,8 +63,9 @@ void PrimitivePlan::add(int arg, bool output, const dnnl::memory::desc& user,
     const auto& to = output ? user : inner;
     auto pd =
         DNNL_CHECK(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, attr()));
-    if (user_scratchpad_)
+    if (user_scratchpad_) {
       scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, pd.scratchpad_desc().get_size());
+    }
     op.reorder = DNNL_CHECK(dnnl::reorder(pd));
   }
   operands_.push_back(std::move(op));

@@ -60,7 +60,9 @@ inline uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 // One oneDNN primitive with its operands. An operand whose layout the primitive chose
 // differently from the caller's plain layout is staged in the workspace through a reorder
 // (inputs before, outputs after). Workspace layout: [scratchpad | staging buffers...], the
-// scratchpad (user mode) shared by the primitive and the reorders, which run one at a time.
+// scratchpad (user mode) shared by the primitive and the reorders, which run one at a time;
+// each part starts at a multiple of kWorkspaceAlign from ws.ptr. Any ws.ptr works and gives the
+// same bits; a 64-byte aligned one (device allocations are 256-byte aligned) is the fast case.
 class PrimitivePlan {
  public:
   struct Operand {

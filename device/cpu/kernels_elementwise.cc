@@ -1,6 +1,5 @@
-// Elementwise kernels: ReLU forward on oneDNN's eltwise, the rest (ReLU backward, add,
-// accumulate, copy, fill, scale, dropout) as chunked loops. Every output element depends on its
-// own inputs only, so any partition gives the same bits.
+// Elementwise kernels (ReLU, add, accumulate, copy, fill, scale, dropout) as chunked loops.
+// Every output element depends on its own inputs only, so any partition gives the same bits.
 #include <cstring>
 
 #include <fmt/format.h>
@@ -18,6 +17,12 @@ void check_n(int64_t n, const char* what) {
     throw ConfigError(fmt::format("{}: negative element count {}", what, n),
                       "pass the tensor's element count");
   }
+}
+
+// PyTorch's clamp_min(x, 0): a NaN stays NaN (oneDNN's eltwise ReLU turns it into 0, which
+// would hide a diverged run; a loop is as fast, the kernel being bound by memory).
+FERRY_SIMD_CLONES void relu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 FERRY_SIMD_CLONES void relu_grad(const float* y, const float* dy, float* dx, int64_t n) {
@@ -47,21 +52,10 @@ FERRY_SIMD_CLONES void dropout_grad(const float* dy, const uint8_t* mask, float*
 
 }  // namespace
 
-void run(PlanCache& plans, const ReluForward& a) {
+void run(PlanCache&, const ReluForward& a) {
   check_n(a.n, "relu_forward");
-  if (a.n == 0) return;
-  auto plan = plans.plan<PrimitivePlan>(make_key({kernel_kind<ReluForward>(), a.n}), [&] {
-    const auto desc = plain_desc({a.n});
-    PrimitivePlan p(/*user_scratchpad=*/false);  // no Workspace: oneDNN owns any scratchpad
-    const dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference,
-                                        dnnl::algorithm::eltwise_relu, desc, 0.0f);
-    const auto pd = DNNL_CHECK(dnnl::eltwise_forward::primitive_desc(d, p.attr(), cpu_engine()));
-    p.add(DNNL_ARG_SRC, false, desc, pd.src_desc());
-    p.add(DNNL_ARG_DST, true, desc, pd.dst_desc());
-    p.finish(DNNL_CHECK(dnnl::eltwise_forward(pd)), pd.scratchpad_desc());
-    return p;
-  });
-  plan->execute({{DNNL_ARG_SRC, a.x}, {DNNL_ARG_DST, a.y}}, Workspace{}, "relu_forward");
+  parallel_chunks(a.n, kParallelGrain,
+                  [&](int64_t b, int64_t e) { relu(a.x + b, a.y + b, e - b); });
 }
 
 void run(PlanCache&, const ReluBackward& a) {

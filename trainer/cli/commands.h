@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/ranks.h"
 #include "common/error.h"
 
 namespace ferry {
@@ -29,7 +30,7 @@ struct InfoArgs {
   bool json = false;
 };
 
-int run_train(const TrainArgs& args);
+int run_train(const TrainArgs& args, const RankInfo& ranks);
 int run_eval(const TrainArgs& args);
 int run_plan(const PlanArgs& args);
 int run_info(const InfoArgs& args);

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "comm/fault.h"
+#include "comm/ranks.h"
 #include "common/error.h"
 #include "trainer/cli/commands.h"
 
@@ -53,8 +55,27 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  // train runs as one rank of a job (mpirun, or alone); a failure on a rank ends the job.
+  if (*train_cmd) {
+    RankInfo ranks;
+    int code = 0;
+    try {
+      ranks = init_ranks();
+      code = run_train(train, ranks);
+    } catch (const ConfigError& e) {
+      return fail_job(ranks, e, 2);
+    } catch (const DataError& e) {
+      return fail_job(ranks, e, 2);
+    } catch (const std::exception& e) {
+      return fail_job(ranks, e, 1);
+    }
+    finalize_ranks();
+    return code;
+  }
   try {
-    if (*train_cmd) return run_train(train);
+    if (launched_by_mpi() && *eval_cmd) {
+      throw ConfigError("trainer eval runs as one process", "run it without mpirun");
+    }
     if (*eval_cmd) return run_eval(eval);
     if (*plan_cmd) return run_plan(plan);
     if (*info_cmd) return run_info(info);

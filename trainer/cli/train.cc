@@ -5,8 +5,8 @@
 
 namespace ferry {
 
-int run_train(const TrainArgs& args) {
-  train(load_config(args.config, args.overrides));
+int run_train(const TrainArgs& args, const RankInfo& ranks) {
+  train(load_config(args.config, args.overrides), ranks);
   return 0;
 }
 

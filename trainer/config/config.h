@@ -89,6 +89,7 @@ struct DataConfig {
   std::vector<double> mean;  // per channel (size model.input[0]) or empty = none
   std::vector<double> std;   // per channel, each > 0, or empty = none
   int64_t samples = 4096;    // synthetic dataset size, >= 1
+  int64_t seed = -1;         // synthetic: which samples, >= -1, -1 = run.seed
   bool drop_last = true;     // drop a final partial batch
   bool operator==(const DataConfig&) const = default;
 };

@@ -176,6 +176,9 @@ std::vector<KeySpec> build_schema() {
       real_list(FERRY_CONFIG_KEY(data, std), above(0),
                 "Per-channel divisor after the mean; [] = none, else one per channel."),
       integer(FERRY_CONFIG_KEY(data, samples), at_least(1), "synthetic: samples in the dataset."),
+      integer(FERRY_CONFIG_KEY(data, seed), at_least(-1),
+              "synthetic: which samples are drawn; -1 = run.seed. Another seed gives a held-out "
+              "set of the same task."),
       flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
       // optim
       choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),

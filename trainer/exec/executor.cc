@@ -16,6 +16,8 @@
 // Nothing here blocks the host. Every ordering is a stream waiting on an event.
 #include "trainer/exec/executor.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "common/bytes.h"
@@ -366,6 +368,17 @@ void Executor::set_trace(StepTrace* trace) {
 void Executor::resolve_trace() {
   device_.synchronize();  // every copy of the step has finished
   const auto at = [&](Event& e) { return device_.elapsed_ms(*trace_origin_, e) * 1000.0; };
+  {
+    // Place the origin on the host clock: an event recorded on the idle compute stream
+    // completes at once, so its elapsed time from the origin is "now".
+    auto now = device_.create_timing_event();
+    device_.stream(StreamKind::kCompute).record(*now);
+    now->synchronize();
+    const int64_t host_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    trace_host_origin_ns_ = host_now - static_cast<int64_t>(at(*now) * 1000.0);
+  }
   double start = at(*step_origin_);
   for (StepMark& m : marks_) {
     const double end = at(*m.end);

@@ -102,6 +102,11 @@ class Executor {
   // `trace` (when its metrics are read). nullptr stops tracing.
   void set_trace(StepTrace* trace);
   const TransferStats& transfer_stats() const { return transfers_.stats(); }
+  // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
+  // resolved: for spans measured on the host, such as all-reduces.
+  double trace_time_us(int64_t steady_ns) const {
+    return static_cast<double>(steady_ns - trace_host_origin_ns_) / 1000.0;
+  }
 
   uint64_t arena_bytes() const { return arena_.bytes(); }
   HostPool& host_pool() { return host_pool_; }
@@ -140,6 +145,7 @@ class Executor {
   // Tracing: the first traced step's origin, and the current step's marks until resolved.
   StepTrace* trace_ = nullptr;
   std::unique_ptr<Event> trace_origin_;
+  int64_t trace_host_origin_ns_ = 0;  // steady_clock time of trace_origin_
   struct StepMark {
     std::string name;
     std::unique_ptr<Event> end;

@@ -37,6 +37,8 @@ class ParameterStore {
   float* param_block() const { return params_block_.as<float>(); }
   float* grad_block() const { return grads_block_.as<float>(); }
   float* optimizer_block(int slot) const { return optimizer_blocks_[slot].as<float>(); }
+  void* buffer_block() const { return buffers_block_.data(); }
+  uint64_t buffer_block_bytes() const { return buffer_block_bytes_; }
   int optimizer_slots() const { return static_cast<int>(optimizer_blocks_.size()); }
 
   // The device address of a parameter, buffer or metric of any graph of this model.

@@ -1,44 +1,71 @@
-// A Session is the composition root of a run: from a resolved Config it creates the device,
-// the model (graphs per input shape), the persistent memory, the optimizer and the executor,
-// and prints what it built. The train and eval loops (train.cc, evaluate.cc) drive it.
+// A Session is the composition root of a run: from a resolved Config and this process's rank it
+// places the rank, creates the device, the model (graphs per input shape), the persistent
+// memory, the optimizer, the executor and the communicator, and offers the steps of training
+// in the words of the loop: forward_backward, reduce_gradients, update.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "comm/buckets.h"
+#include "comm/communicator.h"
+#include "comm/ranks.h"
 #include "device/device.h"
 #include "trainer/config/config.h"
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/model/graph.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/session/placement.h"
 
 namespace ferry {
 
 class Session {
  public:
-  // Builds everything; `training` selects whether optimizer state is allocated.
-  Session(const Config& config, bool training);
+  // Builds everything; `training` selects whether optimizer state is allocated. Under MPI,
+  // rank 0's initial parameters and buffers are broadcast to every rank.
+  Session(const Config& config, const RankInfo& ranks, bool training);
   ~Session();
 
   const Config& config() const { return config_; }
+  const RankInfo& ranks() const { return ranks_; }
+  const Placement& placement() const { return placement_; }
   Device& device() { return *device_; }
   ParameterStore& store() { return *store_; }
   Executor& executor() { return *executor_; }
   Optimizer& optimizer() { return *optimizer_; }
+  Communicator& communicator() { return *comm_; }
   // The graph at the configured batch size (layer names, parameter list).
   const Graph& graph() const { return graph_; }
   std::vector<std::string> optimizer_slot_names() const;
   // The input shape (N, C, H, W) of a batch of n samples.
   Shape input_shape(int64_t n) const;
 
+  // One training step, in order. forward_backward enqueues the batch's forward and backward
+  // passes, launching each gradient bucket's all-reduce as backward fills it (comm.overlap);
+  // reduce_gradients launches the rest and orders compute after all of them; update enqueues
+  // the optimizer; metrics waits for the step and returns its loss.
+  void forward_backward(const HostBatch& batch, uint64_t step);
+  void reduce_gradients();
+  void update(float lr);
+  StepMetrics metrics() { return executor_->read_metrics(); }
+  // The all-reduce spans of the last step (for traces); empty on one rank.
+  std::vector<BucketSpan> reduce_spans() const;
+
  private:
+  GradientBuckets& buckets(int64_t batch);
+
   Config config_;
+  RankInfo ranks_;
+  Placement placement_;
   std::unique_ptr<Device> device_;
   Graph graph_;
   std::unique_ptr<ParameterStore> store_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<GradientListener> listener_;
 };
 
 // Maps the config's memory.* keys to planner options.

@@ -3,17 +3,18 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 
+#include "comm/fault.h"
 #include "common/bytes.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
 #include "trainer/session/metrics.h"
+#include "trainer/session/rank_log.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<const Dataset> open_configured_dataset(const Config& config, uint64_t seed) {
+std::shared_ptr<const Dataset> open_configured_dataset(const Config& config) {
   DatasetSpec spec;
   spec.source = std::string(to_string(config.data.source));
   spec.path = config.data.path;
@@ -30,7 +31,7 @@ std::shared_ptr<const Dataset> open_configured_dataset(const Config& config, uin
   spec.image_shape = Shape{config.model.input[0], config.model.input[1], config.model.input[2]};
   spec.classes = config.model.classes;
   spec.samples = config.data.samples;
-  spec.seed = seed;
+  spec.seed = config.data.seed >= 0 ? static_cast<uint64_t>(config.data.seed) : config.run.seed;
   std::shared_ptr<const Dataset> dataset = open_dataset(spec);
   if (dataset->image_shape() != spec.image_shape) {
     throw ConfigError(fmt::format("the dataset's images are {} but model.input is [{}, {}, {}]",
@@ -57,28 +58,31 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   return o;
 }
 
-void print_banner(Session& session, const Config& config, const Dataset& data) {
+void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data) {
+  const RankInfo& ranks = session.ranks();
   const PersistentBytes bytes = session.store().bytes();
-  const Program& p = session.executor().program(config.data.batch_size, true);
-  const MemoryPlan& plan = p.plan;
-  std::printf("device   %s\n", session.device().name().c_str());
-  std::printf("model    %s: %s parameters, %zu layers, input (%lld, %lld, %lld), %lld classes\n",
-              config.model.name.c_str(), fmt::format("{}", session.graph().parameter_count()).c_str(),
-              session.graph().nodes().size(), static_cast<long long>(config.model.input[0]),
-              static_cast<long long>(config.model.input[1]), static_cast<long long>(config.model.input[2]),
-              static_cast<long long>(config.model.classes));
-  std::printf("data     %s, batch %lld\n", data.describe().c_str(),
-              static_cast<long long>(config.data.batch_size));
-  std::printf("memory   weights %s, gradients %s, optimizer %s, buffers %s\n",
-              format_bytes(bytes.weights).c_str(), format_bytes(bytes.gradients).c_str(),
-              format_bytes(bytes.optimizer).c_str(), format_bytes(bytes.buffers).c_str());
-  std::printf("plan     policy %s, predicted peak %s (activations %s, gradients %s, workspace %s), "
-              "offloaded %s/step, host pool %s, budget %s\n",
-              std::string(policy_name(plan.policy)).c_str(), format_bytes(plan.peak_bytes()).c_str(),
-              format_bytes(plan.activation_bytes).c_str(), format_bytes(plan.gradient_bytes).c_str(),
-              format_bytes(plan.workspace_bytes).c_str(), format_bytes(plan.offload_bytes).c_str(),
-              format_bytes(plan.host_bytes).c_str(), format_bytes(config.memory.budget).c_str());
-  std::fflush(stdout);
+  const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
+  log.print("ranks    {} ({} on this machine), communicator {}, topology {}{}", ranks.size,
+            ranks.local_size, session.communicator().backend_name(), session.placement().source,
+            session.placement().bound ? ", bound" : "");
+  log.line(session.placement().table);
+  log.print("device   {}", session.device().name());
+  log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",
+            config.model.name, session.graph().parameter_count(), session.graph().nodes().size(),
+            config.model.input[0], config.model.input[1], config.model.input[2],
+            config.model.classes);
+  log.print("data     {}, batch {} per rank ({} global)", data.describe(),
+            config.data.batch_size, config.data.batch_size * ranks.size);
+  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
+            format_bytes(bytes.weights), format_bytes(bytes.gradients),
+            format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
+  log.print("plan     policy {}, predicted peak {} (activations {}, gradients {}, workspace {}), "
+            "offloaded {}/step, recomputed {:.3g} GFLOP/step, host pool {}, budget {}",
+            policy_name(plan.policy), format_bytes(plan.peak_bytes()),
+            format_bytes(plan.activation_bytes), format_bytes(plan.gradient_bytes),
+            format_bytes(plan.workspace_bytes), format_bytes(plan.offload_bytes),
+            plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
+            format_bytes(config.memory.budget));
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -87,19 +91,27 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
 }
 
-}  // namespace
+// Adds the last step's all-reduces to the trace, on the comm track.
+void trace_reductions(Session& session, StepTrace& trace) {
+  for (const BucketSpan& s : session.reduce_spans()) {
+    const double start = session.executor().trace_time_us(s.start_ns);
+    trace.add({TraceTrack::kComm, fmt::format("all-reduce bucket {}", s.bucket), start,
+               static_cast<double>(s.end_ns - s.start_ns) / 1000.0,
+               {{"bytes", s.bytes},
+                {"queued_us", session.executor().trace_time_us(s.launch_ns)}}});
+  }
+}
 
-TrainResult train(const Config& config) {
-  fs::create_directories(config.run.dir);
-  const std::string resolved = to_yaml(config);
-  std::printf("%s\n", resolved.c_str());
-  write_text((fs::path(config.run.dir) / "config.yaml").string(), resolved);
-
-  Session session(config, /*training=*/true);
+// The loop itself; train() wraps it so that a failure on one rank ends the job.
+TrainResult run(const Config& config, Session& session, RankLog& log) {
+  const RankInfo& ranks = session.ranks();
   Device& device = session.device();
-  Stream& compute = device.stream(StreamKind::kCompute);
-  auto dataset = open_configured_dataset(config, config.run.seed);
+  auto dataset = open_configured_dataset(config);
   LoaderOptions lo = loader_options(config, device);
+  lo.world_size = ranks.size;
+  lo.rank = ranks.rank;
+  // Every rank takes part in every step: a partial global batch would leave some without rows.
+  if (ranks.size > 1) lo.drop_last = true;
 
   TrainingState state{0, 0, 0, config.run.seed, config.model.name};
   const std::string resume = resolve_resume(config.checkpoint.resume, config.checkpoint.dir);
@@ -107,35 +119,40 @@ TrainResult train(const Config& config) {
     state = load_checkpoint(resume, session.store(), session.optimizer_slot_names());
     session.optimizer().set_steps_taken(state.step);
     lo.start = LoaderPosition{state.epoch, state.batch_in_epoch};
-    std::printf("resumed  %s at step %lld\n", resume.c_str(), static_cast<long long>(state.step));
+    log.print("resumed  {} at step {}", resume, state.step);
   }
   DataLoader loader(dataset, lo);
-  print_banner(session, config, *dataset);
+  print_banner(log, session, config, *dataset);
 
   const LrSchedule schedule = lr_schedule(config);
-  MetricsLog log((fs::path(config.run.dir) / "metrics.jsonl").string());
+  MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "");
   TrainResult result;
   double interval_loss = 0, interval_correct = 0, interval_samples = 0;
+  int64_t interval_steps = 0;
   auto interval_start = std::chrono::steady_clock::now();
   const auto run_start = interval_start;
-  int64_t interval_steps = 0;
+  StepTrace trace(ranks.rank);
 
-  StepTrace trace;
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
-    if (config.debug.fail_at_step == step) {
-      throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step));
+    if (config.debug.fail_at_step == step &&
+        (config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank)) {
+      throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step),
+                  "remove debug.fail_at_step");
     }
     const bool traced = config.run.trace && step >= config.run.trace_steps[0] &&
                         step <= config.run.trace_steps[1];
     session.executor().set_trace(traced ? &trace : nullptr);
+
     Batch batch = loader.next();
     const float lr = schedule.at(step - 1);
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
-                               static_cast<uint64_t>(step));
-    session.optimizer().step(device.kernels(), compute, session.store(), lr);
-    const StepMetrics m = session.executor().read_metrics();  // waits for the step
-    const int64_t samples = batch.size();
+    session.forward_backward({batch.images(), batch.labels(), batch.size()},
+                             static_cast<uint64_t>(step));
+    session.reduce_gradients();
+    session.update(lr);
+    const StepMetrics m = session.metrics();  // waits for the step
+    const int64_t samples = batch.size() * ranks.size;
     batch.release();
+
     if (!std::isfinite(m.loss)) {
       throw Error(fmt::format("the loss became {} at step {}", m.loss, step),
                   "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
@@ -148,6 +165,17 @@ TrainResult train(const Config& config) {
     interval_samples += static_cast<double>(samples);
     ++interval_steps;
 
+    if (traced) {
+      trace_reductions(session, trace);
+      if (step == config.run.trace_steps[1] || step == config.run.steps) {
+        session.executor().set_trace(nullptr);
+        const std::string path =
+            (fs::path(config.run.dir) / fmt::format("trace_rank{}.json", ranks.rank)).string();
+        trace.write(path);
+        log.print("trace    steps {}-{} -> {} (open in ui.perfetto.dev)",
+                  config.run.trace_steps[0], step, path);
+      }
+    }
     if (step % config.run.log_every == 0 || step == config.run.steps) {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - interval_start).count();
@@ -155,38 +183,50 @@ TrainResult train(const Config& config) {
       r.step = step;
       r.steps = config.run.steps;
       r.loss = interval_loss / static_cast<double>(interval_steps);
-      r.accuracy = interval_correct / std::max(1.0, interval_samples);
+      // Correct counts are this rank's, over its share of the samples.
+      r.accuracy = interval_correct / std::max(1.0, interval_samples / ranks.size);
       r.lr = lr;
       r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
       r.device_peak_bytes = device.memory().stats().peak;
       r.device_capacity = device.memory().capacity();
       r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
-      std::printf("%s\n", progress_line(r).c_str());
-      std::fflush(stdout);
-      log.write(r);
+      log.line(progress_line(r));
+      metrics.write(r);
       interval_loss = interval_correct = interval_samples = 0;
       interval_steps = 0;
       interval_start = now;
     }
-    if (traced && (step == config.run.trace_steps[1] || step == config.run.steps)) {
-      session.executor().set_trace(nullptr);
-      const std::string path = (fs::path(config.run.dir) / "trace_rank0.json").string();
-      trace.write(path);
-      std::printf("trace    steps %lld-%lld -> %s (open in ui.perfetto.dev)\n",
-                  static_cast<long long>(config.run.trace_steps[0]),
-                  static_cast<long long>(step), path.c_str());
-    }
-    if (config.checkpoint.every > 0 && step % config.checkpoint.every == 0) {
+    if (config.checkpoint.every > 0 && step % config.checkpoint.every == 0 && ranks.is_root()) {
       fs::create_directories(config.checkpoint.dir);
       const LoaderPosition next = loader.position();
-      save_checkpoint(checkpoint_path(config.checkpoint.dir, step), session.store(),
-                      session.optimizer_slot_names(),
+      const std::string path = checkpoint_path(config.checkpoint.dir, step);
+      save_checkpoint(path, session.store(), session.optimizer_slot_names(),
                       TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
       prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
+      log.print("saved    {}", path);
     }
   }
   result.device_peak_bytes = device.memory().stats().peak;
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const Config& config, const RankInfo& ranks) {
+  RankLog log(ranks, config.run.dir);
+  const std::string resolved = to_yaml(config);
+  log.line(resolved);
+  if (ranks.is_root()) write_text((fs::path(config.run.dir) / "config.yaml").string(), resolved);
+  Session session(config, ranks, /*training=*/true);
+  try {
+    return run(config, session, log);
+  } catch (const std::exception& e) {
+    log.print("error: {}", e.what());
+    // The session is still alive: end the job before unwinding could wait on a collective the
+    // other ranks never join (Note [Ending a job on one rank's failure]).
+    if (ranks.size > 1) fail_job(ranks, e, dynamic_cast<const ConfigError*>(&e) ? 2 : 1);
+    throw;
+  }
 }
 
 EvalResult evaluate(const Config& config) {
@@ -201,8 +241,8 @@ EvalResult evaluate(const Config& config) {
     }
     c.model.init_from = all.back().second;
   }
-  Session session(c, /*training=*/false);
-  auto dataset = open_configured_dataset(c, c.run.seed);
+  Session session(c, RankInfo{}, /*training=*/false);
+  auto dataset = open_configured_dataset(c);
   LoaderOptions lo = loader_options(c, session.device());
   lo.shuffle = false;
   lo.drop_last = false;
@@ -215,7 +255,7 @@ EvalResult evaluate(const Config& config) {
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
     session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, false, 0);
-    const StepMetrics m = session.executor().read_metrics();
+    const StepMetrics m = session.metrics();
     loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size());
     correct += m.correct;
     samples += batch.size();

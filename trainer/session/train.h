@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/ranks.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -16,8 +17,10 @@ struct TrainResult {
   uint64_t device_peak_bytes = 0;
 };
 
-// Trains as `config` says, writing <run.dir>/config.yaml, metrics.jsonl and checkpoints.
-TrainResult train(const Config& config);
+// Trains as `config` says on this rank of the job, writing (rank 0) <run.dir>/config.yaml,
+// metrics.jsonl and checkpoints, and (every rank) rank<R>.log. Under MPI a failure on any rank
+// ends the whole job (comm/fault.h) and does not return.
+TrainResult train(const Config& config, const RankInfo& ranks);
 
 struct EvalResult {
   double loss = 0;
@@ -26,7 +29,7 @@ struct EvalResult {
 };
 
 // Loss and accuracy over one pass of the configured dataset, with the weights of model.init_from
-// (or the newest checkpoint in checkpoint.dir); written to <run.dir>/eval.json.
+// (or the newest checkpoint in checkpoint.dir); written to <run.dir>/eval.json. One process.
 EvalResult evaluate(const Config& config);
 
 }  // namespace ferry

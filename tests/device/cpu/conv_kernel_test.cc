@@ -214,8 +214,9 @@ TEST(ConvKernel, WorkspaceIsExactlyWhatItAsksFor) {
   args.ws = Workspace{ws.data(), bytes};
   kernels.run(args);
   EXPECT_TRUE(all_close(y, y_ref, kRel, kAbs));
-  for (size_t i = bytes; i < ws.size(); ++i)
+  for (size_t i = bytes; i < ws.size(); ++i) {
     ASSERT_EQ(ws[i], 0xA5) << "byte " << i - bytes << " past the workspace";
+  }
 
   args.ws = Workspace{ws.data(), bytes - 1};
   EXPECT_THROW(kernels.run(args), UnsupportedError);

@@ -245,8 +245,9 @@ TEST(CpuKernelsApi, LoopKernelsDoNotDependOnThreadsOrAlignment) {
                                      probs.data() + shift, nullptr});
     std::vector<std::vector<float>> outs = {y,  dx,  dg,  dbt, mean, var, rm,  rv,    py,  pdx,
                                             ay, adx, ldb, p,   m,    v,   buf, probs, loss};
-    for (size_t i = 0; i + 1 < outs.size(); ++i)
+    for (size_t i = 0; i + 1 < outs.size(); ++i) {
       outs[i].erase(outs[i].begin(), outs[i].begin() + shift);
+    }
     return outs;
   };
   const auto base = run_all(2, 0);

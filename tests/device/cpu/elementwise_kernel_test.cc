@@ -22,16 +22,33 @@ TEST(ReluKernel, ForwardIsMaxWithZero) {
   for (int64_t n : kSizes) {
     auto x = random_floats(n, 1 + n);
     x[0] = 0.0f;
-    if (n > 2) x[1] = -0.0f, x[2] = -1e-30f;
+    if (n > 2) {
+      x[1] = -0.0f;
+      x[2] = -1e-30f;
+    }
     std::vector<float> y(n + 1, NAN);
     k.run(ReluForward{n, x.data(), y.data()});
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(y[i], std::max(x[i], 0.0f)) << "n=" << n << " i=" << i;
+    }
     EXPECT_TRUE(std::isnan(y[n])) << "wrote past n";
     // In place.
     k.run(ReluForward{n, x.data(), x.data()});
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], y[i]);
   }
+}
+
+// As PyTorch's relu: NaN stays NaN, so a diverged run shows in the loss.
+TEST(ReluKernel, ForwardPropagatesNaN) {
+  test::KernelRunner k;
+  const std::vector<float> x = {NAN, -1.0f, 2.0f, -NAN, 0.0f};
+  std::vector<float> y(5);
+  k.run(ReluForward{5, x.data(), y.data()});
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 2.0f);
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_EQ(y[4], 0.0f);
 }
 
 TEST(ReluKernel, BackwardPassesGradientWhereOutputIsPositive) {

@@ -32,7 +32,8 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 
 inline ref::Vec to_f64(const std::vector<float>& v) { return ref::Vec(v.begin(), v.end()); }
 
-// Element-wise |actual - expected| <= abs + rel * |expected|; names the worst element.
+// Element-wise |actual - expected| <= abs + rel * |expected|, NaN matching only NaN; names the
+// worst element.
 inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
                                             const ref::Vec& expected, double rel, double abs) {
   if (actual.size() != expected.size()) {
@@ -42,6 +43,7 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
   size_t bad = 0, worst = 0;
   double worst_excess = 0.0;
   for (size_t i = 0; i < actual.size(); ++i) {
+    if (std::isnan(actual[i]) && std::isnan(expected[i])) continue;
     const double err = std::fabs(static_cast<double>(actual[i]) - expected[i]);
     const double tol = abs + rel * std::fabs(expected[i]);
     if (!(err <= tol)) {

@@ -3,6 +3,7 @@
 // adaptive average pooling, and finite differences of the backward passes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "common/error.h"
@@ -146,9 +147,10 @@ TEST(PoolKernel, MaxBackwardSendsTiesToTheFirstMaximum) {
   EXPECT_EQ(odx[0], 4.0f);  // windows (0,0) (0,1) (1,0) (1,1) all start at element 0
 }
 
-// Heavy ties (values from {0, 1, 2}) and NaNs on every backward path: general windows, tiled
-// 2x2 windows with short rows, tiled 2x2 with long rows (and a leftover row and column).
-TEST(PoolKernel, MaxBackwardTiesAndNaNsOnEveryPath) {
+// Heavy ties (values from {0, 1, 2}) and NaNs on every max pooling path: general windows, tiled
+// 2x2 windows with short rows, tiled 2x2 with long rows (and a leftover row and column). As in
+// PyTorch a NaN is the window's maximum (the last NaN, for the gradient).
+TEST(PoolKernel, MaxPoolingTiesAndNaNsOnEveryPath) {
   test::KernelRunner k;
   for (const PoolGeom& g :
        {pool(PoolKind::kMax, 2, 3, 9, 9, 3, 2, 1, true), pool(PoolKind::kMax, 2, 3, 8, 10, 2, 2, 0),
@@ -158,7 +160,10 @@ TEST(PoolKernel, MaxBackwardTiesAndNaNsOnEveryPath) {
     for (auto& v : x) v = std::floor(v);
     for (size_t i = 7; i < x.size(); i += 23) x[i] = NAN;
     const auto dy = random_floats(g.n * g.c * g.out_h() * g.out_w(), 6);
-    std::vector<float> y(dy.size()), dx(x.size(), -7.0f);
+    std::vector<float> y(dy.size(), 5.0f), dx(x.size(), -7.0f);
+    k.run(PoolForward{g, x.data(), y.data()});
+    EXPECT_TRUE(all_close(y, ref::pool_forward(g, to_f64(x)), 0, 0));  // NaN propagates
+    EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
     k.run(PoolBackward{g, x.data(), y.data(), dy.data(), dx.data()});
     EXPECT_TRUE(all_close(dx, ref::pool_backward(g, to_f64(x), to_f64(dy)), kRel, kAbs));
   }

@@ -67,8 +67,9 @@ Vec conv_backward_weights(const ConvGeom& g, const Vec& x, const Vec& dy, Vec* d
   if (dbias) {
     const int64_t plane = g.out_h() * g.out_w();
     dbias->assign(g.k, 0.0);
-    for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i)
+    for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i) {
       (*dbias)[(i / plane) % g.k] += dy[i];
+    }
   }
   return dw;
 }
@@ -139,11 +140,12 @@ Vec pool_forward(const PoolGeom& g, const Vec& x) {
       const Range rh = pool_range(i, g.h, g.kh, g.stride_h, g.pad_h);
       for (int64_t j = 0; j < ow; ++j) {
         const Range rw = pool_range(j, g.w, g.kw, g.stride_w, g.pad_w);
+        // Max as PyTorch scans: replace on strictly greater or NaN (a NaN propagates).
         double best = -std::numeric_limits<double>::infinity(), sum = 0.0;
         for (int64_t a = rh.lo; a < rh.hi; ++a) {
           for (int64_t b = rw.lo; b < rw.hi; ++b) {
             const double v = x[(p * g.h + a) * g.w + b];
-            best = std::max(best, v);
+            if (v > best || std::isnan(v)) best = v;
             sum += v;
           }
         }

@@ -1,0 +1,60 @@
+// Data parallelism changes nothing: 2 ranks at batch B and 1 rank at batch 2B on the same
+// global data order give the same parameters after 5 SGD steps (lenet5: no BatchNorm, whose
+// statistics are per rank as in PyTorch DDP), with comm.overlap on and off and with
+// memory.policy vdnn-all. A failure on one rank ends the whole job with that rank's message.
+#include <gtest/gtest.h>
+
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string base_args(const std::string& dir) {
+  return " train " + std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml run.dir=" + dir +
+         " run.steps=5 run.log_every=1 optim.schedule=constant optim.warmup_steps=0 "
+         "optim.lr=0.02 data.samples=512 checkpoint.every=5 checkpoint.dir=" + dir + "/ckpt";
+}
+
+std::string ckpt(const std::string& dir) { return dir + "/ckpt/step_5.safetensors"; }
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  }
+};
+
+TEST_F(DataParallel, TwoRanksAtBatchBEqualOneRankAtBatch2B) {
+  const std::string one = scratch("dp_one_rank");
+  Exit e = run(trainer() + base_args(one) + " data.batch_size=16 device.threads=1");
+  ASSERT_EQ(e.code, 0) << e.output;
+  struct Variant {
+    std::string name, args;
+  };
+  for (const Variant& v : {Variant{"overlap", "comm.overlap=true comm.bucket_mb=0.05"},
+                           Variant{"no_overlap", "comm.overlap=false"},
+                           Variant{"vdnn_all", "memory.policy=vdnn-all memory.debug_poison=true"}}) {
+    const std::string two = scratch("dp_two_ranks_" + v.name);
+    e = run(mpirun(2) + trainer() + base_args(two) + " data.batch_size=8 " + v.args);
+    ASSERT_EQ(e.code, 0) << v.name << "\n" << e.output;
+    expect_same_parameters(ckpt(two), ckpt(one), 1e-5);
+    // Rank 0 alone prints; each rank logs to its own file.
+    EXPECT_TRUE(std::filesystem::exists(two + "/rank0.log"));
+    EXPECT_TRUE(std::filesystem::exists(two + "/rank1.log"));
+  }
+}
+
+TEST_F(DataParallel, AFailureOnOneRankEndsTheJobWithItsMessage) {
+  const std::string dir = scratch("dp_failure");
+  const Exit e = run("timeout 60 " + mpirun(2) + trainer() + base_args(dir) +
+                     " data.batch_size=8 run.steps=50 debug.fail_at_step=3 debug.fail_rank=1");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, 30.0);
+  EXPECT_NE(e.output.find("rank 1 of 2: error: debug.fail_at_step: injected failure at step 3"),
+            std::string::npos)
+      << e.output;
+}
+
+}  // namespace
+}  // namespace ferry::testing

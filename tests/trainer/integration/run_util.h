@@ -1,0 +1,95 @@
+// Running the trainer binary from tests: a command line, its exit code and output, and reading
+// the parameters of a checkpoint it wrote.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "trainer/checkpoint/safetensors.h"
+
+namespace ferry::testing {
+
+struct Exit {
+  int code = -1;
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+};
+
+// Runs `command` through the shell with stderr folded into stdout.
+inline Exit run(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  Exit e;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return e;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) e.output.append(buffer, n);
+  const int status = pclose(pipe);
+  e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return e;
+}
+
+inline std::string trainer() { return std::string(FERRY_BINARY_DIR) + "/trainer"; }
+
+// mpirun for `ranks` processes on this machine (as root, oversubscribed if needed).
+inline std::string mpirun(int ranks) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+         "mpirun -np " + std::to_string(ranks) + " --bind-to none ";
+}
+
+inline bool have_mpirun() { return run("command -v mpirun").code == 0; }
+
+// A fresh directory under the build tree for one test.
+inline std::string scratch(const std::string& name) {
+  const auto dir = std::filesystem::path(FERRY_BINARY_DIR) / "test-runs" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Every F32 tensor of a checkpoint that is not optimizer state, by name.
+inline std::map<std::string, std::vector<float>> parameters(const std::string& path) {
+  std::map<std::string, std::vector<float>> out;
+  const SafetensorsFile file = read_safetensors(path);
+  for (const auto& e : file.entries()) {
+    if (e.dtype != DType::kF32 || e.name.rfind("optimizer.", 0) == 0) continue;
+    std::vector<float> v(e.bytes.size() / sizeof(float));
+    std::memcpy(v.data(), e.bytes.data(), e.bytes.size());
+    out[e.name] = std::move(v);
+  }
+  return out;
+}
+
+// max |a - b| / max(|b|) over each tensor is within `rel`; bitwise when rel == 0.
+inline void expect_same_parameters(const std::string& a, const std::string& b, double rel) {
+  const auto pa = parameters(a);
+  const auto pb = parameters(b);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& [name, va] : pa) {
+    const auto& vb = pb.at(name);
+    ASSERT_EQ(va.size(), vb.size()) << name;
+    if (rel == 0) {
+      EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << name;
+      continue;
+    }
+    double scale = 1e-12, err = 0;
+    for (size_t i = 0; i < va.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(vb[i])));
+      err = std::max(err, static_cast<double>(std::fabs(va[i] - vb[i])));
+    }
+    EXPECT_LE(err / scale, rel) << name;
+  }
+}
+
+}  // namespace ferry::testing

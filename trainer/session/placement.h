@@ -1,0 +1,25 @@
+// Where this rank runs: the topology (topology.file, or the live machine), the GPU and NUMA node
+// it binds to, the bindings table of every local rank, and — on the live machine with
+// topology.bind — the binding itself (threads and memory to the rank's NUMA node).
+#pragma once
+
+#include <string>
+
+#include "comm/ranks.h"
+#include "topology/placement.h"
+#include "trainer/config/config.h"
+
+namespace ferry {
+
+struct Placement {
+  RankBinding binding;  // this rank's
+  std::string table;    // every local rank's, for the start-up banner
+  std::string source;   // "live machine" or the file
+  bool bound = false;   // threads and memory were bound
+};
+
+// Places the local ranks of `ranks` on the topology and binds this process when asked and
+// possible. Call before creating the device, so its threads inherit the binding.
+Placement place_this_rank(const Config& config, const RankInfo& ranks);
+
+}  // namespace ferry
