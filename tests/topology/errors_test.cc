@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -15,7 +17,8 @@ namespace ferry {
 namespace {
 
 std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/ferry_topology_" + name;
+  const std::string path =
+      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_topology_" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

@@ -34,6 +34,7 @@ int run_train(const TrainArgs& args, const RankInfo& ranks);
 int run_eval(const TrainArgs& args);
 int run_plan(const PlanArgs& args);
 int run_info(const InfoArgs& args);
+int run_config(const TrainArgs& args, bool reference);
 
 // Prints "error: WHAT" and, when the error has one, "hint: HINT" to stderr; returns `code`.
 int report_error(const Error& e, int code);

@@ -14,13 +14,15 @@
 
 int main(int argc, char** argv) {
   using namespace ferry;
-  CLI::App app{"ferry: a multi-GPU, data-parallel trainer that offloads activations to host "
-               "memory (vDNN) and schedules the PCIe traffic by topology"};
+  CLI::App app{
+      "ferry: a multi-GPU, data-parallel trainer that offloads activations to host "
+      "memory (vDNN) and schedules the PCIe traffic by topology"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ferry 0.1.0");
 
   TrainArgs train;
-  CLI::App* train_cmd = app.add_subcommand("train", "Train a model: trainer train CONFIG [key=value ...]");
+  CLI::App* train_cmd =
+      app.add_subcommand("train", "Train a model: trainer train CONFIG [key=value ...]");
   train_cmd->add_option("config", train.config, "YAML experiment config")->required();
   train_cmd->add_option("overrides", train.overrides, "key=value overrides, e.g. optim.lr=0.05");
 
@@ -42,8 +44,19 @@ int main(int argc, char** argv) {
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");
 
+  TrainArgs check;
+  bool reference = false;
+  CLI::App* config_cmd = app.add_subcommand(
+      "config",
+      "Validate a config and print it resolved: trainer config CONFIG [key=value ...]; "
+      "--reference prints every key");
+  config_cmd->add_option("config", check.config, "YAML experiment config");
+  config_cmd->add_option("overrides", check.overrides, "key=value overrides");
+  config_cmd->add_flag("--reference", reference, "print the config reference (markdown)");
+
   InfoArgs info;
-  CLI::App* info_cmd = app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
+  CLI::App* info_cmd =
+      app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
   info_cmd->add_option("--model", info.model, "model name (omit to list the zoo)");
   info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
   info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
@@ -79,6 +92,7 @@ int main(int argc, char** argv) {
     if (*eval_cmd) return run_eval(eval);
     if (*plan_cmd) return run_plan(plan);
     if (*info_cmd) return run_info(info);
+    if (*config_cmd) return run_config(check, reference);
   } catch (const ConfigError& e) {
     return report_error(e, 2);
   } catch (const DataError& e) {

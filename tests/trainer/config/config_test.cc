@@ -229,6 +229,7 @@ Config everything_changed() {
       "  mean: [0.30000000000000004]\n"
       "  std: [1e-7]\n"
       "  samples: 17\n"
+      "  seed: 7\n"
       "  drop_last: false\n"
       "optim:\n"
       "  name: adamw\n"
@@ -260,13 +261,14 @@ Config everything_changed() {
       "  recompute: true\n"
       "  host_limit: 3MiB\n"
       "  debug_poison: true\n"
+      "  link_gbps: 3.5\n"
       "comm:\n"
       "  backend: nccl\n"
       "  bucket_mb: 0.5\n"
       "  overlap: false\n"
       "topology:\n"
       "  file: configs/topologies/dgx1.yaml\n"
-      "  scheduler: topology\n"
+      "  scheduler: fifo\n"
       "  bind: false\n"
       "  unknown_link_gbps: 7.877\n"
       "debug:\n"
@@ -335,7 +337,8 @@ TEST(ConfigEnums, SpellingsRoundTrip) {
   EXPECT_EQ(to_string(Backend::kCuda), "cuda");
   EXPECT_EQ(to_string(LinkSchedulerKind::kFifo), "fifo");
   EXPECT_FALSE(from_string<LinkSchedulerKind>("topology"));
-  EXPECT_EQ(enum_spellings<ScheduleKind>(), (std::vector<std::string>{"constant", "step", "cosine"}));
+  EXPECT_EQ(enum_spellings<ScheduleKind>(),
+            (std::vector<std::string>{"constant", "step", "cosine"}));
   for (const auto& name : enum_spellings<CommBackend>())
     EXPECT_EQ(to_string(*from_string<CommBackend>(name)), name);
 }

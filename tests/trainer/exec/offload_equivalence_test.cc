@@ -36,12 +36,12 @@ Config small_config(const std::string& model, int64_t batch) {
 }
 
 TrainRun train_steps(Config c, int steps) {
-  Session session(c, /*training=*/true);
+  Session session(c, RankInfo{}, /*training=*/true);
   Device& device = session.device();
   device.memory().reset_peak();
-  auto data = std::shared_ptr<const Dataset>(make_synthetic_dataset(
-      Shape{c.model.input[0], c.model.input[1], c.model.input[2]}, c.model.classes,
-      c.data.samples, c.run.seed));
+  auto data = std::shared_ptr<const Dataset>(
+      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
+                             c.model.classes, c.data.samples, c.run.seed));
   LoaderOptions lo;
   lo.batch_size = c.data.batch_size;
   lo.seed = c.run.seed;
@@ -56,8 +56,8 @@ TrainRun train_steps(Config c, int steps) {
     Batch batch = loader.next();
     session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
                                static_cast<uint64_t>(step));
-    session.optimizer().step(device.kernels(), device.stream(StreamKind::kCompute),
-                             session.store(), static_cast<float>(c.optim.lr));
+    session.optimizer().step(device.kernels(), device.stream(StreamKind::kCompute), session.store(),
+                             static_cast<float>(c.optim.lr));
     run.losses.push_back(session.executor().read_metrics().loss);
   }
   run.measured_peak = device.memory().stats().peak;
@@ -70,11 +70,11 @@ TrainRun train_steps(Config c, int steps) {
 uint64_t tight_budget(const Config& c, bool recompute) {
   Config probe = c;
   probe.memory.policy = MemoryPolicy::kVdnnAll;
-  Session session(probe, true);
+  Session session(probe, RankInfo{}, true);
   const uint64_t all = session.executor().program(c.data.batch_size, true).plan.peak_bytes();
   if (!recompute) return all + (256 << 10);
   probe.memory.policy = MemoryPolicy::kNone;
-  Session resident(probe, true);
+  Session resident(probe, RankInfo{}, true);
   const uint64_t none = resident.executor().program(c.data.batch_size, true).plan.peak_bytes();
   return all + (none - all) / 2;
 }

@@ -1,0 +1,123 @@
+// Training-step time of a config on this machine, per memory policy, measured in one process so
+// the policies share the same machine state: `bench_step_time CONFIG [key=value ...]
+// [--policies none,vdnn-all] [--steps N] [--warmup N] [--trace DIR]`. Prints each policy's mean
+// step time and its ratio to the first policy; with --trace, a Chrome trace per policy.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "trainer/data/loader.h"
+#include "trainer/session/session.h"
+
+namespace ferry {
+namespace {
+
+struct Result {
+  std::string policy;
+  double mean_s = 0;
+  double min_s = 0;
+  uint64_t peak = 0;
+  uint64_t offload = 0;
+};
+
+Result measure(Config c, int warmup, int steps, const std::string& trace_dir) {
+  Session session(c, RankInfo{}, true);
+  auto dataset = std::shared_ptr<const Dataset>(
+      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
+                             c.model.classes, c.data.samples, c.run.seed));
+  LoaderOptions lo;
+  lo.batch_size = c.data.batch_size;
+  lo.allocator = &session.device().pinned();
+  DataLoader loader(dataset, lo);
+  StepTrace trace;
+  std::vector<double> times;
+  for (int step = 1; step <= warmup + steps; ++step) {
+    const bool traced = !trace_dir.empty() && step == warmup + 1;
+    session.executor().set_trace(traced ? &trace : nullptr);
+    Batch batch = loader.next();
+    const auto start = std::chrono::steady_clock::now();
+    session.forward_backward({batch.images(), batch.labels(), batch.size()},
+                             static_cast<uint64_t>(step));
+    session.reduce_gradients();
+    session.update(static_cast<float>(c.optim.lr));
+    session.metrics();
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step > warmup) times.push_back(t);
+  }
+  session.executor().set_trace(nullptr);
+  Result r;
+  r.policy = std::string(to_string(c.memory.policy));
+  r.mean_s = std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
+  r.min_s = *std::min_element(times.begin(), times.end());
+  r.peak = session.device().memory().stats().peak;
+  r.offload = session.executor().program(c.data.batch_size, true).plan.offload_bytes;
+  if (!trace_dir.empty()) {
+    std::filesystem::create_directories(trace_dir);
+    trace.write(fmt::format("{}/trace_{}.json", trace_dir, r.policy));
+  }
+  return r;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"Training-step time per memory policy"};
+  std::string config_path, policies = "none", trace_dir;
+  std::vector<std::string> overrides;
+  int steps = 5, warmup = 2;
+  app.add_option("config", config_path)->required();
+  app.add_option("overrides", overrides);
+  app.add_option("--policies", policies);
+  app.add_option("--steps", steps);
+  app.add_option("--warmup", warmup);
+  app.add_option("--trace", trace_dir,
+                 "write a Chrome trace of the first measured step per policy");
+  CLI11_PARSE(app, argc, argv);
+  const Config base = load_config(config_path, overrides);
+  std::vector<Result> results;
+  for (const std::string& name : split(policies, ',')) {
+    Config c = base;
+    const auto p = from_string<MemoryPolicy>(name);
+    if (!p) throw ConfigError("unknown policy " + name);
+    c.memory.policy = *p;
+    results.push_back(measure(c, warmup, steps, trace_dir));
+  }
+  std::printf("%-10s %12s %12s %12s %14s %8s\n", "policy", "mean step", "min step", "peak",
+              "offload/step", "ratio");
+  for (const Result& r : results) {
+    std::printf("%-10s %11.3fs %11.3fs %12s %14s %8.3f\n", r.policy.c_str(), r.mean_s, r.min_s,
+                fmt::format("{:.1f} MiB", r.peak / 1048576.0).c_str(),
+                fmt::format("{:.1f} MiB", r.offload / 1048576.0).c_str(),
+                r.mean_s / results.front().mean_s);
+  }
+  nlohmann::json j = nlohmann::json::array();
+  for (const Result& r : results) {
+    j.push_back({{"policy", r.policy},
+                 {"mean_s", r.mean_s},
+                 {"min_s", r.min_s},
+                 {"peak_bytes", r.peak},
+                 {"offload_bytes", r.offload}});
+  }
+  std::printf("json %s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  try {
+    return ferry::main_impl(argc, argv);
+  } catch (const ferry::Error& e) {
+    std::fprintf(stderr, "error: %s\n%s%s", e.what(), e.hint().empty() ? "" : "hint: ",
+                 e.hint().empty() ? "" : (e.hint() + "\n").c_str());
+    return 2;
+  }
+}

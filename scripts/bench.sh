@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and prints their ratios (never asserted; see README "Benchmarks"):
+#   1. training step vs PyTorch (same architecture, same threads): resnet18_cifar, vgg11_cifar
+#   2. the memory plan table (VGG-16, ResNet-50 on ImageNet) and auto's smallest budget
+#   3. offload overhead on the CPU backend: vdnn-all / none step time, with a trace
+#   4. MPI all-reduce bus bandwidth, and 2-rank step time with comm.overlap on / off
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm]   (default all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh >&2
+what="${1:-all}"
+threads="$(nproc)"
+out=build/bench-runs
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+step_config() {  # model batch -> a config file for it
+  local f="$out/$1_b$2.yaml"
+  cat > "$f" <<YAML
+run: {dir: $out/run_$1}
+model: {name: $1}
+data: {batch_size: $2, samples: 256}
+device: {memory: 8GiB, threads: $threads}
+YAML
+  echo "$f"
+}
+
+if [[ $what == all || $what == pytorch ]]; then
+  echo "== 1. training step vs PyTorch ($threads threads, batch 64) =="
+  for model in resnet18_cifar vgg11_cifar; do
+    ours=$(build/bench_step_time "$(step_config $model 64)" --steps 5 --warmup 2 | sed -n 's/^json //p')
+    torch=$(/usr/bin/python3 scripts/bench_pytorch_step.py $model 64 --threads "$threads" --steps 5 --warmup 2)
+    /usr/bin/python3 - "$model" "$ours" "$torch" <<'PY'
+import json, sys
+model, ours, torch = sys.argv[1], json.loads(sys.argv[2])[0], json.loads(sys.argv[3])
+print(f"{model:16s} ferry {ours['mean_s']:.3f}s  pytorch {torch['mean_s']:.3f}s  "
+      f"ratio ferry/pytorch {ours['mean_s'] / torch['mean_s']:.3f}  (goal <= 1.0)")
+PY
+  done
+fi
+
+if [[ $what == all || $what == plan ]]; then
+  echo "== 2. memory plans =="
+  build/bench_plan_table
+fi
+
+if [[ $what == all || $what == offload ]]; then
+  echo "== 3. offload overhead: resnet18_cifar batch 64, vdnn-all / none (goal <= 1.05) =="
+  build/bench_step_time "$(step_config resnet18_cifar 64)" --policies none,vdnn-all --steps 5 \
+    --warmup 2 --trace "$out/offload-trace"
+  echo "traces: $out/offload-trace/trace_{none,vdnn-all}.json"
+fi
+
+if [[ $what == all || $what == comm ]]; then
+  echo "== 4a. MPI all-reduce bus bandwidth (2 ranks) =="
+  mpirun -np 2 --oversubscribe --bind-to none build/comm_allreduce_bench --max-mib 64
+  echo "== 4b. resnet18_cifar on 2 ranks: comm.overlap on / off =="
+  cfg=$(step_config resnet18_cifar 32)
+  for overlap in true false; do
+    rm -rf "$out/overlap_$overlap"
+    mpirun -np 2 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
+      run.log_every=6 run.dir="$out/overlap_$overlap" comm.overlap=$overlap comm.bucket_mb=4 \
+      run.trace=true run.trace_steps=[4,6] > "$out/overlap_$overlap.log" 2>&1
+  done
+  /usr/bin/python3 scripts/trace_overlap.py "$out/overlap_true/trace_rank0.json" \
+    "$out/overlap_false/trace_rank0.json"
+fi
