@@ -34,7 +34,7 @@ std::unique_ptr<Kernels> create_kernels(const DeviceOptions& options) {
   if (options.backend == Backend::kCpu) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     return std::make_unique<cpu::CpuKernels>(options.threads > 0 ? options.threads
-                                                                  : std::max(1, cores));
+                                                                 : std::max(1, cores));
   }
 #if FERRY_HAVE_CUDA
   return cuda::create_cuda_kernels(options);

@@ -9,10 +9,14 @@ namespace ferry {
 
 std::string_view residency_name(ResidencyState s) {
   switch (s) {
-    case ResidencyState::kOnDevice: return "on_device";
-    case ResidencyState::kOffloading: return "offloading";
-    case ResidencyState::kOnHost: return "on_host";
-    case ResidencyState::kPrefetching: return "prefetching";
+    case ResidencyState::kOnDevice:
+      return "on_device";
+    case ResidencyState::kOffloading:
+      return "offloading";
+    case ResidencyState::kOnHost:
+      return "on_host";
+    case ResidencyState::kPrefetching:
+      return "prefetching";
   }
   return "?";
 }
@@ -61,7 +65,8 @@ void ResidentTensor::order_after_prefetch(Stream& stream) {
 }
 
 ResidencyState ResidentTensor::poll() {
-  if (state_ == ResidencyState::kOffloading && offloaded_->ready()) state_ = ResidencyState::kOnHost;
+  if (state_ == ResidencyState::kOffloading && offloaded_->ready())
+    state_ = ResidencyState::kOnHost;
   if (state_ == ResidencyState::kPrefetching && prefetched_->ready()) {
     state_ = ResidencyState::kOnDevice;
   }

@@ -70,7 +70,8 @@ bool arena_is_valid(const std::vector<ArenaBlock>& blocks) {
       const ArenaBlock& a = blocks[i];
       const ArenaBlock& b = blocks[j];
       if (!overlap_in_time(a, b)) continue;
-      if (a.offset < b.offset + align(b.bytes) && b.offset < a.offset + align(a.bytes)) return false;
+      if (a.offset < b.offset + align(b.bytes) && b.offset < a.offset + align(a.bytes))
+        return false;
     }
   }
   return true;

@@ -10,8 +10,8 @@ namespace ferry {
 
 struct ArenaBlock {
   uint64_t bytes = 0;
-  int begin = 0;  // first step it occupies
-  int end = 0;    // last step it occupies (inclusive)
+  int begin = 0;        // first step it occupies
+  int end = 0;          // last step it occupies (inclusive)
   uint64_t offset = 0;  // filled by layout_arena
 };
 

@@ -102,7 +102,8 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     // Fetch: as early as needed to land before needed_at, as the budget allows.
     double ahead = 0;
     int want = p.needed_at;
-    while (want - 1 > m.live.forward_end + 1 && ahead < copy) ahead += times[static_cast<size_t>(--want)];
+    while (want - 1 > m.live.forward_end + 1 && ahead < copy)
+      ahead += times[static_cast<size_t>(--want)];
     OffloadTiming& tm = timing[i];
     for (int g = tm.fetch_at - 1; g >= want && g > tm.release_at; --g) {
       if (live[static_cast<size_t>(g)] + size > limit) break;
@@ -160,9 +161,9 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
 
 }  // namespace
 
-void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o,
-               uint64_t arena_budget, Decisions& d, Materialized& m,
-               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
+void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
+               Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
+               std::vector<TensorPlan>& plans) {
   const auto fits = [&](bool jit) {
     m = materialize(input, live, d);
     timing = base_timing(m, d, jit);

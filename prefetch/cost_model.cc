@@ -8,11 +8,13 @@ namespace ferry {
 double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
   double bytes = 0;
   for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
-  for (int t : step.writes) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
+  for (int t : step.writes)
+    bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
   return std::max(step.flops / compute_flops, bytes / (memory_gbps * 1e9)) + step_overhead_s;
 }
 
-Prediction simulate(const Tape& tape, const CostModel& cost, const std::vector<SimTransfer>& transfers) {
+Prediction simulate(const Tape& tape, const CostModel& cost,
+                    const std::vector<SimTransfer>& transfers) {
   const int steps = static_cast<int>(tape.steps.size());
   // Which transfers are issued after each step ends, and which each step waits for.
   std::vector<std::vector<size_t>> issued_after(static_cast<size_t>(steps) + 1);

@@ -12,14 +12,16 @@
 namespace ferry {
 
 struct CostModel {
-  double compute_flops = 1e11;  // sustained FLOP/s of the compute stream
-  double memory_gbps = 20;      // device memory bandwidth for memory-bound steps (GB/s)
-  double link_gbps = 12;        // host<->device bandwidth per direction (GB/s)
+  double compute_flops = 1e11;    // sustained FLOP/s of the compute stream
+  double memory_gbps = 20;        // device memory bandwidth for memory-bound steps (GB/s)
+  double link_gbps = 12;          // host<->device bandwidth per direction (GB/s)
   double step_overhead_s = 5e-6;  // launch cost of one step
 
   // Predicted seconds of one tape step.
   double step_seconds(const TapeStep& step, const Tape& tape) const;
-  double transfer_seconds(uint64_t bytes) const { return static_cast<double>(bytes) / (link_gbps * 1e9); }
+  double transfer_seconds(uint64_t bytes) const {
+    return static_cast<double>(bytes) / (link_gbps * 1e9);
+  }
 };
 
 // One copy the simulator schedules: issued when compute finishes step `issue_after` (or before
@@ -28,8 +30,8 @@ struct CostModel {
 struct SimTransfer {
   bool to_host = true;
   uint64_t bytes = 0;
-  int issue_after = -1;   // step whose end the copy waits for (-1: none)
-  int wait_before = -1;   // step that waits for the copy
+  int issue_after = -1;  // step whose end the copy waits for (-1: none)
+  int wait_before = -1;  // step that waits for the copy
 };
 
 struct Prediction {
@@ -40,6 +42,7 @@ struct Prediction {
 
 // Runs the tape against a virtual clock: steps in order on the compute stream, copies FIFO on
 // their direction's stream. Transfers are processed in the order given (per direction).
-Prediction simulate(const Tape& tape, const CostModel& cost, const std::vector<SimTransfer>& transfers);
+Prediction simulate(const Tape& tape, const CostModel& cost,
+                    const std::vector<SimTransfer>& transfers);
 
 }  // namespace ferry

@@ -10,11 +10,11 @@
 namespace ferry {
 
 struct TensorLiveness {
-  int produced = -1;               // the first step that writes it
-  std::vector<int> uses;           // steps that read it, ascending (no duplicates)
-  int last_use = -1;               // the last step that reads or writes it
-  int last_forward_use = -1;       // the last use at or before the end of the forward pass
-  int first_backward_use = -1;     // the first use after the forward pass, -1 if none
+  int produced = -1;            // the first step that writes it
+  std::vector<int> uses;        // steps that read it, ascending (no duplicates)
+  int last_use = -1;            // the last step that reads or writes it
+  int last_forward_use = -1;    // the last use at or before the end of the forward pass
+  int first_backward_use = -1;  // the first use after the forward pass, -1 if none
 };
 
 struct Liveness {

@@ -56,9 +56,9 @@ struct MemoryPlan {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;
   PersistentBytes persistent;
-  Tape tape;                 // the planned tape: the input tape plus recompute steps
-  std::vector<int> origin;   // per planned step: the input step it runs (a recompute step
-                             // runs a forward step again)
+  Tape tape;                // the planned tape: the input tape plus recompute steps
+  std::vector<int> origin;  // per planned step: the input step it runs (a recompute step
+                            // runs a forward step again)
   std::vector<TensorPlan> tensors;
   uint64_t arena_bytes = 0;       // activations + gradients + workspaces, laid out
   uint64_t activation_bytes = 0;  // of the arena at its fullest step: activations, aux, inputs
@@ -67,9 +67,9 @@ struct MemoryPlan {
   uint64_t offload_bytes = 0;     // copied to host per step (and prefetched back)
   uint64_t host_bytes = 0;        // pinned host memory the offloads need
   double recompute_flops = 0;
-  uint64_t lower_bound = 0;       // persistent + the largest single-step working set
-  int lower_bound_step = -1;      // the input-tape step that sets it
-  Prediction prediction;          // the cost model's step time and stalls
+  uint64_t lower_bound = 0;   // persistent + the largest single-step working set
+  int lower_bound_step = -1;  // the input-tape step that sets it
+  Prediction prediction;      // the cost model's step time and stalls
 
   uint64_t peak_bytes() const { return persistent.total() + arena_bytes; }
 };

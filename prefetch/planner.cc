@@ -15,19 +15,26 @@ namespace ferry {
 
 std::string_view policy_name(MemoryPolicy p) {
   switch (p) {
-    case MemoryPolicy::kNone: return "none";
-    case MemoryPolicy::kVdnnConv: return "vdnn-conv";
-    case MemoryPolicy::kVdnnAll: return "vdnn-all";
-    case MemoryPolicy::kAuto: return "auto";
+    case MemoryPolicy::kNone:
+      return "none";
+    case MemoryPolicy::kVdnnConv:
+      return "vdnn-conv";
+    case MemoryPolicy::kVdnnAll:
+      return "vdnn-all";
+    case MemoryPolicy::kAuto:
+      return "auto";
   }
   return "?";
 }
 
 std::string_view decision_name(Decision d) {
   switch (d) {
-    case Decision::kResident: return "resident";
-    case Decision::kOffload: return "offload";
-    case Decision::kRecompute: return "recompute";
+    case Decision::kResident:
+      return "resident";
+    case Decision::kOffload:
+      return "offload";
+    case Decision::kRecompute:
+      return "recompute";
   }
   return "?";
 }
@@ -110,7 +117,8 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
   const Tape& tape = m.tape;
   std::vector<TensorPlan> plans(tape.tensors.size());
   std::vector<int> offload_index(tape.tensors.size(), -1);
-  for (size_t i = 0; i < d.offload.size(); ++i) offload_index[static_cast<size_t>(d.offload[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < d.offload.size(); ++i)
+    offload_index[static_cast<size_t>(d.offload[i])] = static_cast<int>(i);
   // Steps that write each tensor by recomputing (a new life starts there).
   std::vector<std::vector<int>> rebirths(tape.tensors.size());
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
@@ -204,18 +212,22 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
   std::vector<int> parent(node_of.size());
   std::iota(parent.begin(), parent.end(), 0);
   const std::function<int(int)> root = [&](int x) {
-    return parent[static_cast<size_t>(x)] == x ? x : parent[static_cast<size_t>(x)] = root(parent[static_cast<size_t>(x)]);
+    return parent[static_cast<size_t>(x)] == x
+               ? x
+               : parent[static_cast<size_t>(x)] = root(parent[static_cast<size_t>(x)]);
   };
   std::vector<bool> receives(node_of.size(), false);
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
     for (const auto& [r, w] : tape.steps[static_cast<size_t>(s)].alias) {
-      if (tape.tensors[static_cast<size_t>(r)].bytes != tape.tensors[static_cast<size_t>(w)].bytes) continue;
+      if (tape.tensors[static_cast<size_t>(r)].bytes != tape.tensors[static_cast<size_t>(w)].bytes)
+        continue;
       TensorPlan& rp = plans[static_cast<size_t>(r)];
       const TensorPlan& wp = plans[static_cast<size_t>(w)];
       int from = -1, to = -1;
       for (size_t i = 0; i < rp.residency.size(); ++i) {
         const bool offload_copy = rp.decision == Decision::kOffload && i == 0;
-        if (rp.residency[i].end == s && !offload_copy && !rp.residency[i].handed_on) from = static_cast<int>(i);
+        if (rp.residency[i].end == s && !offload_copy && !rp.residency[i].handed_on)
+          from = static_cast<int>(i);
       }
       for (size_t i = 0; i < wp.residency.size(); ++i) {
         if (wp.residency[i].begin == s) to = static_cast<int>(i);
@@ -274,9 +286,14 @@ void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
       if (r.begin > static_cast<int>(fullest) || r.end < static_cast<int>(fullest)) continue;
       const uint64_t bytes = tape.tensors[t].bytes;
       switch (tape.tensors[t].kind) {
-        case TapeTensorKind::kWorkspace: plan.workspace_bytes += bytes; break;
-        case TapeTensorKind::kGradient: plan.gradient_bytes += bytes; break;
-        default: plan.activation_bytes += bytes;
+        case TapeTensorKind::kWorkspace:
+          plan.workspace_bytes += bytes;
+          break;
+        case TapeTensorKind::kGradient:
+          plan.gradient_bytes += bytes;
+          break;
+        default:
+          plan.activation_bytes += bytes;
       }
     }
     if (tp.decision == Decision::kOffload) plan.offload_bytes += tape.tensors[t].bytes;

@@ -27,7 +27,7 @@ struct Materialized {
   std::vector<int> origin;
   std::vector<int> new_index;  // input step -> planned step
   Liveness live;
-  std::vector<bool> rebuilt;   // tensors with a recomputed second life
+  std::vector<bool> rebuilt;  // tensors with a recomputed second life
 };
 Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d);
 

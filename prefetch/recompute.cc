@@ -53,9 +53,10 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
           // It rewrites only what the chain rebuilds (not aux state), plus its workspace.
           r.writes.clear();
           for (int w : f.writes) {
-            const bool rebuilt = w == c->target ||
-                                 std::find(c->temps.begin(), c->temps.end(), w) != c->temps.end();
-            if (rebuilt || tape.tensors[static_cast<size_t>(w)].kind == TapeTensorKind::kWorkspace) {
+            const bool rebuilt =
+                w == c->target || std::find(c->temps.begin(), c->temps.end(), w) != c->temps.end();
+            if (rebuilt ||
+                tape.tensors[static_cast<size_t>(w)].kind == TapeTensorKind::kWorkspace) {
               r.writes.push_back(w);
             }
           }

@@ -32,9 +32,9 @@ enum class StepPhase : uint8_t { kLoad, kForward, kBackward, kAccumulate, kUpdat
 
 struct TapeStep {
   StepPhase phase = StepPhase::kForward;
-  int node = -1;       // the graph node (forward/backward), -1 otherwise
-  std::string name;    // "layer1.0.conv1" (+ phase for display)
-  std::string op;      // the op kind ("conv2d")
+  int node = -1;     // the graph node (forward/backward), -1 otherwise
+  std::string name;  // "layer1.0.conv1" (+ phase for display)
+  std::string op;    // the op kind ("conv2d")
   std::vector<int> reads;
   std::vector<int> writes;
   double flops = 0;

@@ -77,8 +77,8 @@ void check_invariants(const MemoryPlan& p) {
       const Residency& b = all[j].r;
       if (a.begin > b.end || b.begin > a.end) continue;
       if (a.offset >= b.offset + all[j].bytes || b.offset >= a.offset + all[i].bytes) continue;
-      const bool handoff = a.offset == b.offset && ((a.handed_on && a.end == b.begin) ||
-                                                    (b.handed_on && b.end == a.begin));
+      const bool handoff = a.offset == b.offset &&
+                           ((a.handed_on && a.end == b.begin) || (b.handed_on && b.end == a.begin));
       ASSERT_TRUE(handoff) << "stretches overlap in time and memory without a handoff";
     }
   }
@@ -141,7 +141,8 @@ TEST(Planner, AutoMeetsBudgetsDownToNearTheLowerBound) {
   // Tighter budgets are met, each within budget, moving more as the budget shrinks.
   uint64_t previous_offload = 0;
   for (double f : {0.9, 0.8, 0.7}) {
-    const uint64_t budget = lb + static_cast<uint64_t>(f * static_cast<double>(none.peak_bytes() - lb));
+    const uint64_t budget =
+        lb + static_cast<uint64_t>(f * static_cast<double>(none.peak_bytes() - lb));
     const MemoryPlan p = plan(m, MemoryPolicy::kAuto, budget);
     check_invariants(p);
     EXPECT_LE(p.peak_bytes(), budget);
@@ -204,7 +205,8 @@ TEST(Planner, CostModelPredictsStallsOnlyWhenCopiesCannotHide) {
 }
 
 TEST(Planner, PlansVgg16AtBatch256AndResnet152AtBatch128Quickly) {
-  for (const auto& [name, batch] : {std::pair<std::string, int64_t>{"vgg16", 256}, {"resnet152", 128}}) {
+  for (const auto& [name, batch] :
+       {std::pair<std::string, int64_t>{"vgg16", 256}, {"resnet152", 128}}) {
     const auto start = std::chrono::steady_clock::now();
     const ModelTape m = model_tape(name, batch, Shape{3, 224, 224}, 1000);
     for (MemoryPolicy p : {MemoryPolicy::kNone, MemoryPolicy::kVdnnConv, MemoryPolicy::kVdnnAll}) {
@@ -221,7 +223,8 @@ TEST(Recompute, ChainsStopAtKeptTensorsAndInsertBeforeTheFirstBackwardUse) {
   // load x; f1: a = conv(x); f2: b = bn(a) [recomputable]; f3: c = relu(b) [recomputable];
   // f4: d = conv(c); backward: b4 reads c, d; b3 reads c; b2 reads a.
   Tape t;
-  t.tensors = {{"x", 4096, TapeTensorKind::kInput}, {"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}};
+  t.tensors = {
+      {"x", 4096, TapeTensorKind::kInput}, {"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}};
   t.steps = {{StepPhase::kLoad, -1, "load", "load", {}, {0}},
              {StepPhase::kForward, 0, "conv1", "conv2d", {0}, {1}},
              {StepPhase::kForward, 1, "bn1", "batchnorm2d", {1}, {2}, 0, true},

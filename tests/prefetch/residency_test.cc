@@ -119,7 +119,8 @@ TEST_F(ResidencyTest, InvalidTransitionsAreInvariantViolations) {
   EXPECT_DEATH(t.order_after_offload(compute()), "cannot wait for its offload in state on_device");
   t.offload(data_, host_, d2h(), *ready_);
   EXPECT_DEATH(t.offload(data_, host_, d2h(), *ready_), "cannot offload in state offloading");
-  EXPECT_DEATH(t.order_after_prefetch(compute()), "cannot wait for its prefetch in state offloading");
+  EXPECT_DEATH(t.order_after_prefetch(compute()),
+               "cannot wait for its prefetch in state offloading");
   t.synchronize();
 }
 

@@ -14,9 +14,12 @@ class RecordingScheduler : public LinkScheduler {
   explicit RecordingScheduler(std::vector<std::string>* log) : log_(log) {}
   std::string_view name() const override { return "recording"; }
   void before_copy(const TransferRequest& r, Stream&) override {
-    log_->push_back("before " + r.tensor + (r.direction == TransferDirection::kToHost ? " d2h" : " h2d"));
+    log_->push_back("before " + r.tensor +
+                    (r.direction == TransferDirection::kToHost ? " d2h" : " h2d"));
   }
-  void after_copy(const TransferRequest& r, Stream&) override { log_->push_back("after " + r.tensor); }
+  void after_copy(const TransferRequest& r, Stream&) override {
+    log_->push_back("after " + r.tensor);
+  }
 
  private:
   std::vector<std::string>* log_;
@@ -41,7 +44,8 @@ TEST(TransferEngine, CopiesGoThroughTheSchedulerAndAreCountedAndTraced) {
   engine.offload(t, a, host, *ready, 5);
   engine.prefetch(t, b, *ready, 9);
   t.synchronize();
-  EXPECT_EQ(log, (std::vector<std::string>{"before act d2h", "after act", "before act h2d", "after act"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"before act d2h", "after act", "before act h2d",
+                                           "after act"}));
   EXPECT_EQ(engine.stats().to_host_bytes, kBytes);
   EXPECT_EQ(engine.stats().to_device_bytes, kBytes);
   EXPECT_EQ(engine.stats().transfers, 2u);

@@ -37,7 +37,8 @@ int run_info(const InfoArgs& args) {
       } catch (const std::exception&) {
         throw ConfigError(fmt::format("--input must be C,H,W integers, got '{}'", args.input));
       }
-      if (chw[i] < 1) throw ConfigError(fmt::format("--input sizes must be >= 1, got '{}'", args.input));
+      if (chw[i] < 1)
+        throw ConfigError(fmt::format("--input sizes must be >= 1, got '{}'", args.input));
     }
   }
   const int64_t classes = args.classes > 0 ? args.classes : m.default_classes;

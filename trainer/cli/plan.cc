@@ -18,7 +18,8 @@ namespace {
 std::vector<MemoryPolicy> requested(const PlanArgs& args, const Config& config) {
   if (args.policy.empty()) return {config.memory.policy};
   if (args.policy == "all") {
-    return {MemoryPolicy::kNone, MemoryPolicy::kVdnnConv, MemoryPolicy::kVdnnAll, MemoryPolicy::kAuto};
+    return {MemoryPolicy::kNone, MemoryPolicy::kVdnnConv, MemoryPolicy::kVdnnAll,
+            MemoryPolicy::kAuto};
   }
   std::vector<MemoryPolicy> out;
   for (const std::string& name : split(args.policy, ',')) {
@@ -67,47 +68,44 @@ int run_plan(const PlanArgs& args) {
   if (args.json) {
     nlohmann::json policies = nlohmann::json::array();
     for (const Row& r : rows) {
-      nlohmann::json j = {{"name", policy_name(r.policy)},
-                          {"fits", r.fits},
-                          {"peak_bytes", r.plan.peak_bytes()},
-                          {"offload_bytes", r.plan.offload_bytes},
-                          {"recompute_flops", r.plan.recompute_flops},
-                          {"lower_bound_bytes", r.plan.lower_bound},
-                          {"max_batch", r.max_batch >= 0 ? nlohmann::json(r.max_batch) : nlohmann::json()},
-                          {"weights_bytes", r.plan.persistent.weights},
-                          {"gradients_bytes", r.plan.persistent.gradients},
-                          {"optimizer_bytes", r.plan.persistent.optimizer},
-                          {"buffers_bytes", r.plan.persistent.buffers},
-                          {"activation_bytes", r.plan.activation_bytes},
-                          {"activation_gradient_bytes", r.plan.gradient_bytes},
-                          {"workspace_bytes", r.plan.workspace_bytes},
-                          {"host_bytes", r.plan.host_bytes},
-                          {"predicted_step_s", r.plan.prediction.step_seconds},
-                          {"predicted_stall_s", r.plan.prediction.stall_seconds}};
+      nlohmann::json j = {
+          {"name", policy_name(r.policy)},
+          {"fits", r.fits},
+          {"peak_bytes", r.plan.peak_bytes()},
+          {"offload_bytes", r.plan.offload_bytes},
+          {"recompute_flops", r.plan.recompute_flops},
+          {"lower_bound_bytes", r.plan.lower_bound},
+          {"max_batch", r.max_batch >= 0 ? nlohmann::json(r.max_batch) : nlohmann::json()},
+          {"weights_bytes", r.plan.persistent.weights},
+          {"gradients_bytes", r.plan.persistent.gradients},
+          {"optimizer_bytes", r.plan.persistent.optimizer},
+          {"buffers_bytes", r.plan.persistent.buffers},
+          {"activation_bytes", r.plan.activation_bytes},
+          {"activation_gradient_bytes", r.plan.gradient_bytes},
+          {"workspace_bytes", r.plan.workspace_bytes},
+          {"host_bytes", r.plan.host_bytes},
+          {"predicted_step_s", r.plan.prediction.step_seconds},
+          {"predicted_stall_s", r.plan.prediction.stall_seconds}};
       if (!r.fits) j["error"] = r.error;
       policies.push_back(std::move(j));
     }
-    nlohmann::json out = {{"model", config.model.name},
-                          {"batch", batch},
-                          {"input", config.model.input},
-                          {"budget_bytes", config.memory.budget},
-                          {"policies", policies},
-                          {"seconds", seconds}};
+    nlohmann::json out = {{"model", config.model.name},  {"batch", batch},
+                          {"input", config.model.input}, {"budget_bytes", config.memory.budget},
+                          {"policies", policies},        {"seconds", seconds}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
 
-  std::printf("plan: %s, batch %lld, input [%lld, %lld, %lld], budget %s%s\n",
-              config.model.name.c_str(), static_cast<long long>(batch),
-              static_cast<long long>(config.model.input[0]),
-              static_cast<long long>(config.model.input[1]),
-              static_cast<long long>(config.model.input[2]),
-              format_bytes(config.memory.budget).c_str(),
-              planner.substituted() ? (config.device.backend == Backend::kCuda
-                                           ? " (cuda workspaces modelled: zero-workspace cuDNN "
-                                             "algorithms)"
-                                           : " (workspace sizes from the CPU kernels)")
-                                     : "");
+  std::printf(
+      "plan: %s, batch %lld, input [%lld, %lld, %lld], budget %s%s\n", config.model.name.c_str(),
+      static_cast<long long>(batch), static_cast<long long>(config.model.input[0]),
+      static_cast<long long>(config.model.input[1]), static_cast<long long>(config.model.input[2]),
+      format_bytes(config.memory.budget).c_str(),
+      planner.substituted() ? (config.device.backend == Backend::kCuda
+                                   ? " (cuda workspaces modelled: zero-workspace cuDNN "
+                                     "algorithms)"
+                                   : " (workspace sizes from the CPU kernels)")
+                            : "");
   const PersistentBytes& p = planner.persistent();
   std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),
@@ -119,21 +117,21 @@ int run_plan(const PlanArgs& args) {
     const double vs = none_peak ? 100.0 * (1.0 - static_cast<double>(r.plan.peak_bytes()) /
                                                      static_cast<double>(none_peak))
                                 : 0.0;
-    std::printf("%-10s %12s %7.1f%% %12s %12s %12s %12s %9.2f GF %10s %.3fs (%.3fs)%s\n",
-                std::string(policy_name(r.policy)).c_str(), format_bytes(r.plan.peak_bytes()).c_str(),
-                -vs, format_bytes(r.plan.activation_bytes).c_str(),
-                format_bytes(r.plan.gradient_bytes).c_str(),
-                format_bytes(r.plan.workspace_bytes).c_str(),
-                format_bytes(r.plan.offload_bytes).c_str(), r.plan.recompute_flops / 1e9,
-                r.max_batch >= 0 ? std::to_string(r.max_batch).c_str() : "-",
-                r.plan.prediction.step_seconds, r.plan.prediction.stall_seconds,
-                r.fits ? "" : "  does not fit");
+    std::printf(
+        "%-10s %12s %7.1f%% %12s %12s %12s %12s %9.2f GF %10s %.3fs (%.3fs)%s\n",
+        std::string(policy_name(r.policy)).c_str(), format_bytes(r.plan.peak_bytes()).c_str(), -vs,
+        format_bytes(r.plan.activation_bytes).c_str(), format_bytes(r.plan.gradient_bytes).c_str(),
+        format_bytes(r.plan.workspace_bytes).c_str(), format_bytes(r.plan.offload_bytes).c_str(),
+        r.plan.recompute_flops / 1e9, r.max_batch >= 0 ? std::to_string(r.max_batch).c_str() : "-",
+        r.plan.prediction.step_seconds, r.plan.prediction.stall_seconds,
+        r.fits ? "" : "  does not fit");
   }
   const MemoryPlan& any = rows.front().plan;
   std::printf("\nlower bound: %s (persistent + the largest single-step working set)\n",
               format_bytes(any.lower_bound).c_str());
   for (const Row& r : rows) {
-    if (!r.fits) std::printf("%s: %s\n", std::string(policy_name(r.policy)).c_str(), r.error.c_str());
+    if (!r.fits)
+      std::printf("%s: %s\n", std::string(policy_name(r.policy)).c_str(), r.error.c_str());
   }
   std::printf("planned in %.2fs\n", seconds);
   return 0;

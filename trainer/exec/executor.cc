@@ -35,8 +35,8 @@ Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
       options_(options),
       host_pool_(device.pinned(), options.host_limit ? options.host_limit : UINT64_MAX),
       upload_done_(device.create_event()),
-      transfers_(device, options.scheduler ? options.scheduler()
-                                           : std::make_unique<FifoLinkScheduler>()) {}
+      transfers_(device,
+                 options.scheduler ? options.scheduler() : std::make_unique<FifoLinkScheduler>()) {}
 
 Executor::~Executor() {
   try {
@@ -79,13 +79,14 @@ void Executor::index_plan(Program& p) {
   const HostPoolStats pool = host_pool_.stats();
   if (pool.reserved + p.plan.host_bytes > host_pool_.limit()) {
     throw OutOfMemoryError(
-        OutOfMemoryError::Where::kHostPool, fmt::format("offloads of a batch of {}", p.graph.batch()),
-        p.plan.host_bytes, pool.reserved, host_pool_.limit(), {},
+        OutOfMemoryError::Where::kHostPool,
+        fmt::format("offloads of a batch of {}", p.graph.batch()), p.plan.host_bytes, pool.reserved,
+        host_pool_.limit(), {},
         fmt::format("raise memory.host_limit to at least {}, or offload less (memory.policy, "
-                    "memory.budget)", format_bytes(pool.reserved + p.plan.host_bytes)));
+                    "memory.budget)",
+                    format_bytes(pool.reserved + p.plan.host_bytes)));
   }
-  if (const auto available = available_host_memory();
-      available && p.plan.host_bytes > *available) {
+  if (const auto available = available_host_memory(); available && p.plan.host_bytes > *available) {
     throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "offloads (machine memory)",
                            p.plan.host_bytes, 0, *available, {},
                            "the machine's free memory cannot hold the offloaded activations: "
@@ -158,7 +159,8 @@ void* Executor::slot_address(const Program& p, int slot, int step, bool optional
   if (optional) {
     const TensorPlan& tp = p.plan.tensors[static_cast<size_t>(slot)];
     bool resident = false;
-    for (const Residency& r : tp.residency) resident = resident || (r.begin <= step && step <= r.end);
+    for (const Residency& r : tp.residency)
+      resident = resident || (r.begin <= step && step <= r.end);
     if (!resident) return nullptr;
   }
   return tensor_address(p, slot, step);
@@ -215,7 +217,8 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
 }
 
 void Executor::poison(const Program& p, int t, const Residency& r) {
-  const int64_t n = static_cast<int64_t>(p.plan.tape.tensors[static_cast<size_t>(t)].bytes / sizeof(float));
+  const int64_t n =
+      static_cast<int64_t>(p.plan.tape.tensors[static_cast<size_t>(t)].bytes / sizeof(float));
   if (n == 0) return;
   device_.kernels().launch(
       Fill{n, NAN, reinterpret_cast<float*>(static_cast<std::byte*>(arena_.data()) + r.offset)},
@@ -264,7 +267,8 @@ void Executor::after_step(Program& p, int s) {
 
 void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed) {
   const TapeStep& step = p.plan.tape.steps[static_cast<size_t>(s)];
-  const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[static_cast<size_t>(s)])];
+  const StepBinding& b =
+      p.lowered.bindings[static_cast<size_t>(p.plan.origin[static_cast<size_t>(s)])];
   Stream& compute = device_.stream(StreamKind::kCompute);
   Kernels& k = device_.kernels();
   switch (step.phase) {
@@ -292,10 +296,12 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
                compute);
       return;
     }
-    case StepPhase::kUpdate: return;  // the optimizer runs after gradients are reduced
+    case StepPhase::kUpdate:
+      return;  // the optimizer runs after gradients are reduced
     case StepPhase::kForward:
     case StepPhase::kBackward:
-    case StepPhase::kRecompute: break;
+    case StepPhase::kRecompute:
+      break;
   }
   const Node& node = p.graph.nodes()[static_cast<size_t>(step.node)];
   const bool recompute = step.phase == StepPhase::kRecompute;
@@ -390,7 +396,8 @@ void Executor::resolve_trace() {
     const bool to_host = t.request.direction == TransferDirection::kToHost;
     const double begin = at(*t.start);
     trace_->add({to_host ? TraceTrack::kDeviceToHost : TraceTrack::kHostToDevice,
-                 (to_host ? "offload " : "prefetch ") + t.request.tensor, begin,
+                 (to_host ? "offload " : "prefetch ") + t.request.tensor,
+                 begin,
                  at(*t.end) - begin,
                  {{"bytes", t.request.bytes}, {"deadline_step", t.request.deadline_step}}});
   }

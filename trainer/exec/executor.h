@@ -65,12 +65,12 @@ struct StepMetrics {
 };
 
 struct ExecutorOptions {
-  PlanOptions plan;           // policy, budget, recompute, cost model
+  PlanOptions plan;  // policy, budget, recompute, cost model
   // Decides when each offload or prefetch may start (topology.scheduler); nullptr = fifo.
   std::function<std::unique_ptr<LinkScheduler>()> scheduler;
-  uint64_t host_limit = 0;    // pinned host pool cap (memory.host_limit)
-  bool poison = false;        // memory.debug_poison: NaN-fill device space not resident
-  uint64_t seed = 0;          // run.seed: per-step randomness
+  uint64_t host_limit = 0;  // pinned host pool cap (memory.host_limit)
+  bool poison = false;      // memory.debug_poison: NaN-fill device space not resident
+  uint64_t seed = 0;        // run.seed: per-step randomness
 };
 
 class Executor {

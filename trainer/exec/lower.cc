@@ -11,8 +11,7 @@ namespace {
 
 class Lowering {
  public:
-  Lowering(const Graph& graph, Kernels& kernels, bool training)
-      : g_(graph), k_(kernels), out_{} {
+  Lowering(const Graph& graph, Kernels& kernels, bool training) : g_(graph), k_(kernels), out_{} {
     out_.training = training;
     out_.tape_of.assign(graph.tensors().size(), -1);
     grad_of_.assign(graph.tensors().size(), -1);
@@ -42,11 +41,16 @@ class Lowering {
   static TapeTensorKind kind_of(TensorRole role) {
     switch (role) {
       case TensorRole::kInput:
-      case TensorRole::kLabel: return TapeTensorKind::kInput;
-      case TensorRole::kAux: return TapeTensorKind::kAux;
-      case TensorRole::kGradient: return TapeTensorKind::kGradient;
-      case TensorRole::kWorkspace: return TapeTensorKind::kWorkspace;
-      default: return TapeTensorKind::kActivation;
+      case TensorRole::kLabel:
+        return TapeTensorKind::kInput;
+      case TensorRole::kAux:
+        return TapeTensorKind::kAux;
+      case TensorRole::kGradient:
+        return TapeTensorKind::kGradient;
+      case TensorRole::kWorkspace:
+        return TapeTensorKind::kWorkspace;
+      default:
+        return TapeTensorKind::kActivation;
     }
   }
 
@@ -110,9 +114,12 @@ class Lowering {
     b.buffers = slots(node.buffers);
     b.aux = slots(node.aux);
     b.workspace = workspace(node, Pass::kForward, static_cast<int>(out_.tape.steps.size()));
-    for (int s : b.inputs) if (s >= 0) step.reads.push_back(s);
-    for (int s : b.outputs) if (s >= 0) step.writes.push_back(s);
-    for (int s : b.aux) if (s >= 0) step.writes.push_back(s);
+    for (int s : b.inputs)
+      if (s >= 0) step.reads.push_back(s);
+    for (int s : b.outputs)
+      if (s >= 0) step.writes.push_back(s);
+    for (int s : b.aux)
+      if (s >= 0) step.writes.push_back(s);
     for (const auto& [i, o] : node.op->inplace(Pass::kForward)) {
       const int in = b.inputs[static_cast<size_t>(i)], out = b.outputs[static_cast<size_t>(o)];
       if (in >= 0 && out >= 0) step.alias.emplace_back(in, out);
@@ -156,7 +163,8 @@ class Lowering {
       const int s = slot(saved);
       if (s >= 0) step.reads.push_back(s);
     }
-    for (int gt : b.grad_outputs) if (gt >= 0) step.reads.push_back(gt);
+    for (int gt : b.grad_outputs)
+      if (gt >= 0) step.reads.push_back(gt);
 
     std::vector<std::pair<int, int>> accumulate;  // (partial, into)
     for (TensorId in : node.inputs) {
@@ -181,7 +189,8 @@ class Lowering {
     b.workspace = workspace(node, Pass::kBackward, static_cast<int>(out_.tape.steps.size()));
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
-      const int dy = b.grad_outputs[static_cast<size_t>(i)], dx = b.grad_inputs[static_cast<size_t>(o)];
+      const int dy = b.grad_outputs[static_cast<size_t>(i)],
+                dx = b.grad_inputs[static_cast<size_t>(o)];
       if (dy >= 0 && dx >= 0) step.alias.emplace_back(dy, dx);
     }
     push(std::move(step), std::move(b));

@@ -14,7 +14,9 @@ namespace {
 
 constexpr uint64_t kTensorAlignment = 64;
 
-uint64_t align(uint64_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+uint64_t align(uint64_t n) {
+  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
 
 // Cuts a block: entries in graph order, each aligned.
 uint64_t cut(const Graph& graph, const std::vector<TensorId>& ids,
@@ -91,7 +93,8 @@ void* ParameterStore::address(const Graph& graph, TensorId id) const {
     case TensorRole::kMetric:
       return id == graph.loss() ? static_cast<void*>(loss_address())
                                 : static_cast<void*>(correct_address());
-    default: FERRY_ASSERT(false, "not a persistent tensor: " + info.name);
+    default:
+      FERRY_ASSERT(false, "not a persistent tensor: " + info.name);
   }
   return nullptr;
 }
@@ -144,7 +147,8 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
     const Entry& e = buffers_[buffer_by_name_.at(graph.tensor(id).name)];
     if (e.desc.dtype != DType::kF32) continue;  // counters start at zero
     float* data = reinterpret_cast<float*>(buffers.data() + e.offset);
-    fill_param(graph.init(id), 0, std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
+    fill_param(graph.init(id), 0,
+               std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
   }
   write(buffers_block_.data(), buffers.data(), buffers.size());
   const std::vector<std::byte> zeros(param_block_bytes_);
@@ -153,10 +157,12 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
 }
 
 std::vector<std::byte> ParameterStore::read_param(size_t i) const {
-  return read(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, params_[i].desc.bytes());
+  return read(static_cast<std::byte*>(params_block_.data()) + params_[i].offset,
+              params_[i].desc.bytes());
 }
 std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
-  return read(static_cast<std::byte*>(grads_block_.data()) + params_[i].offset, params_[i].desc.bytes());
+  return read(static_cast<std::byte*>(grads_block_.data()) + params_[i].offset,
+              params_[i].desc.bytes());
 }
 std::vector<std::byte> ParameterStore::read_buffer(size_t i) const {
   return read(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset,
@@ -167,7 +173,8 @@ std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const 
               params_[i].desc.bytes());
 }
 void ParameterStore::write_param(size_t i, const void* data) {
-  write(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, data, params_[i].desc.bytes());
+  write(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, data,
+        params_[i].desc.bytes());
 }
 void ParameterStore::write_buffer(size_t i, const void* data) {
   write(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset, data,

@@ -30,7 +30,9 @@ class StepTrace {
  public:
   explicit StepTrace(int rank = 0) : rank_(rank) {}
   void add(TraceSpan span) { spans_.push_back(std::move(span)); }
-  void counter(double time_us, uint64_t device_bytes) { counters_.push_back({time_us, device_bytes}); }
+  void counter(double time_us, uint64_t device_bytes) {
+    counters_.push_back({time_us, device_bytes});
+  }
   // Shifts later additions by `offset_us` (a traced step's start relative to the first one).
   double origin_us = 0;
 

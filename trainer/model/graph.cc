@@ -31,8 +31,8 @@ std::vector<TensorId> Graph::saved_by(const Node& node) const {
 
 GraphBuilder::GraphBuilder(const Shape& input, int64_t classes) : classes_(classes) {
   if (input.rank() != 4 || input.numel() <= 0) {
-    throw ConfigError(fmt::format("model input must be (N, C, H, W) with positive sizes, got {}",
-                                  input.str()));
+    throw ConfigError(
+        fmt::format("model input must be (N, C, H, W) with positive sizes, got {}", input.str()));
   }
   graph_.input_ = add_tensor("input", {input, DType::kF32}, TensorRole::kInput);
   graph_.labels_ = add_tensor("labels", {Shape{input[0]}, DType::kI32}, TensorRole::kLabel);
@@ -75,15 +75,16 @@ TensorId GraphBuilder::add_node(std::string name, std::unique_ptr<Op> op,
   node.params = std::move(params);
   node.buffers = std::move(buffers);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string out_name = outputs.size() == 1 ? node.name : fmt::format("{}.{}", node.name, i);
-    const TensorId t = add_tensor(out_name, {std::move(outputs[i]), DType::kF32},
-                                  TensorRole::kActivation);
+    const std::string out_name =
+        outputs.size() == 1 ? node.name : fmt::format("{}.{}", node.name, i);
+    const TensorId t =
+        add_tensor(out_name, {std::move(outputs[i]), DType::kF32}, TensorRole::kActivation);
     graph_.tensors_[static_cast<size_t>(t)].producer = index;
     node.outputs.push_back(t);
   }
   for (size_t i = 0; i < aux.size(); ++i) {
-    const TensorId t = add_tensor(fmt::format("{}.aux{}", node.name, i), std::move(aux[i]),
-                                  TensorRole::kAux);
+    const TensorId t =
+        add_tensor(fmt::format("{}.aux{}", node.name, i), std::move(aux[i]), TensorRole::kAux);
     graph_.tensors_[static_cast<size_t>(t)].producer = index;
     node.aux.push_back(t);
   }
@@ -93,9 +94,9 @@ TensorId GraphBuilder::add_node(std::string name, std::unique_ptr<Op> op,
 
 void GraphBuilder::expect_rank(TensorId x, size_t rank, const std::string& layer) const {
   if (shape(x).rank() != rank) {
-    throw ConfigError(fmt::format("layer '{}' expects a rank-{} input, got {}", layer, rank,
-                                  shape(x).str()),
-                      "check model.input against the model");
+    throw ConfigError(
+        fmt::format("layer '{}' expects a rank-{} input, got {}", layer, rank, shape(x).str()),
+        "check model.input against the model");
   }
 }
 
@@ -104,15 +105,17 @@ TensorId GraphBuilder::conv2d(TensorId x, const std::string& name, int64_t out_c
                               bool bias) {
   expect_rank(x, 4, name);
   const Shape& in = shape(x);
-  ConvGeom g{in[0], in[1], in[2], in[3], out_channels, kernel, kernel, stride, stride,
-             padding, padding, groups};
+  ConvGeom g{in[0],  in[1],  in[2],  in[3],   out_channels, kernel,
+             kernel, stride, stride, padding, padding,      groups};
   if (g.c % groups != 0 || out_channels % groups != 0) {
-    throw ConfigError(fmt::format("layer '{}': {} input and {} output channels are not divisible "
-                                  "by {} groups", name, g.c, out_channels, groups));
+    throw ConfigError(
+        fmt::format("layer '{}': {} input and {} output channels are not divisible "
+                    "by {} groups",
+                    name, g.c, out_channels, groups));
   }
   if (g.out_h() < 1 || g.out_w() < 1) {
-    throw ConfigError(fmt::format("layer '{}': input {} is too small for a {}x{} kernel",
-                                  name, in.str(), kernel, kernel),
+    throw ConfigError(fmt::format("layer '{}': input {} is too small for a {}x{} kernel", name,
+                                  in.str(), kernel, kernel),
                       "use a larger model.input or a model made for small images (*_cifar)");
   }
   const int64_t fan_in = g.c / groups * kernel * kernel;
@@ -128,21 +131,19 @@ TensorId GraphBuilder::conv2d(TensorId x, const std::string& name, int64_t out_c
                   std::move(params));
 }
 
-TensorId GraphBuilder::batch_norm(TensorId x, const std::string& name, float eps,
-                                  float momentum) {
+TensorId GraphBuilder::batch_norm(TensorId x, const std::string& name, float eps, float momentum) {
   expect_rank(x, 4, name);
   const Shape in = shape(x);
   const int64_t c = in[1];
   std::vector<TensorId> params{
       add_param(name + ".weight", Shape{c}, ParamInit::resolve(InitRule::kOnes, 0, 0)),
       add_param(name + ".bias", Shape{c}, ParamInit::resolve(InitRule::kZeros, 0, 0))};
-  std::vector<TensorId> buffers{
-      add_buffer(name + ".running_mean", Shape{c}, DType::kF32,
-                 ParamInit::resolve(InitRule::kZeros, 0, 0)),
-      add_buffer(name + ".running_var", Shape{c}, DType::kF32,
-                 ParamInit::resolve(InitRule::kOnes, 0, 0)),
-      add_buffer(name + ".num_batches_tracked", Shape{}, DType::kI64,
-                 ParamInit::resolve(InitRule::kZeros, 0, 0))};
+  std::vector<TensorId> buffers{add_buffer(name + ".running_mean", Shape{c}, DType::kF32,
+                                           ParamInit::resolve(InitRule::kZeros, 0, 0)),
+                                add_buffer(name + ".running_var", Shape{c}, DType::kF32,
+                                           ParamInit::resolve(InitRule::kOnes, 0, 0)),
+                                add_buffer(name + ".num_batches_tracked", Shape{}, DType::kI64,
+                                           ParamInit::resolve(InitRule::kZeros, 0, 0))};
   const BatchNormGeom g{in[0], c, in[2] * in[3], eps};
   return add_node(name, make_batch_norm(g, momentum), {x}, {in}, std::move(params),
                   std::move(buffers),
@@ -160,8 +161,7 @@ TensorId GraphBuilder::linear(TensorId x, const std::string& name, int64_t out_f
     params.push_back(add_param(name + ".bias", Shape{out_features},
                                ParamInit::resolve(lin_b_, in[1], out_features)));
   }
-  return add_node(name, make_linear(g, bias), {x}, {Shape{in[0], out_features}},
-                  std::move(params));
+  return add_node(name, make_linear(g, bias), {x}, {Shape{in[0], out_features}}, std::move(params));
 }
 
 TensorId GraphBuilder::relu(TensorId x, const std::string& name) {
@@ -173,10 +173,11 @@ TensorId GraphBuilder::max_pool(TensorId x, int64_t kernel, int64_t stride, int6
                                 bool ceil_mode, const std::string& name) {
   expect_rank(x, 4, name.empty() ? "maxpool" : name);
   const Shape in = shape(x);
-  PoolGeom g{PoolKind::kMax, in[0], in[1], in[2], in[3], kernel, kernel, stride, stride,
-             padding, padding, ceil_mode, true};
+  PoolGeom g{PoolKind::kMax, in[0],  in[1],   in[2],   in[3],     kernel, kernel,
+             stride,         stride, padding, padding, ceil_mode, true};
   if (g.out_h() < 1 || g.out_w() < 1 || 2 * padding > kernel) {
-    throw ConfigError(fmt::format("max pool {}x{} does not fit input {}", kernel, kernel, in.str()));
+    throw ConfigError(
+        fmt::format("max pool {}x{} does not fit input {}", kernel, kernel, in.str()));
   }
   return add_node(name, make_pool(g), {x}, {Shape{in[0], in[1], g.out_h(), g.out_w()}});
 }
@@ -185,10 +186,11 @@ TensorId GraphBuilder::avg_pool(TensorId x, int64_t kernel, int64_t stride, int6
                                 bool ceil_mode, bool count_include_pad, const std::string& name) {
   expect_rank(x, 4, name.empty() ? "avgpool" : name);
   const Shape in = shape(x);
-  PoolGeom g{PoolKind::kAvg, in[0], in[1], in[2], in[3], kernel, kernel, stride, stride,
-             padding, padding, ceil_mode, count_include_pad};
+  PoolGeom g{PoolKind::kAvg, in[0],  in[1],   in[2],   in[3],     kernel,           kernel,
+             stride,         stride, padding, padding, ceil_mode, count_include_pad};
   if (g.out_h() < 1 || g.out_w() < 1 || 2 * padding > kernel) {
-    throw ConfigError(fmt::format("avg pool {}x{} does not fit input {}", kernel, kernel, in.str()));
+    throw ConfigError(
+        fmt::format("avg pool {}x{} does not fit input {}", kernel, kernel, in.str()));
   }
   return add_node(name, make_pool(g), {x}, {Shape{in[0], in[1], g.out_h(), g.out_w()}});
 }
@@ -214,8 +216,8 @@ TensorId GraphBuilder::dropout(TensorId x, float p, const std::string& name) {
 
 TensorId GraphBuilder::add(TensorId a, TensorId b, const std::string& name) {
   if (shape(a) != shape(b)) {
-    throw ConfigError(fmt::format("add '{}': shapes {} and {} differ", name, shape(a).str(),
-                                  shape(b).str()));
+    throw ConfigError(
+        fmt::format("add '{}': shapes {} and {} differ", name, shape(a).str(), shape(b).str()));
   }
   const Shape in = shape(a);
   return add_node(name, make_add(in.numel()), {a, b}, {in});
@@ -224,8 +226,8 @@ TensorId GraphBuilder::add(TensorId a, TensorId b, const std::string& name) {
 void GraphBuilder::loss(TensorId logits) {
   const Shape in = shape(logits);
   if (in.rank() != 2 || in[1] != classes_) {
-    throw ConfigError(fmt::format("the model's logits are {} but model.classes is {}", in.str(),
-                                  classes_));
+    throw ConfigError(
+        fmt::format("the model's logits are {} but model.classes is {}", in.str(), classes_));
   }
   graph_.logits_ = logits;
   const int index = static_cast<int>(graph_.nodes_.size());

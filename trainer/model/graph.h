@@ -66,8 +66,14 @@ class GraphBuilder {
   int64_t classes() const { return classes_; }
 
   // Initialisers used for layers added from now on (torchvision models set their own).
-  void set_conv_init(InitRule weight, InitRule bias) { conv_w_ = weight; conv_b_ = bias; }
-  void set_linear_init(InitRule weight, InitRule bias) { lin_w_ = weight; lin_b_ = bias; }
+  void set_conv_init(InitRule weight, InitRule bias) {
+    conv_w_ = weight;
+    conv_b_ = bias;
+  }
+  void set_linear_init(InitRule weight, InitRule bias) {
+    lin_w_ = weight;
+    lin_b_ = bias;
+  }
 
   TensorId conv2d(TensorId x, const std::string& name, int64_t out_channels, int64_t kernel,
                   int64_t stride = 1, int64_t padding = 0, int64_t groups = 1, bool bias = true);

@@ -13,9 +13,12 @@ ParamInit ParamInit::resolve(InitRule rule, int64_t fan_in, int64_t fan_out) {
       return {Kind::kUniform, 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(fan_in, 1)))};
     case InitRule::kKaimingNormalFanOut:
       return {Kind::kNormal, std::sqrt(2.0f / static_cast<float>(std::max<int64_t>(fan_out, 1)))};
-    case InitRule::kNormal001: return {Kind::kNormal, 0.01f};
-    case InitRule::kZeros: return {Kind::kConstant, 0.0f};
-    case InitRule::kOnes: return {Kind::kConstant, 1.0f};
+    case InitRule::kNormal001:
+      return {Kind::kNormal, 0.01f};
+    case InitRule::kZeros:
+      return {Kind::kConstant, 0.0f};
+    case InitRule::kOnes:
+      return {Kind::kConstant, 1.0f};
   }
   return {};
 }

@@ -28,15 +28,24 @@ enum class TensorRole : uint8_t {
 
 constexpr std::string_view role_name(TensorRole r) {
   switch (r) {
-    case TensorRole::kInput: return "input";
-    case TensorRole::kLabel: return "label";
-    case TensorRole::kParam: return "param";
-    case TensorRole::kBuffer: return "buffer";
-    case TensorRole::kActivation: return "activation";
-    case TensorRole::kAux: return "aux";
-    case TensorRole::kMetric: return "metric";
-    case TensorRole::kGradient: return "gradient";
-    case TensorRole::kWorkspace: return "workspace";
+    case TensorRole::kInput:
+      return "input";
+    case TensorRole::kLabel:
+      return "label";
+    case TensorRole::kParam:
+      return "param";
+    case TensorRole::kBuffer:
+      return "buffer";
+    case TensorRole::kActivation:
+      return "activation";
+    case TensorRole::kAux:
+      return "aux";
+    case TensorRole::kMetric:
+      return "metric";
+    case TensorRole::kGradient:
+      return "gradient";
+    case TensorRole::kWorkspace:
+      return "workspace";
   }
   return "?";
 }

@@ -32,13 +32,15 @@ float LrSchedule::at(int64_t step) const {
   }
   const int64_t after = step - warmup_steps;
   switch (kind) {
-    case ScheduleKind::kConstant: return base_lr;
+    case ScheduleKind::kConstant:
+      return base_lr;
     case ScheduleKind::kStep:
       return base_lr * std::pow(gamma, static_cast<float>(after / std::max<int64_t>(step_size, 1)));
     case ScheduleKind::kCosine: {
       const int64_t span = std::max<int64_t>(total_steps - warmup_steps, 1);
       const double progress = std::min(1.0, static_cast<double>(after) / static_cast<double>(span));
-      return static_cast<float>(min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+      return static_cast<float>(min_lr +
+                                (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));
     }
   }
   return base_lr;

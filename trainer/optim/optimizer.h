@@ -41,7 +41,7 @@ struct LrSchedule {
   int64_t warmup_steps = 0;  // linear warm-up from base_lr / warmup_steps
   int64_t step_size = 30;    // kStep: multiply by gamma every step_size steps after warm-up
   float gamma = 0.1f;
-  float min_lr = 0.0f;       // kCosine: the floor reached at total_steps
+  float min_lr = 0.0f;  // kCosine: the floor reached at total_steps
   int64_t total_steps = 1;
 
   // The rate for update number `step` (0-based).

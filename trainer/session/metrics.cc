@@ -38,10 +38,11 @@ std::string progress_line(const StepReport& r) {
                      : fmt::format("  eta {}s", left);
   }
   const int width = static_cast<int>(std::to_string(r.steps).size());
-  return fmt::format("step {:>{}}/{}  loss {:.4f}  acc {:.3f}  lr {:.4g}  {:.1f} samples/s  "
-                     "mem {} / {}{}",
-                     r.step, width, r.steps, r.loss, r.accuracy, r.lr, r.samples_per_s,
-                     format_bytes(r.device_peak_bytes), format_bytes(r.device_capacity), eta);
+  return fmt::format(
+      "step {:>{}}/{}  loss {:.4f}  acc {:.3f}  lr {:.4g}  {:.1f} samples/s  "
+      "mem {} / {}{}",
+      r.step, width, r.steps, r.loss, r.accuracy, r.lr, r.samples_per_s,
+      format_bytes(r.device_peak_bytes), format_bytes(r.device_capacity), eta);
 }
 
 }  // namespace ferry

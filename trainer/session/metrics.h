@@ -34,7 +34,8 @@ class MetricsLog {
   std::string path_;
 };
 
-// "step   40/200  loss 1.8123  acc 0.312  lr 0.1000  1234.5 samples/s  mem 12.3 MiB / 4.00 GiB  eta 1m05s"
+// "step   40/200  loss 1.8123  acc 0.312  lr 0.1000  1234.5 samples/s  mem 12.3 MiB / 4.00 GiB  eta
+// 1m05s"
 std::string progress_line(const StepReport& r);
 
 }  // namespace ferry

@@ -65,10 +65,10 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
     if (cuda) kernels_ = std::make_unique<CudaWorkspaceModel>(std::move(kernels_));
     substituted_ = true;
   }
-  const Graph graph = build_model(config.model.name,
-                                  Shape{1, config.model.input[0], config.model.input[1],
-                                        config.model.input[2]},
-                                  config.model.classes);
+  const Graph graph =
+      build_model(config.model.name,
+                  Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
+                  config.model.classes);
   persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
 }
 

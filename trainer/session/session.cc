@@ -62,9 +62,12 @@ class BucketListener : public GradientListener {
 
 CommBackendChoice comm_choice(CommBackend b) {
   switch (b) {
-    case CommBackend::kMpi: return CommBackendChoice::kMpi;
-    case CommBackend::kNccl: return CommBackendChoice::kNccl;
-    case CommBackend::kAuto: break;
+    case CommBackend::kMpi:
+      return CommBackendChoice::kMpi;
+    case CommBackend::kNccl:
+      return CommBackendChoice::kNccl;
+    case CommBackend::kAuto:
+      break;
   }
   return CommBackendChoice::kAuto;
 }
@@ -73,8 +76,8 @@ CommBackendChoice comm_choice(CommBackend b) {
 
 Session::Session(const Config& config, const RankInfo& ranks, bool training)
     : config_(config), ranks_(ranks) {
-  graph_ = build_model(config.model.name, input_shape(config.data.batch_size),
-                       config.model.classes);
+  graph_ =
+      build_model(config.model.name, input_shape(config.data.batch_size), config.model.classes);
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d;
   d.backend = config.device.backend;
@@ -103,7 +106,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   const int64_t classes = config.model.classes;
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
-      [this, name, classes](int64_t batch) { return build_model(name, input_shape(batch), classes); },
+      [this, name, classes](int64_t batch) {
+        return build_model(name, input_shape(batch), classes);
+      },
       exec);
   comm_ = create_communicator(comm_choice(config.comm.backend), *device_, ranks);
   // Every rank starts from rank 0's parameters and BN statistics.
@@ -140,7 +145,8 @@ GradientBuckets& Session::buckets(int64_t batch) {
   for (size_t p = 0; p < n; ++p) writes[p] = std::max(writes[p], 1);
   options.writes_per_param = writes;
   std::vector<GradSlice> slices;
-  for (const auto& e : store_->params()) slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
+  for (const auto& e : store_->params())
+    slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
   buckets_ = std::make_unique<GradientBuckets>(*comm_, *device_, store_->grad_block(),
                                                std::move(slices), options);
   listener_ = std::make_unique<BucketListener>(buckets_.get());

@@ -71,18 +71,19 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
             config.model.name, session.graph().parameter_count(), session.graph().nodes().size(),
             config.model.input[0], config.model.input[1], config.model.input[2],
             config.model.classes);
-  log.print("data     {}, batch {} per rank ({} global)", data.describe(),
-            config.data.batch_size, config.data.batch_size * ranks.size);
+  log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
+            config.data.batch_size * ranks.size);
   log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
             format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
-  log.print("plan     policy {}, predicted peak {} (activations {}, gradients {}, workspace {}), "
-            "offloaded {}/step, recomputed {:.3g} GFLOP/step, host pool {}, budget {}",
-            policy_name(plan.policy), format_bytes(plan.peak_bytes()),
-            format_bytes(plan.activation_bytes), format_bytes(plan.gradient_bytes),
-            format_bytes(plan.workspace_bytes), format_bytes(plan.offload_bytes),
-            plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
-            format_bytes(config.memory.budget));
+  log.print(
+      "plan     policy {}, predicted peak {} (activations {}, gradients {}, workspace {}), "
+      "offloaded {}/step, recomputed {:.3g} GFLOP/step, host pool {}, budget {}",
+      policy_name(plan.policy), format_bytes(plan.peak_bytes()),
+      format_bytes(plan.activation_bytes), format_bytes(plan.gradient_bytes),
+      format_bytes(plan.workspace_bytes), format_bytes(plan.offload_bytes),
+      plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
+      format_bytes(config.memory.budget));
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -95,10 +96,11 @@ void write_text(const std::string& path, const std::string& text) {
 void trace_reductions(Session& session, StepTrace& trace) {
   for (const BucketSpan& s : session.reduce_spans()) {
     const double start = session.executor().trace_time_us(s.start_ns);
-    trace.add({TraceTrack::kComm, fmt::format("all-reduce bucket {}", s.bucket), start,
+    trace.add({TraceTrack::kComm,
+               fmt::format("all-reduce bucket {}", s.bucket),
+               start,
                static_cast<double>(s.end_ns - s.start_ns) / 1000.0,
-               {{"bytes", s.bytes},
-                {"queued_us", session.executor().trace_time_us(s.launch_ns)}}});
+               {{"bytes", s.bytes}, {"queued_us", session.executor().trace_time_us(s.launch_ns)}}});
   }
 }
 
@@ -139,8 +141,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
       throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step),
                   "remove debug.fail_at_step");
     }
-    const bool traced = config.run.trace && step >= config.run.trace_steps[0] &&
-                        step <= config.run.trace_steps[1];
+    const bool traced =
+        config.run.trace && step >= config.run.trace_steps[0] && step <= config.run.trace_steps[1];
     session.executor().set_trace(traced ? &trace : nullptr);
 
     Batch batch = loader.next();
@@ -172,8 +174,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
         const std::string path =
             (fs::path(config.run.dir) / fmt::format("trace_rank{}.json", ranks.rank)).string();
         trace.write(path);
-        log.print("trace    steps {}-{} -> {} (open in ui.perfetto.dev)",
-                  config.run.trace_steps[0], step, path);
+        log.print("trace    steps {}-{} -> {} (open in ui.perfetto.dev)", config.run.trace_steps[0],
+                  step, path);
       }
     }
     if (step % config.run.log_every == 0 || step == config.run.steps) {
@@ -200,8 +202,9 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
       fs::create_directories(config.checkpoint.dir);
       const LoaderPosition next = loader.position();
       const std::string path = checkpoint_path(config.checkpoint.dir, step);
-      save_checkpoint(path, session.store(), session.optimizer_slot_names(),
-                      TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
+      save_checkpoint(
+          path, session.store(), session.optimizer_slot_names(),
+          TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
       prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
       log.print("saved    {}", path);
     }
@@ -261,9 +264,13 @@ EvalResult evaluate(const Config& config) {
     samples += batch.size();
   }
   EvalResult r{samples ? loss_sum / static_cast<double>(samples) : 0.0,
-               samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0.0, samples};
-  nlohmann::json j = {{"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples},
-                      {"model", c.model.name}, {"weights", c.model.init_from}};
+               samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0.0,
+               samples};
+  nlohmann::json j = {{"loss", r.loss},
+                      {"accuracy", r.accuracy},
+                      {"samples", r.samples},
+                      {"model", c.model.name},
+                      {"weights", c.model.init_from}};
   write_text((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
   std::printf("eval     loss %.4f  accuracy %.4f  samples %lld  -> %s\n", r.loss, r.accuracy,
               static_cast<long long>(r.samples), (fs::path(c.run.dir) / "eval.json").c_str());

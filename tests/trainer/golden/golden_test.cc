@@ -80,11 +80,13 @@ class GoldenTest : public ::testing::Test {
     const auto& label_entry = fixture_.at("batch" + std::to_string(k) + ".labels");
     std::vector<int32_t> labels(kGoldenBatch);
     std::memcpy(labels.data(), label_entry.bytes.data(), label_entry.bytes.size());
-    executor_->enqueue({images.data(), labels.data(), kGoldenBatch}, true, static_cast<uint64_t>(k));
+    executor_->enqueue({images.data(), labels.data(), kGoldenBatch}, true,
+                       static_cast<uint64_t>(k));
     const float loss = executor_->read_metrics().loss;
     step0_logits_ = floats(executor_->read_activation("fc"));
     if (k == 0) {
-      for (size_t i = 0; i < store_->params().size(); ++i) grads0_.push_back(floats(store_->read_grad(i)));
+      for (size_t i = 0; i < store_->params().size(); ++i)
+        grads0_.push_back(floats(store_->read_grad(i)));
     }
     optimizer.step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, 0.1f);
     device_->synchronize();
@@ -105,7 +107,8 @@ TEST_F(GoldenTest, ParameterNamesMatchTheTorchStateDict) {
     const SafetensorsEntry& e = fixture_.at("init." + p.name);
     EXPECT_EQ(e.shape, p.desc.shape) << p.name;
   }
-  for (const auto& b : store_->buffers()) EXPECT_NE(fixture_.find("init." + b.name), nullptr) << b.name;
+  for (const auto& b : store_->buffers())
+    EXPECT_NE(fixture_.find("init." + b.name), nullptr) << b.name;
 }
 
 TEST_F(GoldenTest, ThreeSgdStepsMatchPyTorch) {

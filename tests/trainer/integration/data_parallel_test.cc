@@ -12,7 +12,8 @@ namespace {
 std::string base_args(const std::string& dir) {
   return " train " + std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml run.dir=" + dir +
          " run.steps=5 run.log_every=1 optim.schedule=constant optim.warmup_steps=0 "
-         "optim.lr=0.02 data.samples=512 checkpoint.every=5 checkpoint.dir=" + dir + "/ckpt";
+         "optim.lr=0.02 data.samples=512 checkpoint.every=5 checkpoint.dir=" +
+         dir + "/ckpt";
 }
 
 std::string ckpt(const std::string& dir) { return dir + "/ckpt/step_5.safetensors"; }
@@ -31,9 +32,10 @@ TEST_F(DataParallel, TwoRanksAtBatchBEqualOneRankAtBatch2B) {
   struct Variant {
     std::string name, args;
   };
-  for (const Variant& v : {Variant{"overlap", "comm.overlap=true comm.bucket_mb=0.05"},
-                           Variant{"no_overlap", "comm.overlap=false"},
-                           Variant{"vdnn_all", "memory.policy=vdnn-all memory.debug_poison=true"}}) {
+  for (const Variant& v :
+       {Variant{"overlap", "comm.overlap=true comm.bucket_mb=0.05"},
+        Variant{"no_overlap", "comm.overlap=false"},
+        Variant{"vdnn_all", "memory.policy=vdnn-all memory.debug_poison=true"}}) {
     const std::string two = scratch("dp_two_ranks_" + v.name);
     e = run(mpirun(2) + trainer() + base_args(two) + " data.batch_size=8 " + v.args);
     ASSERT_EQ(e.code, 0) << v.name << "\n" << e.output;

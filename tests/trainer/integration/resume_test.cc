@@ -14,7 +14,8 @@ namespace {
 std::string args(const std::string& dir, int steps, const std::string& resume) {
   return " train " + std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml run.dir=" + dir +
          " run.steps=" + std::to_string(steps) +
-         " data.samples=160 data.batch_size=16 checkpoint.every=5 checkpoint.keep=0 checkpoint.dir=" +
+         " data.samples=160 data.batch_size=16 checkpoint.every=5 checkpoint.keep=0 "
+         "checkpoint.dir=" +
          dir + "/ckpt" + (resume.empty() ? "" : " checkpoint.resume=" + resume);
 }
 
@@ -75,10 +76,10 @@ TEST(Resume, AKilledWriterLeavesThePreviousCheckpointLoadable) {
   }
   ASSERT_GT(complete, 0);
   // And training resumes from the newest, for one more step.
-  const Exit e = run(trainer() + " train " + std::string(FERRY_SOURCE_DIR) +
-                     "/configs/quickstart.yaml run.dir=" + dir + " run.steps=" +
-                     std::to_string(newest + 1) +
-                     " data.batch_size=4 checkpoint.resume=latest checkpoint.dir=" + dir + "/ckpt");
+  const Exit e =
+      run(trainer() + " train " + std::string(FERRY_SOURCE_DIR) +
+          "/configs/quickstart.yaml run.dir=" + dir + " run.steps=" + std::to_string(newest + 1) +
+          " data.batch_size=4 checkpoint.resume=latest checkpoint.dir=" + dir + "/ckpt");
   EXPECT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("resumed"), std::string::npos);
 }

@@ -44,8 +44,10 @@ inline std::string trainer() { return std::string(FERRY_BINARY_DIR) + "/trainer"
 
 // mpirun for `ranks` processes on this machine (as root, oversubscribed if needed).
 inline std::string mpirun(int ranks) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-         "mpirun -np " + std::to_string(ranks) + " --bind-to none ";
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 "
+         "mpirun -np " +
+         std::to_string(ranks) + " --bind-to none ";
 }
 
 inline bool have_mpirun() { return run("command -v mpirun").code == 0; }

@@ -36,19 +36,18 @@ class Conv2dOp : public Op {
                     k.workspace_bytes(ConvBackwardWeights{.g = g_, .dbias = bias}));
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(ConvForward{g_, cf(io.inputs[0]), cf(io.params[0]),
-                         bias_ ? cf(io.params[1]) : nullptr, f(io.outputs[0]), io.ws},
+    k.launch(ConvForward{g_, cf(io.inputs[0]), cf(io.params[0]), bias_ ? cf(io.params[1]) : nullptr,
+                         f(io.outputs[0]), io.ws},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (io.grad_inputs[0]) {
-      k.launch(ConvBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]),
-                                f(io.grad_inputs[0]), io.ws},
+      k.launch(ConvBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]), f(io.grad_inputs[0]),
+                                io.ws},
                s);
     }
-    k.launch(ConvBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]),
-                                 f(io.grad_params[0]), bias_ ? f(io.grad_params[1]) : nullptr,
-                                 io.ws},
+    k.launch(ConvBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_params[0]),
+                                 bias_ ? f(io.grad_params[1]) : nullptr, io.ws},
              s);
   }
 
@@ -84,10 +83,10 @@ class LinearOp : public Op {
                                   f(io.grad_inputs[0]), io.ws},
                s);
     }
-    k.launch(LinearBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]),
-                                   f(io.grad_params[0]), bias_ ? f(io.grad_params[1]) : nullptr,
-                                   io.ws},
-             s);
+    k.launch(
+        LinearBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_params[0]),
+                              bias_ ? f(io.grad_params[1]) : nullptr, io.ws},
+        s);
   }
 
  private:

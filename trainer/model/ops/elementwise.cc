@@ -107,9 +107,8 @@ class SoftmaxCrossEntropyOp : public Op {
   OpCost cost() const override { return {5.0 * n_ * k_, 2.0 * n_ * k_}; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(SoftmaxCrossEntropyForward{n_, k_, cf(io.inputs[0]),
-                                        static_cast<const int32_t*>(io.inputs[1]),
-                                        f(io.outputs[0]), f(io.aux[0]),
-                                        static_cast<int32_t*>(io.outputs[1])},
+                                        static_cast<const int32_t*>(io.inputs[1]), f(io.outputs[0]),
+                                        f(io.aux[0]), static_cast<int32_t*>(io.outputs[1])},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {

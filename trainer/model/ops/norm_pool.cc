@@ -27,9 +27,8 @@ class BatchNormOp : public Op {
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (!io.training) {
-      k.launch(BatchNormForwardInference{g_, cf(io.inputs[0]), cf(io.params[0]),
-                                         cf(io.params[1]), cf(io.buffers[0]), cf(io.buffers[1]),
-                                         f(io.outputs[0])},
+      k.launch(BatchNormForwardInference{g_, cf(io.inputs[0]), cf(io.params[0]), cf(io.params[1]),
+                                         cf(io.buffers[0]), cf(io.buffers[1]), f(io.outputs[0])},
                s);
       return;
     }
@@ -45,8 +44,8 @@ class BatchNormOp : public Op {
       save_var = scratch + 3 * g_.c;
     }
     k.launch(BatchNormForwardTraining{g_, momentum_, cf(io.inputs[0]), cf(io.params[0]),
-                                      cf(io.params[1]), f(io.outputs[0]), running_mean,
-                                      running_var, save_mean, save_var},
+                                      cf(io.params[1]), f(io.outputs[0]), running_mean, running_var,
+                                      save_mean, save_var},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
@@ -64,7 +63,9 @@ class BatchNormOp : public Op {
 class PoolOp : public Op {
  public:
   explicit PoolOp(const PoolGeom& g) : g_(g) {}
-  std::string_view kind() const override { return g_.kind == PoolKind::kMax ? "maxpool" : "avgpool"; }
+  std::string_view kind() const override {
+    return g_.kind == PoolKind::kMax ? "maxpool" : "avgpool";
+  }
   std::string describe() const override {
     return fmt::format("{}x{} s{} p{}{}", g_.kh, g_.kw, g_.stride_h, g_.pad_h,
                        g_.ceil_mode ? " ceil" : "");
@@ -110,8 +111,8 @@ class AdaptiveAvgPoolOp : public Op {
     k.launch(args, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(AdaptiveAvgPoolBackward{a_.n, a_.c, a_.h, a_.w, a_.oh, a_.ow,
-                                     cf(io.grad_outputs[0]), f(io.grad_inputs[0])},
+    k.launch(AdaptiveAvgPoolBackward{a_.n, a_.c, a_.h, a_.w, a_.oh, a_.ow, cf(io.grad_outputs[0]),
+                                     f(io.grad_inputs[0])},
              s);
   }
 
