@@ -22,6 +22,8 @@ struct Candidate {
   RecomputeChain chain;
   uint64_t bytes = 0;
   double cost = 0;  // predicted seconds added per step
+  // Input-tape steps whose memory it frees (estimate); -1: from its liveness.
+  int free_from = -1, free_to = -1;
 };
 
 std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
@@ -32,7 +34,7 @@ std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
 
 std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o,
                                   bool allow_recompute) {
-  const std::vector<int> saved = saved_tensors(input, live, false);
+  std::vector<int> saved = saved_tensors(input, live, false);
   std::vector<bool> saved_mask(input.tensors.size(), false);
   for (int t : saved) saved_mask[static_cast<size_t>(t)] = true;
   const std::vector<double> times = step_times(input, o.cost);
@@ -60,6 +62,21 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     }
     out.push_back(std::move(c));
   }
+  // Gradients that wait across a stretch of backward (a residual block's skip gradient) can be
+  // offloaded over their idle gap too.
+  const Materialized plain = materialize(input, live, {});
+  for (int t = 0; t < static_cast<int>(input.tensors.size()); ++t) {
+    if (input.tensors[static_cast<size_t>(t)].kind != TapeTensorKind::kGradient) continue;
+    const uint64_t bytes = input.tensors[static_cast<size_t>(t)].bytes;
+    const OffloadTiming gap = gap_timing(plain, t);
+    if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
+    const double idle = prefix[static_cast<size_t>(gap.needed_at)] -
+                        prefix[static_cast<size_t>(gap.release_at)];
+    Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - idle)};
+    c.free_from = gap.release_at;
+    c.free_to = gap.fetch_at - 1;
+    out.push_back(std::move(c));
+  }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     const double ca = a.cost / static_cast<double>(a.bytes);
     const double cb = b.cost / static_cast<double>(b.bytes);
@@ -73,8 +90,8 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
 std::vector<OffloadTiming> base_timing(const Materialized& m, const Decisions& d, bool jit) {
   std::vector<OffloadTiming> timing;
   for (int t : d.offload) {
-    OffloadTiming tm = vdnn_timing(m, t);
-    if (jit) tm.fetch_at = m.live.tensors[static_cast<size_t>(t)].first_backward_use;
+    OffloadTiming tm = offload_timing(m, t);
+    if (jit) tm.fetch_at = tm.needed_at;
     timing.push_back(tm);
   }
   return timing;
@@ -138,6 +155,10 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
     const TensorLiveness& tl = live.tensors[static_cast<size_t>(c.tensor)];
     if (taken[static_cast<size_t>(c.tensor)]) continue;
     int free_from = tl.last_forward_use + 1, free_to = tl.first_backward_use - 1;
+    if (c.free_from >= 0) {
+      free_from = c.free_from;
+      free_to = c.free_to + 1;  // offloads below take one step off for the early fetch
+    }
     if (c.recompute) {
       bool clash = false;
       for (int t : c.chain.temps) clash = clash || taken[static_cast<size_t>(t)];

@@ -107,9 +107,38 @@ Materialized materialize(const Tape& input, const Liveness& live, const Decision
 OffloadTiming vdnn_timing(const Materialized& m, int t) {
   const TensorLiveness& tl = m.live.tensors[static_cast<size_t>(t)];
   OffloadTiming timing;
+  timing.offload_after = tl.produced;
   timing.release_at = tl.last_forward_use + 1;
   timing.fetch_at = std::max(tl.first_backward_use - 1, m.live.forward_end + 1);
+  timing.needed_at = tl.first_backward_use;
   return timing;
+}
+
+OffloadTiming gap_timing(const Materialized& m, int t) {
+  // Accesses in order, and the last write at or before each.
+  std::vector<std::pair<int, bool>> access;  // (step, writes)
+  for (int s = 0; s < static_cast<int>(m.tape.steps.size()); ++s) {
+    const TapeStep& st = m.tape.steps[static_cast<size_t>(s)];
+    const bool w = std::find(st.writes.begin(), st.writes.end(), t) != st.writes.end();
+    const bool r = std::find(st.reads.begin(), st.reads.end(), t) != st.reads.end();
+    if (w || r) access.emplace_back(s, w);
+  }
+  OffloadTiming best;
+  int last_write = -1;
+  for (size_t i = 0; i + 1 < access.size(); ++i) {
+    if (access[i].second) last_write = access[i].first;
+    const int a = access[i].first, b = access[i + 1].first;
+    if (last_write < 0 || b - a <= best.needed_at - best.release_at) continue;
+    best = {last_write, a + 1, b - 1, b};
+  }
+  return best;
+}
+
+OffloadTiming offload_timing(const Materialized& m, int t) {
+  const TensorLiveness& tl = m.live.tensors[static_cast<size_t>(t)];
+  const bool saved_activation = tl.produced >= 0 && tl.produced <= m.live.forward_end &&
+                                tl.first_backward_use > m.live.forward_end;
+  return saved_activation ? vdnn_timing(m, t) : gap_timing(m, t);
 }
 
 std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
@@ -139,15 +168,14 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
     std::sort(a.begin(), a.end());
     a.erase(std::unique(a.begin(), a.end()), a.end());
     TensorPlan& p = plans[t];
-    const TensorLiveness& tl = m.live.tensors[t];
     if (offload_index[t] >= 0) {
       const OffloadTiming& tm = timing[static_cast<size_t>(offload_index[t])];
       p.decision = Decision::kOffload;
-      p.offload_after = tl.produced;
+      p.offload_after = tm.offload_after;
       p.release_at = tm.release_at;
       p.fetch_at = tm.fetch_at;
-      p.needed_at = tl.first_backward_use;
-      p.residency = {{tl.produced, tm.release_at - 1, 0}, {tm.fetch_at, tl.last_use, 0}};
+      p.needed_at = tm.needed_at;
+      p.residency = {{a.front(), tm.release_at - 1, 0}, {tm.fetch_at, a.back(), 0}};
       continue;
     }
     if (!rebirths[t].empty()) {

@@ -15,10 +15,15 @@ struct Decisions {
   std::vector<int> offload;  // tensors
 };
 
-// Per offloaded tensor of a planned tape: when to release and fetch (planned-tape steps).
+// Per offloaded tensor of a planned tape (steps of the planned tape): the copy to host starts
+// after `offload_after` (its last write before the idle gap), the space is reused from
+// `release_at` (after its last access before the gap), the copy back lands in space free from
+// `fetch_at` and is waited for before `needed_at` (its first access after the gap).
 struct OffloadTiming {
+  int offload_after = -1;
   int release_at = -1;
   int fetch_at = -1;
+  int needed_at = -1;
 };
 
 // The planned tape and its liveness, for a set of decisions.
@@ -31,9 +36,18 @@ struct Materialized {
 };
 Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d);
 
-// vDNN's timing: release right after the last forward use, fetch one step before the first
-// backward use (or just before it when that step is in the forward pass).
+// vDNN's timing for a saved activation: copy after its producer, release right after its last
+// forward use, fetch one step before its first backward use (or just before it when that step
+// is in the forward pass).
 OffloadTiming vdnn_timing(const Materialized& m, int tensor);
+
+// For any tensor: the longest idle stretch between two accesses, fetched one step ahead; a
+// release_at >= fetch_at means there is no gap worth a copy.
+OffloadTiming gap_timing(const Materialized& m, int tensor);
+
+// The saved activations of a planned tape take vDNN's timing; other tensors (a gradient that
+// waits across a residual block) take their longest gap.
+OffloadTiming offload_timing(const Materialized& m, int tensor);
 
 // Residency stretches for every tensor (offsets still 0).
 std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,

@@ -21,6 +21,7 @@ struct PlanArgs {
   std::string policy;  // "" = memory.policy, "all" = every policy
   bool max_batch = false;
   bool json = false;
+  bool explain = false;  // list what fills the arena at each plan's fullest step
 };
 
 struct InfoArgs {

@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--max-batch", plan.max_batch,
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");
+  plan_cmd->add_flag("--explain", plan.explain,
+                     "list the largest tensors in the arena at each plan's fullest step");
 
   TrainArgs check;
   bool reference = false;

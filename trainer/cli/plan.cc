@@ -1,4 +1,5 @@
 // `trainer plan`: the memory plan of a config, per policy, without training.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -40,6 +41,35 @@ struct Row {
   MemoryPlan plan;
   int64_t max_batch = -1;
 };
+
+// What fills the arena at the plan's fullest step: the largest live tensors and their fate.
+void explain(const MemoryPlan& plan) {
+  const std::vector<uint64_t> live = arena_occupancy(plan);
+  size_t fullest = 0;
+  for (size_t s = 0; s < live.size(); ++s) {
+    if (live[s] > live[fullest]) fullest = s;
+  }
+  const TapeStep& step = plan.tape.steps[fullest];
+  static constexpr const char* kPhase[] = {"load", "forward", "backward", "accumulate", "update",
+                                           "recompute"};
+  std::printf("\n%s: fullest at step %zu (%s of '%s'), %s of arena in use:\n",
+              std::string(policy_name(plan.policy)).c_str(), fullest,
+              kPhase[static_cast<int>(step.phase)], step.name.c_str(),
+              format_bytes(live[fullest]).c_str());
+  std::vector<std::pair<uint64_t, std::string>> rows;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    for (const Residency& r : plan.tensors[t].residency) {
+      if (r.begin > static_cast<int>(fullest) || r.end < static_cast<int>(fullest)) continue;
+      rows.emplace_back(plan.tape.tensors[t].bytes,
+                        fmt::format("{:<48} {:>12}  {} [{}, {}]", plan.tape.tensors[t].name,
+                                    format_bytes(plan.tape.tensors[t].bytes),
+                                    decision_name(plan.tensors[t].decision), r.begin, r.end));
+    }
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  for (size_t i = 0; i < rows.size() && i < 12; ++i) std::printf("  %s\n", rows[i].second.c_str());
+  if (rows.size() > 12) std::printf("  ... and %zu smaller\n", rows.size() - 12);
+}
 
 }  // namespace
 
@@ -132,6 +162,9 @@ int run_plan(const PlanArgs& args) {
   for (const Row& r : rows) {
     if (!r.fits)
       std::printf("%s: %s\n", std::string(policy_name(r.policy)).c_str(), r.error.c_str());
+  }
+  if (args.explain) {
+    for (const Row& r : rows) explain(r.plan);
   }
   std::printf("planned in %.2fs\n", seconds);
   return 0;

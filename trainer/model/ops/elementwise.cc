@@ -34,10 +34,10 @@ class AddOp : public Op {
   explicit AddOp(int64_t n) : n_(n) {}
   std::string_view kind() const override { return "add"; }
   SavedSet saved() const override { return {}; }
-  // y over a (or b); the backward copies, so it shares nothing.
+  // Forward: y over a (or b). Backward: da over dy (db is a copy).
   std::vector<std::pair<int, int>> inplace(Pass pass) const override {
     if (pass == Pass::kForward) return {{0, 0}, {1, 0}};
-    return {};
+    return {{0, 0}};
   }
   OpCost cost() const override { return {static_cast<double>(n_), 0}; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
@@ -45,7 +45,10 @@ class AddOp : public Op {
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     for (void* dx : io.grad_inputs) {
-      if (dx) k.launch(CopyDevice{n_ * sizeof(float), io.grad_outputs[0], dx}, s);
+      // A gradient planned in place over dy already holds it.
+      if (dx && dx != io.grad_outputs[0]) {
+        k.launch(CopyDevice{n_ * sizeof(float), io.grad_outputs[0], dx}, s);
+      }
     }
   }
 
