@@ -26,15 +26,21 @@ YAML
 }
 
 if [[ $what == all || $what == pytorch ]]; then
-  echo "== 1. training step vs PyTorch ($threads threads, batch 64) =="
+  echo "== 1. training step vs PyTorch ($threads threads, batch 64; median of 3 alternating runs) =="
   for model in resnet18_cifar vgg11_cifar; do
-    ours=$(build/bench_step_time "$(step_config $model 64)" --steps 5 --warmup 2 | sed -n 's/^json //p')
-    torch=$(/usr/bin/python3 scripts/bench_pytorch_step.py $model 64 --threads "$threads" --steps 5 --warmup 2)
-    /usr/bin/python3 - "$model" "$ours" "$torch" <<'PY'
-import json, sys
-model, ours, torch = sys.argv[1], json.loads(sys.argv[2])[0], json.loads(sys.argv[3])
-print(f"{model:16s} ferry {ours['mean_s']:.3f}s  pytorch {torch['mean_s']:.3f}s  "
-      f"ratio ferry/pytorch {ours['mean_s'] / torch['mean_s']:.3f}  (goal <= 1.0)")
+    ours=() torch=()
+    for rep in 1 2 3; do
+      ours+=("$(build/bench_step_time "$(step_config $model 64)" --steps 5 --warmup 2 | sed -n 's/^json //p')")
+      torch+=("$(/usr/bin/python3 scripts/bench_pytorch_step.py $model 64 --threads "$threads" --steps 5 --warmup 2)")
+    done
+    /usr/bin/python3 - "$model" "${ours[@]}" "${torch[@]}" <<'PY'
+import json, statistics, sys
+model, runs = sys.argv[1], sys.argv[2:]
+ours = [json.loads(r)[0]["mean_s"] for r in runs[:3]]
+torch = [json.loads(r)["mean_s"] for r in runs[3:]]
+o, t = statistics.median(ours), statistics.median(torch)
+print(f"{model:16s} ferry {o:.3f}s  pytorch {t:.3f}s  ratio ferry/pytorch {o / t:.3f}  (goal <= 1.0)"
+      f"   runs: ferry {', '.join(f'{x:.3f}' for x in ours)}; pytorch {', '.join(f'{x:.3f}' for x in torch)}")
 PY
   done
 fi

@@ -1,0 +1,117 @@
+// The trainer's command line as a user meets it: the quickstart trains and its loss falls;
+// eval writes its JSON; plan answers in JSON quickly for big models; config mistakes and
+// impossible budgets are one clear error (exit 2) before any training.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string quickstart() { return std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Cli, QuickstartTrainsAndItsLossFalls) {
+  const std::string dir = scratch("cli_quickstart");
+  const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_LT(e.seconds, 120.0) << "the quickstart should take well under two minutes";
+  const auto metrics = read_jsonl(dir + "/metrics.jsonl");
+  ASSERT_GE(metrics.size(), 4u);
+  for (const char* key : {"step", "loss", "lr", "samples_per_s", "device_peak_bytes"}) {
+    EXPECT_TRUE(metrics.front().contains(key)) << key;
+  }
+  const double first = metrics.front()["loss"], last = metrics.back()["loss"];
+  EXPECT_LT(last, 0.25 * first) << "first logged loss " << first << ", last " << last;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/config.yaml"));
+  EXPECT_NE(e.output.find("plan     policy none"), std::string::npos);
+  // Evaluate the last checkpoint on held-out samples of the same task.
+  const Exit eval = run(trainer() + " eval " + quickstart() + " run.dir=" + dir + " data.seed=1");
+  ASSERT_EQ(eval.code, 0) << eval.output;
+  std::ifstream in(dir + "/eval.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_GT(j["accuracy"].get<double>(), 0.8);
+  EXPECT_EQ(j["samples"].get<int64_t>(), 8192);
+  EXPECT_TRUE(j.contains("loss"));
+}
+
+TEST(Cli, ConfigMistakesAreOneErrorWithExitCode2) {
+  Exit e = run(trainer() + " train " + quickstart() + " optim.lrr=0.1");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("unknown key 'optim.lrr' (override 'optim.lrr=0.1'); did you mean "
+                          "'optim.lr'?"),
+            std::string::npos)
+      << e.output;
+  e = run(trainer() + " train " + quickstart() + " data.batch_size=0");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("data.batch_size: must be >= 1, got 0"), std::string::npos) << e.output;
+  e = run(trainer() + " train " + quickstart() + " model.name=resnet51");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("did you mean 'resnet50'"), std::string::npos) << e.output;
+  e = run(trainer() + " train /nonexistent.yaml");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("cannot read config file '/nonexistent.yaml'"), std::string::npos);
+}
+
+TEST(Cli, ABudgetBelowTheLowerBoundIsRejectedBeforeTraining) {
+  const std::string dir = scratch("cli_budget");
+  const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir +
+                     " memory.policy=auto memory.budget=1MiB");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: memory.budget 1.00 MiB is below the lower bound"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("hint: the smallest budget that can work is"), std::string::npos);
+  EXPECT_EQ(e.output.find("step "), std::string::npos) << "no step may run";
+}
+
+TEST(Cli, PlanAnswersInJsonForVgg16AndResnet152InUnderTwoSeconds) {
+  const std::string dir = scratch("cli_plan");
+  for (const auto& [model, batch] : {std::pair<std::string, int>{"vgg16", 256}, {"resnet152", 128}}) {
+    const std::string cfg = dir + "/" + model + ".yaml";
+    std::ofstream(cfg) << "model: {name: " << model << ", classes: 1000, input: [3, 224, 224]}\n"
+                       << "data: {batch_size: " << batch << "}\n"
+                       << "device: {backend: cuda, memory: 16GiB}\n";
+    const Exit e = run(trainer() + " plan " + cfg + " --policy all --json");
+    ASSERT_EQ(e.code, 0) << e.output;
+    const nlohmann::json j = nlohmann::json::parse(e.output);
+    ASSERT_EQ(j["policies"].size(), 4u);
+    for (const auto& p : j["policies"]) {
+      for (const char* key : {"name", "peak_bytes", "offload_bytes", "recompute_flops",
+                              "lower_bound_bytes", "max_batch"}) {
+        EXPECT_TRUE(p.contains(key)) << key;
+      }
+    }
+    EXPECT_EQ(j["policies"][0]["name"], "none");
+    EXPECT_GT(j["policies"][0]["peak_bytes"].get<uint64_t>(),
+              j["policies"][2]["peak_bytes"].get<uint64_t>());
+    // The acceptance figure is 2 s on this machine; the margin absorbs a loaded CI.
+    EXPECT_LT(e.seconds, 6.0) << model;
+  }
+  // --max-batch fills max_batch.
+  const Exit e = run(trainer() + " plan " + quickstart() + " --policy vdnn-all --max-batch --json");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_GT(nlohmann::json::parse(e.output)["policies"][0]["max_batch"].get<int64_t>(), 32);
+}
+
+TEST(Cli, InfoPrintsTheLayerTableAsJson) {
+  const Exit e = run(trainer() + " info --model resnet50 --json");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const nlohmann::json j = nlohmann::json::parse(e.output);
+  EXPECT_EQ(j["model"], "resnet50");
+  EXPECT_EQ(j["parameters"].get<int64_t>(), 25557032);
+  EXPECT_GT(j["layers"].size(), 100u);
+}
+
+}  // namespace
+}  // namespace ferry::testing
