@@ -49,7 +49,9 @@ Executor::~Executor() {
   }
 }
 
-const Program& Executor::program(int64_t batch, bool training) {
+const Program& Executor::program(int64_t batch, bool training) { return planned(batch, training); }
+
+Program& Executor::planned(int64_t batch, bool training) {
   const Key key{batch, training};
   auto it = programs_.find(key);
   if (it != programs_.end()) return *it->second;
@@ -173,7 +175,7 @@ Event& Executor::step_event() {
 
 void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
-  Program& p = const_cast<Program&>(program(batch.n, training));
+  Program& p = planned(batch.n, training);
   ensure_arena(p.plan.arena_bytes);
   persistent_.assign(p.graph.tensors().size(), nullptr);
   for (size_t id = 0; id < p.graph.tensors().size(); ++id) {

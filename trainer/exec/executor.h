@@ -117,6 +117,7 @@ class Executor {
     bool training;
     auto operator<=>(const Key&) const = default;
   };
+  Program& planned(int64_t batch, bool training);
   void index_plan(Program& p);
   void ensure_arena(uint64_t bytes);
   void* tensor_address(const Program& p, int tape_tensor, int step) const;

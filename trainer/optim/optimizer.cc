@@ -37,7 +37,8 @@ float LrSchedule::at(int64_t step) const {
     case ScheduleKind::kStep:
       return base_lr * std::pow(gamma, static_cast<float>(after / std::max<int64_t>(step_size, 1)));
     case ScheduleKind::kCosine: {
-      const int64_t span = std::max<int64_t>(total_steps - warmup_steps, 1);
+      // The last update (number total_steps - 1) is at min_lr.
+      const int64_t span = std::max<int64_t>(total_steps - 1 - warmup_steps, 1);
       const double progress = std::min(1.0, static_cast<double>(after) / static_cast<double>(span));
       return static_cast<float>(min_lr +
                                 (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress)));

@@ -17,6 +17,16 @@ TensorId classifier(GraphBuilder& b, TensorId x, int64_t hidden) {
   return b.linear(x, "classifier.6", b.classes());  // (N, classes)
 }
 
+// features.6 to features.11: the three 3x3 convolutions both variants share.
+TensorId three_convs(GraphBuilder& b, TensorId x) {
+  x = b.conv2d(x, "features.6", 384, 3, 1, 1);
+  x = b.relu(x, "features.7");
+  x = b.conv2d(x, "features.8", 256, 3, 1, 1);
+  x = b.relu(x, "features.9");
+  x = b.conv2d(x, "features.10", 256, 3, 1, 1);
+  return b.relu(x, "features.11");
+}
+
 }  // namespace
 
 TensorId build_alexnet(GraphBuilder& b, bool cifar) {
@@ -30,12 +40,7 @@ TensorId build_alexnet(GraphBuilder& b, bool cifar) {
     x = b.conv2d(x, "features.3", 192, 5, 1, 2);
     x = b.relu(x, "features.4");
     x = b.max_pool(x, 3, 2, 0, false, "features.5");  // (N, 192, 13, 13)
-    x = b.conv2d(x, "features.6", 384, 3, 1, 1);
-    x = b.relu(x, "features.7");
-    x = b.conv2d(x, "features.8", 256, 3, 1, 1);
-    x = b.relu(x, "features.9");
-    x = b.conv2d(x, "features.10", 256, 3, 1, 1);
-    x = b.relu(x, "features.11");
+    x = three_convs(b, x);
     x = b.max_pool(x, 3, 2, 0, false, "features.12");  // (N, 256, 6, 6)
     x = b.adaptive_avg_pool(x, 6, 6, "avgpool");       // (N, 256, 6, 6)
     x = b.flatten(x, "flatten");                       // (N, 9216)
@@ -48,12 +53,7 @@ TensorId build_alexnet(GraphBuilder& b, bool cifar) {
   x = b.conv2d(x, "features.3", 192, 3, 1, 1);
   x = b.relu(x, "features.4");
   x = b.max_pool(x, 2, 2, 0, false, "features.5");  // (N, 192, 4, 4)
-  x = b.conv2d(x, "features.6", 384, 3, 1, 1);
-  x = b.relu(x, "features.7");
-  x = b.conv2d(x, "features.8", 256, 3, 1, 1);
-  x = b.relu(x, "features.9");
-  x = b.conv2d(x, "features.10", 256, 3, 1, 1);
-  x = b.relu(x, "features.11");
+  x = three_convs(b, x);
   x = b.max_pool(x, 2, 2, 0, false, "features.12");  // (N, 256, 2, 2)
   x = b.flatten(x, "flatten");                       // (N, 1024)
   return classifier(b, x, 1024);

@@ -1,0 +1,44 @@
+// The executor plans once per input shape: a final partial batch gets its own plan (smaller
+// arena), planned once and reused; training on both shapes works with the same parameters.
+#include "trainer/exec/executor.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/trainer/golden/golden_net.h"
+
+namespace ferry {
+namespace {
+
+TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
+  DeviceOptions o;
+  o.memory = 256 << 20;
+  auto device = create_device(o);
+  const Graph graph = build_golden_net(kGoldenBatch);
+  ParameterStore store(*device, graph, 1);
+  store.initialize(graph, 0);
+  int built = 0;
+  Executor exec(*device, store, [&](int64_t n) { ++built; return build_golden_net(n); },
+                ExecutorOptions{});
+  const Program& full = exec.program(kGoldenBatch, true);
+  const Program& partial = exec.program(3, true);
+  EXPECT_EQ(built, 2);
+  EXPECT_EQ(&exec.program(kGoldenBatch, true), &full) << "cached, not planned again";
+  EXPECT_EQ(built, 2);
+  EXPECT_LT(partial.plan.arena_bytes, full.plan.arena_bytes);
+  EXPECT_EQ(partial.graph.batch(), 3);
+  const Program& eval = exec.program(kGoldenBatch, false);
+  EXPECT_LT(eval.plan.tape.steps.size(), full.plan.tape.steps.size()) << "no backward in eval";
+
+  std::vector<float> images(kGoldenBatch * kGoldenChannels * kGoldenSize * kGoldenSize, 0.5f);
+  std::vector<int32_t> labels(kGoldenBatch, 1);
+  for (int64_t n : {kGoldenBatch, int64_t{3}, kGoldenBatch}) {
+    exec.enqueue({images.data(), labels.data(), n}, true, 1);
+    const StepMetrics m = exec.read_metrics();
+    EXPECT_TRUE(std::isfinite(m.loss));
+    EXPECT_GT(m.loss, 0.0f);
+  }
+  EXPECT_EQ(built, 3);  // the eval program, and nothing more
+}
+
+}  // namespace
+}  // namespace ferry
