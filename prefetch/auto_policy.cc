@@ -70,8 +70,8 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const uint64_t bytes = input.tensors[static_cast<size_t>(t)].bytes;
     const OffloadTiming gap = gap_timing(plain, t);
     if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
-    const double idle = prefix[static_cast<size_t>(gap.needed_at)] -
-                        prefix[static_cast<size_t>(gap.release_at)];
+    const double idle =
+        prefix[static_cast<size_t>(gap.needed_at)] - prefix[static_cast<size_t>(gap.release_at)];
     Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - idle)};
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;

@@ -329,9 +329,10 @@ void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
   plan.host_bytes = plan.offload_bytes;
   for (const auto& c : d.recompute) plan.recompute_flops += c.flops;
   std::vector<SimTransfer> transfers;
-  for (const TensorPlan& tp : plan.tensors) {
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const TensorPlan& tp = plan.tensors[t];
     if (tp.decision != Decision::kOffload) continue;
-    const uint64_t bytes = tape.tensors[static_cast<size_t>(&tp - plan.tensors.data())].bytes;
+    const uint64_t bytes = tape.tensors[t].bytes;
     transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
     transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
   }

@@ -50,8 +50,8 @@ void explain(const MemoryPlan& plan) {
     if (live[s] > live[fullest]) fullest = s;
   }
   const TapeStep& step = plan.tape.steps[fullest];
-  static constexpr const char* kPhase[] = {"load", "forward", "backward", "accumulate", "update",
-                                           "recompute"};
+  static constexpr const char* kPhase[] = {"load",       "forward", "backward",
+                                           "accumulate", "update",  "recompute"};
   std::printf("\n%s: fullest at step %zu (%s of '%s'), %s of arena in use:\n",
               std::string(policy_name(plan.policy)).c_str(), fullest,
               kPhase[static_cast<int>(step.phase)], step.name.c_str(),

@@ -17,8 +17,13 @@ TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
   ParameterStore store(*device, graph, 1);
   store.initialize(graph, 0);
   int built = 0;
-  Executor exec(*device, store, [&](int64_t n) { ++built; return build_golden_net(n); },
-                ExecutorOptions{});
+  Executor exec(
+      *device, store,
+      [&](int64_t n) {
+        ++built;
+        return build_golden_net(n);
+      },
+      ExecutorOptions{});
   const Program& full = exec.program(kGoldenBatch, true);
   const Program& partial = exec.program(3, true);
   EXPECT_EQ(built, 2);

@@ -77,7 +77,8 @@ TEST(Cli, ABudgetBelowTheLowerBoundIsRejectedBeforeTraining) {
 
 TEST(Cli, PlanAnswersInJsonForVgg16AndResnet152InUnderTwoSeconds) {
   const std::string dir = scratch("cli_plan");
-  for (const auto& [model, batch] : {std::pair<std::string, int>{"vgg16", 256}, {"resnet152", 128}}) {
+  for (const auto& [model, batch] :
+       {std::pair<std::string, int>{"vgg16", 256}, {"resnet152", 128}}) {
     const std::string cfg = dir + "/" + model + ".yaml";
     std::ofstream(cfg) << "model: {name: " << model << ", classes: 1000, input: [3, 224, 224]}\n"
                        << "data: {batch_size: " << batch << "}\n"

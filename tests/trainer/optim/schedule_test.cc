@@ -18,7 +18,7 @@ TEST(LrSchedule, WarmupIsLinearFromLrOverWarmupSteps) {
 
 TEST(LrSchedule, StepDecaysByGammaEveryStepSizeAfterWarmup) {
   LrSchedule s{ScheduleKind::kStep, 1.0f, 2, 10, 0.5f};
-  EXPECT_FLOAT_EQ(s.at(2), 1.0f);    // first step after warm-up
+  EXPECT_FLOAT_EQ(s.at(2), 1.0f);  // first step after warm-up
   EXPECT_FLOAT_EQ(s.at(11), 1.0f);
   EXPECT_FLOAT_EQ(s.at(12), 0.5f);
   EXPECT_FLOAT_EQ(s.at(32), 0.125f);
