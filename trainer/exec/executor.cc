@@ -201,6 +201,14 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
   }
   for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
     before_step(p, s);
+    if (trace_ && (!p.release_at[static_cast<size_t>(s)].empty() ||
+                   !p.needed_at[static_cast<size_t>(s)].empty())) {
+      // The time compute spends waiting for copies shows as its own span.
+      StepMark wait{"wait for copies", device_.create_timing_event(),
+                    p.plan.persistent.total() + occupancy[static_cast<size_t>(s)]};
+      device_.stream(StreamKind::kCompute).record(*wait.end);
+      marks_.push_back(std::move(wait));
+    }
     run_step(p, s, batch, step_seed);
     after_step(p, s);
     if (trace_) {
