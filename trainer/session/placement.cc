@@ -5,6 +5,7 @@
 
 #include "topology/binding.h"
 #include "topology/hwloc_topology.h"
+#include "topology/links.h"
 #include "topology/load.h"
 
 namespace ferry {
@@ -22,11 +23,23 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   }();
   p.source = live ? "live machine" : config.topology.file;
   PlacementOptions options;
-  // A CPU-backend rank drives no GPU even where the topology has some.
-  options.use_gpus = config.device.backend == Backend::kCuda;
+  // On the live machine a CPU-backend rank drives no GPU, even where it has some; on a described
+  // server it stands in for one, to emulate that GPU's link.
+  options.use_gpus = config.device.backend == Backend::kCuda || (!live && !topology.gpus().empty());
   const auto bindings = place_ranks(topology, ranks.local_size, options);
   p.binding = bindings[static_cast<size_t>(ranks.local_rank)];
   p.table = format_bindings(bindings);
+  if (p.binding.gpu) {
+    LinkOptions links;
+    links.default_pcie_gbps = config.topology.unknown_link_gbps;
+    const LinkMap map(topology, links);
+    const std::vector<int> path = map.gpu_path(*p.binding.gpu, p.binding.numa);
+    p.link_gbps = map.bottleneck_gbps(path);
+    for (int id : path) {
+      p.link_path += (p.link_path.empty() ? "" : " -> ") + map.link(id).name +
+                     fmt::format(" ({:.2f} GB/s)", map.link(id).gbps);
+    }
+  }
   if (config.topology.bind && machine) {
     bind_process(*machine, p.binding);
     p.bound = true;

@@ -16,10 +16,16 @@ struct Placement {
   std::string table;    // every local rank's, for the start-up banner
   std::string source;   // "live machine" or the file
   bool bound = false;   // threads and memory were bound
+  // The bottleneck of the path between this rank's GPU and its NUMA node's memory (GB/s), 0
+  // when the rank drives no GPU. A CPU-backend rank placed on a described server (topology.file)
+  // emulates this link for its copies.
+  double link_gbps = 0;
+  std::string link_path;  // the links of that path, for the banner
 };
 
 // Places the local ranks of `ranks` on the topology and binds this process when asked and
-// possible. Call before creating the device, so its threads inherit the binding.
+// possible. GPU ranks (cuda), and CPU ranks emulating a described server (topology.file), each
+// take a GPU. Call before creating the device, so its threads inherit the binding.
 Placement place_this_rank(const Config& config, const RankInfo& ranks);
 
 }  // namespace ferry

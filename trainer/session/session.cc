@@ -91,6 +91,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
                                  : std::max(1, cores / std::max(1, ranks.local_size));
   }
   d.copy_gbps = config.device.copy_gbps;
+  const bool emulate_link = d.backend == Backend::kCpu && d.copy_gbps == 0 &&
+                            !config.topology.file.empty() && placement_.link_gbps > 0;
+  if (emulate_link) d.copy_gbps = placement_.link_gbps;
   device_ = create_device(d);
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
@@ -99,6 +102,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   optimizer_ = std::make_unique<Optimizer>(opt);
   ExecutorOptions exec;
   exec.plan = plan_options(config);
+  if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
   exec.seed = config.run.seed;

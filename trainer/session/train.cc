@@ -66,6 +66,13 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
             ranks.local_size, session.communicator().backend_name(), session.placement().source,
             session.placement().bound ? ", bound" : "");
   log.line(session.placement().table);
+  if (!session.placement().link_path.empty()) {
+    log.print("link     {}: bottleneck {:.2f} GB/s{}", session.placement().link_path,
+              session.placement().link_gbps,
+              config.device.backend == Backend::kCpu && config.device.copy_gbps == 0
+                  ? " (emulated by this rank's copies)"
+                  : "");
+  }
   log.print("device   {}", session.device().name());
   log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",
             config.model.name, session.graph().parameter_count(), session.graph().nodes().size(),

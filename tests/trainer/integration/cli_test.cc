@@ -105,6 +105,25 @@ TEST(Cli, PlanAnswersInJsonForVgg16AndResnet152InUnderTwoSeconds) {
   EXPECT_GT(nlohmann::json::parse(e.output)["policies"][0]["max_batch"].get<int64_t>(), 32);
 }
 
+TEST(Cli, RanksPlacedOnADescribedServerEmulateTheirGpusLinks) {
+  const std::string dir = scratch("cli_topology");
+  const std::string dgx1 = std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml";
+  const std::string args = " train " + quickstart() + " run.dir=" + dir +
+                           " run.steps=3 memory.policy=vdnn-all topology.file=" + dgx1;
+  Exit e = run(trainer() + args);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("local to GPU0"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("bottleneck 15.75 GB/s (emulated by this rank's copies)"),
+            std::string::npos)
+      << e.output;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  e = run(mpirun(2) + trainer() + args + " run.dir=" + dir + "/two");
+  ASSERT_EQ(e.code, 0) << e.output;
+  // Rank 0 prints the table of both local ranks: the two GPUs of the first switch.
+  EXPECT_NE(e.output.find("local to GPU0"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("local to GPU1"), std::string::npos) << e.output;
+}
+
 TEST(Cli, InfoPrintsTheLayerTableAsJson) {
   const Exit e = run(trainer() + " info --model resnet50 --json");
   ASSERT_EQ(e.code, 0) << e.output;
