@@ -148,7 +148,7 @@ int run_plan(const PlanArgs& args) {
                                                      static_cast<double>(none_peak))
                                 : 0.0;
     std::printf(
-        "%-10s %12s %7.1f%% %12s %12s %12s %12s %9.2f GF %10s %.3fs (%.3fs)%s\n",
+        "%-10s %12s %7.1f%% %12s %12s %12s %12s %9.3g GF %10s %.3fs (%.3fs)%s\n",
         std::string(policy_name(r.policy)).c_str(), format_bytes(r.plan.peak_bytes()).c_str(), -vs,
         format_bytes(r.plan.activation_bytes).c_str(), format_bytes(r.plan.gradient_bytes).c_str(),
         format_bytes(r.plan.workspace_bytes).c_str(), format_bytes(r.plan.offload_bytes).c_str(),
