@@ -8,8 +8,6 @@ namespace ferry {
 
 namespace {
 
-uint64_t align(uint64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
-
 bool overlap_in_time(const ArenaBlock& a, const ArenaBlock& b) {
   return a.begin <= b.end && b.begin <= a.end;
 }
@@ -28,11 +26,11 @@ uint64_t layout_arena(std::vector<ArenaBlock>& blocks) {
   std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of time-overlapping blocks
   for (size_t i : order) {
     ArenaBlock& block = blocks[i];
-    const uint64_t size = align(block.bytes);
+    const uint64_t size = arena_aligned(block.bytes);
     busy.clear();
     for (size_t j : placed) {
       if (overlap_in_time(block, blocks[j])) {
-        busy.emplace_back(blocks[j].offset, blocks[j].offset + align(blocks[j].bytes));
+        busy.emplace_back(blocks[j].offset, blocks[j].offset + arena_aligned(blocks[j].bytes));
       }
     }
     std::sort(busy.begin(), busy.end());
@@ -53,8 +51,8 @@ uint64_t live_bytes_bound(const std::vector<ArenaBlock>& blocks) {
   for (const auto& b : blocks) last = std::max(last, b.end);
   std::vector<int64_t> delta(static_cast<size_t>(last + 2), 0);
   for (const auto& b : blocks) {
-    delta[static_cast<size_t>(b.begin)] += static_cast<int64_t>(align(b.bytes));
-    delta[static_cast<size_t>(b.end + 1)] -= static_cast<int64_t>(align(b.bytes));
+    delta[static_cast<size_t>(b.begin)] += static_cast<int64_t>(arena_aligned(b.bytes));
+    delta[static_cast<size_t>(b.end + 1)] -= static_cast<int64_t>(arena_aligned(b.bytes));
   }
   int64_t live = 0, peak = 0;
   for (int64_t d : delta) {
@@ -70,7 +68,8 @@ bool arena_is_valid(const std::vector<ArenaBlock>& blocks) {
       const ArenaBlock& a = blocks[i];
       const ArenaBlock& b = blocks[j];
       if (!overlap_in_time(a, b)) continue;
-      if (a.offset < b.offset + align(b.bytes) && b.offset < a.offset + align(a.bytes))
+      if (a.offset < b.offset + arena_aligned(b.bytes) &&
+          b.offset < a.offset + arena_aligned(a.bytes))
         return false;
     }
   }

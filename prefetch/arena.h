@@ -17,6 +17,11 @@ struct ArenaBlock {
 
 constexpr uint64_t kArenaAlignment = 256;
 
+// `bytes` rounded up to kArenaAlignment: what a block of that size occupies.
+constexpr uint64_t arena_aligned(uint64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
 // Assigns offsets (greedy by size: largest first, each at the lowest aligned offset that
 // fits beside the blocks it overlaps in time). Returns the arena size.
 uint64_t layout_arena(std::vector<ArenaBlock>& blocks);

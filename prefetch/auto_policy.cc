@@ -114,7 +114,7 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
   for (size_t i : order) {
     const int t = d.offload[i];
     const TensorPlan& p = plans[static_cast<size_t>(t)];
-    const uint64_t size = aligned(m.tape.tensors[static_cast<size_t>(t)].bytes);
+    const uint64_t size = arena_aligned(m.tape.tensors[static_cast<size_t>(t)].bytes);
     const double copy = cost.transfer_seconds(m.tape.tensors[static_cast<size_t>(t)].bytes);
     // Fetch: as early as needed to land before needed_at, as the budget allows.
     double ahead = 0;
@@ -170,7 +170,7 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
       free_to -= 1;  // fetched one step ahead
     }
     taken[static_cast<size_t>(c.tensor)] = true;
-    const uint64_t size = aligned(c.bytes);
+    const uint64_t size = arena_aligned(c.bytes);
     for (int s = free_from; s <= free_to; ++s) estimate[static_cast<size_t>(s)] -= size;
     const bool last = i + 1 == all.size();
     if (*std::max_element(estimate.begin(), estimate.end()) <= arena_budget || last) {

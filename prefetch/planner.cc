@@ -50,7 +50,7 @@ uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, 
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     uint64_t bytes = 0;
-    for (int t : seen) bytes += planner::aligned(tape.tensors[static_cast<size_t>(t)].bytes);
+    for (int t : seen) bytes += arena_aligned(tape.tensors[static_cast<size_t>(t)].bytes);
     if (bytes > best) {
       best = bytes;
       best_step = s;
@@ -82,10 +82,6 @@ std::vector<int> saved_tensors(const Tape& tape, const Liveness& live, bool conv
 
 namespace planner {
 
-uint64_t aligned(uint64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d) {
   Materialized m;
   m.tape = insert_recompute(input, live, d.recompute, m.origin);
@@ -96,6 +92,20 @@ Materialized materialize(const Tape& input, const Liveness& live, const Decision
     }
   }
   m.live = analyse_liveness(m.tape);
+  m.access.resize(m.tape.tensors.size());
+  for (int s = 0; s < static_cast<int>(m.tape.steps.size()); ++s) {
+    const TapeStep& st = m.tape.steps[static_cast<size_t>(s)];
+    const auto note = [&](int t, bool writes) {
+      auto& a = m.access[static_cast<size_t>(t)];
+      if (!a.empty() && a.back().step == s) {
+        a.back().writes = a.back().writes || writes;
+      } else {
+        a.push_back({s, writes});
+      }
+    };
+    for (int t : st.reads) note(t, false);
+    for (int t : st.writes) note(t, true);
+  }
   m.rebuilt.assign(input.tensors.size(), false);
   for (const auto& c : d.recompute) {
     m.rebuilt[static_cast<size_t>(c.target)] = true;
@@ -115,19 +125,12 @@ OffloadTiming vdnn_timing(const Materialized& m, int t) {
 }
 
 OffloadTiming gap_timing(const Materialized& m, int t) {
-  // Accesses in order, and the last write at or before each.
-  std::vector<std::pair<int, bool>> access;  // (step, writes)
-  for (int s = 0; s < static_cast<int>(m.tape.steps.size()); ++s) {
-    const TapeStep& st = m.tape.steps[static_cast<size_t>(s)];
-    const bool w = std::find(st.writes.begin(), st.writes.end(), t) != st.writes.end();
-    const bool r = std::find(st.reads.begin(), st.reads.end(), t) != st.reads.end();
-    if (w || r) access.emplace_back(s, w);
-  }
+  const std::vector<Access>& access = m.access[static_cast<size_t>(t)];
   OffloadTiming best;
   int last_write = -1;
   for (size_t i = 0; i + 1 < access.size(); ++i) {
-    if (access[i].second) last_write = access[i].first;
-    const int a = access[i].first, b = access[i + 1].first;
+    if (access[i].writes) last_write = access[i].step;
+    const int a = access[i].step, b = access[i + 1].step;
     if (last_write < 0 || b - a <= best.needed_at - best.release_at) continue;
     best = {last_write, a + 1, b - 1, b};
   }
@@ -155,18 +158,10 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
     if (st.phase != StepPhase::kRecompute) continue;
     for (int w : st.writes) rebirths[static_cast<size_t>(w)].push_back(s);
   }
-  // Every access of each tensor, ascending.
-  std::vector<std::vector<int>> access(tape.tensors.size());
-  for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
-    const TapeStep& st = tape.steps[static_cast<size_t>(s)];
-    for (int t : st.reads) access[static_cast<size_t>(t)].push_back(s);
-    for (int t : st.writes) access[static_cast<size_t>(t)].push_back(s);
-  }
   for (size_t t = 0; t < tape.tensors.size(); ++t) {
-    auto& a = access[t];
+    std::vector<int> a;
+    for (const Access& x : m.access[t]) a.push_back(x.step);
     if (a.empty()) continue;
-    std::sort(a.begin(), a.end());
-    a.erase(std::unique(a.begin(), a.end()), a.end());
     TensorPlan& p = plans[t];
     if (offload_index[t] >= 0) {
       const OffloadTiming& tm = timing[static_cast<size_t>(offload_index[t])];
@@ -206,7 +201,7 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
 std::vector<uint64_t> live_bytes(const Tape& tape, const std::vector<TensorPlan>& plans) {
   std::vector<int64_t> delta(tape.steps.size() + 1, 0);
   for (size_t t = 0; t < plans.size(); ++t) {
-    const auto bytes = static_cast<int64_t>(aligned(tape.tensors[t].bytes));
+    const auto bytes = static_cast<int64_t>(arena_aligned(tape.tensors[t].bytes));
     for (const Residency& r : plans[t].residency) {
       delta[static_cast<size_t>(r.begin)] += bytes;
       delta[static_cast<size_t>(r.end) + 1] -= bytes;

@@ -26,13 +26,20 @@ struct OffloadTiming {
   int needed_at = -1;
 };
 
+// One step's access to a tensor.
+struct Access {
+  int step = 0;
+  bool writes = false;
+};
+
 // The planned tape and its liveness, for a set of decisions.
 struct Materialized {
   Tape tape;
   std::vector<int> origin;
   std::vector<int> new_index;  // input step -> planned step
   Liveness live;
-  std::vector<bool> rebuilt;  // tensors with a recomputed second life
+  std::vector<bool> rebuilt;                // tensors with a recomputed second life
+  std::vector<std::vector<Access>> access;  // per tensor, by ascending step, one per step
 };
 Materialized materialize(const Tape& input, const Liveness& live, const Decisions& d);
 
@@ -64,7 +71,5 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans);
 void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& options,
                uint64_t arena_budget, Decisions& decisions, Materialized& m,
                std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans);
-
-uint64_t aligned(uint64_t bytes);
 
 }  // namespace ferry::planner

@@ -77,6 +77,16 @@ Program& Executor::planned(int64_t batch, bool training) {
 }
 
 void Executor::index_plan(Program& p) {
+  p.persistent.assign(p.graph.tensors().size(), nullptr);
+  for (size_t id = 0; id < p.graph.tensors().size(); ++id) {
+    if (is_persistent(p.graph.tensors()[id].role)) {
+      p.persistent[id] = store_.address(p.graph, static_cast<TensorId>(id));
+    }
+  }
+  p.grads.assign(p.graph.tensors().size(), nullptr);
+  for (TensorId param : p.graph.params()) {
+    p.grads[static_cast<size_t>(param)] = store_.grad_address(p.graph, param);
+  }
   // The host bytes the offloads need are known now: check them before any step runs.
   const HostPoolStats pool = host_pool_.stats();
   if (pool.reserved + p.plan.host_bytes > host_pool_.limit()) {
@@ -155,16 +165,9 @@ void* Executor::tensor_address(const Program& p, int t, int step) const {
   return nullptr;
 }
 
-void* Executor::slot_address(const Program& p, int slot, int step, bool optional) const {
+void* Executor::slot_address(const Program& p, int slot, int step) const {
   if (slot == -1) return nullptr;
-  if (is_persistent_slot(slot)) return persistent_[static_cast<size_t>(persistent_id(slot))];
-  if (optional) {
-    const TensorPlan& tp = p.plan.tensors[static_cast<size_t>(slot)];
-    bool resident = false;
-    for (const Residency& r : tp.residency)
-      resident = resident || (r.begin <= step && step <= r.end);
-    if (!resident) return nullptr;
-  }
+  if (is_persistent_slot(slot)) return p.persistent[static_cast<size_t>(persistent_id(slot))];
   return tensor_address(p, slot, step);
 }
 
@@ -177,12 +180,6 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
   Program& p = planned(batch.n, training);
   ensure_arena(p.plan.arena_bytes);
-  persistent_.assign(p.graph.tensors().size(), nullptr);
-  for (size_t id = 0; id < p.graph.tensors().size(); ++id) {
-    if (is_persistent(p.graph.tensors()[id].role)) {
-      persistent_[id] = store_.address(p.graph, static_cast<TensorId>(id));
-    }
-  }
   // The previous step has completed (its metrics were read): fetched tensors are on device.
   for (auto& [t, slot] : p.offloads) slot.residency->synchronize();
   last_ = &p;
@@ -316,15 +313,15 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   const Node& node = p.graph.nodes()[static_cast<size_t>(step.node)];
   const bool recompute = step.phase == StepPhase::kRecompute;
   OpIo io;
-  const auto fill = [&](const std::vector<int>& slots, std::vector<void*>& out, bool optional) {
+  const auto fill = [&](const std::vector<int>& slots, std::vector<void*>& out) {
     out.clear();
-    for (int slot : slots) out.push_back(slot_address(p, slot, s, optional));
+    for (int slot : slots) out.push_back(slot_address(p, slot, s));
   };
-  fill(b.inputs, io.inputs, false);
-  fill(b.outputs, io.outputs, false);
-  fill(b.params, io.params, false);
-  fill(b.buffers, io.buffers, false);
-  if (!recompute) fill(b.aux, io.aux, false);  // a recompute writes scratch, not saved state
+  fill(b.inputs, io.inputs);
+  fill(b.outputs, io.outputs);
+  fill(b.params, io.params);
+  fill(b.buffers, io.buffers);
+  if (!recompute) fill(b.aux, io.aux);  // a recompute writes scratch, not saved state
   io.training = p.lowered.training;
   io.update_buffers = !recompute;
   io.seed = counter_hash(step_seed, static_cast<uint64_t>(step.node));
@@ -336,11 +333,11 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     node.op->forward(k, compute, io);
     return;
   }
-  fill(b.grad_outputs, io.grad_outputs, false);
-  fill(b.grad_inputs, io.grad_inputs, false);
+  fill(b.grad_outputs, io.grad_outputs);
+  fill(b.grad_inputs, io.grad_inputs);
   io.grad_params.clear();
   for (int slot : b.grad_params) {
-    io.grad_params.push_back(store_.grad_address(p.graph, persistent_id(slot)));
+    io.grad_params.push_back(p.grads[static_cast<size_t>(persistent_id(slot))]);
   }
   node.op->backward(k, compute, io);
 }

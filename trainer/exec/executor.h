@@ -57,6 +57,9 @@ struct Program {
   // Per planned step: tensors whose stretch ends there and are not offloaded (poison mode).
   std::vector<std::vector<int>> dies_at;
   std::map<int, OffloadSlot> offloads;  // by tape tensor
+  // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
+  std::vector<void*> persistent;
+  std::vector<float*> grads;
 };
 
 struct StepMetrics {
@@ -121,7 +124,7 @@ class Executor {
   void index_plan(Program& p);
   void ensure_arena(uint64_t bytes);
   void* tensor_address(const Program& p, int tape_tensor, int step) const;
-  void* slot_address(const Program& p, int slot, int step, bool optional) const;
+  void* slot_address(const Program& p, int slot, int step) const;
   void before_step(Program& p, int s);
   void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed);
   void after_step(Program& p, int s);
@@ -138,7 +141,6 @@ class Executor {
   std::unique_ptr<Event> upload_done_;
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
-  std::vector<void*> persistent_;  // of the program being run: TensorId -> address
   StepMetrics host_metrics_;
   std::vector<std::string> keep_alive_;
   const Program* last_ = nullptr;

@@ -76,7 +76,7 @@ class Lowering {
     out_.bindings.push_back(std::move(binding));
   }
 
-  int workspace(const Node& node, Pass pass, int step_index) {
+  int workspace(const Node& node, Pass pass) {
     const uint64_t bytes = node.op->workspace_bytes(k_, pass, out_.training);
     if (bytes == 0) return -1;
     return add_tensor(fmt::format("{}.{}_ws", node.name, pass == Pass::kForward ? "fwd" : "bwd"),
@@ -113,7 +113,7 @@ class Lowering {
     b.params = slots(node.params);
     b.buffers = slots(node.buffers);
     b.aux = slots(node.aux);
-    b.workspace = workspace(node, Pass::kForward, static_cast<int>(out_.tape.steps.size()));
+    b.workspace = workspace(node, Pass::kForward);
     for (int s : b.inputs)
       if (s >= 0) step.reads.push_back(s);
     for (int s : b.outputs)
@@ -186,7 +186,7 @@ class Lowering {
         accumulate.emplace_back(partial, g);
       }
     }
-    b.workspace = workspace(node, Pass::kBackward, static_cast<int>(out_.tape.steps.size()));
+    b.workspace = workspace(node, Pass::kBackward);
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
       const int dy = b.grad_outputs[static_cast<size_t>(i)],

@@ -156,33 +156,33 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
   for (auto& o : optimizer_blocks_) write(o.data(), zeros.data(), zeros.size());
 }
 
+std::vector<std::byte> ParameterStore::read_entry(const DeviceBuffer& block, const Entry& e) const {
+  return read(static_cast<std::byte*>(block.data()) + e.offset, e.desc.bytes());
+}
+void ParameterStore::write_entry(const DeviceBuffer& block, const Entry& e, const void* data) {
+  write(static_cast<std::byte*>(block.data()) + e.offset, data, e.desc.bytes());
+}
+
 std::vector<std::byte> ParameterStore::read_param(size_t i) const {
-  return read(static_cast<std::byte*>(params_block_.data()) + params_[i].offset,
-              params_[i].desc.bytes());
+  return read_entry(params_block_, params_[i]);
 }
 std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
-  return read(static_cast<std::byte*>(grads_block_.data()) + params_[i].offset,
-              params_[i].desc.bytes());
+  return read_entry(grads_block_, params_[i]);
 }
 std::vector<std::byte> ParameterStore::read_buffer(size_t i) const {
-  return read(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset,
-              buffers_[i].desc.bytes());
+  return read_entry(buffers_block_, buffers_[i]);
 }
 std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const {
-  return read(static_cast<std::byte*>(optimizer_blocks_[slot].data()) + params_[i].offset,
-              params_[i].desc.bytes());
+  return read_entry(optimizer_blocks_[slot], params_[i]);
 }
 void ParameterStore::write_param(size_t i, const void* data) {
-  write(static_cast<std::byte*>(params_block_.data()) + params_[i].offset, data,
-        params_[i].desc.bytes());
+  write_entry(params_block_, params_[i], data);
 }
 void ParameterStore::write_buffer(size_t i, const void* data) {
-  write(static_cast<std::byte*>(buffers_block_.data()) + buffers_[i].offset, data,
-        buffers_[i].desc.bytes());
+  write_entry(buffers_block_, buffers_[i], data);
 }
 void ParameterStore::write_optimizer(int slot, size_t i, const void* data) {
-  write(static_cast<std::byte*>(optimizer_blocks_[slot].data()) + params_[i].offset, data,
-        params_[i].desc.bytes());
+  write_entry(optimizer_blocks_[slot], params_[i], data);
 }
 void ParameterStore::zero_grads() {
   const std::vector<std::byte> zeros(param_block_bytes_);

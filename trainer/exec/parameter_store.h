@@ -70,6 +70,9 @@ class ParameterStore {
  private:
   std::vector<std::byte> read(const void* src, uint64_t bytes) const;
   void write(void* dst, const void* src, uint64_t bytes);
+  // One tensor of a block (the entry's offset and size).
+  std::vector<std::byte> read_entry(const DeviceBuffer& block, const Entry& e) const;
+  void write_entry(const DeviceBuffer& block, const Entry& e, const void* data);
 
   Device& device_;
   std::vector<Entry> params_;
