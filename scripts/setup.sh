@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libhwloc-dev hwloc libopenmpi-dev openmpi-bin
+  libdnnl-dev ocl-icd-opencl-dev libhwloc-dev hwloc libopenmpi-dev openmpi-bin
+  libturbojpeg0-dev libpng-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3 python3-pip python3-torch python3-torchvision
