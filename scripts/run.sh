@@ -7,5 +7,5 @@ if [[ $# -lt 1 ]]; then
   echo "usage: scripts/run.sh CONFIG [key=value ...]" >&2
   exit 2
 fi
-scripts/setup.sh >&2
+scripts/setup.sh --quickstart >&2
 exec build/trainer train "$@"

@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
-# Installs what ferry needs from Debian's packages (and the safetensors wheel from PyPI for the
-# interop tests), then configures and builds into build/. Idempotent: installs only what is
-# missing and rebuilds only what changed. Usage: scripts/setup.sh [--no-build]
+# Installs what ferry needs from Debian's packages, then configures and builds into build/.
+# Idempotent: installs only what is missing and rebuilds only what changed.
+# Usage: scripts/setup.sh [--quickstart | --no-build]
+#   (default)     everything: the build, the tests' peers (PyTorch, torchvision, the safetensors
+#                 wheel) and every target
+#   --quickstart  only what `trainer train` needs, and only the trainer target: what
+#                 scripts/run.sh uses, so a new user sees training start sooner
+#   --no-build    install everything, build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(
-  build-essential cmake ninja-build pkg-config git
+mode="${1:-all}"
+case "$mode" in
+  all | --quickstart | --no-build) ;;
+  *)
+    echo "usage: scripts/setup.sh [--quickstart | --no-build]" >&2
+    exit 2
+    ;;
+esac
+
+# What configuring and building needs. oneDNN's CMake config requires the OpenCL headers, which
+# libdnnl-dev only recommends (so --no-install-recommends would leave them out).
+build_packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
   libdnnl-dev ocl-icd-opencl-dev libhwloc-dev hwloc libopenmpi-dev openmpi-bin
-  libturbojpeg0-dev libpng-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang-format
-  python3 python3-pip python3-torch python3-torchvision
+  libturbojpeg0-dev libpng-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
 )
+# The tests' and benchmarks' peers: PyTorch for golden and benchmark references.
+test_packages=(
+  clang-format python3 python3-pip python3-torch python3-torchvision python3-pil
+)
+packages=("${build_packages[@]}")
+if [[ "$mode" != "--quickstart" ]]; then packages+=("${test_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,15 +50,19 @@ fi
 
 # The safetensors package (not in Debian) lets the tests check that PyPI's reader loads our
 # checkpoints. Installed for the system python that has Debian's torch.
-if ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+if [[ "$mode" != "--quickstart" ]] && ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
   echo "setup: installing the safetensors wheel for /usr/bin/python3"
   /usr/bin/python3 -m pip install -q --break-system-packages safetensors ||
     echo "setup: warning: safetensors could not be installed; its interop test will skip"
 fi
 
-if [[ "${1:-}" != "--no-build" ]]; then
+if [[ "$mode" != "--no-build" ]]; then
   if [[ ! -f build/build.ninja ]]; then
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
-  cmake --build build -j "$(nproc)"
+  if [[ "$mode" == "--quickstart" ]]; then
+    cmake --build build -j "$(nproc)" --target trainer
+  else
+    cmake --build build -j "$(nproc)"
+  fi
 fi

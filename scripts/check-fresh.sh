@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Proves the README's two commands on a fresh machine: debootstraps a minimal Debian bookworm
+# root, gives it this machine's apt sources, apt and pip configuration and CA bundle (so it
+# reaches the registries as this machine does), copies a clean clone of HEAD and ../shared in,
+# and inside a chroot runs `scripts/run.sh configs/quickstart.yaml` then `scripts/test.sh`.
+# Reports the time from nothing to the first training step. Takes many minutes; not part of CI.
+# Needs root. Usage: scripts/check-fresh.sh [--with-cuda] [DIR]   (DIR default /tmp/ferry-fresh)
+#   --with-cuda  also bind /usr/local/cuda read-only, as on this project's machine image, so the
+#                CUDA backend is configured and compiled too
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+with_cuda=0
+if [[ "${1:-}" == "--with-cuda" ]]; then
+  with_cuda=1
+  shift
+fi
+root="${1:-/tmp/ferry-fresh}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "check-fresh: needs root (debootstrap, chroot, mount)" >&2
+  exit 2
+fi
+if [[ ! -d ../shared ]]; then
+  echo "check-fresh: ../shared is missing beside the checkout (the tests read its fixtures)" >&2
+  exit 2
+fi
+
+log() { printf '[check-fresh %s] %s\n' "$(date +%T)" "$*"; }
+
+if ! command -v debootstrap >/dev/null; then
+  log "installing debootstrap"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+fi
+
+# The mirror this machine's apt uses (deb822 first, one-line format as a fallback).
+mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+if [[ -z "$mirror" ]]; then
+  mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+fi
+mirror="${mirror:-http://deb.debian.org/debian}"
+
+mounts=()
+cleanup() {
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+bind() {  # bind SRC DST [ro]
+  mkdir -p "$2"
+  mount --bind "$1" "$2"
+  mounts+=("$2")
+  if [[ "${3:-}" == ro ]]; then mount -o remount,bind,ro "$2"; fi
+}
+
+t0=$(date +%s)
+log "debootstrap --variant=minbase bookworm $root $mirror"
+rm -rf "$root"
+debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
+  { tail -20 "$root.debootstrap.log"; exit 1; }
+log "minimal root ready in $(($(date +%s) - t0)) s"
+
+# This machine's way to the registries: apt sources and configuration, pip configuration and
+# environment, the CA bundle, name resolution.
+cp -a /etc/apt/sources.list.d/. "$root/etc/apt/sources.list.d/"
+[[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$root/etc/apt/sources.list"
+cp -a /etc/apt/apt.conf.d/. "$root/etc/apt/apt.conf.d/"
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
+mkdir -p "$root/etc/ssl/certs"
+cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+
+# A clean clone of what is committed, with shared/ beside it, as CI lays it out.
+mkdir -p "$root/work"
+git clone -q --no-hardlinks "$repo" "$root/work/main"
+cp -a ../shared "$root/work/shared"
+
+bind /proc "$root/proc"
+bind /sys "$root/sys"
+bind /dev "$root/dev"
+bind /dev/pts "$root/dev/pts"
+mkdir -p "$root/dev/shm"
+mount -t tmpfs tmpfs "$root/dev/shm" && mounts+=("$root/dev/shm")
+if ((with_cuda)) && [[ -d /usr/local/cuda ]]; then
+  cuda_real=$(readlink -f /usr/local/cuda)
+  bind "$cuda_real" "$root/usr/local/cuda" ro
+fi
+
+# Only the variables this machine sets for its registries pass into the chroot.
+env_pass=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
+for v in $(env | grep -oE '^(PIP_[A-Z_]+|SSL_CERT_[A-Z_]+|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE)=' | tr -d =); do
+  env_pass+=("$v=${!v}")
+done
+# A find-links folder the pip configuration names must exist in the root too.
+if [[ -n "${PIP_FIND_LINKS:-}" && -d "${PIP_FIND_LINKS}" ]]; then
+  bind "$PIP_FIND_LINKS" "$root$PIP_FIND_LINKS" ro
+fi
+
+in_root() { chroot "$root" /usr/bin/env -i "${env_pass[@]}" /bin/bash -c "$1"; }
+
+# Command 1: the quickstart. Every output line is stamped with seconds since the start so the
+# first training step's time can be read off.
+log "command 1: scripts/run.sh configs/quickstart.yaml"
+t1=$(date +%s%N)
+set +e
+in_root 'cd /work/main && scripts/run.sh configs/quickstart.yaml' 2>&1 |
+  while IFS= read -r line; do
+    ms=$((($(date +%s%N) - t1) / 1000000))
+    printf '%6d.%d  %s\n' $((ms / 1000)) $((ms % 1000 / 100)) "$line"
+  done | tee "$root.run.log"
+rc1=${PIPESTATUS[0]}
+set -e
+first_step=$(grep -m1 -E ' step +[0-9]+' "$root.run.log" | awk '{print $1}')
+log "command 1 exit $rc1; first training step logged at ${first_step:-never} s from nothing"
+((rc1 == 0)) || { log "FAIL: the quickstart did not succeed"; exit 1; }
+
+log "command 2: scripts/test.sh"
+t2=$(date +%s)
+set +e
+in_root 'cd /work/main && scripts/test.sh' >"$root.test.log" 2>&1
+rc2=$?
+set -e
+tail -25 "$root.test.log"
+log "command 2 exit $rc2 in $(($(date +%s) - t2)) s"
+((rc2 == 0)) || { log "FAIL: the tests did not pass (full log: $root.test.log)"; exit 1; }
+log "PASS: both README commands succeed in a fresh minbase root ($(($(date +%s) - t0)) s in all)"
