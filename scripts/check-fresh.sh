@@ -63,9 +63,11 @@ log "minimal root ready in $(($(date +%s) - t0)) s"
 # This machine's way to the registries: apt sources and configuration, pip configuration and
 # environment, the CA bundle, name resolution.
 cp -a /etc/apt/sources.list.d/. "$root/etc/apt/sources.list.d/"
-[[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$root/etc/apt/sources.list"
+# debootstrap's own sources.list would name the mirror a second time: keep only this machine's.
+rm -f "$root/etc/apt/sources.list"
+if [[ -f /etc/apt/sources.list ]]; then cp /etc/apt/sources.list "$root/etc/apt/sources.list"; fi
 cp -a /etc/apt/apt.conf.d/. "$root/etc/apt/apt.conf.d/"
-[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
+if [[ -f /etc/pip.conf ]]; then cp /etc/pip.conf "$root/etc/pip.conf"; fi
 mkdir -p "$root/etc/ssl/certs"
 cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
