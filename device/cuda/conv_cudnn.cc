@@ -154,10 +154,10 @@ struct ForwardOps {
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n, int* got,
-                   Perf* perf, void* ws, size_t ws_bytes) {
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x.get(), x, p.w.get(), w, p.conv.get(),
-                                                       p.y.get(), y, n, got, perf, ws, ws_bytes));
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, p.x.get(), x, p.w.get(), w, p.conv.get(),
+                                                  p.y.get(), y, n, got, perf, ws, ws_bytes);
   }
   static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.get(), p.w.get(), p.conv.get(),
@@ -177,10 +177,10 @@ struct BackwardDataOps {
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n, int* got,
-                   Perf* perf, void* ws, size_t ws_bytes) {
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        h, p.w.get(), w, p.y.get(), y, p.conv.get(), p.x.get(), x, n, got, perf, ws, ws_bytes));
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w.get(), w, p.y.get(), y, p.conv.get(),
+                                                       p.x.get(), x, n, got, perf, ws, ws_bytes);
   }
   static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.get(), p.y.get(), p.conv.get(),
@@ -200,10 +200,10 @@ struct BackwardFilterOps {
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n, int* got,
-                   Perf* perf, void* ws, size_t ws_bytes) {
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, p.x.get(), x, p.y.get(), y, p.conv.get(), p.w.get(), w, n, got, perf, ws, ws_bytes));
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.x.get(), x, p.y.get(), y, p.conv.get(), p.w.get(), w, n, got, perf, ws, ws_bytes);
   }
   static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.get(), p.y.get(), p.conv.get(),
@@ -242,12 +242,16 @@ void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
       ws_bytes = ws_bytes / 2 >= kMinFindWorkspace ? ws_bytes / 2 : 0;
     }
     CUDNN_CHECK(cudnnSetStream(h, nullptr));  // the legacy stream: after the scratch memsets
-    Ops::find(h, p, x.get(), w.get(), y.get(), max_count, &got, perf.data(),
-              ws_bytes > 0 ? ws->get() : nullptr, ws_bytes);
+    const cudnnStatus_t status =
+        Ops::find(h, p, x.get(), w.get(), y.get(), max_count, &got, perf.data(),
+                  ws_bytes > 0 ? ws->get() : nullptr, ws_bytes);
     CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    limit = std::min(limit, ws_bytes);
-    timed = true;
-  } else {
+    // A failed search (cuDNN could not run its candidates here) leaves the heuristics.
+    timed = status == CUDNN_STATUS_SUCCESS;
+    if (timed) limit = std::min(limit, ws_bytes);
+  }
+  if (!timed) {
+    got = 0;
     Ops::heuristic(h, p, max_count, &got, perf.data());
   }
   for (int i = 0; i < got; ++i) {
