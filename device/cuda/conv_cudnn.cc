@@ -50,12 +50,13 @@ std::string describe(const ConvGeom& g) {
                      g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
 }
 
-// The same validity rule as the CPU backend's, so both refuse the same geometries.
+// The CPU backend's validity rule, and the kernel must fit the padded input (out_h() alone
+// would round a negative span up to one row under a stride).
 void check(const ConvGeom& g, const char* what) {
   const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
                   g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
                   g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
-                  g.out_w() >= 1;
+                  g.out_w() >= 1 && g.h + 2 * g.pad_h >= g.r && g.w + 2 * g.pad_w >= g.s;
   if (!ok) {
     throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
                       "sizes and strides must be positive, channels divisible by groups, and "

@@ -133,6 +133,8 @@ TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   too_small.h = 2;
   too_small.r = 3;  // a 3-row kernel over 2 unpadded rows
   EXPECT_THROW(kernels.workspace_bytes(ConvBackwardData{.g = too_small}), ConfigError);
+  too_small.stride_h = 2;  // (2 - 3) / 2 + 1 rounds to one output row: still too small
+  EXPECT_THROW(kernels.workspace_bytes(ConvForward{.g = too_small}), ConfigError);
   EXPECT_THROW(kernels.workspace_bytes(LinearForward{.g = {.m = 0, .k = 3, .n = 2}}), ConfigError);
   EXPECT_THROW(kernels.workspace_bytes(LinearBackwardWeights{.g = {.m = 2, .k = 3, .n = -1}}),
                ConfigError);
