@@ -11,8 +11,9 @@ if(NOT FERRY_CUDA STREQUAL "off")
   set(_cuda_missing "")
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # One architecture keeps CI's compile short; set CMAKE_CUDA_ARCHITECTURES for others.
-      set(CMAKE_CUDA_ARCHITECTURES 80)
+      # A100 (sm_80) and H100 (sm_90) machine code, plus PTX of both for the driver to JIT on
+      # newer GPUs; set CMAKE_CUDA_ARCHITECTURES for others.
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
     # CMake 3.25 knows no nvcc dialect past C++17; .cc files stay C++20.

@@ -24,6 +24,14 @@ struct DeviceOptions {
   int ordinal = 0;       // which GPU (cuda); which emulated device (cpu)
   int threads = 0;       // cpu: threads for kernels, 0 = every core
   double copy_gbps = 0;  // cpu: emulated link bandwidth for host<->device copies, 0 = unlimited
+  // Kernel numerics and scratch (cuda; Note [TF32 and determinism] in device/cuda/cuda_kernels.h).
+  bool conv_tf32 = true;       // device.tf32: convolutions may use TF32 tensor cores
+  bool matmul_tf32 = false;    // device.tf32_matmul: linear layers may use TF32 tensor cores
+  bool deterministic = false;  // device.deterministic: bitwise-repeatable kernels
+  uint64_t workspace_limit = uint64_t{64} << 20;  // most scratch bytes one kernel may ask for
+  // cuda: choose convolution algorithms by timing them (cudnnFind); false = by cuDNN's
+  // heuristics, which run nothing (offline planning).
+  bool time_algorithms = true;
 };
 
 class Device {

@@ -38,12 +38,16 @@ void warn_cuda_error(cudaError_t error, const char* call, const char* file, int 
     }                                                                                \
   } while (0)
 
+// cuDNN 9 keeps a message for the last failure of the calling thread (which descriptor field
+// was rejected, and why): it becomes the detail.
 #define CUDNN_CHECK(expr)                                                                          \
   do {                                                                                             \
     const cudnnStatus_t ferry_cudnn_status_ = (expr);                                              \
     if (ferry_cudnn_status_ != CUDNN_STATUS_SUCCESS) {                                             \
+      char ferry_cudnn_detail_[512] = {};                                                          \
+      cudnnGetLastErrorString(ferry_cudnn_detail_, sizeof(ferry_cudnn_detail_));                   \
       ::ferry::cuda::throw_library_error("cuDNN", #expr, cudnnGetErrorString(ferry_cudnn_status_), \
-                                         nullptr, __FILE__, __LINE__);                             \
+                                         ferry_cudnn_detail_, __FILE__, __LINE__);                 \
     }                                                                                              \
   } while (0)
 

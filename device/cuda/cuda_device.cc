@@ -73,7 +73,7 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
     : ordinal_(options.ordinal),
       block_(nullptr, BlockFree{options.ordinal}),
       pinned_(options.ordinal),
-      kernels_(options.ordinal) {
+      kernels_(options) {
   if (options.memory == 0) {
     throw ConfigError("device.memory must be positive", "set device.memory, e.g. 8GiB");
   }
@@ -151,7 +151,7 @@ void CudaDevice::synchronize() {
 }
 
 std::unique_ptr<Kernels> create_cuda_kernels(const DeviceOptions& options) {
-  return std::make_unique<CudaKernels>(options.ordinal);
+  return std::make_unique<CudaKernels>(options);
 }
 
 }  // namespace ferry::cuda

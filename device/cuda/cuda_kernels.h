@@ -1,25 +1,48 @@
-// The CUDA backend's kernels. Today only fill and scale (elementwise.cu) run; everything else
-// reports unsupported, so callers fall back on purpose. cuDNN and cuBLAS kernels come later.
+// The CUDA backend's kernels: convolutions on cuDNN (conv_cudnn.h), linear layers on cuBLAS
+// (linear_cublas.h), fill and scale (elementwise.cu). Every other kernel reports unsupported,
+// so callers fall back on purpose. workspace_bytes(args) is exactly what launch(args) uses.
 #pragma once
 
+#include <memory>
+
+#include "device/device.h"
 #include "device/kernels.h"
 
 namespace ferry::cuda {
 
+// Note [TF32 and determinism]
+// Defaults follow PyTorch: convolutions may use TF32 tensor cores (torch.backends.cudnn.
+// allow_tf32 = True: cuDNN's default math; off = CUDNN_FMA_MATH, and only algorithms that ran
+// with FMA math are accepted), matrix products may not (torch.backends.cuda.matmul.allow_tf32 =
+// False: CUBLAS_DEFAULT_MATH; on = CUBLAS_TF32_TENSOR_OP_MATH). TF32 keeps 10 mantissa bits, so
+// tests that compare against float64 turn both off. `deterministic` keeps only the cuDNN
+// algorithms that report CUDNN_DETERMINISTIC (as torch.backends.cudnn.deterministic); cuBLAS
+// is bitwise repeatable on one stream with a fixed workspace, which every launch gives it.
+
+class CudnnConv;
+class CublasLinear;
+
 class CudaKernels : public Kernels {
  public:
-  // Kernels of GPU `ordinal`; launch() takes a stream of that GPU.
-  explicit CudaKernels(int ordinal) : ordinal_(ordinal) {}
+  // Kernels of GPU options.ordinal with its numerics and workspace limit; launch() takes a
+  // stream of that GPU. Creating them touches no GPU (library handles are made at first use).
+  explicit CudaKernels(const DeviceOptions& options);
+  // Kernels of GPU `ordinal` with the default options.
+  explicit CudaKernels(int ordinal);
+  ~CudaKernels() override;
 
-  // True for Fill and Scale on float32, false for everything else.
+  // Float32 fill, scale, convolutions and linear layers.
   bool supports(KernelKind kind, DType dtype) const override;
-  // 0 for the supported kernels; UnsupportedError for the others.
+  // The chosen algorithm's scratch bytes (a convolution's cuDNN algorithm is found the first time
+  // its geometry is asked for); UnsupportedError for kernels this backend does not run.
   uint64_t workspace_bytes(const KernelArgs& args) override;
   // Enqueues a supported kernel on `stream`; UnsupportedError naming any other kernel.
   void launch(const KernelArgs& args, Stream& stream) override;
 
  private:
-  int ordinal_;
+  DeviceOptions options_;
+  std::unique_ptr<CudnnConv> conv_;
+  std::unique_ptr<CublasLinear> linear_;
 };
 
 }  // namespace ferry::cuda

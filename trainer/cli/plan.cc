@@ -131,11 +131,11 @@ int run_plan(const PlanArgs& args) {
       static_cast<long long>(batch), static_cast<long long>(config.model.input[0]),
       static_cast<long long>(config.model.input[1]), static_cast<long long>(config.model.input[2]),
       format_bytes(config.memory.budget).c_str(),
-      planner.substituted() ? (config.device.backend == Backend::kCuda
-                                   ? " (cuda workspaces modelled: zero-workspace cuDNN "
-                                     "algorithms)"
-                                   : " (workspace sizes from the CPU kernels)")
-                            : "");
+      planner.substituted()
+          ? (config.device.backend == Backend::kCuda ? " (no GPU here: cuda workspaces modelled as "
+                                                       "zero-workspace cuDNN algorithms)"
+                                                     : " (workspace sizes from the CPU kernels)")
+          : "");
   const PersistentBytes& p = planner.persistent();
   std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),

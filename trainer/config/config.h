@@ -116,6 +116,9 @@ struct DeviceConfig {
   uint64_t memory = uint64_t{4} << 30;  // bytes, >= 1: the device-memory capacity
   int64_t threads = 0;                  // >= 0, 0 = every core
   double copy_gbps = 0.0;               // >= 0, cpu emulated link bandwidth, 0 = unlimited
+  bool tf32 = true;                     // cuda: convolutions may use TF32 (PyTorch's default)
+  bool tf32_matmul = false;             // cuda: linear layers may use TF32 (PyTorch's default)
+  bool deterministic = false;           // cuda: only bitwise-repeatable cuDNN algorithms
   bool operator==(const DeviceConfig&) const = default;
 };
 
@@ -134,6 +137,7 @@ struct MemoryConfig {
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
   double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN
+  uint64_t workspace_limit = uint64_t{256} << 20;  // cuda: scratch bytes one kernel may use
   bool operator==(const MemoryConfig&) const = default;
 };
 

@@ -206,6 +206,12 @@ std::vector<KeySpec> build_schema() {
               "cpu: threads for kernels; 0 = every core."),
       real(FERRY_CONFIG_KEY(device, copy_gbps), at_least(0),
            "cpu: emulated host<->device link bandwidth in GB/s; 0 = unlimited."),
+      flag(FERRY_CONFIG_KEY(device, tf32),
+           "cuda: convolutions may use TF32 tensor cores (PyTorch's default); false = FP32 FMA."),
+      flag(FERRY_CONFIG_KEY(device, tf32_matmul),
+           "cuda: linear layers may use TF32 tensor cores; false = FP32, PyTorch's default."),
+      flag(FERRY_CONFIG_KEY(device, deterministic),
+           "cuda: only cuDNN algorithms with bitwise-repeatable results."),
       // checkpoint
       text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
            "<run.dir>/checkpoints"),
@@ -228,6 +234,9 @@ std::vector<KeySpec> build_schema() {
            "(cuda 12, cpu device.copy_gbps or 8)."),
       flag(FERRY_CONFIG_KEY(memory, debug_poison),
            "Fill the device space of non-resident tensors with NaN (testing)."),
+      size(FERRY_CONFIG_KEY(memory, workspace_limit), 0,
+           "cuda: most scratch bytes one convolution or linear kernel may use, at most "
+           "memory.budget / 8; the plan holds the chosen algorithms' real workspace."),
       // comm
       choice(FERRY_CONFIG_KEY(comm, backend),
              "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),

@@ -14,9 +14,10 @@ namespace ferry {
 
 namespace {
 
-// Planning for the CUDA backend on a machine whose CUDA kernels cannot be asked: cuDNN's
-// implicit-GEMM convolutions and cuBLAS need no workspace (the algorithms vDNN falls back to
-// under memory pressure), so the plan assumes none. The CPU kernels answer everything else.
+// Planning for the CUDA backend on a machine with no GPU to ask (no CUDA build, or no device):
+// the real workspaces are those of the algorithms cuDNN finds on the GPU, which cannot be known
+// here, so the plan assumes cuDNN's implicit-GEMM convolutions, which need none (the algorithms
+// vDNN falls back to under memory pressure). With a GPU the CUDA kernels answer themselves.
 class CudaWorkspaceModel : public Kernels {
  public:
   explicit CudaWorkspaceModel(std::unique_ptr<Kernels> cpu) : cpu_(std::move(cpu)) {}
@@ -53,10 +54,10 @@ CostModel cost_model(const Config& config) {
 }
 
 OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
-  DeviceOptions d;
-  d.backend = config.device.backend;
-  d.threads = static_cast<int>(config.device.threads);
-  if (backend_built(d.backend)) kernels_ = create_kernels(d);
+  DeviceOptions d = device_options(config);
+  d.time_algorithms = false;  // a plan is asked for many batch sizes: heuristics, no timing
+  const bool cuda_absent = d.backend == Backend::kCuda && cuda_device_count() <= d.ordinal;
+  if (backend_built(d.backend) && !cuda_absent) kernels_ = create_kernels(d);
   if (!kernels_ || !kernels_->supports(kernel_kind<ConvForward>(), DType::kF32)) {
     // This backend cannot size its workspaces here: model them.
     const bool cuda = d.backend == Backend::kCuda;

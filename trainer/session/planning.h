@@ -18,9 +18,9 @@ CostModel cost_model(const Config& config);
 
 class OfflinePlanner {
  public:
-  // Uses the configured backend's kernels for workspace sizes. When they cannot answer here
-  // (`substituted()`), a cuda config assumes cuDNN's zero-workspace algorithms and a cpu
-  // config uses the CPU kernels.
+  // Uses the configured backend's kernels for workspace sizes (on a GPU: the workspaces of the
+  // cuDNN algorithms found there). When they cannot answer here (`substituted()`: no CUDA
+  // build or no GPU), a cuda config assumes cuDNN's zero-workspace algorithms.
   explicit OfflinePlanner(const Config& config);
   ~OfflinePlanner();
 

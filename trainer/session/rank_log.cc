@@ -15,9 +15,13 @@ RankLog::RankLog(const RankInfo& ranks, const std::string& run_dir)
   if (!file_) throw DataError("cannot open " + path_, "check run.dir is writable");
 }
 
-void RankLog::line(const std::string& text) {
+void RankLog::file_line(const std::string& text) {
   file_ << text << '\n';
   file_.flush();
+}
+
+void RankLog::line(const std::string& text) {
+  file_line(text);
   if (console_) {
     std::fputs(text.c_str(), stdout);
     std::fputc('\n', stdout);

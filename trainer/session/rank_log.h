@@ -17,6 +17,8 @@ class RankLog {
   RankLog(const RankInfo& ranks, const std::string& run_dir);
   // One line (or several, "\n"-separated).
   void line(const std::string& text);
+  // To the log file only: for text the console gets another way (main prints a failure once).
+  void file_line(const std::string& text);
   template <typename... Args>
   void print(fmt::format_string<Args...> format, Args&&... args) {
     line(fmt::format(format, std::forward<Args>(args)...));

@@ -5,6 +5,7 @@
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/planning.h"
 
+#include <algorithm>
 #include <numeric>
 #include <thread>
 
@@ -17,6 +18,20 @@ PlanOptions plan_options(const Config& config) {
   p.recompute = config.memory.recompute;
   p.cost = cost_model(config);
   return p;
+}
+
+DeviceOptions device_options(const Config& config) {
+  DeviceOptions d;
+  d.backend = config.device.backend;
+  d.memory = config.device.memory;
+  d.threads = static_cast<int>(config.device.threads);
+  d.copy_gbps = config.device.copy_gbps;
+  d.conv_tf32 = config.device.tf32;
+  d.matmul_tf32 = config.device.tf32_matmul;
+  d.deterministic = config.device.deterministic;
+  const uint64_t budget = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
+  d.workspace_limit = std::min(config.memory.workspace_limit, budget / 8);
+  return d;
 }
 
 OptimizerOptions optimizer_options(const Config& config) {
@@ -79,18 +94,14 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   graph_ =
       build_model(config.model.name, input_shape(config.data.batch_size), config.model.classes);
   placement_ = place_this_rank(config, ranks);
-  DeviceOptions d;
-  d.backend = config.device.backend;
-  d.memory = config.device.memory;
+  DeviceOptions d = device_options(config);
   d.ordinal = placement_.binding.gpu.value_or(ranks.local_rank);
-  d.threads = static_cast<int>(config.device.threads);
   if (d.threads == 0 && d.backend == Backend::kCpu) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     d.threads = placement_.bound ? static_cast<int>(placement_.binding.cpus.size())
                                  : std::max(1, cores / std::max(1, ranks.local_size));
   }
-  d.copy_gbps = config.device.copy_gbps;
   const bool emulate_link = d.backend == Backend::kCpu && d.copy_gbps == 0 &&
                             !config.topology.file.empty() && placement_.link_gbps > 0;
   if (emulate_link) d.copy_gbps = placement_.link_gbps;

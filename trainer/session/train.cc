@@ -231,7 +231,8 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   try {
     return run(config, session, log);
   } catch (const std::exception& e) {
-    log.print("error: {}", e.what());
+    // The log file keeps it; the console gets it once, from fail_job (here or in main).
+    log.file_line(fmt::format("error: {}", e.what()));
     // The session is still alive: end the job before unwinding could wait on a collective the
     // other ranks never join (Note [Ending a job on one rank's failure]).
     if (ranks.size > 1) fail_job(ranks, e, dynamic_cast<const ConfigError*>(&e) ? 2 : 1);

@@ -2,6 +2,8 @@
 // eval writes its JSON; plan answers in JSON quickly for big models; config mistakes and
 // impossible budgets are one clear error (exit 2) before any training.
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -73,6 +75,21 @@ TEST(Cli, ABudgetBelowTheLowerBoundIsRejectedBeforeTraining) {
       << e.output;
   EXPECT_NE(e.output.find("hint: the smallest budget that can work is"), std::string::npos);
   EXPECT_EQ(e.output.find("step "), std::string::npos) << "no step may run";
+}
+
+// A failure while training prints once on the console (main's line) and once in the rank log.
+TEST(Cli, AFailureDuringTrainingPrintsOnce) {
+  const std::string dir = scratch("cli_fail_once");
+  const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir +
+                     " run.steps=3 debug.fail_at_step=1");
+  EXPECT_EQ(e.code, 1) << e.output;
+  const std::string message = "error: debug.fail_at_step: injected failure at step 1";
+  const size_t first = e.output.find(message);
+  ASSERT_NE(first, std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find(message, first + 1), std::string::npos) << "printed twice:\n" << e.output;
+  std::ifstream log(dir + "/rank0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(message), std::string::npos) << "the rank log keeps the failure";
 }
 
 TEST(Cli, PlanAnswersInJsonForVgg16AndResnet152InUnderTwoSeconds) {

@@ -1,0 +1,406 @@
+// cuDNN convolutions: descriptors per (pass, geometry), the algorithm chosen once (Note
+// [Choosing convolution algorithms] in conv_cudnn.h), and the launches. Invariant: a launch uses
+// exactly its plan's algorithm, math type and workspace bytes.
+#include "device/cuda/conv_cudnn.h"
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_stream.h"
+
+namespace ferry::cuda {
+
+namespace {
+
+// An owned cuDNN descriptor of one kind.
+template <typename T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class Descriptor {
+ public:
+  Descriptor() { CUDNN_CHECK(Create(&desc_)); }
+  ~Descriptor() {
+    if (desc_ != nullptr) (void)Destroy(desc_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  T get() const { return desc_; }
+
+ private:
+  T desc_ = nullptr;
+};
+
+using TensorDesc =
+    Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc =
+    Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                            cudnnDestroyConvolutionDescriptor>;
+
+std::string describe(const ConvGeom& g) {
+  return fmt::format("N={} C={} H={} W={} K={} {}x{} stride {}x{} pad {}x{} groups {}", g.n, g.c,
+                     g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
+}
+
+// The CPU backend's validity rule, and the kernel must fit the padded input (out_h() alone
+// would round a negative span up to one row under a stride).
+void check(const ConvGeom& g, const char* what) {
+  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
+                  g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
+                  g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
+                  g.out_w() >= 1 && g.h + 2 * g.pad_h >= g.r && g.w + 2 * g.pad_w >= g.s;
+  if (!ok) {
+    throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
+                      "sizes and strides must be positive, channels divisible by groups, and "
+                      "the kernel no larger than the padded input");
+  }
+  // cuDNN's 4-d descriptors hold int dimensions and strides.
+  const bool fits = g.n * g.c * g.h * g.w <= INT_MAX &&
+                    g.n * g.k * g.out_h() * g.out_w() <= INT_MAX &&
+                    g.k * (g.c / g.groups) * g.r * g.s <= INT_MAX;
+  if (!fits) {
+    throw UnsupportedError(
+        fmt::format("{}: a tensor of {} has more than {} elements, cuDNN's 4-d limit", what,
+                    describe(g), INT_MAX),
+        "lower data.batch_size");
+  }
+}
+
+int i32(int64_t v) { return static_cast<int>(v); }
+
+const char* pass_name(int pass) {
+  static constexpr const char* kNames[] = {"conv_forward", "conv_backward_data",
+                                           "conv_backward_weights"};
+  return kNames[pass];
+}
+
+// cudaMalloc'd scratch for finding algorithms, zeroed, freed at scope end. ok() is false when the
+// GPU had no room (not an error: the caller falls back to heuristics).
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(uint64_t bytes) {
+    if (bytes == 0) return;
+    const cudaError_t status = cudaMalloc(&ptr_, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky; keep it out of later checks
+      ptr_ = nullptr;
+      return;
+    }
+    if (status != cudaSuccess)
+      throw_cuda_error(status, "cudaMalloc(&ptr_, bytes)", __FILE__, __LINE__);
+    // Timing on zeros: no NaN or denormal slow paths in the measurements.
+    CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, nullptr));
+  }
+  ~DeviceScratch() {
+    if (ptr_ != nullptr) CUDA_WARN(cudaFree(ptr_));
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  void* get() const { return ptr_; }
+  bool ok() const { return ptr_ != nullptr; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+}  // namespace
+
+struct ConvPlan {
+  TensorDesc x, y, bias;  // x (N, C, H, W), y (N, K, OH, OW), bias (1, K, 1, 1)
+  FilterDesc w;           // (K, C/groups, R, S)
+  ConvDesc conv;
+  int algo = 0;  // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, by pass
+  uint64_t workspace = 0;
+};
+
+namespace {
+
+// The descriptors of `g` with the math type the options allow (Note [TF32 and determinism]).
+void describe_plan(ConvPlan& p, const ConvGeom& g, bool tf32) {
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i32(g.n),
+                                         i32(g.c), i32(g.h), i32(g.w)));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i32(g.n),
+                                         i32(g.k), i32(g.out_h()), i32(g.out_w())));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bias.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                         i32(g.k), 1, 1));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i32(g.k),
+                                         i32(g.c / g.groups), i32(g.r), i32(g.s)));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv.get(), i32(g.pad_h), i32(g.pad_w),
+                                              i32(g.stride_h), i32(g.stride_w), 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv.get(), i32(g.groups)));
+  CUDNN_CHECK(
+      cudnnSetConvolutionMathType(p.conv.get(), tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  // cuDNN's output size must be ConvGeom's (PyTorch's floor rule).
+  int n = 0, k = 0, oh = 0, ow = 0;
+  CUDNN_CHECK(
+      cudnnGetConvolution2dForwardOutputDim(p.conv.get(), p.x.get(), p.w.get(), &n, &k, &oh, &ow));
+  FERRY_ASSERT(n == g.n && k == g.k && oh == g.out_h() && ow == g.out_w(),
+               "cuDNN's convolution output shape differs from ConvGeom's");
+}
+
+// One pass's cuDNN entry points, so that choose() is written once.
+struct ForwardOps {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, p.x.get(), x, p.w.get(), w, p.conv.get(),
+                                                  p.y.get(), y, n, got, perf, ws, ws_bytes);
+  }
+  static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.get(), p.w.get(), p.conv.get(),
+                                                       p.y.get(), n, got, perf));
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(),
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                                   bytes);
+  }
+};
+
+struct BackwardDataOps {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w.get(), w, p.y.get(), y, p.conv.get(),
+                                                       p.x.get(), x, n, got, perf, ws, ws_bytes);
+  }
+  static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.get(), p.y.get(), p.conv.get(),
+                                                            p.x.get(), n, got, perf));
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(),
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+  }
+};
+
+struct BackwardFilterOps {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, void* x, void* w, void* y, int n,
+                            int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.x.get(), x, p.y.get(), y, p.conv.get(), p.w.get(), w, n, got, perf, ws, ws_bytes);
+  }
+  static void heuristic(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.get(), p.y.get(), p.conv.get(),
+                                                              p.w.get(), n, got, perf));
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(),
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+  }
+};
+
+constexpr uint64_t kMinFindWorkspace = uint64_t{1} << 20;
+
+// Chooses p.algo, p.workspace and p's math type: the first (fastest, or best by heuristics)
+// result that passes the filters of Note [Choosing convolution algorithms].
+template <typename Ops>
+void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
+            const DeviceOptions& options, int pass) {
+  const int max_count = Ops::max_count(h);
+  std::vector<typename Ops::Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
+  int got = 0;
+  const uint64_t f = sizeof(float);
+  const bool time = options.time_algorithms;
+  DeviceScratch x(time ? static_cast<uint64_t>(g.n * g.c * g.h * g.w) * f : 0);
+  DeviceScratch w(time ? static_cast<uint64_t>(g.k * (g.c / g.groups) * g.r * g.s) * f : 0);
+  DeviceScratch y(time ? static_cast<uint64_t>(g.n * g.k * g.out_h() * g.out_w()) * f : 0);
+  bool timed = false;
+  if (time && x.ok() && w.ok() && y.ok()) {
+    // The most workspace the GPU can give, up to the limit: Find skips algorithms needing more.
+    uint64_t ws_bytes = limit;
+    std::unique_ptr<DeviceScratch> ws;
+    while (ws_bytes > 0) {
+      ws = std::make_unique<DeviceScratch>(ws_bytes);
+      if (ws->ok()) break;
+      ws_bytes = ws_bytes / 2 >= kMinFindWorkspace ? ws_bytes / 2 : 0;
+    }
+    CUDNN_CHECK(cudnnSetStream(h, nullptr));  // the legacy stream: after the scratch memsets
+    const cudnnStatus_t status =
+        Ops::find(h, p, x.get(), w.get(), y.get(), max_count, &got, perf.data(),
+                  ws_bytes > 0 ? ws->get() : nullptr, ws_bytes);
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    // A failed search (cuDNN could not run its candidates here) leaves the heuristics.
+    timed = status == CUDNN_STATUS_SUCCESS;
+    if (timed) limit = std::min(limit, ws_bytes);
+  }
+  if (!timed) {
+    got = 0;
+    Ops::heuristic(h, p, max_count, &got, perf.data());
+  }
+  for (int i = 0; i < got; ++i) {
+    const auto& r = perf[static_cast<size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
+    if (options.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+    if (!options.conv_tf32 && r.mathType != CUDNN_FMA_MATH) continue;
+    // The workspace of this algorithm under the math type it ran with.
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), r.mathType));
+    size_t bytes = 0;
+    if (Ops::workspace(h, p, static_cast<int>(r.algo), &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    const uint64_t need = std::max<uint64_t>(bytes, r.memory);
+    if (need > limit) continue;
+    p.algo = static_cast<int>(r.algo);
+    p.workspace = need;
+    return;
+  }
+  throw UnsupportedError(
+      fmt::format("{}: cuDNN has no algorithm for {} within {} of workspace{}{} ({} of {} "
+                  "candidates {})",
+                  pass_name(pass), describe(g), format_bytes(limit),
+                  options.deterministic ? ", deterministic" : "",
+                  options.conv_tf32 ? "" : ", without TF32", got, max_count,
+                  timed ? "timed" : "from heuristics"),
+      "raise memory.workspace_limit (and memory.budget), or set device.deterministic=false or "
+      "device.tf32=true");
+}
+
+void check_workspace(const Workspace& ws, uint64_t need, int pass, const ConvGeom& g) {
+  if (need > 0 && (ws.ptr == nullptr || ws.bytes < need)) {
+    throw UnsupportedError(
+        fmt::format("{} needs {} bytes ({}) of workspace for {}, was given {} bytes",
+                    pass_name(pass), need, format_bytes(need), describe(g),
+                    ws.ptr != nullptr ? ws.bytes : 0),
+        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
+  }
+}
+
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+
+}  // namespace
+
+CudnnConv::CudnnConv(const DeviceOptions& options) : options_(options) {}
+
+CudnnConv::~CudnnConv() {
+  plans_.clear();  // descriptors before the handle
+  if (handle_ != nullptr) {
+    CUDA_WARN(cudaSetDevice(options_.ordinal));
+    (void)cudnnDestroy(handle_);
+  }
+}
+
+cudnnContext* CudnnConv::handle() {
+  if (handle_ == nullptr) {
+    use_device(options_.ordinal);
+    CUDNN_CHECK(cudnnCreate(&handle_));
+  }
+  return handle_;
+}
+
+const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
+  const int p = static_cast<int>(pass);
+  check(g, pass_name(p));
+  const std::array<int64_t, 13> key = {p,   g.n,        g.c,        g.h,     g.w,     g.k,     g.r,
+                                       g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  use_device(options_.ordinal);  // the scratch of choose() is this GPU's
+  cudnnHandle_t h = handle();
+  auto plan = std::make_unique<ConvPlan>();
+  describe_plan(*plan, g, options_.conv_tf32);
+  switch (pass) {
+    case Pass::kForward:
+      choose<ForwardOps>(h, *plan, g, limit, options_, p);
+      break;
+    case Pass::kBackwardData:
+      choose<BackwardDataOps>(h, *plan, g, limit, options_, p);
+      break;
+    case Pass::kBackwardFilter:
+      choose<BackwardFilterOps>(h, *plan, g, limit, options_, p);
+      break;
+  }
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+uint64_t CudnnConv::workspace_bytes(const ConvForward& a) {
+  std::lock_guard lock(mutex_);
+  return plan(Pass::kForward, a.g, options_.workspace_limit).workspace;
+}
+
+uint64_t CudnnConv::workspace_bytes(const ConvBackwardData& a) {
+  std::lock_guard lock(mutex_);
+  return plan(Pass::kBackwardData, a.g, options_.workspace_limit).workspace;
+}
+
+uint64_t CudnnConv::workspace_bytes(const ConvBackwardWeights& a) {
+  std::lock_guard lock(mutex_);
+  return plan(Pass::kBackwardFilter, a.g, options_.workspace_limit).workspace;
+}
+
+// A launch whose geometry was never sized chooses within the workspace it was given.
+void CudnnConv::launch(const ConvForward& a, cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
+  const ConvPlan& p = plan(Pass::kForward, a.g, std::min(given, options_.workspace_limit));
+  check_workspace(a.ws, p.workspace, 0, a.g);
+  cudnnHandle_t h = handle();
+  CUDNN_CHECK(cudnnSetStream(h, stream));
+  CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, p.x.get(), a.x, p.w.get(), a.w, p.conv.get(),
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(p.algo),
+                                      p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace, &kZero,
+                                      p.y.get(), a.y));
+  // y += bias, broadcast over N, OH, OW.
+  if (a.bias != nullptr) {
+    CUDNN_CHECK(cudnnAddTensor(h, &kOne, p.bias.get(), a.bias, &kOne, p.y.get(), a.y));
+  }
+}
+
+void CudnnConv::launch(const ConvBackwardData& a, cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
+  const ConvPlan& p = plan(Pass::kBackwardData, a.g, std::min(given, options_.workspace_limit));
+  check_workspace(a.ws, p.workspace, 1, a.g);
+  cudnnHandle_t h = handle();
+  CUDNN_CHECK(cudnnSetStream(h, stream));
+  CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, p.w.get(), a.w, p.y.get(), a.dy, p.conv.get(),
+                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo),
+                                           p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace,
+                                           &kZero, p.x.get(), a.dx));
+}
+
+void CudnnConv::launch(const ConvBackwardWeights& a, cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
+  const ConvPlan& p = plan(Pass::kBackwardFilter, a.g, std::min(given, options_.workspace_limit));
+  check_workspace(a.ws, p.workspace, 2, a.g);
+  cudnnHandle_t h = handle();
+  CUDNN_CHECK(cudnnSetStream(h, stream));
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      h, &kOne, p.x.get(), a.x, p.y.get(), a.dy, p.conv.get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), p.workspace > 0 ? a.ws.ptr : nullptr,
+      p.workspace, &kZero, p.w.get(), a.dw));
+  // dbias = sum of dy over N, OH, OW.
+  if (a.dbias != nullptr) {
+    CUDNN_CHECK(
+        cudnnConvolutionBackwardBias(h, &kOne, p.y.get(), a.dy, &kZero, p.bias.get(), a.dbias));
+  }
+}
+
+}  // namespace ferry::cuda

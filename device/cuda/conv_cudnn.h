@@ -1,0 +1,67 @@
+// Convolutions on cuDNN's descriptor API: forward (+ bias by cudnnAddTensor), backward data,
+// backward filter (+ bias by cudnnConvolutionBackwardBias), any groups, strides and padding.
+// Invariant: each (pass, geometry) runs one algorithm, chosen once and cached; the workspace
+// it is launched with is the one workspace_bytes() reported for that geometry.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <cuda_runtime_api.h>
+
+#include "device/device.h"
+#include "device/kernels.h"
+
+struct cudnnContext;
+
+namespace ferry::cuda {
+
+struct ConvPlan;  // descriptors, algorithm and workspace of one (pass, geometry)
+
+// Note [Choosing convolution algorithms]
+// The first query of a geometry (workspace_bytes, or a launch that was never sized) times every
+// algorithm with cudnnFind*AlgorithmEx on scratch buffers of the real sizes, allocated with
+// cudaMalloc outside the device block and freed right after, and keeps the fastest that
+//  - needs at most DeviceOptions::workspace_limit bytes (a launch never sized: also at most the
+//    workspace it was given),
+//  - reports CUDNN_DETERMINISTIC when DeviceOptions::deterministic, and
+//  - ran with CUDNN_FMA_MATH when TF32 is off (Note [TF32 and determinism], cuda_kernels.h).
+// Its workspace is then fixed: the planner lays it out in the arena, so the plan's peak holds
+// the real bytes. When the scratch cannot be allocated (the GPU is nearly full), or
+// DeviceOptions::time_algorithms is false (offline planning), cuDNN's heuristics
+// (cudnnGet*Algorithm_v7) choose under the same filters without running anything.
+
+class CudnnConv {
+ public:
+  explicit CudnnConv(const DeviceOptions& options);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  uint64_t workspace_bytes(const ConvForward& args);
+  uint64_t workspace_bytes(const ConvBackwardData& args);
+  uint64_t workspace_bytes(const ConvBackwardWeights& args);
+
+  // Enqueue on `stream` (of options.ordinal's GPU, current on the calling thread). Throw
+  // ConfigError for an invalid geometry and UnsupportedError when args.ws is smaller than the
+  // chosen algorithm's workspace.
+  void launch(const ConvForward& args, cudaStream_t stream);
+  void launch(const ConvBackwardData& args, cudaStream_t stream);
+  void launch(const ConvBackwardWeights& args, cudaStream_t stream);
+
+ private:
+  enum class Pass : int { kForward, kBackwardData, kBackwardFilter };
+  // The cached plan of (pass, g); chosen now under `limit` bytes of workspace if new.
+  const ConvPlan& plan(Pass pass, const ConvGeom& g, uint64_t limit);
+  cudnnContext* handle();  // created at first use, on options_.ordinal's GPU
+
+  DeviceOptions options_;
+  std::mutex mutex_;  // guards the handle (its stream) and the plan cache
+  cudnnContext* handle_ = nullptr;
+  std::map<std::array<int64_t, 13>, std::unique_ptr<ConvPlan>> plans_;
+};
+
+}  // namespace ferry::cuda

@@ -1,0 +1,159 @@
+// cuBLAS linear layers. Note [Row-major products on cuBLAS]: a row-major (R, C) matrix is the
+// column-major (C, R) matrix with leading dimension C, so each product of kernels.h is computed
+// transposed: y = x w^T is y^T = w x^T, i.e. SGEMM(op_w = T, op_x = N) on the stored arrays.
+#include "device/cuda/linear_cublas.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_stream.h"
+#include "device/cuda/elementwise.h"
+
+namespace ferry::cuda {
+
+namespace {
+
+constexpr uint64_t kAlign = 256;  // cublasSetWorkspace needs 256-byte alignment
+constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+void check(const LinearGeom& g, const char* what) {
+  if (g.m < 1 || g.k < 1 || g.n < 1) {
+    throw ConfigError(fmt::format("{}: invalid shape M={} K={} N={}", what, g.m, g.k, g.n),
+                      "batch rows and feature counts must be positive");
+  }
+  if (g.m > INT_MAX || g.k > INT_MAX || g.n > INT_MAX) {
+    throw UnsupportedError(
+        fmt::format("{}: M={} K={} N={} exceeds cuBLAS's int dimensions", what, g.m, g.k, g.n),
+        "lower data.batch_size");
+  }
+}
+
+int i32(int64_t v) { return static_cast<int>(v); }
+
+// Bytes of a vector of `rows` ones, after the cuBLAS workspace; 0 without a bias.
+uint64_t ones_bytes(bool bias, int64_t rows) {
+  return bias ? aligned(static_cast<uint64_t>(rows) * sizeof(float)) : 0;
+}
+
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+
+}  // namespace
+
+CublasLinear::CublasLinear(const DeviceOptions& options) : options_(options) {}
+
+CublasLinear::~CublasLinear() {
+  if (handle_ != nullptr) {
+    CUDA_WARN(cudaSetDevice(options_.ordinal));
+    (void)cublasDestroy(handle_);
+  }
+}
+
+uint64_t CublasLinear::blas_workspace() {
+  if (blas_workspace_ == 0) {
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.ordinal));
+    const uint64_t recommended = (major >= 9 ? uint64_t{32} : uint64_t{4}) << 20;
+    blas_workspace_ =
+        aligned(std::max(kMinBlasWorkspace, std::min(recommended, options_.workspace_limit)));
+  }
+  return blas_workspace_;
+}
+
+cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
+                                  const char* what) {
+  if (ws.ptr == nullptr || ws.bytes < need) {
+    throw UnsupportedError(
+        fmt::format("{} needs {} bytes ({}) of workspace, was given {} bytes", what, need,
+                    format_bytes(need), ws.ptr != nullptr ? ws.bytes : 0),
+        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
+  }
+  FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
+               "a cuBLAS workspace must be 256-byte aligned");
+  if (handle_ == nullptr) {
+    CUBLAS_CHECK(cublasCreate(&handle_));
+    // Note [TF32 and determinism] (cuda_kernels.h).
+    CUBLAS_CHECK(cublasSetMathMode(
+        handle_, options_.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
+  // cublasSetStream resets the workspace to cuBLAS's own pool: set the stream first.
+  CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  CUBLAS_CHECK(cublasSetWorkspace(handle_, ws.ptr, blas_workspace()));
+  return handle_;
+}
+
+uint64_t CublasLinear::workspace_bytes(const LinearForward& a) {
+  check(a.g, "linear_forward");
+  std::lock_guard lock(mutex_);
+  return blas_workspace() + ones_bytes(a.bias != nullptr, a.g.m);
+}
+
+uint64_t CublasLinear::workspace_bytes(const LinearBackwardData& a) {
+  check(a.g, "linear_backward_data");
+  std::lock_guard lock(mutex_);
+  return blas_workspace();
+}
+
+uint64_t CublasLinear::workspace_bytes(const LinearBackwardWeights& a) {
+  check(a.g, "linear_backward_weights");
+  std::lock_guard lock(mutex_);
+  return blas_workspace() + ones_bytes(a.dbias != nullptr, a.g.m);
+}
+
+// y (M, N) = x (M, K) w^T [+ bias]: Y (N x M, ld N) = op_T(W (K x N, ld K)) X (K x M, ld K).
+void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
+  check(a.g, "linear_forward");
+  std::lock_guard lock(mutex_);
+  const uint64_t blas = blas_workspace();
+  const uint64_t need = blas + ones_bytes(a.bias != nullptr, a.g.m);
+  cublasHandle_t h = bind(stream, a.ws, need, "linear_forward");
+  const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
+  CUBLAS_CHECK(
+      cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &kOne, a.w, k, a.x, k, &kZero, a.y, n));
+  if (a.bias != nullptr) {
+    // Y (N x M) += bias (N) * ones (M)^T.
+    float* ones = reinterpret_cast<float*>(static_cast<char*>(a.ws.ptr) + blas);
+    launch_fill(ones, a.g.m, 1.0f, stream);
+    CUBLAS_CHECK(cublasSger(h, n, m, &kOne, a.bias, 1, ones, 1, a.y, n));
+  }
+}
+
+// dx (M, K) = dy (M, N) w (N, K): DX (K x M, ld K) = W (K x N, ld K) DY (N x M, ld N).
+void CublasLinear::launch(const LinearBackwardData& a, cudaStream_t stream) {
+  check(a.g, "linear_backward_data");
+  std::lock_guard lock(mutex_);
+  cublasHandle_t h = bind(stream, a.ws, blas_workspace(), "linear_backward_data");
+  const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
+  CUBLAS_CHECK(
+      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, &kOne, a.w, k, a.dy, n, &kZero, a.dx, k));
+}
+
+// dw (N, K) = dy^T (N, M) x (M, K): DW (K x N, ld K) = X (K x M, ld K) op_T(DY (N x M, ld N)).
+// dbias (N) = DY (N x M) * ones (M): the column sums of dy.
+void CublasLinear::launch(const LinearBackwardWeights& a, cudaStream_t stream) {
+  check(a.g, "linear_backward_weights");
+  std::lock_guard lock(mutex_);
+  const uint64_t blas = blas_workspace();
+  const uint64_t need = blas + ones_bytes(a.dbias != nullptr, a.g.m);
+  cublasHandle_t h = bind(stream, a.ws, need, "linear_backward_weights");
+  const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
+  CUBLAS_CHECK(
+      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, &kOne, a.x, k, a.dy, n, &kZero, a.dw, k));
+  if (a.dbias != nullptr) {
+    float* ones = reinterpret_cast<float*>(static_cast<char*>(a.ws.ptr) + blas);
+    launch_fill(ones, a.g.m, 1.0f, stream);
+    CUBLAS_CHECK(cublasSgemv(h, CUBLAS_OP_N, n, m, &kOne, a.dy, n, ones, 1, &kZero, a.dbias, 1));
+  }
+}
+
+}  // namespace ferry::cuda

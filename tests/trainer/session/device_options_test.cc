@@ -1,0 +1,54 @@
+// The config's device.* and memory.workspace_limit keys reach the device options the session
+// and the offline planner create kernels with; a cuda plan without a GPU models its workspaces.
+#include <gtest/gtest.h>
+
+#include "device/device.h"
+#include "trainer/config/config.h"
+#include "trainer/session/planning.h"
+#include "trainer/session/session.h"
+
+namespace ferry {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+TEST(DeviceOptions, DefaultsFollowPyTorch) {
+  const DeviceOptions d = device_options(default_config());
+  EXPECT_TRUE(d.conv_tf32);
+  EXPECT_FALSE(d.matmul_tf32);
+  EXPECT_FALSE(d.deterministic);
+  EXPECT_TRUE(d.time_algorithms);
+  EXPECT_EQ(d.workspace_limit, 256 * kMiB);  // 4 GiB device: the key, not budget / 8
+}
+
+TEST(DeviceOptions, KeysReachTheKernelOptions) {
+  const Config c = parse_config_text(
+      "device: {backend: cuda, memory: 1GiB, tf32: false, tf32_matmul: true, "
+      "deterministic: true}\nmemory: {workspace_limit: 32MiB}\n");
+  const DeviceOptions d = device_options(c);
+  EXPECT_EQ(d.backend, Backend::kCuda);
+  EXPECT_EQ(d.memory, 1024 * kMiB);
+  EXPECT_FALSE(d.conv_tf32);
+  EXPECT_TRUE(d.matmul_tf32);
+  EXPECT_TRUE(d.deterministic);
+  EXPECT_EQ(d.workspace_limit, 32 * kMiB);
+}
+
+TEST(DeviceOptions, WorkspaceLimitIsAtMostAnEighthOfTheBudget) {
+  Config c = parse_config_text("device: {memory: 1GiB}\nmemory: {budget: 200MiB}\n");
+  EXPECT_EQ(device_options(c).workspace_limit, 25 * kMiB);
+  c = parse_config_text("device: {memory: 64MiB}\n");  // budget = device.memory
+  EXPECT_EQ(device_options(c).workspace_limit, 8 * kMiB);
+}
+
+TEST(OfflinePlanner, ACudaPlanWithoutAGpuModelsTheWorkspaces) {
+  const Config cpu = parse_config_text("model: {name: lenet5}\n");
+  EXPECT_FALSE(OfflinePlanner(cpu).substituted());
+  const Config cuda = parse_config_text("model: {name: lenet5}\ndevice: {backend: cuda}\n");
+  OfflinePlanner planner(cuda);
+  EXPECT_EQ(planner.substituted(), cuda_device_count() == 0);
+  EXPECT_GT(planner.plan(MemoryPolicy::kNone, 8).peak_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace ferry
