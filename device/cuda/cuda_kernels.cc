@@ -1,12 +1,16 @@
-// CUDA kernel dispatch: fill and scale go to elementwise.cu; every other kernel is refused with
-// an UnsupportedError that names it, never silently skipped.
+// CUDA kernel dispatch: a kernel runs when cuda_ops.h has a run() overload for its arguments
+// (the table below is derived from those overloads); every other kernel is refused with an
+// UnsupportedError that names it, never silently skipped.
 #include "device/cuda/cuda_kernels.h"
+
+#include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/cuda/cuda_ops.h"
 #include "device/cuda/cuda_stream.h"
-#include "device/cuda/elementwise.h"
 
 namespace ferry::cuda {
 
@@ -26,30 +30,40 @@ cudaStream_t launch_stream(Stream& stream, int ordinal) {
   return cuda.handle();
 }
 
+// Whether cuda_ops.h runs kernel arguments of type T.
+template <typename T>
+concept Stateless = requires(const T& args, cudaStream_t stream) {
+  run(args, stream);
+};
+
+// The kernel table: kRuns[kernel_kind<T>()] says whether T runs on this backend.
+template <size_t... I>
+constexpr std::array<bool, sizeof...(I)> runs_table(std::index_sequence<I...>) {
+  return {Stateless<std::variant_alternative_t<I, KernelArgs>>...};
+}
+constexpr auto kRuns = runs_table(std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
+
 }  // namespace
 
 bool CudaKernels::supports(KernelKind kind, DType dtype) const {
-  if (dtype != DType::kF32) return false;
-  return kind == kernel_kind<Fill>() || kind == kernel_kind<Scale>();
+  return dtype == DType::kF32 && kind < kRuns.size() && kRuns[kind];
 }
 
 uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
   if (!supports(args.index(), DType::kF32)) throw_unsupported(args);
-  return 0;
+  return 0;  // no stateless kernel uses a workspace
 }
 
 void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
-  if (const auto* fill = std::get_if<Fill>(&args)) {
-    FERRY_ASSERT(fill->n >= 0 && (fill->n == 0 || fill->y != nullptr), "fill: bad arguments");
-    launch_fill(fill->y, fill->n, fill->value, launch_stream(stream, ordinal_));
-    return;
-  }
-  if (const auto* scale = std::get_if<Scale>(&args)) {
-    FERRY_ASSERT(scale->n >= 0 && (scale->n == 0 || scale->y != nullptr), "scale: bad arguments");
-    launch_scale(scale->y, scale->n, scale->alpha, launch_stream(stream, ordinal_));
-    return;
-  }
-  throw_unsupported(args);
+  std::visit(
+      [&](const auto& a) {
+        if constexpr (Stateless<std::decay_t<decltype(a)>>) {
+          run(a, launch_stream(stream, ordinal_));
+        } else {
+          throw_unsupported(args);
+        }
+      },
+      args);
 }
 
 }  // namespace ferry::cuda

@@ -1,5 +1,6 @@
-// The CUDA backend's kernels. Today only fill and scale (elementwise.cu) run; everything else
-// reports unsupported, so callers fall back on purpose. cuDNN and cuBLAS kernels come later.
+// The CUDA backend's kernels: every kernel with a run() overload in cuda_ops.h (pooling, batch
+// norm, elementwise, dropout, loss, optimizers); convolution and linear (cuDNN, cuBLAS) report
+// unsupported until they land, so callers fall back on purpose.
 #pragma once
 
 #include "device/kernels.h"
@@ -11,7 +12,7 @@ class CudaKernels : public Kernels {
   // Kernels of GPU `ordinal`; launch() takes a stream of that GPU.
   explicit CudaKernels(int ordinal) : ordinal_(ordinal) {}
 
-  // True for Fill and Scale on float32, false for everything else.
+  // True on float32 for the kernels cuda_ops.h runs, false for everything else.
   bool supports(KernelKind kind, DType dtype) const override;
   // 0 for the supported kernels; UnsupportedError for the others.
   uint64_t workspace_bytes(const KernelArgs& args) override;
