@@ -1,9 +1,9 @@
 // Op parity: every CUDA kernel but convolution and linear against the CPU backend (the
 // reference) on seeded random shapes with odd sizes, strides, padding and ceil mode. Selections
 // and elementwise ops must match bit for bit, reductions within 1e-4 relative; reductions must
-// also repeat bit for bit run to run. Every test skips with "no CUDA device present" without a
-// GPU.
-#include <cuda_runtime_api.h>
+// also repeat bit for bit run to run. Runs on the GPU (cuda_target.cc; skips with "no CUDA
+// device present" without one) and on the host emulation of the same kernels
+// (emulated_target.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,13 +17,16 @@
 #include <fmt/format.h>
 
 #include "device/cpu/cpu_kernels.h"
-#include "device/cuda/cuda_device.h"
-#include "device/device.h"
+#include "tests/device/cuda/parity_target.h"
+
+// The suite's name: CudaParityTest on the GPU, EmulatedCudaParityTest for the host emulation.
+#ifndef FERRY_PARITY_SUITE
+#define FERRY_PARITY_SUITE CudaParityTest
+#endif
 
 namespace ferry {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
 constexpr double kRel = 1e-4;
 // Absolute floor for values that are sums cancelling to about zero (gradients of batch norm).
 constexpr double kAbs = 1e-5;
@@ -82,64 +85,51 @@ template <typename T>
   return ::testing::AssertionSuccess();
 }
 
-// Device memory for one test, freed at the end; fresh buffers are poisoned (NaN bytes) so an
-// element a kernel forgets to write shows.
+// The target's memory for one test; fresh buffers are poisoned (NaN bytes) so an element a
+// kernel forgets to write shows.
 class GpuArena {
  public:
-  ~GpuArena() {
-    for (void* p : blocks_) cudaFree(p);
-  }
+  explicit GpuArena(test::ParityTarget* target) : target_(target) {}
   template <typename T>
   T* alloc(size_t n) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, 0xff, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    blocks_.push_back(p);
-    return static_cast<T*>(p);
+    return static_cast<T*>(target_->alloc(n * sizeof(T)));
   }
   template <typename T>
   T* upload(const std::vector<T>& host) {
     T* p = alloc<T>(host.size());
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    target_->copy_in(p, host.data(), host.size() * sizeof(T));
     return p;
   }
   template <typename T>
-  static std::vector<T> download(const T* p, size_t n) {
+  std::vector<T> download(const T* p, size_t n) {
     std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    target_->copy_out(host.data(), p, n * sizeof(T));
     return host;
   }
 
  private:
-  std::vector<void*> blocks_;
+  test::ParityTarget* target_;
 };
 
 // NaN-poisoned host outputs for the CPU side.
 std::vector<float> poisoned(size_t n) { return std::vector<float>(n, NAN); }
 
-class CudaParityTest : public ::testing::Test {
+class FERRY_PARITY_SUITE : public ::testing::Test {
  public:
   void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present";
-    DeviceOptions options;
-    options.backend = Backend::kCuda;
-    options.memory = 64 * kMiB;  // the kernels here use test-owned memory, not the heap
-    device_ = create_device(options);
+    std::string skip_reason;
+    target_ = test::make_parity_target(&skip_reason);
+    if (!target_) GTEST_SKIP() << skip_reason;
+    mem_ = GpuArena(target_.get());
     cpu_ = std::make_unique<cpu::CpuKernels>(2);
   }
 
-  // Runs `args` on the GPU's compute stream and waits for it.
-  void gpu(const KernelArgs& args) {
-    Stream& s = device_->stream(StreamKind::kCompute);
-    device_->kernels().launch(args, s);
-    s.synchronize();
-  }
+  void gpu(const KernelArgs& args) { target_->launch(args); }
   void cpu(const KernelArgs& args) { cpu_->run(args); }
 
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<test::ParityTarget> target_;
   std::unique_ptr<cpu::CpuKernels> cpu_;
-  GpuArena mem_;
+  GpuArena mem_{nullptr};
 };
 
 // ---- pooling ---------------------------------------------------------------------------------
@@ -173,7 +163,8 @@ std::string describe(const PoolGeom& g) {
                      g.count_include_pad ? " include_pad" : "");
 }
 
-void pool_case(CudaParityTest& t, GpuArena& mem, const PoolGeom& g, std::mt19937& rng, bool ties) {
+void pool_case(FERRY_PARITY_SUITE& t, GpuArena& mem, const PoolGeom& g, std::mt19937& rng,
+               bool ties) {
   SCOPED_TRACE(describe(g));
   const size_t in = g.n * g.c * g.h * g.w, out = g.n * g.c * g.out_h() * g.out_w();
   const std::vector<float> x = ties ? tied_floats(in, rng) : random_floats(in, rng);
@@ -188,8 +179,8 @@ void pool_case(CudaParityTest& t, GpuArena& mem, const PoolGeom& g, std::mt19937
   float* gdx = mem.alloc<float>(in);
   t.gpu(PoolForward{g, gx, gy});
   t.gpu(PoolBackward{g, gx, gy, gdy, gdx});
-  const std::vector<float> y_gpu = GpuArena::download(gy, out);
-  const std::vector<float> dx_gpu = GpuArena::download(gdx, in);
+  const std::vector<float> y_gpu = mem.download(gy, out);
+  const std::vector<float> dx_gpu = mem.download(gdx, in);
   if (g.kind == PoolKind::kMax) {
     EXPECT_TRUE(bitwise(y_gpu, y));  // a selection: the same element, the same bits
   } else {
@@ -198,26 +189,26 @@ void pool_case(CudaParityTest& t, GpuArena& mem, const PoolGeom& g, std::mt19937
   EXPECT_TRUE(close(dx_gpu, dx));
 }
 
-TEST_F(CudaParityTest, MaxPoolRandomGeometriesWithTies) {
+TEST_F(FERRY_PARITY_SUITE, MaxPoolRandomGeometriesWithTies) {
   std::mt19937 rng(11);
   for (int i = 0; i < 40; ++i) pool_case(*this, mem_, random_pool(rng, PoolKind::kMax), rng, true);
 }
 
-TEST_F(CudaParityTest, MaxPoolRandomGeometries) {
+TEST_F(FERRY_PARITY_SUITE, MaxPoolRandomGeometries) {
   std::mt19937 rng(12);
   for (int i = 0; i < 20; ++i) {
     pool_case(*this, mem_, random_pool(rng, PoolKind::kMax), rng, false);
   }
 }
 
-TEST_F(CudaParityTest, AvgPoolRandomGeometries) {
+TEST_F(FERRY_PARITY_SUITE, AvgPoolRandomGeometries) {
   std::mt19937 rng(13);
   for (int i = 0; i < 40; ++i) {
     pool_case(*this, mem_, random_pool(rng, PoolKind::kAvg), rng, false);
   }
 }
 
-TEST_F(CudaParityTest, ModelPoolings) {
+TEST_F(FERRY_PARITY_SUITE, ModelPoolings) {
   std::mt19937 rng(14);
   // ResNet's 3x3 s2 p1 stem pooling, VGG's 2x2 s2, and a ceil-mode 3x3 s2 on an odd size.
   PoolGeom stem{PoolKind::kMax, 4, 8, 32, 32, 3, 3, 2, 2, 1, 1, false, true};
@@ -227,7 +218,7 @@ TEST_F(CudaParityTest, ModelPoolings) {
   for (const PoolGeom& g : {stem, vgg, ceil, avg_ceil}) pool_case(*this, mem_, g, rng, false);
 }
 
-TEST_F(CudaParityTest, AdaptiveAvgPoolRandomShapes) {
+TEST_F(FERRY_PARITY_SUITE, AdaptiveAvgPoolRandomShapes) {
   std::mt19937 rng(15);
   for (int i = 0; i < 30; ++i) {
     const int64_t n = pick(rng, 1, 3), c = pick(rng, 1, 5), h = pick(rng, 1, 13),
@@ -244,8 +235,8 @@ TEST_F(CudaParityTest, AdaptiveAvgPoolRandomShapes) {
     float* gdx = mem_.alloc<float>(in);
     gpu(AdaptiveAvgPoolForward{n, c, h, w, oh, ow, mem_.upload(x), gy});
     gpu(AdaptiveAvgPoolBackward{n, c, h, w, oh, ow, mem_.upload(dy), gdx});
-    EXPECT_TRUE(close(GpuArena::download(gy, out), y));
-    EXPECT_TRUE(close(GpuArena::download(gdx, in), dx));
+    EXPECT_TRUE(close(mem_.download(gy, out), y));
+    EXPECT_TRUE(close(mem_.download(gdx, in), dx));
   }
 }
 
@@ -255,7 +246,7 @@ struct BnResult {
   std::vector<float> y, running_mean, running_var, save_mean, save_var, dx, dgamma, dbeta, infer;
 };
 
-TEST_F(CudaParityTest, BatchNormRandomShapes) {
+TEST_F(FERRY_PARITY_SUITE, BatchNormRandomShapes) {
   std::mt19937 rng(21);
   const BatchNormGeom shapes[] = {{2, 3, 1, 1e-5f},    {5, 7, 9, 1e-5f},   {1, 4, 33, 1e-3f},
                                   {8, 3, 1089, 1e-5f}, {3, 16, 64, 1e-5f}, {16, 2, 1, 1e-5f}};
@@ -301,9 +292,9 @@ TEST_F(CudaParityTest, BatchNormRandomShapes) {
       gpu(BatchNormBackward{g, gx, gdy, ggamma, gsm, gsv, gdx, gdg, gdb});
       gpu(BatchNormForwardInference{g, gx, ggamma, gbeta, mem_.upload(rm0), mem_.upload(rv0),
                                     ginf});
-      r = {GpuArena::download(gy, n),  GpuArena::download(grm, c), GpuArena::download(grv, c),
-           GpuArena::download(gsm, c), GpuArena::download(gsv, c), GpuArena::download(gdx, n),
-           GpuArena::download(gdg, c), GpuArena::download(gdb, c), GpuArena::download(ginf, n)};
+      r = {mem_.download(gy, n),  mem_.download(grm, c), mem_.download(grv, c),
+           mem_.download(gsm, c), mem_.download(gsv, c), mem_.download(gdx, n),
+           mem_.download(gdg, c), mem_.download(gdb, c), mem_.download(ginf, n)};
     }
     const BnResult& r = runs[0];
     EXPECT_TRUE(close(r.y, cpu_r.y));
@@ -324,7 +315,7 @@ TEST_F(CudaParityTest, BatchNormRandomShapes) {
 
 // ---- elementwise ---------------------------------------------------------------------------
 
-TEST_F(CudaParityTest, ReluAddAccumulateCopyAreBitwise) {
+TEST_F(FERRY_PARITY_SUITE, ReluAddAccumulateCopyAreBitwise) {
   std::mt19937 rng(31);
   for (const size_t n : {size_t{1}, size_t{1000}, size_t{4097}, size_t{1} << 20 | 3}) {
     SCOPED_TRACE(n);
@@ -348,15 +339,15 @@ TEST_F(CudaParityTest, ReluAddAccumulateCopyAreBitwise) {
     gpu(AddForward{static_cast<int64_t>(n), ga, gb, gsum});
     gpu(Accumulate{static_cast<int64_t>(n), ga, gacc});
     gpu(CopyDevice{n * sizeof(float), gb, gcopy});
-    EXPECT_TRUE(bitwise(GpuArena::download(grelu, n), relu));
-    EXPECT_TRUE(bitwise(GpuArena::download(ggrad, n), relu_grad));
-    EXPECT_TRUE(bitwise(GpuArena::download(gsum, n), sum));
-    EXPECT_TRUE(bitwise(GpuArena::download(gacc, n), acc));
-    EXPECT_TRUE(bitwise(GpuArena::download(gcopy, n), b));
+    EXPECT_TRUE(bitwise(mem_.download(grelu, n), relu));
+    EXPECT_TRUE(bitwise(mem_.download(ggrad, n), relu_grad));
+    EXPECT_TRUE(bitwise(mem_.download(gsum, n), sum));
+    EXPECT_TRUE(bitwise(mem_.download(gacc, n), acc));
+    EXPECT_TRUE(bitwise(mem_.download(gcopy, n), b));
   }
 }
 
-TEST_F(CudaParityTest, DropoutMasksAndValuesAreBitwise) {
+TEST_F(FERRY_PARITY_SUITE, DropoutMasksAndValuesAreBitwise) {
   std::mt19937 rng(32);
   for (const float p : {0.0f, 0.1f, 0.5f, 0.9f, 1.0f}) {
     const size_t n = 100003;
@@ -372,15 +363,15 @@ TEST_F(CudaParityTest, DropoutMasksAndValuesAreBitwise) {
     uint8_t* gmask = mem_.alloc<uint8_t>(n);
     gpu(DropoutForward{static_cast<int64_t>(n), p, seed, offset, mem_.upload(x), gy, gmask});
     gpu(DropoutBackward{static_cast<int64_t>(n), p, mem_.upload(dy), gmask, gdx});
-    EXPECT_TRUE(bitwise(GpuArena::download(gmask, n), mask));
-    EXPECT_TRUE(bitwise(GpuArena::download(gy, n), y));
-    EXPECT_TRUE(bitwise(GpuArena::download(gdx, n), dx));
+    EXPECT_TRUE(bitwise(mem_.download(gmask, n), mask));
+    EXPECT_TRUE(bitwise(mem_.download(gy, n), y));
+    EXPECT_TRUE(bitwise(mem_.download(gdx, n), dx));
   }
 }
 
 // ---- loss ------------------------------------------------------------------------------------
 
-TEST_F(CudaParityTest, SoftmaxCrossEntropyRandomShapes) {
+TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
   std::mt19937 rng(41);
   const int64_t shapes[][2] = {{1, 1}, {1, 10}, {7, 3}, {128, 10}, {300, 17}, {33, 1000}};
   for (const auto& shape : shapes) {
@@ -406,17 +397,17 @@ TEST_F(CudaParityTest, SoftmaxCrossEntropyRandomShapes) {
       int32_t* gcorrect = mem_.alloc<int32_t>(1);
       gpu(SoftmaxCrossEntropyForward{n, k, glogits, glabels, gloss, gprobs, gcorrect});
       gpu(SoftmaxCrossEntropyBackward{n, k, scale, gprobs, glabels, gd});
-      losses.push_back(GpuArena::download(gloss, 1)[0]);
-      EXPECT_EQ(GpuArena::download(gcorrect, 1)[0], correct);
-      EXPECT_TRUE(close(GpuArena::download(gprobs, n * k), probs));
-      EXPECT_TRUE(close(GpuArena::download(gd, n * k), dlogits));
+      losses.push_back(mem_.download(gloss, 1)[0]);
+      EXPECT_EQ(mem_.download(gcorrect, 1)[0], correct);
+      EXPECT_TRUE(close(mem_.download(gprobs, n * k), probs));
+      EXPECT_TRUE(close(mem_.download(gd, n * k), dlogits));
     }
     EXPECT_TRUE(close({losses[0]}, loss));
     EXPECT_TRUE(bitwise(std::vector<float>{losses[1]}, std::vector<float>{losses[0]}));
   }
 }
 
-TEST_F(CudaParityTest, SoftmaxCrossEntropyBadLabelReadsNaN) {
+TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyBadLabelReadsNaN) {
   const std::vector<float> logits = {1.0f, 2.0f, 3.0f, 0.5f, 0.5f, 0.5f};
   const std::vector<int32_t> labels = {2, 3};  // 3 is outside [0, 3)
   float* gloss = mem_.alloc<float>(1);
@@ -425,15 +416,15 @@ TEST_F(CudaParityTest, SoftmaxCrossEntropyBadLabelReadsNaN) {
   const int32_t* glabels = mem_.upload(labels);
   gpu(SoftmaxCrossEntropyForward{2, 3, mem_.upload(logits), glabels, gloss, gprobs, nullptr});
   gpu(SoftmaxCrossEntropyBackward{2, 3, 1.0f, gprobs, glabels, gd});
-  EXPECT_TRUE(std::isnan(GpuArena::download(gloss, 1)[0]));
-  const std::vector<float> d = GpuArena::download(gd, 6);
+  EXPECT_TRUE(std::isnan(mem_.download(gloss, 1)[0]));
+  const std::vector<float> d = mem_.download(gd, 6);
   EXPECT_FALSE(std::isnan(d[0]));
   EXPECT_TRUE(std::isnan(d[3]));
 }
 
 // ---- optimizers ------------------------------------------------------------------------------
 
-TEST_F(CudaParityTest, SgdVariants) {
+TEST_F(FERRY_PARITY_SUITE, SgdVariants) {
   std::mt19937 rng(51);
   struct Case {
     float momentum, wd;
@@ -463,12 +454,12 @@ TEST_F(CudaParityTest, SgdVariants) {
       u.momentum_buf = c.momentum != 0.0f ? gbuf : nullptr;
       gpu(u);
     }
-    EXPECT_TRUE(close(GpuArena::download(gp, n), p));
-    EXPECT_TRUE(close(GpuArena::download(gbuf, n), buf));
+    EXPECT_TRUE(close(mem_.download(gp, n), p));
+    EXPECT_TRUE(close(mem_.download(gbuf, n), buf));
   }
 }
 
-TEST_F(CudaParityTest, AdamW) {
+TEST_F(FERRY_PARITY_SUITE, AdamW) {
   std::mt19937 rng(52);
   const size_t n = 50021;
   std::vector<float> p = random_floats(n, rng), m(n, 0.0f), v(n, 0.0f);
@@ -495,9 +486,9 @@ TEST_F(CudaParityTest, AdamW) {
     u.v = gv;
     gpu(u);
   }
-  EXPECT_TRUE(close(GpuArena::download(gp, n), p));
-  EXPECT_TRUE(close(GpuArena::download(gm, n), m));
-  EXPECT_TRUE(close(GpuArena::download(gv, n), v, kRel, 1e-9));
+  EXPECT_TRUE(close(mem_.download(gp, n), p));
+  EXPECT_TRUE(close(mem_.download(gm, n), m));
+  EXPECT_TRUE(close(mem_.download(gv, n), v, kRel, 1e-9));
 }
 
 }  // namespace
