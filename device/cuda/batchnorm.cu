@@ -10,10 +10,11 @@ namespace {
 // Threads per channel block: a power of two (block_sum).
 constexpr int kBnThreads = 512;
 
-// Element e of a channel's N*HW values, as an offset from the channel's first plane.
+// Element e of a channel's N*HW values, as an offset from the channel's first plane. N*HW fits
+// in 32 bits (cuda_ops.cc checks), so the division is the cheap 32-bit one.
 __device__ int64_t channel_offset(int64_t e, int64_t hw, int64_t stride) {
-  const int64_t plane = e / hw;
-  return plane * stride + (e - plane * hw);
+  const uint32_t plane = static_cast<uint32_t>(e) / static_cast<uint32_t>(hw);
+  return static_cast<int64_t>(plane) * stride + (e - static_cast<int64_t>(plane) * hw);
 }
 
 __global__ void bn_forward_training_kernel(BatchNormShape s, float momentum, const float* x,

@@ -4,6 +4,7 @@
 #include "device/cuda/cuda_ops.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -66,6 +67,13 @@ BatchNormShape bn_shape(const BatchNormGeom& g, const char* what) {
   if (g.n < 1 || g.c < 1 || g.hw < 1) {
     throw ConfigError(fmt::format("{}: bad shape N={} C={} HW={}", what, g.n, g.c, g.hw),
                       "every dimension of a batch norm input must be at least 1");
+  }
+  if (g.n * g.hw > int64_t{UINT32_MAX}) {
+    throw UnsupportedError(
+        fmt::format("{}: {} values per channel (N={} H*W={}) exceed the CUDA kernel's 32-bit "
+                    "channel index",
+                    what, g.n * g.hw, g.n, g.hw),
+        "lower data.batch_size");
   }
   return {g.n, g.c, g.hw, g.eps};
 }
