@@ -17,10 +17,10 @@ __device__ int64_t channel_offset(int64_t e, int64_t hw, int64_t stride) {
   return static_cast<int64_t>(plane) * stride + (e - static_cast<int64_t>(plane) * hw);
 }
 
-__global__ void bn_forward_training_kernel(BatchNormShape s, float momentum, const float* x,
-                                           const float* gamma, const float* beta, float* y,
-                                           float* running_mean, float* running_var,
-                                           float* save_mean, float* save_var) {
+__global__ void __launch_bounds__(kBnThreads)
+    bn_forward_training_kernel(BatchNormShape s, float momentum, const float* x, const float* gamma,
+                               const float* beta, float* y, float* running_mean, float* running_var,
+                               float* save_mean, float* save_var) {
   const int64_t c = blockIdx.x;
   const int64_t count = s.n * s.hw, stride = s.c * s.hw;
   const float* xc = x + c * s.hw;
@@ -71,9 +71,10 @@ __global__ void bn_forward_inference_kernel(BatchNormShape s, const float* x, co
   }
 }
 
-__global__ void bn_backward_kernel(BatchNormShape s, const float* x, const float* dy,
-                                   const float* gamma, const float* save_mean,
-                                   const float* save_var, float* dx, float* dgamma, float* dbeta) {
+__global__ void __launch_bounds__(kBnThreads)
+    bn_backward_kernel(BatchNormShape s, const float* x, const float* dy, const float* gamma,
+                       const float* save_mean, const float* save_var, float* dx, float* dgamma,
+                       float* dbeta) {
   const int64_t c = blockIdx.x;
   const int64_t count = s.n * s.hw, stride = s.c * s.hw;
   const float* xc = x + c * s.hw;

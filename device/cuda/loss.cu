@@ -11,9 +11,9 @@ namespace {
 // Threads of the forward block: a power of two (block_sum). Rows beyond it loop.
 constexpr int kLossThreads = 256;
 
-__global__ void xent_forward_kernel(int64_t n, int64_t k, const float* logits,
-                                    const int32_t* labels, float* loss, float* probs,
-                                    int32_t* correct) {
+__global__ void __launch_bounds__(kLossThreads)
+    xent_forward_kernel(int64_t n, int64_t k, const float* logits, const int32_t* labels,
+                        float* loss, float* probs, int32_t* correct) {
   const double nan = __longlong_as_double(0x7ff8000000000000ll);
   double row_losses = 0.0;
   int hits = 0;

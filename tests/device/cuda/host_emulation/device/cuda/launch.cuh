@@ -33,6 +33,7 @@
 #define __device__
 #define __host__
 #define __shared__ static
+#define __launch_bounds__(...)
 
 namespace ferry::cuda::emulation {
 
