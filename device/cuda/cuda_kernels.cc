@@ -1,14 +1,17 @@
-// CUDA kernel dispatch: convolutions to conv_cudnn, linear layers to linear_cublas, fill and scale
-// to elementwise.cu; every other kernel is refused with an UnsupportedError that names it, never
-// silently skipped.
+// CUDA kernel dispatch: convolutions to conv_cudnn, linear layers to linear_cublas, and every
+// kernel with a run() overload in cuda_ops.h to that overload (the table below is derived from
+// those overloads); any other kernel is refused with an UnsupportedError that names it.
 #include "device/cuda/cuda_kernels.h"
+
+#include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "device/cuda/conv_cudnn.h"
+#include "device/cuda/cuda_ops.h"
 #include "device/cuda/cuda_stream.h"
-#include "device/cuda/elementwise.h"
 #include "device/cuda/linear_cublas.h"
 
 namespace ferry::cuda {
@@ -16,9 +19,8 @@ namespace ferry::cuda {
 namespace {
 
 [[noreturn]] void throw_unsupported(const KernelArgs& args) {
-  throw UnsupportedError(
-      fmt::format("the CUDA backend has no {} kernel yet", kernel_name(args)),
-      "set device.backend=cpu; the CUDA backend does not run this model's kernels yet");
+  throw UnsupportedError(fmt::format("the CUDA backend has no {} kernel", kernel_name(args)),
+                         "set device.backend=cpu to run this model's kernels on the CPU");
 }
 
 // The CUDA stream behind `stream`, with its GPU made current (kernel launches need both).
@@ -44,6 +46,20 @@ constexpr bool is_conv = is_one_of<T, ConvForward, ConvBackwardData, ConvBackwar
 template <typename T>
 constexpr bool is_linear = is_one_of<T, LinearForward, LinearBackwardData, LinearBackwardWeights>;
 
+// Whether cuda_ops.h runs kernel arguments of type T (no library handle, no workspace).
+template <typename T>
+concept Stateless = requires(const T& args, cudaStream_t stream) { run(args, stream); };
+
+template <typename T>
+constexpr bool runs = Stateless<T> || is_conv<T> || is_linear<T>;
+
+// The kernel table: kRuns[kernel_kind<T>()] says whether T runs on this backend.
+template <size_t... I>
+constexpr std::array<bool, sizeof...(I)> runs_table(std::index_sequence<I...>) {
+  return {runs<std::variant_alternative_t<I, KernelArgs>>...};
+}
+constexpr auto kRuns = runs_table(std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
+
 }  // namespace
 
 CudaKernels::CudaKernels(const DeviceOptions& options)
@@ -56,11 +72,7 @@ CudaKernels::CudaKernels(int ordinal) : CudaKernels(ordinal_options(ordinal)) {}
 CudaKernels::~CudaKernels() = default;
 
 bool CudaKernels::supports(KernelKind kind, DType dtype) const {
-  if (dtype != DType::kF32) return false;
-  return kind == kernel_kind<Fill>() || kind == kernel_kind<Scale>() ||
-         kind == kernel_kind<ConvForward>() || kind == kernel_kind<ConvBackwardData>() ||
-         kind == kernel_kind<ConvBackwardWeights>() || kind == kernel_kind<LinearForward>() ||
-         kind == kernel_kind<LinearBackwardData>() || kind == kernel_kind<LinearBackwardWeights>();
+  return dtype == DType::kF32 && kind < kRuns.size() && kRuns[kind];
 }
 
 uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
@@ -70,37 +82,26 @@ uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (is_conv<T>) return conv_->workspace_bytes(a);
         if constexpr (is_linear<T>) return linear_->workspace_bytes(a);
-        return 0;
+        return 0;  // no stateless kernel uses a workspace
       },
       args);
 }
 
 void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
-  if (const auto* fill = std::get_if<Fill>(&args)) {
-    FERRY_ASSERT(fill->n >= 0 && (fill->n == 0 || fill->y != nullptr), "fill: bad arguments");
-    launch_fill(fill->y, fill->n, fill->value, launch_stream(stream, options_.ordinal));
-    return;
-  }
-  if (const auto* scale = std::get_if<Scale>(&args)) {
-    FERRY_ASSERT(scale->n >= 0 && (scale->n == 0 || scale->y != nullptr), "scale: bad arguments");
-    launch_scale(scale->y, scale->n, scale->alpha, launch_stream(stream, options_.ordinal));
-    return;
-  }
-  const bool done = std::visit(
+  std::visit(
       [&](const auto& a) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (is_conv<T>) {
           conv_->launch(a, launch_stream(stream, options_.ordinal));
-          return true;
         } else if constexpr (is_linear<T>) {
           linear_->launch(a, launch_stream(stream, options_.ordinal));
-          return true;
+        } else if constexpr (Stateless<T>) {
+          run(a, launch_stream(stream, options_.ordinal));
         } else {
-          return false;
+          throw_unsupported(args);
         }
       },
       args);
-  if (!done) throw_unsupported(args);
 }
 
 }  // namespace ferry::cuda

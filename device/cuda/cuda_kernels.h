@@ -1,6 +1,7 @@
 // The CUDA backend's kernels: convolutions on cuDNN (conv_cudnn.h), linear layers on cuBLAS
-// (linear_cublas.h), fill and scale (elementwise.cu). Every other kernel reports unsupported,
-// so callers fall back on purpose. workspace_bytes(args) is exactly what launch(args) uses.
+// (linear_cublas.h), and the kernels with a run() overload in cuda_ops.h (pooling, batch norm,
+// elementwise, dropout, loss, optimizers). workspace_bytes(args) is exactly what launch(args)
+// uses.
 #pragma once
 
 #include <memory>
@@ -31,7 +32,7 @@ class CudaKernels : public Kernels {
   explicit CudaKernels(int ordinal);
   ~CudaKernels() override;
 
-  // Float32 fill, scale, convolutions and linear layers.
+  // True on float32 for every kernel of KernelArgs this backend runs.
   bool supports(KernelKind kind, DType dtype) const override;
   // The chosen algorithm's scratch bytes (a convolution's cuDNN algorithm is found the first time
   // its geometry is asked for); UnsupportedError for kernels this backend does not run.

@@ -1,0 +1,34 @@
+// The CUDA backend's stateless kernels, one run() overload per KernelArgs alternative it
+// supports: each checks its arguments on the host (ConfigError, as the CPU backend), then
+// enqueues on `stream` (of the GPU current on this thread) and returns without synchronising.
+// CudaKernels (cuda_kernels.cc) dispatches to whichever overloads exist.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "device/kernels.h"
+
+namespace ferry::cuda {
+
+void run(const PoolForward& a, cudaStream_t stream);
+void run(const PoolBackward& a, cudaStream_t stream);
+void run(const AdaptiveAvgPoolForward& a, cudaStream_t stream);
+void run(const AdaptiveAvgPoolBackward& a, cudaStream_t stream);
+void run(const BatchNormForwardTraining& a, cudaStream_t stream);
+void run(const BatchNormForwardInference& a, cudaStream_t stream);
+void run(const BatchNormBackward& a, cudaStream_t stream);
+void run(const ReluForward& a, cudaStream_t stream);
+void run(const ReluBackward& a, cudaStream_t stream);
+void run(const AddForward& a, cudaStream_t stream);
+void run(const Accumulate& a, cudaStream_t stream);
+void run(const CopyDevice& a, cudaStream_t stream);  // cudaMemcpyAsync, device to device
+void run(const Fill& a, cudaStream_t stream);
+void run(const Scale& a, cudaStream_t stream);
+void run(const DropoutForward& a, cudaStream_t stream);
+void run(const DropoutBackward& a, cudaStream_t stream);
+void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream);
+void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream);
+void run(const SgdUpdate& a, cudaStream_t stream);
+void run(const AdamWUpdate& a, cudaStream_t stream);
+
+}  // namespace ferry::cuda

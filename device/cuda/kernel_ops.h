@@ -1,0 +1,99 @@
+// Host entry points of the CUDA kernels in pool.cu, batchnorm.cu, activation.cu, loss.cu and
+// optim.cu. Each enqueues its kernels on `stream` and returns: no host synchronisation, no
+// float atomics (every reduction has a fixed order, so results are the same bits run to run).
+// Arguments are checked by the caller (cuda_ops.cc); this header stays C++17 for nvcc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ferry::cuda {
+
+// ---- pooling (pool.cu) --------------------------------------------------------------------
+
+// PoolGeom with its output size resolved. Planes are the N*C (H, W) images.
+struct PoolShape {
+  bool max = true;
+  int64_t planes = 1, h = 1, w = 1, oh = 1, ow = 1;
+  int64_t kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;
+};
+
+// x (planes, H, W) -> y (planes, OH, OW).
+void launch_pool_forward(const PoolShape& s, const float* x, float* y, cudaStream_t stream);
+// Overwrites dx (planes, H, W) from dy (planes, OH, OW); x is read for max pooling only.
+void launch_pool_backward(const PoolShape& s, const float* x, const float* dy, float* dx,
+                          cudaStream_t stream);
+
+// x (planes, H, W) -> y (planes, OH, OW), PyTorch's adaptive cells.
+void launch_adaptive_avg_pool_forward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                      const float* x, float* y, cudaStream_t stream);
+// Overwrites dx (planes, H, W).
+void launch_adaptive_avg_pool_backward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                       const float* dy, float* dx, cudaStream_t stream);
+
+// ---- batch normalisation (batchnorm.cu) ------------------------------------------------------
+
+struct BatchNormShape {
+  int64_t n = 1, c = 1, hw = 1;
+  float eps = 1e-5f;
+};
+
+// One block per channel. running_* and save_* may each be null (not written).
+void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum, const float* x,
+                                        const float* gamma, const float* beta, float* y,
+                                        float* running_mean, float* running_var, float* save_mean,
+                                        float* save_var, cudaStream_t stream);
+void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
+                                         const float* gamma, const float* beta,
+                                         const float* running_mean, const float* running_var,
+                                         float* y, cudaStream_t stream);
+void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                                const float* gamma, const float* save_mean, const float* save_var,
+                                float* dx, float* dgamma, float* dbeta, cudaStream_t stream);
+
+// ---- elementwise (activation.cu) ------------------------------------------------------------
+
+void launch_relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
+void launch_relu_backward(int64_t n, const float* y, const float* dy, float* dx,
+                          cudaStream_t stream);
+void launch_add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
+void launch_accumulate(int64_t n, const float* x, float* y, cudaStream_t stream);
+// Inverted dropout with device/counter_rng.h's stream, so the mask equals the CPU backend's.
+void launch_dropout_forward(int64_t n, float p, uint64_t seed, uint64_t offset, const float* x,
+                            float* y, uint8_t* mask, cudaStream_t stream);
+void launch_dropout_backward(int64_t n, float p, const float* dy, const uint8_t* mask, float* dx,
+                             cudaStream_t stream);
+
+// ---- loss (loss.cu) ------------------------------------------------------------------------
+
+// One block: per-row softmax in double, the batch mean and the correct count reduced on the
+// device. A row whose label is outside [0, K) gets a NaN loss (and NaN probabilities), since
+// the device cannot throw; the loss then reads NaN.
+void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
+                                          const int32_t* labels, float* loss, float* probs,
+                                          int32_t* correct, cudaStream_t stream);
+// dlogits = (probs - onehot) * factor, factor = scale / N. A row with a bad label gets NaN.
+void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,
+                                           const int32_t* labels, float* dlogits,
+                                           cudaStream_t stream);
+
+// ---- optimizers (optim.cu) -------------------------------------------------------------------
+
+void launch_sgd_update(int64_t n, float lr, float momentum, float weight_decay, bool nesterov,
+                       float* param, const float* grad, float* momentum_buf, cudaStream_t stream);
+
+// AdamW's per-step scalars, computed on the host in double as torch does, then rounded.
+struct AdamScalars {
+  float decay;  // 1 - lr * wd
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float bias2_sqrt;  // sqrt(1 - beta2^t)
+  float eps;
+  float neg_step_size;  // -lr / (1 - beta1^t)
+};
+void launch_adamw_update(int64_t n, const AdamScalars& s, float* param, const float* grad, float* m,
+                         float* v, cudaStream_t stream);
+
+}  // namespace ferry::cuda

@@ -1,0 +1,60 @@
+// The op parity suite's target on a real GPU: the CUDA device's kernels on its compute stream,
+// memory from cudaMalloc. No target (a skip) without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "device/device.h"
+#include "tests/device/cuda/parity_target.h"
+
+namespace ferry::test {
+namespace {
+
+class CudaTarget : public ParityTarget {
+ public:
+  CudaTarget() {
+    DeviceOptions options;
+    options.backend = Backend::kCuda;
+    options.memory = 64ull << 20;  // the suite's tensors come from alloc(), not the heap
+    device_ = create_device(options);
+  }
+  ~CudaTarget() override {
+    for (void* p : blocks_) CUDA_WARN(cudaFree(p));
+  }
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+    blocks_.push_back(p);
+    CUDA_CHECK(cudaMemset(p, 0xff, bytes == 0 ? 1 : bytes));
+    return p;
+  }
+  void copy_in(void* dst, const void* host, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+  }
+  void copy_out(void* host, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+  }
+  void launch(const KernelArgs& args) override {
+    Stream& s = device_->stream(StreamKind::kCompute);
+    device_->kernels().launch(args, s);
+    s.synchronize();
+  }
+
+ private:
+  std::unique_ptr<Device> device_;
+  std::vector<void*> blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParityTarget> make_parity_target(std::string* skip_reason) {
+  if (cuda::device_count() == 0) {
+    *skip_reason = "no CUDA device present";
+    return nullptr;
+  }
+  return std::make_unique<CudaTarget>();
+}
+
+}  // namespace ferry::test

@@ -1,0 +1,129 @@
+// Host emulation of device/cuda/launch.cuh (Note [Host emulation of the CUDA kernels]): the
+// CUDA keywords and built-ins the kernels use, a launch that runs each block's threads as host
+// threads meeting at a barrier for __syncthreads, and the same fixed-order block_sum. Found
+// before the real header only on the emulated parity test's include path.
+#pragma once
+
+#include <cuda_runtime_api.h>  // types only (cudaStream_t); nothing here calls the runtime
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+// Note [Host emulation of the CUDA kernels]
+// This machine class (CI) has no GPU, so the real parity suite skips. The emulated suite
+// compiles the very .cu sources with g++: __global__/__device__ vanish, __shared__ becomes a
+// static shared by the block's host threads, blocks run one after another, each with
+// kEmulatedThreads threads (fewer than on a GPU, so grid-stride loops and reductions take
+// more turns), and grids are capped at kMaxBlocks = 16. It checks indexing, semantics and
+// reduction logic against the CPU backend; it cannot see GPU-only faults (memory model,
+// launch limits, device math libraries), which the GPU run of the same suite covers.
+
+// cuda_runtime_api.h defined these for a host compiler as attributes; here they vanish.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+namespace ferry::cuda::emulation {
+
+struct Dim3 {
+  unsigned int x = 1, y = 1, z = 1;
+};
+inline Dim3 block_idx, block_dim, grid_dim;
+inline thread_local Dim3 thread_idx;
+inline std::unique_ptr<std::barrier<>> block_barrier;
+
+}  // namespace ferry::cuda::emulation
+
+#define blockIdx ::ferry::cuda::emulation::block_idx
+#define blockDim ::ferry::cuda::emulation::block_dim
+#define gridDim ::ferry::cuda::emulation::grid_dim
+#define threadIdx ::ferry::cuda::emulation::thread_idx
+#define __syncthreads() ::ferry::cuda::emulation::block_barrier->arrive_and_wait()
+
+using std::exp;
+using std::log;
+using std::max;
+using std::min;
+using std::sqrt;
+
+inline float __int_as_float(int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline double __longlong_as_double(long long bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+namespace ferry::cuda {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 16;
+constexpr unsigned int kEmulatedThreads = 8;
+
+inline unsigned int grid_for(int64_t n) {
+  return static_cast<unsigned int>(std::min((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// Runs the grid now: blocks in order, each block's threads concurrently (at most
+// kEmulatedThreads, a power of two like every block size the kernels ask for).
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), unsigned int blocks, unsigned int threads,
+                   cudaStream_t, Args... args) {
+  const unsigned int t = std::min(threads, kEmulatedThreads);
+  emulation::block_barrier = std::make_unique<std::barrier<>>(t);
+  emulation::grid_dim.x = blocks;
+  emulation::block_dim.x = t;
+  for (unsigned int b = 0; b < blocks; ++b) {
+    emulation::block_idx.x = b;
+    std::vector<std::thread> team;
+    for (unsigned int i = 0; i < t; ++i) {
+      team.emplace_back([&, i] {
+        emulation::thread_idx.x = i;
+        kernel(static_cast<Params>(args)...);
+      });
+    }
+    for (std::thread& member : team) member.join();
+  }
+}
+
+#define FERRY_GRID_STRIDE(i, n)                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+constexpr int kMaxReduceThreads = 1024;
+
+// As the real block_sum: a fixed tree over the block's threads.
+template <typename T>
+T block_sum(T value) {
+  __shared__ T partial[kMaxReduceThreads];
+  __shared__ T total;
+  const unsigned int t = threadIdx.x;
+  partial[t] = value;
+  __syncthreads();
+  for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (t < half) partial[t] += partial[t + half];
+    __syncthreads();
+  }
+  if (t == 0) total = partial[0];
+  __syncthreads();
+  const T result = total;
+  __syncthreads();
+  return result;
+}
+
+}  // namespace ferry::cuda
