@@ -71,9 +71,9 @@ std::unique_ptr<Dataset> load_cifar10_dataset(const std::string& path);
 struct ImageFolderOptions {
   std::string path;  // one subfolder per class
   int64_t crop_height = 224, crop_width = 224;
-  int64_t resize = 256;  // evaluation: the short side before the center crop
-  bool augment = true;   // training: RandomResizedCrop + flip; false: resize + center crop
-  uint64_t seed = 0;     // augmentation draws: a function of (seed, epoch, index)
+  int64_t resize = 256;   // evaluation: the short side before the center crop
+  bool augment = true;    // training: RandomResizedCrop + flip; false: resize + center crop
+  uint64_t seed = 0;      // augmentation draws: a function of (seed, epoch, index)
   bool skip_bad = false;  // replace an unreadable file by the next readable one, with a warning
   DecodeLimits limits;
 };

@@ -70,8 +70,8 @@ JpegFrame find_jpeg_frame(const uint8_t* d, size_t size) {
     if (marker == 0xD9 || marker == 0xDA) break;                         // EOI, SOS
     const size_t length = (size_t{d[pos]} << 8) | d[pos + 1];
     if (length < 2) break;
-    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
-                     marker != 0xCC;
+    const bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (sof) {
       if (pos + 8 > size || length < 8) break;
       frame.height = (d[pos + 3] << 8) | d[pos + 4];
@@ -123,6 +123,8 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
   unsigned char* buf = const_cast<unsigned char*>(data);
   const unsigned long len = static_cast<unsigned long>(size);
   if (tjDecompressHeader3(tj, buf, len, &width, &height, &subsampling, &colorspace) == 0) {
+    // A header cut short before its scan reads as "tables only": no image size.
+    if (width == 0 || height == 0) fail(name, "truncated file (the headers are incomplete)");
     if (width != frame.width || height != frame.height) {
       fail(name, fmt::format("inconsistent frame headers ({}x{} and {}x{})", frame.width,
                              frame.height, width, height));
@@ -139,8 +141,7 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
   RgbImage image;
   image.width = width;
   image.height = height;
-  std::vector<uint8_t> decoded(static_cast<size_t>(width) * static_cast<size_t>(height) *
-                               channels);
+  std::vector<uint8_t> decoded(static_cast<size_t>(width) * static_cast<size_t>(height) * channels);
   if (tjDecompress2(tj, buf, len, decoded.data(), width, static_cast<int>(width * channels), height,
                     pixel_format, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
     const std::string message = tjGetErrorStr2(tj);
@@ -269,8 +270,8 @@ RgbImage decode_png(const uint8_t* data, size_t size, const std::string& name,
                            h.width, h.height, size));
   }
   if (h.out_channels != 3 || h.rowbytes != size_t{h.width} * 3) {
-    fail(name, fmt::format("unsupported PNG layout ({} channels of {} bits)", h.channels,
-                           h.bit_depth));
+    fail(name,
+         fmt::format("unsupported PNG layout ({} channels of {} bits)", h.channels, h.bit_depth));
   }
   RgbImage image;
   image.width = static_cast<int>(h.width);

@@ -111,8 +111,7 @@ std::pair<int, int> resized_size(int width, int height, int short_side) {
     return {short_side,
             static_cast<int>(static_cast<double>(int64_t{short_side} * height) / width)};
   }
-  return {static_cast<int>(static_cast<double>(int64_t{short_side} * width) / height),
-          short_side};
+  return {static_cast<int>(static_cast<double>(int64_t{short_side} * width) / height), short_side};
 }
 
 void resample(const RgbImage& src, CropBox box, int out_width, int out_height, CropBox window,
@@ -205,10 +204,10 @@ void eval_transform(const RgbImage& src, int resize, int crop_height, int crop_w
   const auto [rw, rh] = resized_size(src.width, src.height, resize);
   // Where the crop starts in the resized image; negative = zero padding (torchvision pads
   // (crop - size) // 2 before and the rest after, then crops the middle).
-  const int top = rh >= crop_height ? round_even((rh - crop_height) / 2.0)
-                                    : -((crop_height - rh) / 2);
-  const int left = rw >= crop_width ? round_even((rw - crop_width) / 2.0)
-                                    : -((crop_width - rw) / 2);
+  const int top =
+      rh >= crop_height ? round_even((rh - crop_height) / 2.0) : -((crop_height - rh) / 2);
+  const int left =
+      rw >= crop_width ? round_even((rw - crop_width) / 2.0) : -((crop_width - rw) / 2);
   const CropBox full{0, 0, src.width, src.height};
   if (top >= 0 && left >= 0) {
     resample(src, full, rw, rh, CropBox{left, top, crop_width, crop_height}, out);
@@ -221,10 +220,10 @@ void eval_transform(const RgbImage& src, int resize, int crop_height, int crop_w
   std::vector<uint8_t> part(static_cast<size_t>(window.width) * window.height * 3);
   resample(src, full, rw, rh, window, part.data());
   for (int y = 0; y < window.height; ++y) {
-    std::copy_n(part.data() + static_cast<size_t>(y) * window.width * 3,
-                static_cast<size_t>(window.width) * 3,
-                out + (static_cast<size_t>(window.y - top + y) * crop_width + (window.x - left)) *
-                          3);
+    std::copy_n(
+        part.data() + static_cast<size_t>(y) * window.width * 3,
+        static_cast<size_t>(window.width) * 3,
+        out + (static_cast<size_t>(window.y - top + y) * crop_width + (window.x - left)) * 3);
   }
 }
 

@@ -19,7 +19,7 @@ struct CropBox {
 };
 
 struct RandomResizedCropOptions {
-  double scale_min = 0.08, scale_max = 1.0;         // of the image's area
+  double scale_min = 0.08, scale_max = 1.0;             // of the image's area
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // width / height
 };
 
@@ -48,8 +48,7 @@ bool train_transform(const RgbImage& src, int crop_height, int crop_width, uint6
 
 // Evaluation: Resize(resize) then CenterCrop((crop_height, crop_width)), zero-padded like
 // torchvision when the resized image is smaller than the crop. out: (crop_height, crop_width, 3).
-void eval_transform(const RgbImage& src, int resize, int crop_height, int crop_width,
-                    uint8_t* out);
+void eval_transform(const RgbImage& src, int resize, int crop_height, int crop_width, uint8_t* out);
 
 // (H, W, 3) uint8 -> (3, H, W) float / 255, mirrored left-right when `flip`.
 void hwc_to_chw(const uint8_t* hwc, int width, int height, bool flip, float* chw);

@@ -91,8 +91,8 @@ class ImageFolderDataset : public Dataset {
         o_.augment ? fmt::format("random-resized-crop {}x{} + flip", o_.crop_height, o_.crop_width)
                    : fmt::format("resize {} + center-crop {}x{}", o_.resize, o_.crop_height,
                                  o_.crop_width);
-    return fmt::format("imagefolder '{}' ({} images, {} classes, {})", o_.path, size(),
-                       classes(), transform);
+    return fmt::format("imagefolder '{}' ({} images, {} classes, {})", o_.path, size(), classes(),
+                       transform);
   }
 
   int32_t get(int64_t index, float* pixels) const override { return sample(index, 0, pixels); }
@@ -106,8 +106,8 @@ class ImageFolderDataset : public Dataset {
       try {
         const std::vector<uint8_t> bytes = data_detail::read_file(
             files_[static_cast<size_t>(i)], "image", "check the file's permissions");
-        const RgbImage image = decode_image(bytes.data(), bytes.size(),
-                                            files_[static_cast<size_t>(i)], o_.limits);
+        const RgbImage image =
+            decode_image(bytes.data(), bytes.size(), files_[static_cast<size_t>(i)], o_.limits);
         transform(image, i, epoch, pixels);
         return labels_[static_cast<size_t>(i)];
       } catch (const DataError& e) {
@@ -115,8 +115,7 @@ class ImageFolderDataset : public Dataset {
         mark_bad(i, e.what());
       }
     }
-    throw DataError(fmt::format("imagefolder '{}': no image could be read", o_.path),
-                    kLayoutHint);
+    throw DataError(fmt::format("imagefolder '{}': no image could be read", o_.path), kLayoutHint);
   }
 
   std::vector<std::string> take_warnings() const override {
@@ -136,17 +135,17 @@ class ImageFolderDataset : public Dataset {
     hwc.resize(static_cast<size_t>(o_.crop_height) * o_.crop_width * 3);
     bool flip = false;
     if (o_.augment) {
-      const uint64_t key = counter_hash(counter_hash(o_.seed ^ kAugmentDomain,
-                                                     static_cast<uint64_t>(epoch)),
-                                        static_cast<uint64_t>(index));
+      const uint64_t key =
+          counter_hash(counter_hash(o_.seed ^ kAugmentDomain, static_cast<uint64_t>(epoch)),
+                       static_cast<uint64_t>(index));
       flip = train_transform(image, static_cast<int>(o_.crop_height),
                              static_cast<int>(o_.crop_width), key, hwc.data());
     } else {
       eval_transform(image, static_cast<int>(o_.resize), static_cast<int>(o_.crop_height),
                      static_cast<int>(o_.crop_width), hwc.data());
     }
-    hwc_to_chw(hwc.data(), static_cast<int>(o_.crop_width), static_cast<int>(o_.crop_height),
-               flip, pixels);
+    hwc_to_chw(hwc.data(), static_cast<int>(o_.crop_width), static_cast<int>(o_.crop_height), flip,
+               pixels);
   }
 
   bool is_bad(int64_t i) const {
@@ -156,9 +155,10 @@ class ImageFolderDataset : public Dataset {
   void mark_bad(int64_t i, const std::string& why) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (bad_.insert(i).second) {
-      warnings_.push_back(fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped "
-                                      "so far",
-                                      files_[static_cast<size_t>(i)], why, bad_.size()));
+      warnings_.push_back(
+          fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped "
+                      "so far",
+                      files_[static_cast<size_t>(i)], why, bad_.size()));
     }
   }
 
@@ -184,10 +184,10 @@ std::unique_ptr<Dataset> load_imagefolder_dataset(const ImageFolderOptions& opti
   }
   std::error_code ec;
   if (!fs::is_directory(options.path, ec)) {
-    throw DataError(fmt::format("image folder '{}' {}", options.path,
-                                fs::exists(options.path, ec) ? "is not a folder"
-                                                             : "does not exist"),
-                    kLayoutHint);
+    throw DataError(
+        fmt::format("image folder '{}' {}", options.path,
+                    fs::exists(options.path, ec) ? "is not a folder" : "does not exist"),
+        kLayoutHint);
   }
   std::vector<std::string> classes;
   for (const auto& entry : fs::directory_iterator(options.path, ec)) {

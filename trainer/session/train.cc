@@ -320,12 +320,9 @@ EvalResult evaluate(const Config& config) {
   const double denom = static_cast<double>(std::max<int64_t>(samples, 1));
   EvalResult r{loss_sum / denom, static_cast<double>(correct) / denom,
                static_cast<double>(correct5) / denom, samples};
-  nlohmann::json j = {{"loss", r.loss},
-                      {"accuracy", r.accuracy},
-                      {"top5_accuracy", r.top5_accuracy},
-                      {"samples", r.samples},
-                      {"model", c.model.name},
-                      {"weights", c.model.init_from}};
+  nlohmann::json j = {
+      {"loss", r.loss},       {"accuracy", r.accuracy}, {"top5_accuracy", r.top5_accuracy},
+      {"samples", r.samples}, {"model", c.model.name},  {"weights", c.model.init_from}};
   write_text((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
   std::printf("eval     loss %.4f  accuracy %.4f  top-5 %.4f  samples %lld  -> %s\n", r.loss,
               r.accuracy, r.top5_accuracy, static_cast<long long>(r.samples),
