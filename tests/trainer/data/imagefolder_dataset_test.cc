@@ -156,12 +156,43 @@ TEST(ImageFolder, WorkersDoNotChangeTheBatchesAndEpochsChangeTheAugmentation) {
   EXPECT_EQ(a, c);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(ImageFolder, TrainingStopsAtATruncatedJpegOrLogsTheSkipWithSkipBad) {
+  TempDir dir;
+  write_folder(dir.path() / "train");
+  const auto good = encode_jpeg(pattern(64, 64, 3, 9), 64, 64, TJPF_RGB);
+  const std::string bad = (dir.path() / "train" / "dog" / "d2_cut.jpg").string();
+  write_bytes(bad, std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 3));
+  const std::string yaml =
+      "run: {steps: 2, log_every: 1}\n"
+      "model: {name: mlp, classes: 3, input: [3, 16, 16]}\n"
+      "data: {source: imagefolder, path: " + (dir.path() / "train").string() +
+      ", batch_size: 7, workers: 2}\n"
+      "device: {memory: 256MiB, threads: 1}\n"
+      "topology: {bind: false}\n";
+  const std::string failing = (dir.path() / "fail").string();
+  const std::string e = error_of<DataError>(
+      [&] { train(parse_config_text(yaml, {"run.dir=" + failing}), RankInfo{}); });
+  EXPECT_NE(e.find("cannot decode image '" + bad + "'"), std::string::npos) << e;
+  const std::string skipping = (dir.path() / "skip").string();
+  const TrainResult r =
+      train(parse_config_text(yaml, {"run.dir=" + skipping, "data.skip_bad=true"}), RankInfo{});
+  EXPECT_EQ(r.steps, 2);
+  const std::string log = read_text(skipping + "/rank0.log");
+  EXPECT_NE(log.find("warning: skipping unreadable image '" + bad + "'"), std::string::npos) << log;
+  EXPECT_NE(log.find("1 unreadable image skipped"), std::string::npos) << log;
+}
+
 TEST(ImageFolder, Resnet18TrainsAndTwoRunsWithTheSameSeedAreBitwiseEqual) {
   TempDir dir;
   write_folder(dir.path() / "train");
   const std::string yaml =
       "run: {steps: 3, log_every: 1, seed: 3}\n"
-      "model: {name: resnet18, classes: 3, input: [3, 64, 64]}\n"
+      "model: {name: resnet18, classes: 3, input: [3, 32, 32]}\n"
       "data: {source: imagefolder, path: " +
       (dir.path() / "train").string() +
       ", batch_size: 2, workers: 2, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n"
@@ -175,8 +206,7 @@ TEST(ImageFolder, Resnet18TrainsAndTwoRunsWithTheSameSeedAreBitwiseEqual) {
     const TrainResult result = train(config, RankInfo{});
     EXPECT_EQ(result.steps, 3);
     EXPECT_TRUE(std::isfinite(result.last_loss));
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    runs.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    runs.push_back(read_text(run_dir + "/metrics.jsonl"));
   }
   // The losses (and everything else but timings) of each step are equal.
   const auto losses = [](const std::string& text) {

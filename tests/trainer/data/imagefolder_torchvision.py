@@ -136,7 +136,7 @@ def main():
     with open(config, "w") as f:
         f.write("run: {steps: 2, log_every: 1, seed: 1}\n")
     subprocess.run([args.trainer, "train", config] + common +
-                   ["model.input=[3,64,64]", "data.batch_size=4", "optim.lr=0.05",
+                   ["model.input=[3,32,32]", "data.batch_size=4", "optim.lr=0.05",
                     "checkpoint.every=2"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([args.trainer, "eval", config] + common +
                    ["model.input=[3,224,224]", "data.batch_size=5"], check=True)
