@@ -180,7 +180,7 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(data, samples), at_least(1), "synthetic: samples in the dataset."),
       integer(FERRY_CONFIG_KEY(data, seed), at_least(-1),
               "synthetic: which samples are drawn; -1 = run.seed. Another seed gives a held-out "
-              "set of the same task."),
+              "set of the same task. imagefolder: seeds the augmentation draws."),
       flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
       text(FERRY_CONFIG_KEY(data, val_path),
            "imagefolder: the folder trainer eval reads; \"\" = data.path."),
