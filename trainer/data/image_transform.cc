@@ -179,16 +179,20 @@ void resample(const RgbImage& src, CropBox box, int out_width, int out_height, C
     }
     return;
   }
+  // Row by row: each tap adds a whole input row, which vectorises.
+  std::vector<int32_t> acc(out_stride);
   for (int y = 0; y < window.height; ++y) {
     const int32_t* k = &vt.weights[static_cast<size_t>(y) * vt.ksize];
     const uint8_t* base = mid + static_cast<size_t>(vt.first_tap[y] - row_lo) * mid_stride;
-    const int n = vt.count[y];
-    uint8_t* o = out + y * out_stride;
-    for (size_t c = 0; c < out_stride; ++c) {
-      int32_t s = 1 << (kPrecision - 1);
-      for (int t = 0; t < n; ++t) s += base[t * mid_stride + c] * k[t];
-      o[c] = clip8(s);
+    std::fill(acc.begin(), acc.end(), int32_t{1} << (kPrecision - 1));
+    for (int t = 0, n = vt.count[y]; t < n; ++t) {
+      const uint8_t* row = base + t * mid_stride;
+      const int32_t w = k[t];
+      int32_t* a = acc.data();
+      for (size_t c = 0; c < out_stride; ++c) a[c] += row[c] * w;
     }
+    uint8_t* o = out + y * out_stride;
+    for (size_t c = 0; c < out_stride; ++c) o[c] = clip8(acc[c]);
   }
 }
 
