@@ -170,7 +170,8 @@ TEST(ImageFolder, TrainingStopsAtATruncatedJpegOrLogsTheSkipWithSkipBad) {
   const std::string yaml =
       "run: {steps: 2, log_every: 1}\n"
       "model: {name: mlp, classes: 3, input: [3, 16, 16]}\n"
-      "data: {source: imagefolder, path: " + (dir.path() / "train").string() +
+      "data: {source: imagefolder, path: " +
+      (dir.path() / "train").string() +
       ", batch_size: 7, workers: 2}\n"
       "device: {memory: 256MiB, threads: 1}\n"
       "topology: {bind: false}\n";

@@ -136,7 +136,7 @@ def main():
     with open(config, "w") as f:
         f.write("run: {steps: 2, log_every: 1, seed: 1}\n")
     subprocess.run([args.trainer, "train", config] + common +
-                   ["model.input=[3,32,32]", "data.batch_size=4", "optim.lr=0.05",
+                   ["model.input=[3,32,32]", "data.batch_size=4", "optim.lr=0.001",
                     "checkpoint.every=2"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([args.trainer, "eval", config] + common +
                    ["model.input=[3,224,224]", "data.batch_size=5"], check=True)
@@ -148,19 +148,30 @@ def main():
     model = torchvision.models.resnet18(num_classes=len(classes))
     model.load_state_dict({k: v for k, v in state.items() if not k.startswith("optimizer.")})
     model.eval()
-    norm_tf = transforms.Compose([eval_tf, transforms.Normalize(MEAN, STD)])
-    loader = torch.utils.data.DataLoader(
-        torchvision.datasets.ImageFolder(folder, transform=norm_tf), batch_size=5)
-    loss_sum, top1, top5, n = 0.0, 0, 0, 0
-    with torch.no_grad():
-        for x, y in loader:
-            logits = model(x)
-            loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-            top = logits.topk(5, dim=1).indices
-            top1 += int((top[:, 0] == y).sum())
-            top5 += int((top == y[:, None]).any(dim=1).sum())
-            n += len(y)
-    loss = loss_sum / n
+    def torch_eval(tf, mean=MEAN, std=STD):
+        loader = torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(
+            folder, transform=transforms.Compose([tf, transforms.Normalize(mean, std)])),
+            batch_size=5)
+        loss_sum, top1, top5, n = 0.0, 0, 0, 0
+        with torch.no_grad():
+            for x, y in loader:
+                logits = model(x)
+                loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+                top = logits.topk(5, dim=1).indices
+                top1 += int((top[:, 0] == y).sum())
+                top5 += int((top == y[:, None]).any(dim=1).sum())
+                n += len(y)
+        return loss_sum / n, top1, top5, n
+
+    loss, top1, top5, n = torch_eval(eval_tf)
+    # The check can fail: preprocessing mistakes move this loss by more than the tolerance.
+    resize224 = torch_eval(transforms.Compose([transforms.Resize(224), transforms.CenterCrop(224),
+                                               transforms.ToTensor()]))[0]
+    no_norm = torch_eval(eval_tf, [0, 0, 0], [1, 1, 1])[0]
+    print(f"sensitivity: Resize(224) would give {resize224:.6f} (relative "
+          f"{abs(resize224 - loss) / loss:.2e}), no normalisation {no_norm:.6f} (relative "
+          f"{abs(no_norm - loss) / loss:.2e})")
+    assert abs(no_norm - loss) > 1e-2 * loss, "the loss check is not sensitive to normalisation"
     print(f"eval loss: ferry {ferry['loss']:.6f}  torchvision {loss:.6f}  "
           f"(relative {abs(ferry['loss'] - loss) / loss:.2e}); top-1 {ferry['accuracy']:.4f} vs "
           f"{top1 / n:.4f}; top-5 {ferry['top5_accuracy']:.4f} vs {top5 / n:.4f}")
