@@ -188,6 +188,37 @@ TEST(ImageFolder, TrainingStopsAtATruncatedJpegOrLogsTheSkipWithSkipBad) {
   EXPECT_NE(log.find("1 unreadable image skipped"), std::string::npos) << log;
 }
 
+TEST(ImageFolder, EvalReadsValPathAndReportsTopOneAndTopFive) {
+  TempDir dir;
+  write_folder(dir.path() / "train");
+  fs::create_directories(dir.path() / "val" / "a");
+  fs::create_directories(dir.path() / "val" / "b");
+  const char* names[] = {"a/v0.jpg", "a/v1.jpg", "b/v2.jpg"};
+  for (int i = 0; i < 3; ++i) {
+    write_bytes((dir.path() / "val" / names[i]).string(),
+                encode_jpeg(pattern(30 + i, 20, 3, i), 30 + i, 20, TJPF_RGB));
+  }
+  const std::string run_dir = (dir.path() / "run").string();
+  const std::string yaml = "run: {steps: 1, dir: " + run_dir +
+                           "}\n"
+                           "model: {name: mlp, classes: 7, input: [3, 16, 16]}\n"
+                           "data: {source: imagefolder, path: " +
+                           (dir.path() / "train").string() +
+                           ", batch_size: 2, resize: 18}\n"
+                           "checkpoint: {every: 1}\n"
+                           "device: {memory: 256MiB, threads: 1}\n"
+                           "topology: {bind: false}\n";
+  train(parse_config_text(yaml), RankInfo{});
+  const EvalResult all = evaluate(parse_config_text(yaml));
+  EXPECT_EQ(all.samples, 6);
+  const EvalResult val =
+      evaluate(parse_config_text(yaml, {"data.val_path=" + (dir.path() / "val").string()}));
+  EXPECT_EQ(val.samples, 3);
+  EXPECT_GE(val.top5_accuracy, val.accuracy);
+  const std::string json = read_text(run_dir + "/eval.json");
+  EXPECT_NE(json.find("\"top5_accuracy\""), std::string::npos) << json;
+}
+
 TEST(ImageFolder, Resnet18TrainsAndTwoRunsWithTheSameSeedAreBitwiseEqual) {
   TempDir dir;
   write_folder(dir.path() / "train");
