@@ -2,6 +2,7 @@
 // bit flips, byte overwrites, spliced headers) and random bytes: every input must give a whole
 // image within the limits or one DataError naming the file — never a crash, a hang or another
 // exception. Run under ASan/UBSan by the sanitizer harness (target image_decode_fuzz_test).
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <new>
@@ -12,6 +13,24 @@
 #include "device/counter_rng.h"
 #include "tests/trainer/data/image_files.h"
 #include "trainer/data/image_decode.h"
+
+// The largest single C++ allocation since the last reset: a corrupt header must not make the
+// decoder allocate for the pixels it claims (libjpeg's and libpng's own mallocs are bounded by
+// the same checks, which run before they are asked to decode).
+static std::atomic<size_t> g_largest_new{0};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free pair up here
+void* operator new(size_t n) {
+  size_t seen = g_largest_new.load(std::memory_order_relaxed);
+  while (n > seen && !g_largest_new.compare_exchange_weak(seen, n)) {
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace ferry {
 namespace {
@@ -48,6 +67,7 @@ void check_one(const std::vector<uint8_t>& bytes, const std::string& what) {
   DecodeLimits limits;
   limits.max_pixels = kMaxPixels;
   const auto start = std::chrono::steady_clock::now();
+  g_largest_new = 0;
   try {
     const RgbImage im = decode_image(bytes.data(), bytes.size(), "fuzz.bin", limits);
     ASSERT_GE(im.width, 1) << what;
@@ -60,9 +80,18 @@ void check_one(const std::vector<uint8_t>& bytes, const std::string& what) {
   } catch (const std::exception& e) {
     FAIL() << what << ": not a DataError: " << e.what();
   }
+  // The decoded pixels (CMYK: 4 bytes each) are the largest buffer; nothing beyond the limit.
+  ASSERT_LE(g_largest_new.load(), size_t{kMaxPixels} * 4 + (size_t{1} << 20)) << what;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_LT(seconds, 5.0) << what << " took " << seconds << " s to decode";
+}
+
+TEST(ImageDecodeFuzz, TheAllocationProbeSeesADecode) {
+  const auto jpeg = encode_jpeg(pattern(300, 200, 3), 300, 200, TJPF_RGB);
+  g_largest_new = 0;
+  decode_image(jpeg.data(), jpeg.size(), "probe.jpg");
+  EXPECT_GE(g_largest_new.load(), size_t{300} * 200 * 3);
 }
 
 TEST(ImageDecodeFuzz, TruncationsAtEveryLength) {
