@@ -68,8 +68,8 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   return o;
 }
 
-// Rows of `logits` (n, k) whose label is among the 5 largest (ties: lower index first, as
-// torch.topk on distinct values).
+// Rows of `logits` (n, k) whose label's logit is among the 5 largest; a logit equal to the
+// label's counts as larger when its class index is lower.
 int64_t top5_correct(const float* logits, const int32_t* labels, int64_t n, int64_t k) {
   int64_t correct = 0;
   for (int64_t i = 0; i < n; ++i) {
