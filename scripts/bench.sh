@@ -4,7 +4,8 @@
 #   2. the memory plan table (VGG-16, ResNet-50 on ImageNet) and auto's smallest budget
 #   3. offload overhead on the CPU backend: vdnn-all / none step time, with a trace
 #   4. MPI all-reduce bus bandwidth, and 2-rank step time with comm.overlap on / off
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm]   (default all)
+#   5. imagefolder loader images/s vs torchvision's DataLoader with PIL (2 workers each)
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
@@ -70,4 +71,10 @@ if [[ $what == all || $what == comm ]]; then
   done
   /usr/bin/python3 scripts/trace_overlap.py "$out/overlap_true/trace_rank0.json" \
     "$out/overlap_false/trace_rank0.json"
+fi
+
+if [[ $what == all || $what == imagefolder ]]; then
+  echo "== 5. imagefolder loader vs torchvision DataLoader + PIL (goal >= 1.5) =="
+  /usr/bin/python3 bench/imagefolder_vs_torchvision.py --tool build/bench_imagefolder_loader \
+    --dir "$out/imagefolder" --workers 2 --reps 3
 fi

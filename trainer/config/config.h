@@ -29,7 +29,8 @@
 //   FILE: expected one YAML document, found 2
 // Cross-key checks, after all overrides (WHERE: where the named key was last given, with the
 // parentheses omitted when it kept its default):
-//   data.path: required when data.source is idx            (or cifar10)
+//   data.path: required when data.source is idx            (or cifar10, imagefolder)
+//   data.crop: must equal model.input's height and width (64 x 64) or be 0, got 32 (WHERE)
 //   data.mean: needs one value per channel of model.input (3), got 1 (WHERE)   (or data.std)
 //   memory.budget: must be <= device.memory (4GiB), got 8GiB (WHERE)
 //   optim.nesterov: requires optim.momentum > 0 with optim.name sgd, got 0 (WHERE)
@@ -91,6 +92,11 @@ struct DataConfig {
   int64_t samples = 4096;    // synthetic dataset size, >= 1
   int64_t seed = -1;         // synthetic: which samples, >= -1, -1 = run.seed
   bool drop_last = true;     // drop a final partial batch
+  std::string val_path;      // imagefolder: the folder `trainer eval` reads; "" = path
+  int64_t workers = 2;       // >= 1, loader threads decoding and transforming samples
+  int64_t crop = 0;          // imagefolder: crop side, >= 0; 0 = model.input's H and W
+  int64_t resize = 256;      // imagefolder eval: short side before the center crop, >= 1
+  bool skip_bad = false;     // imagefolder: skip unreadable images with a warning
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -18,7 +18,7 @@
 namespace ferry {
 
 // data.source
-enum class DataSource { kSynthetic, kIdx, kCifar10 };
+enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder };
 // comm.backend
 enum class CommBackend { kAuto, kMpi, kNccl };
 // topology.scheduler: how the link scheduler orders offload/prefetch transfers.
@@ -31,10 +31,11 @@ struct EnumNames;
 
 template <>
 struct EnumNames<DataSource> {
-  static constexpr std::array<std::pair<DataSource, std::string_view>, 3> kNames{
+  static constexpr std::array<std::pair<DataSource, std::string_view>, 4> kNames{
       {{DataSource::kSynthetic, "synthetic"},
        {DataSource::kIdx, "idx"},
-       {DataSource::kCifar10, "cifar10"}}};
+       {DataSource::kCifar10, "cifar10"},
+       {DataSource::kImageFolder, "imagefolder"}}};
 };
 template <>
 struct EnumNames<OptimizerKind> {

@@ -210,16 +210,24 @@ Config Loader::finish(const std::string& stem) {
 }
 
 void Loader::check_cross_keys(const Config& c) const {
-  if (c.data.path.empty() &&
-      (c.data.source == DataSource::kIdx || c.data.source == DataSource::kCifar10)) {
-    const bool idx = c.data.source == DataSource::kIdx;
+  if (c.data.path.empty() && c.data.source != DataSource::kSynthetic) {
+    const char* hint =
+        c.data.source == DataSource::kIdx ? "set data.path to the MNIST IDX images file, e.g. "
+                                            "data.path=data/mnist/train-images-idx3-ubyte"
+        : c.data.source == DataSource::kCifar10
+            ? "set data.path to a CIFAR-10 binary batch file (data_batch_1.bin) or the folder "
+              "holding them"
+            : "set data.path to a folder with one subfolder of .jpg/.png images per class";
     throw ConfigError(
-        fmt::format("data.path: required when data.source is {}", to_string(c.data.source)),
-        idx ? "set data.path to the MNIST IDX images file, e.g. "
-              "data.path=data/mnist/train-images-idx3-ubyte"
-            : "set data.path to a CIFAR-10 binary batch file (data_batch_1.bin) or the folder "
-              "holding them");
+        fmt::format("data.path: required when data.source is {}", to_string(c.data.source)), hint);
   }
+  if (c.data.crop != 0 && (c.data.crop != c.model.input[1] || c.data.crop != c.model.input[2]))
+    throw ConfigError(
+        fmt::format("data.crop: must equal model.input's height and width ({} x {}) or be 0, "
+                    "got {}{}",
+                    c.model.input[1], c.model.input[2], c.data.crop, given_at("data.crop")),
+        fmt::format("set model.input=[{}, {}, {}] too, or leave data.crop at 0", c.model.input[0],
+                    c.data.crop, c.data.crop));
   const int64_t channels = c.model.input[0];
   for (const auto& [key, values] :
        {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},

@@ -162,9 +162,11 @@ std::vector<KeySpec> build_schema() {
            "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
       // data
       choice(FERRY_CONFIG_KEY(data, source),
-             "Dataset: a generated task, MNIST IDX files or CIFAR-10 binary batches."),
+             "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches or a folder of "
+             "JPEG/PNG images (one subfolder per class)."),
       text(FERRY_CONFIG_KEY(data, path),
-           "idx: the images file; cifar10: a batch file or a folder of them. Required for both."),
+           "idx: the images file; cifar10: a batch file or a folder of them; imagefolder: the "
+           "training folder. Required for all three."),
       text(FERRY_CONFIG_KEY(data, labels),
            "idx: the labels file; \"\" = derived from data.path by the loader."),
       integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1), "Samples per step, per rank."),
@@ -178,8 +180,20 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(data, samples), at_least(1), "synthetic: samples in the dataset."),
       integer(FERRY_CONFIG_KEY(data, seed), at_least(-1),
               "synthetic: which samples are drawn; -1 = run.seed. Another seed gives a held-out "
-              "set of the same task."),
+              "set of the same task. imagefolder: seeds the augmentation draws."),
       flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
+      text(FERRY_CONFIG_KEY(data, val_path),
+           "imagefolder: the folder trainer eval reads; \"\" = data.path."),
+      integer(FERRY_CONFIG_KEY(data, workers), at_least(1),
+              "Loader threads that read, decode, augment and normalise the samples of a batch."),
+      integer(FERRY_CONFIG_KEY(data, crop), at_least(0),
+              "imagefolder: side of the training random-resized crop and of the evaluation "
+              "center crop; 0 = model.input's H and W (nonzero: must equal both)."),
+      integer(FERRY_CONFIG_KEY(data, resize), at_least(1),
+              "imagefolder eval: resize the short side to this before the center crop."),
+      flag(FERRY_CONFIG_KEY(data, skip_bad),
+           "imagefolder: an unreadable image is skipped with a warning (replaced by the next "
+           "readable one) instead of an error."),
       // optim
       choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),
       real(FERRY_CONFIG_KEY(optim, lr), above(0), "Base learning rate (after warm-up)."),

@@ -43,10 +43,29 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   }
   if (spec.source == "idx") return load_idx_dataset(spec.path, spec.labels_path, spec.classes);
   if (spec.source == "cifar10") return load_cifar10_dataset(spec.path);
-  const std::string near = nearest(spec.source, {"synthetic", "idx", "cifar10"});
+  if (spec.source == "imagefolder") {
+    ImageFolderOptions o;
+    o.path = spec.path;
+    if (spec.image_shape.rank() == 3) {
+      if (spec.image_shape[0] != 3) {
+        throw ConfigError(fmt::format("imagefolder images have 3 channels (RGB), model.input "
+                                      "has {}",
+                                      spec.image_shape[0]),
+                          "set model.input to [3, H, W]");
+      }
+      o.crop_height = spec.image_shape[1];
+      o.crop_width = spec.image_shape[2];
+    }
+    o.resize = spec.resize;
+    o.augment = spec.augment;
+    o.seed = spec.seed;
+    o.skip_bad = spec.skip_bad;
+    return load_imagefolder_dataset(o);
+  }
+  const std::string near = nearest(spec.source, {"synthetic", "idx", "cifar10", "imagefolder"});
   throw ConfigError(fmt::format("unknown data source '{}'{}", spec.source,
                                 near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
-                    "data.source is one of: synthetic, idx, cifar10");
+                    "data.source is one of: synthetic, idx, cifar10, imagefolder");
 }
 
 }  // namespace ferry

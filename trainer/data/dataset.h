@@ -1,13 +1,16 @@
-// Image classification datasets: a procedural synthetic task, MNIST IDX files and CIFAR-10
-// binary batches behind one small interface. Invariant: get() is a pure, thread-safe function
-// of the index, so the loader's order alone decides what a batch holds.
+// Image classification datasets: a procedural synthetic task, MNIST IDX files, CIFAR-10
+// binary batches and image folders behind one small interface. Invariant: get() and sample()
+// are pure, thread-safe functions of (index, epoch), so the loader's order alone decides what
+// a batch holds.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/shape.h"
+#include "trainer/data/image_decode.h"
 
 namespace ferry {
 
@@ -23,6 +26,16 @@ class Dataset {
   // Writes sample `index` (0 <= index < size()) into `pixels`: C*H*W floats, CHW order, scaled
   // to [0, 1]; returns its label. Const and safe to call from several threads at once.
   virtual int32_t get(int64_t index, float* pixels /* (C, H, W) */) const = 0;
+  // As get(), for the sample's draw in `epoch`: a source with random augmentation (imagefolder
+  // training) keys it by (its seed, epoch, index); by default the epoch changes nothing.
+  virtual int32_t sample(int64_t index, int64_t epoch, float* pixels /* (C, H, W) */) const {
+    (void)epoch;
+    return get(index, pixels);
+  }
+  // Warnings met since the last call (a skipped unreadable file), for the run's log.
+  virtual std::vector<std::string> take_warnings() const { return {}; }
+  // Samples whose file could not be read and was skipped so far.
+  virtual int64_t skipped() const { return 0; }
   // One line for logs, e.g. "cifar10 'data/cifar' (50000 x (3, 32, 32), 10 classes)".
   virtual std::string describe() const = 0;
 };
@@ -54,15 +67,38 @@ std::unique_ptr<Dataset> load_idx_dataset(const std::string& images_path,
 // a missing, empty or truncated file (size not a multiple of 3073) or a label above 9.
 std::unique_ptr<Dataset> load_cifar10_dataset(const std::string& path);
 
+// An image folder (torchvision's ImageFolder layout) and its transforms.
+struct ImageFolderOptions {
+  std::string path;  // one subfolder per class
+  int64_t crop_height = 224, crop_width = 224;
+  int64_t resize = 256;   // evaluation: the short side before the center crop
+  bool augment = true;    // training: RandomResizedCrop + flip; false: resize + center crop
+  uint64_t seed = 0;      // augmentation draws: a function of (seed, epoch, index)
+  bool skip_bad = false;  // replace an unreadable file by the next readable one, with a warning
+  DecodeLimits limits;
+};
+
+// torchvision's ImageFolder: classes are the subfolders of `options.path` sorted by name (label
+// = position); samples are the .jpg/.jpeg/.png files (any case) below each, folders sorted by
+// path and files by name. Each sample is decoded and transformed when read: (3, crop_height,
+// crop_width) in [0, 1]. DataError for a missing folder, no class subfolder or a class folder
+// without images (naming it); an unreadable image is a DataError naming the file when read
+// (unless skip_bad).
+std::unique_ptr<Dataset> load_imagefolder_dataset(const ImageFolderOptions& options);
+
 // What a config's data section says about the source; the session fills it.
 struct DatasetSpec {
-  std::string source = "synthetic";  // "synthetic", "idx" or "cifar10"
+  std::string source = "synthetic";  // "synthetic", "idx", "cifar10" or "imagefolder"
   std::string path;                  // idx: the images file; cifar10: a batch file or folder
   std::string labels_path;           // idx only; empty = derived from `path`
   Shape image_shape;                 // synthetic: (C, H, W)
   int64_t classes = 10;              // synthetic: classes; idx: labels must be below it
   int64_t samples = 0;               // synthetic: number of samples
-  uint64_t seed = 0;                 // synthetic: which samples
+  uint64_t seed = 0;                 // synthetic: which samples; imagefolder: augmentation
+  // imagefolder: crop = image_shape's H and W; path = the folder.
+  int64_t resize = 256;
+  bool augment = true;
+  bool skip_bad = false;
 };
 
 // Opens the dataset `spec` describes. ConfigError for an unknown source (naming the nearest).

@@ -170,6 +170,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
                     ">= 0; got {}, {}, {}",
                     o.prefetch, o.max_leases, o.epochs));
   }
+  if (o.workers < 1) {
+    throw ConfigError(fmt::format("data loader needs at least 1 worker, got {}", o.workers),
+                      "set data.workers >= 1");
+  }
   const Shape chw = dataset_->image_shape();
   FERRY_ASSERT(chw.rank() == 3, "dataset image shape must be (C, H, W)");
   const size_t channels = static_cast<size_t>(chw[0]);
@@ -214,6 +218,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
     state_->free.push_back(slot.get());
     state_->slots.push_back(std::move(slot));
   }
+  pool_ = std::make_unique<WorkerPool>(o.workers);
   position_ = o.start;
   start_thread(o.start);
 }
@@ -316,11 +321,13 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const int64_t plane = chw[1] * chw[2], sample = chw[0] * plane;
   const int64_t classes = ds.classes();
   slot.n = r.count;
-  for (int64_t i = 0; i < r.count; ++i) {
+  // Rows are independent: the workers share them; each row's content depends only on
+  // (index, epoch), so the result does not depend on which thread wrote it.
+  pool_->run(r.count, [&](int64_t i) {
     if (state_->stop.load(std::memory_order_relaxed)) return;
     const int64_t index = order[r.begin + i];
     float* pixels = slot.images + i * sample;
-    const int32_t label = ds.get(index, pixels);
+    const int32_t label = ds.sample(index, slot.position.epoch, pixels);
     if (label < 0 || label >= classes) {
       throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",
                                   ds.describe(), label, index, classes));
@@ -333,7 +340,7 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
         for (int64_t k = 0; k < plane; ++k) p[k] = (p[k] - mean) / stddev;
       }
     }
-  }
+  });
 }
 
 void DataLoader::produce(LoaderPosition position) {

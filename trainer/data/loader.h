@@ -1,5 +1,6 @@
-// The data loader: a background thread fills batch buffers ahead of the trainer, in an order
-// that depends only on (seed, epoch) and never on timing or on the number of ranks.
+// The data loader: a background thread (with workers - 1 helpers sharing each batch) fills
+// batch buffers ahead of the trainer, in an order that depends only on (seed, epoch) and never
+// on timing, on the number of workers or on the number of ranks.
 // Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
 // is reused only after the lease that holds it has been released.
 #pragma once
@@ -12,6 +13,7 @@
 #include "device/host_pool.h"
 #include "device/shape.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/worker_pool.h"
 
 namespace ferry {
 
@@ -36,6 +38,7 @@ struct LoaderOptions {
   // ranks as evenly as possible (Note [Partial global batch] in loader.cc).
   bool drop_last = true;
   int prefetch = 2;      // batches prepared ahead of the consumer (>= 1)
+  int workers = 1;       // threads preparing the samples of a batch (>= 1; data.workers)
   int max_leases = 2;    // batches the consumer may hold at once (>= 1)
   int64_t epochs = 0;    // 0: endless (training); n > 0: next() ends after n epochs (eval: 1)
   LoaderPosition start;  // where the first next() starts (resume)
@@ -126,6 +129,7 @@ class DataLoader {
   int64_t batches_per_epoch_ = 0;
   LoaderPosition position_;
   std::shared_ptr<loader_detail::State> state_;
+  std::unique_ptr<WorkerPool> pool_;  // the producer thread plus workers - 1 helpers
   std::thread thread_;
 };
 

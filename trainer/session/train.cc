@@ -23,10 +23,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<const Dataset> open_configured_dataset(const Config& config) {
+// `evaluation`: an image folder reads data.val_path (when set) with the evaluation transform.
+std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
+                                                       bool evaluation = false) {
   DatasetSpec spec;
   spec.source = std::string(to_string(config.data.source));
   spec.path = config.data.path;
+  if (evaluation && config.data.source == DataSource::kImageFolder &&
+      !config.data.val_path.empty()) {
+    spec.path = config.data.val_path;
+  }
+  spec.augment = !evaluation;
+  spec.resize = config.data.resize;
+  spec.skip_bad = config.data.skip_bad;
   spec.labels_path = config.data.labels;
   spec.image_shape = Shape{config.model.input[0], config.model.input[1], config.model.input[2]};
   spec.classes = config.model.classes;
@@ -54,8 +63,25 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   o.mean.assign(config.data.mean.begin(), config.data.mean.end());
   o.stddev.assign(config.data.std.begin(), config.data.std.end());
   o.drop_last = config.data.drop_last;
+  o.workers = static_cast<int>(config.data.workers);
   o.allocator = &device.pinned();
   return o;
+}
+
+// Rows of `logits` (n, k) whose label's logit is among the 5 largest; a logit equal to the
+// label's counts as larger when its class index is lower.
+int64_t top5_correct(const float* logits, const int32_t* labels, int64_t n, int64_t k) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits + i * k;
+    const float mine = row[labels[i]];
+    int64_t above = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (row[j] > mine || (row[j] == mine && j < labels[i])) ++above;
+    }
+    if (above < 5) ++correct;
+  }
+  return correct;
 }
 
 void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data) {
@@ -153,6 +179,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
     session.executor().set_trace(traced ? &trace : nullptr);
 
     Batch batch = loader.next();
+    for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
     session.forward_backward({batch.images(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
@@ -216,6 +243,11 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
       log.print("saved    {}", path);
     }
   }
+  for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
+  if (dataset->skipped() > 0) {
+    log.print("data     {} unreadable image{} skipped (data.skip_bad)", dataset->skipped(),
+              dataset->skipped() == 1 ? "" : "s");
+  }
   result.device_peak_bytes = device.memory().stats().peak;
   return result;
 }
@@ -253,7 +285,10 @@ EvalResult evaluate(const Config& config) {
     c.model.init_from = all.back().second;
   }
   Session session(c, RankInfo{}, /*training=*/false);
-  auto dataset = open_configured_dataset(c);
+  // The logits stay readable after each batch, for top-5 accuracy.
+  const std::string logits = session.graph().tensor(session.graph().logits()).name;
+  session.executor().keep_alive({logits});
+  auto dataset = open_configured_dataset(c, /*evaluation=*/true);
   LoaderOptions lo = loader_options(c, session.device());
   lo.shuffle = false;
   lo.drop_last = false;
@@ -262,26 +297,37 @@ EvalResult evaluate(const Config& config) {
   std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
               c.model.init_from.c_str());
   double loss_sum = 0;
-  int64_t correct = 0, samples = 0;
+  int64_t correct = 0, correct5 = 0, samples = 0;
+  const int64_t classes = c.model.classes;
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
+    for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
     session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, false, 0);
     const StepMetrics m = session.metrics();
+    const std::vector<std::byte> out = session.executor().read_activation(logits);
+    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),
+                 "logits of an unexpected size");
+    correct5 += top5_correct(reinterpret_cast<const float*>(out.data()), batch.labels(),
+                             batch.size(), classes);
     loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size());
     correct += m.correct;
     samples += batch.size();
   }
-  EvalResult r{samples ? loss_sum / static_cast<double>(samples) : 0.0,
-               samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0.0,
-               samples};
-  nlohmann::json j = {{"loss", r.loss},
-                      {"accuracy", r.accuracy},
-                      {"samples", r.samples},
-                      {"model", c.model.name},
-                      {"weights", c.model.init_from}};
+  for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
+  if (dataset->skipped() > 0) {
+    std::printf("data     %lld unreadable image%s skipped (data.skip_bad)\n",
+                static_cast<long long>(dataset->skipped()), dataset->skipped() == 1 ? "" : "s");
+  }
+  const double denom = static_cast<double>(std::max<int64_t>(samples, 1));
+  EvalResult r{loss_sum / denom, static_cast<double>(correct) / denom,
+               static_cast<double>(correct5) / denom, samples};
+  nlohmann::json j = {
+      {"loss", r.loss},       {"accuracy", r.accuracy}, {"top5_accuracy", r.top5_accuracy},
+      {"samples", r.samples}, {"model", c.model.name},  {"weights", c.model.init_from}};
   write_text((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
-  std::printf("eval     loss %.4f  accuracy %.4f  samples %lld  -> %s\n", r.loss, r.accuracy,
-              static_cast<long long>(r.samples), (fs::path(c.run.dir) / "eval.json").c_str());
+  std::printf("eval     loss %.4f  accuracy %.4f  top-5 %.4f  samples %lld  -> %s\n", r.loss,
+              r.accuracy, r.top5_accuracy, static_cast<long long>(r.samples),
+              (fs::path(c.run.dir) / "eval.json").c_str());
   return r;
 }
 

@@ -24,12 +24,15 @@ TrainResult train(const Config& config, const RankInfo& ranks);
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;       // top-1
+  double top5_accuracy = 0;  // the label among the 5 largest logits
   int64_t samples = 0;
 };
 
-// Loss and accuracy over one pass of the configured dataset, with the weights of model.init_from
-// (or the newest checkpoint in checkpoint.dir); written to <run.dir>/eval.json. One process.
+// Loss, top-1 and top-5 accuracy over one pass of the configured dataset (an image folder:
+// data.val_path, else data.path, with the evaluation transform), with the weights of
+// model.init_from (or the newest checkpoint in checkpoint.dir); written to
+// <run.dir>/eval.json. One process.
 EvalResult evaluate(const Config& config);
 
 }  // namespace ferry

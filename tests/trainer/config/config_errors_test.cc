@@ -151,7 +151,7 @@ TEST(ConfigErrors, BadChoiceListsTheAllowedOnes) {
             "memory.policy: must be one of none|vdnn-conv|vdnn-all|auto, got 'vdnn' "
             "(override 'memory.policy=vdnn')");
   EXPECT_EQ(override_error("data.source=cifar"),
-            "data.source: must be one of synthetic|idx|cifar10, got 'cifar' (override "
+            "data.source: must be one of synthetic|idx|cifar10|imagefolder, got 'cifar' (override "
             "'data.source=cifar'); did you mean 'cifar10'?");
 }
 
@@ -179,6 +179,11 @@ TEST(ConfigErrors, MalformedOverride) {
 TEST(ConfigErrors, RequiredDataPath) {
   EXPECT_EQ(override_error("data.source=idx"), "data.path: required when data.source is idx");
   EXPECT_EQ(error("data:\n  source: cifar10\n"), "data.path: required when data.source is cifar10");
+  EXPECT_EQ(override_error("data.source=imagefolder"),
+            "data.path: required when data.source is imagefolder");
+  EXPECT_EQ(override_error("data.crop=28"),
+            "data.crop: must equal model.input's height and width (32 x 32) or be 0, got 28 "
+            "(override 'data.crop=28')");
   EXPECT_NE(
       hint_of([] { parse_config_text("", {"data.source=idx"}, "x.yaml"); }).find("data.path="),
       std::string::npos);
