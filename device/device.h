@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "device/copy_pacer.h"
 #include "device/heap.h"
 #include "device/host_pool.h"
 #include "device/kernels.h"
@@ -24,6 +25,8 @@ struct DeviceOptions {
   int ordinal = 0;       // which GPU (cuda); which emulated device (cpu)
   int threads = 0;       // cpu: threads for kernels, 0 = every core
   double copy_gbps = 0;  // cpu: emulated link bandwidth for host<->device copies, 0 = unlimited
+  // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
+  std::shared_ptr<CopyPacer> pacer;
 };
 
 class Device {

@@ -19,6 +19,9 @@ struct TransferRequest {
   std::string tensor;
   uint64_t bytes = 0;
   int deadline_step = -1;  // the step that waits for it (release or first use)
+  // Planned seconds from the copy's issue to the start of deadline_step (0: none known). The
+  // topology scheduler orders chunks of the node's ranks by this deadline.
+  double deadline_s = 0;
 };
 
 class LinkScheduler {

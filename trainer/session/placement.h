@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/ranks.h"
 #include "topology/placement.h"
@@ -20,7 +22,10 @@ struct Placement {
   // when the rank drives no GPU. A CPU-backend rank placed on a described server (topology.file)
   // emulates this link for its copies.
   double link_gbps = 0;
-  std::string link_path;  // the links of that path, for the banner
+  std::string link_path;      // the links of that path, for the banner
+  std::vector<int> link_ids;  // that path as ids into node_links
+  // Every link of the topology: name and GB/s per direction (the node's shared link ledger).
+  std::vector<std::pair<std::string, double>> node_links;
 };
 
 // Places the local ranks of `ranks` on the topology and binds this process when asked and
