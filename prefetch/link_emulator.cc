@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "prefetch/arbiter_policy.h"
+
 namespace ferry {
 
 namespace {
@@ -83,7 +85,7 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   const double rate = options_.solo_gbps > 0 ? options_.solo_gbps * 1e9 : 1e12;
   for (uint64_t offset = 0; offset < t.bytes; offset += options_.chunk_bytes) {
     const uint64_t length = std::min(options_.chunk_bytes, t.bytes - offset);
-    const double latest_start = t.deadline - static_cast<double>(t.bytes - offset) / rate;
+    const double latest_start = chunk_latest_start(t.deadline, t.bytes - offset, rate);
     const uint64_t claim = ledger->acquire(
         options_.rank, t.direction,
         options_.arbitrated.empty() ? options_.path : options_.arbitrated, latest_start);
