@@ -48,7 +48,13 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
       machine.emplace(HwlocTopology::live());
       return machine->model();
     }
-    return load_topology(config.topology.file);
+    try {
+      return load_topology(config.topology.file);
+    } catch (const Error& e) {
+      // Name the key: the file is where the mistake is, but the key is what the user set.
+      if (std::string_view(e.what()).rfind("topology.file", 0) == 0) throw;
+      throw ConfigError(fmt::format("topology.file: {}", e.what()), e.hint());
+    }
   }();
   p.source = live ? "live machine" : config.topology.file;
   PlacementOptions options;
