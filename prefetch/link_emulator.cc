@@ -44,7 +44,7 @@ uint64_t LinkEmulator::enqueue(bool to_device, uint64_t bytes) {
   auto& a = announced_[dir_index(t.direction)];
   if (a && a->bytes == bytes) {
     t.scheduled = true;
-    t.deadline = LinkLedger::now() + a->deadline_s;
+    t.deadline_s = a->deadline_s;
     a.reset();
   }
   const uint64_t id = next_ticket_++;
@@ -82,22 +82,24 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   }
   // Chunks: each waits for its turn on every link-direction of the path. Its latest start is
   // the deadline less the time the rest of the transfer needs alone on the path.
+  // The deadline counts from the copy's start: the moment the stream reaches it, which is when
+  // the plan issues it (the host enqueues a whole step ahead).
+  const double deadline = LinkLedger::now() + t.deadline_s;
   const double rate = options_.solo_gbps > 0 ? options_.solo_gbps * 1e9 : 1e12;
   for (uint64_t offset = 0; offset < t.bytes; offset += options_.chunk_bytes) {
     const uint64_t length = std::min(options_.chunk_bytes, t.bytes - offset);
-    const double latest_start = chunk_latest_start(t.deadline, t.bytes - offset, rate);
-    const uint64_t claim = ledger->acquire(
-        options_.rank, t.direction,
-        options_.arbitrated.empty() ? options_.path : options_.arbitrated, latest_start);
+    const double latest_start = chunk_latest_start(deadline, t.bytes - offset, rate);
+    const uint64_t flow =
+        ledger->acquire(options_.rank, t.direction,
+                        options_.arbitrated.empty() ? options_.path : options_.arbitrated,
+                        options_.path, length, latest_start);
     try {
-      const uint64_t flow = ledger->begin_flow(options_.rank, t.direction, options_.path, length);
       move(offset, length);
-      ledger->wait_flow(flow);
     } catch (...) {
-      ledger->release(claim);
+      ledger->abandon(flow);
       throw;
     }
-    ledger->release(claim);
+    ledger->wait_flow(flow);
   }
 }
 

@@ -53,7 +53,7 @@ class LinkEmulator : public CopyPacer {
     TransferDirection direction = TransferDirection::kToHost;
     uint64_t bytes = 0;
     bool scheduled = false;  // announced by the scheduler: arbitrated in chunks
-    double deadline = 0;     // ledger clock: when the transfer must be through
+    double deadline_s = 0;   // planned seconds from the copy's start to its deadline
   };
   LinkEmulationOptions options_;
   mutable std::mutex mu_;

@@ -48,6 +48,7 @@ struct FlowSlot {
   int32_t used = 0;
   int32_t done = 0;
   int32_t rank = 0;
+  int32_t pid = 0;
   int32_t dir = 0;
   int32_t n_links = 0;
   int32_t links[LinkLedger::kMaxPath] = {};
@@ -62,15 +63,19 @@ struct ClaimSlot {
   int32_t rank = 0;
   int32_t pid = 0;
   int32_t dir = 0;
-  int32_t n_links = 0;
+  int32_t n_links = 0;  // arbitrated links: one token each
   int32_t links[LinkLedger::kMaxPath] = {};
-  uint64_t id = 0;  // also its arrival order
+  int32_t n_path = 0;  // the links its flow crosses
+  int32_t path[LinkLedger::kMaxPath] = {};
+  uint64_t bytes = 0;
+  uint64_t flow = 0;  // once granted
+  uint64_t id = 0;    // also its arrival order
   double latest_start = 0;
   double heartbeat = 0;
 };
 
 struct Token {
-  uint64_t claim = 0;  // 0: free
+  uint64_t flow = 0;  // the granted chunk's flow; 0: free
   int32_t rank = 0;
   int32_t pid = 0;
   double since = 0;
@@ -178,7 +183,76 @@ void recompute_rates(Shared* s) {
   for (size_t i = 0; i < slots.size(); ++i) slots[i]->rate = gbps[i] * 1e9;
 }
 
-// Advances every flow to `now` (Note [Fluid copies]).
+// A new flow in a free slot (throws when every slot is taken). Rates are not recomputed.
+FlowSlot& start_flow(Shared* s, int rank, int32_t pid, int dir, const int32_t* links, int n,
+                     uint64_t bytes) {
+  for (FlowSlot& f : s->flows) {
+    if (f.used) continue;
+    f = FlowSlot{};
+    f.used = 1;
+    f.rank = rank;
+    f.pid = pid;
+    f.dir = dir;
+    f.n_links = n;
+    std::copy(links, links + n, f.links);
+    f.remaining = static_cast<double>(bytes);
+    f.id = s->next_id++;
+    if (bytes == 0) f.done = 1;
+    return f;
+  }
+  throw LinkArbiterError(fmt::format("link ledger: more than {} copies in flight on this node",
+                                     LinkLedger::kMaxFlows));
+}
+
+// Frees the tokens of flows that are through.
+void free_tokens(Shared* s) {
+  for (int l = 0; l < s->n_links; ++l) {
+    for (Token& k : s->tokens[l]) {
+      if (k.flow == 0) continue;
+      bool live = false;
+      for (const FlowSlot& f : s->flows)
+        if (f.used && !f.done && f.id == k.flow) live = true;
+      if (!live) k = Token{};
+    }
+  }
+}
+
+// Grants waiting claims at time `t` (arbiter_policy::grant) and starts their flows then.
+bool grant_waiting(Shared* s, double t) {
+  std::vector<LinkDirection> busy;
+  for (int l = 0; l < s->n_links; ++l)
+    for (int e = 0; e < 2; ++e)
+      if (s->tokens[l][e].flow != 0)
+        busy.push_back(
+            LinkDirection{l, e == 1 ? TransferDirection::kToDevice : TransferDirection::kToHost});
+  std::vector<ChunkClaim> waiting;
+  std::vector<ClaimSlot*> slots;
+  for (ClaimSlot& c : s->claims) {
+    if (!c.used || c.granted) continue;
+    ChunkClaim w;
+    w.rank = c.rank;
+    w.direction = c.dir ? TransferDirection::kToDevice : TransferDirection::kToHost;
+    w.links.assign(c.links, c.links + c.n_links);
+    w.slack_s = c.latest_start - t;
+    w.seq = c.id;
+    waiting.push_back(std::move(w));
+    slots.push_back(&c);
+  }
+  bool any = false;
+  for (size_t i : grant(waiting, busy)) {
+    ClaimSlot& c = *slots[i];
+    FlowSlot& f = start_flow(s, c.rank, c.pid, c.dir, c.path, c.n_path, c.bytes);
+    c.granted = 1;
+    c.flow = f.id;
+    for (int j = 0; j < c.n_links; ++j)
+      s->tokens[c.links[j]][c.dir] = Token{f.id, c.rank, c.pid, t};
+    any = true;
+  }
+  return any;
+}
+
+// Advances every flow to `now` (Note [Fluid copies]); at each finish, frees the finished
+// chunks' tokens and grants the waiting claims then.
 void advance(Shared* s, double now) {
   while (s->t_last < now) {
     double dt_fin = kInf;
@@ -209,6 +283,8 @@ void advance(Shared* s, double now) {
         f.done = 1;
       }
     }
+    free_tokens(s);
+    grant_waiting(s, s->t_last);
     recompute_rates(s);
   }
 }
@@ -313,30 +389,17 @@ uint64_t LinkLedger::begin_flow(int rank, TransferDirection direction,
         fmt::format("a path of {} links; the ledger takes at most {}", links.size(), kMaxPath));
   }
   Locked guard(s_);
-  advance(s_, now());
-  for (FlowSlot& f : s_->flows) {
-    if (f.used) continue;
-    f = FlowSlot{};
-    f.used = 1;
-    f.rank = rank;
-    f.dir = dir_index(direction);
-    f.n_links = static_cast<int32_t>(links.size());
-    for (size_t i = 0; i < links.size(); ++i) {
-      if (links[i] < 0 || links[i] >= s_->n_links) {
-        f.used = 0;
-        throw ConfigError(fmt::format("link {} is not in the ledger", links[i]));
-      }
-      f.links[i] = links[i];
-    }
-    f.remaining = static_cast<double>(bytes);
-    f.id = s_->next_id++;
-    if (bytes == 0) f.done = 1;
-    recompute_rates(s_);
-    pthread_cond_broadcast(&s_->cv);
-    return f.id;
+  for (int l : links) {
+    if (l < 0 || l >= s_->n_links)
+      throw ConfigError(fmt::format("link {} is not in the ledger", l));
   }
-  throw LinkArbiterError(
-      fmt::format("link ledger: more than {} copies in flight on this node", kMaxFlows));
+  advance(s_, now());
+  std::vector<int32_t> path(links.begin(), links.end());
+  FlowSlot& f = start_flow(s_, rank, static_cast<int32_t>(getpid()), dir_index(direction),
+                           path.data(), static_cast<int>(path.size()), bytes);
+  recompute_rates(s_);
+  pthread_cond_broadcast(&s_->cv);
+  return f.id;
 }
 
 void LinkLedger::wait_flow(uint64_t flow) {
@@ -356,6 +419,7 @@ void LinkLedger::wait_flow(uint64_t flow) {
     }
     if (f->rate <= 0 && t - started > options_.token_timeout_s) {
       f->used = 0;
+      free_tokens(s_);
       recompute_rates(s_);
       throw LinkArbiterError(fmt::format(
           "link ledger: a copy of rank {} made no progress for {:.0f} s (a link of zero speed?)",
@@ -366,15 +430,21 @@ void LinkLedger::wait_flow(uint64_t flow) {
   }
 }
 
-uint64_t LinkLedger::acquire(int rank, TransferDirection direction, const std::vector<int>& links,
-                             double latest_start) {
-  if (links.size() > static_cast<size_t>(kMaxPath)) {
+uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
+                             const std::vector<int>& arbitrated, const std::vector<int>& path,
+                             uint64_t bytes, double latest_start) {
+  if (path.size() > static_cast<size_t>(kMaxPath) ||
+      arbitrated.size() > static_cast<size_t>(kMaxPath)) {
     throw ConfigError(
-        fmt::format("a path of {} links; the ledger takes at most {}", links.size(), kMaxPath));
+        fmt::format("a path of {} links; the ledger takes at most {}", path.size(), kMaxPath));
   }
   const int d = dir_index(direction);
   const int32_t pid = static_cast<int32_t>(getpid());
   Locked guard(s_);
+  for (const auto* v : {&arbitrated, &path})
+    for (int l : *v)
+      if (l < 0 || l >= s_->n_links)
+        throw ConfigError(fmt::format("link {} is not in the ledger", l));
   ClaimSlot* mine = nullptr;
   for (ClaimSlot& c : s_->claims) {
     if (c.used) continue;
@@ -383,8 +453,11 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction, const std::v
     c.rank = rank;
     c.pid = pid;
     c.dir = d;
-    c.n_links = static_cast<int32_t>(links.size());
-    for (size_t i = 0; i < links.size(); ++i) c.links[i] = links[i];
+    c.n_links = static_cast<int32_t>(arbitrated.size());
+    std::copy(arbitrated.begin(), arbitrated.end(), c.links);
+    c.n_path = static_cast<int32_t>(path.size());
+    std::copy(path.begin(), path.end(), c.path);
+    c.bytes = bytes;
     c.id = s_->next_id++;
     c.latest_start = latest_start;
     mine = &c;
@@ -394,74 +467,60 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction, const std::v
     throw LinkArbiterError(
         fmt::format("link ledger: more than {} chunk claims waiting on this node", kMaxClaims));
   }
-  const uint64_t id = mine->id;
   for (;;) {
     const double t = now();
+    advance(s_, t);
     mine->heartbeat = t;
-    if (mine->granted) {
-      mine->used = 0;
-      return id;
-    }
-    // Liveness: drop the claims and tokens of processes that died; a live holder that keeps a
-    // token we need past the timeout is an error (the job-ending fault path takes it from there).
+    // Liveness: drop the claims, flows and tokens of processes that died, and waiting claims
+    // nobody refreshes; a live holder that keeps a token we need past the timeout is an error
+    // (the job-ending fault path takes it from there).
+    bool changed = false;
     for (ClaimSlot& c : s_->claims) {
       if (!c.used || &c == mine) continue;
       if (!alive(c.pid) || (!c.granted && t - c.heartbeat > options_.claim_stale_s)) c.used = 0;
     }
-    std::vector<LinkDirection> busy;
-    for (int l = 0; l < s_->n_links; ++l) {
-      for (int e = 0; e < 2; ++e) {
-        Token& k = s_->tokens[l][e];
-        if (k.claim == 0) continue;
-        if (!alive(k.pid)) {
-          k = Token{};
-          continue;
-        }
-        const bool needed = e == d && std::find(links.begin(), links.end(), l) != links.end();
-        if (needed && t - k.since > options_.token_timeout_s) {
-          mine->used = 0;
-          throw LinkArbiterError(
-              fmt::format("link ledger: rank {} has held the {} token of {} for {:.0f} s", k.rank,
-                          dir_name(e), s_->links[l].name, t - k.since),
-              "a rank is stuck in a copy; the job ends so that no rank waits forever");
-        }
-        busy.push_back(
-            LinkDirection{l, e == 1 ? TransferDirection::kToDevice : TransferDirection::kToHost});
+    for (FlowSlot& f : s_->flows) {
+      if (f.used && !alive(f.pid)) {
+        f.used = 0;
+        changed = true;
       }
     }
-    std::vector<ChunkClaim> waiting;
-    std::vector<ClaimSlot*> slots;
-    for (ClaimSlot& c : s_->claims) {
-      if (!c.used || c.granted) continue;
-      ChunkClaim w;
-      w.rank = c.rank;
-      w.direction = c.dir ? TransferDirection::kToDevice : TransferDirection::kToHost;
-      w.links.assign(c.links, c.links + c.n_links);
-      w.slack_s = c.latest_start - t;
-      w.seq = c.id;
-      waiting.push_back(std::move(w));
-      slots.push_back(&c);
+    if (changed) {
+      free_tokens(s_);
+      recompute_rates(s_);
     }
-    bool any = false;
-    for (size_t i : grant(waiting, busy)) {
-      ClaimSlot& c = *slots[i];
-      c.granted = 1;
-      any = true;
-      for (int j = 0; j < c.n_links; ++j) {
-        s_->tokens[c.links[j]][c.dir] = Token{c.id, c.rank, c.pid, t};
+    if (!mine->granted && grant_waiting(s_, t)) {
+      recompute_rates(s_);
+      changed = true;
+    }
+    if (changed) pthread_cond_broadcast(&s_->cv);
+    if (mine->granted) {
+      mine->used = 0;
+      return mine->flow;
+    }
+    for (int l : arbitrated) {
+      const Token& k = s_->tokens[l][d];
+      if (k.flow != 0 && t - k.since > options_.token_timeout_s) {
+        const Token held = k;
+        mine->used = 0;
+        throw LinkArbiterError(
+            fmt::format("link ledger: rank {} has held the {} token of {} for {:.0f} s", held.rank,
+                        dir_name(d), s_->links[l].name, t - held.since),
+            "a rank is stuck in a copy; the job ends so that no rank waits forever");
       }
     }
-    if (any) pthread_cond_broadcast(&s_->cv);
-    if (mine->granted) continue;
     wait_until(s_, t + options_.slice_s);
   }
 }
 
-void LinkLedger::release(uint64_t claim) {
+void LinkLedger::abandon(uint64_t flow) {
   Locked guard(s_);
-  for (int l = 0; l < s_->n_links; ++l)
-    for (auto& k : s_->tokens[l])
-      if (k.claim == claim) k = Token{};
+  advance(s_, now());
+  for (FlowSlot& f : s_->flows)
+    if (f.used && f.id == flow) f.used = 0;
+  free_tokens(s_);
+  grant_waiting(s_, s_->t_last);
+  recompute_rates(s_);
   pthread_cond_broadcast(&s_->cv);
 }
 

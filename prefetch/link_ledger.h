@@ -79,13 +79,18 @@ class LinkLedger {
   // least every slice; then removes it.
   void wait_flow(uint64_t flow);
 
-  // Topology scheduler: waits until this chunk's claim is granted (arbiter_policy::grant over
-  // every waiting claim of the node, by slack = latest_start - now), then holds one token per
-  // link-direction of `links`. Returns a claim id for release(). Throws LinkArbiterError when a
-  // live holder keeps a needed token past the timeout; tokens of dead processes are reclaimed.
-  uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& links,
-                   double latest_start);
-  void release(uint64_t claim);
+  // Topology scheduler: queues a chunk of `bytes` crossing `path` that must hold one token per
+  // link-direction of `arbitrated` (a subset of `path`) while it moves, and blocks until it is
+  // granted (arbiter_policy::grant over every waiting claim of the node, by slack = latest_start
+  // - now). The chunk's flow starts the moment it is granted, by whichever rank advanced the
+  // ledger then, and its tokens are freed the moment its bytes are through, so a copy thread
+  // that wakes late never leaves a link idle. Returns the flow for wait_flow(). Throws
+  // LinkArbiterError when a live holder keeps a needed token past the timeout; the tokens of
+  // processes that died are reclaimed.
+  uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
+                   const std::vector<int>& path, uint64_t bytes, double latest_start);
+  // Ends a flow now, carried or not (its mover failed), freeing its tokens.
+  void abandon(uint64_t flow);
 
   // Per-link measurements so far.
   std::vector<LinkUsage> usage() const;

@@ -84,27 +84,46 @@ TEST_F(Ledger, DuplexFactorSlowsBothDirectionsWhenBothAreBusy) {
 TEST_F(Ledger, TokensGoToTheLeastSlackAndEveryClaimIsServed) {
   auto ledger = make(switch_links());
   const double now = LinkLedger::now();
-  const uint64_t held = ledger->acquire(0, kH, {0, 2}, now);
+  // A 10 s chunk holds the switch's to-host token until it is abandoned.
+  const uint64_t held = ledger->acquire(0, kH, {0, 2}, {0, 2}, 100'000'000, now);
   std::vector<int> order;
   std::mutex mu;
   auto claim = [&](int rank, double latest_start) {
-    const uint64_t c = ledger->acquire(rank, kH, {rank, 2}, latest_start);
+    const uint64_t flow = ledger->acquire(rank, kH, {rank, 2}, {rank, 2}, 10'000, latest_start);
     {
       std::lock_guard lock(mu);
       order.push_back(rank);
     }
-    ledger->release(c);
+    ledger->wait_flow(flow);
   };
   std::thread late([&] { claim(1, now + 10); });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   std::thread urgent([&] { claim(0, now + 1); });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  // The other direction and a disjoint path are not held up by the held token.
-  ledger->release(ledger->acquire(1, kD, {1, 2}, now));
-  ledger->release(held);
+  // The other direction is not held up by the held token; it runs at full speed.
+  const double start = LinkLedger::now();
+  ledger->wait_flow(ledger->acquire(1, kD, {1, 2}, {1, 2}, 100'000, now));
+  EXPECT_NEAR(LinkLedger::now() - start, 0.01, 0.01);
+  EXPECT_TRUE(order.empty());
+  ledger->abandon(held);
   late.join();
   urgent.join();
   EXPECT_EQ(order, (std::vector<int>{0, 1}));
+}
+
+TEST_F(Ledger, AGrantedChunkMovesAtOnceAndItsTokenFreesWhenItsBytesAreThrough) {
+  auto ledger = make(switch_links());
+  const double start = LinkLedger::now();
+  const uint64_t a = ledger->acquire(0, kH, {0, 2}, {0, 2}, 500'000, start);
+  const uint64_t b = ledger->acquire(1, kH, {1, 2}, {1, 2}, 500'000, start);  // waits for a
+  // b was granted the moment a's bytes were through (0.05 s), not when a's owner looked again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ledger->wait_flow(a);
+  ledger->wait_flow(b);
+  EXPECT_NEAR(LinkLedger::now() - start, 0.1, 0.03);
+  const auto usage = ledger->usage();
+  EXPECT_NEAR(usage[2].bytes[0], 1e6, 1);
+  EXPECT_LE(usage[2].peak_gbps[0], 0.01 * 1.02);
 }
 
 TEST_F(Ledger, ADeadProcessesTokensAreReclaimed) {
@@ -112,14 +131,14 @@ TEST_F(Ledger, ADeadProcessesTokensAreReclaimed) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ledger->acquire(1, kH, {1, 2}, 0);  // and dies holding it
+    ledger->acquire(1, kH, {1, 2}, {1, 2}, 100'000'000, 0);  // a 10 s chunk, and dies holding it
     _exit(0);
   }
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   const double start = LinkLedger::now();
-  ledger->release(ledger->acquire(0, kH, {0, 2}, start));
+  ledger->wait_flow(ledger->acquire(0, kH, {0, 2}, {0, 2}, 1000, start));
   EXPECT_LT(LinkLedger::now() - start, 1.0);
 }
 
@@ -127,10 +146,10 @@ TEST_F(Ledger, ALiveHolderPastTheTimeoutIsAnError) {
   LedgerOptions o;
   o.token_timeout_s = 0.2;
   auto ledger = make(switch_links(), o);
-  const uint64_t held = ledger->acquire(1, kH, {1, 2}, 0);
+  const uint64_t held = ledger->acquire(1, kH, {1, 2}, {1, 2}, 100'000'000, 0);
   const double start = LinkLedger::now();
   try {
-    ledger->acquire(0, kH, {0, 2}, 0);
+    ledger->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0);
     FAIL() << "expected LinkArbiterError";
   } catch (const LinkArbiterError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 has held the to host token of sw0"),
@@ -138,8 +157,9 @@ TEST_F(Ledger, ALiveHolderPastTheTimeoutIsAnError) {
         << e.what();
   }
   EXPECT_LT(LinkLedger::now() - start, 2.0);
-  ledger->release(held);
-  ledger->release(ledger->acquire(0, kH, {0, 2}, 0));  // the failed claim left nothing behind
+  ledger->abandon(held);
+  // The failed claim left nothing behind.
+  ledger->wait_flow(ledger->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0));
 }
 
 TEST_F(Ledger, NamesAreUniquePerJobAndRemovedNamesCannotBeOpened) {
