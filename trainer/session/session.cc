@@ -114,6 +114,12 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     emulator_ = std::make_shared<LinkEmulator>(e);
     d.pacer = emulator_;
   }
+  if (arbitrate && !emulator_) {
+    throw ConfigError(
+        "topology.scheduler: topology arbitrates the shared-link emulation, which this run does "
+        "not have (it needs CPU ranks on a topology.file with GPUs, and device.copy_gbps 0)",
+        "use topology.scheduler=fifo, or unset device.copy_gbps");
+  }
   device_ = create_device(d);
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);

@@ -62,6 +62,23 @@ TEST(TopologyEmulation, LinksStayWithinCapacityAndSchedulersTrainBitwiseAlike) {
   expect_same_parameters(root + "/none" + ckpt, root + "/fifo" + ckpt, 0);
 }
 
+// A rank that fails while the others queue for link tokens ends the whole job (MPI_Abort); no
+// rank waits forever on the dead rank's tokens.
+TEST(TopologyEmulation, AFailureOnOneRankEndsTheJobUnderTheTopologyScheduler) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  const std::string dir = scratch("topology_failure");
+  const Exit e = run("timeout 60 " + mpirun(4) + trainer() +
+                     args(dir,
+                          "memory.policy=vdnn-all topology.scheduler=topology "
+                          "run.steps=50 debug.fail_at_step=3 debug.fail_rank=1"));
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, 40.0);
+  EXPECT_NE(e.output.find("rank 1 of 4: error: debug.fail_at_step: injected failure at step 3"),
+            std::string::npos)
+      << e.output;
+}
+
 // One error line naming the key, exit 2.
 void expect_config_error(const Exit& e, const std::string& text) {
   EXPECT_EQ(e.code, 2) << e.output;
