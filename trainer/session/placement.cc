@@ -88,7 +88,7 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
     const std::vector<int> path = map.gpu_path(*p.binding.gpu, p.binding.numa);
     if (emulate) check_emulated_links(config, map, bindings);
     p.link_ids = path;
-    for (const Link& l : map.links()) p.node_links.push_back({l.name, l.gbps});
+    p.links = std::make_shared<const LinkMap>(map);
     p.link_gbps = map.bottleneck_gbps(path);
     for (int id : path) {
       p.link_path += (p.link_path.empty() ? "" : " -> ") + map.link(id).name +

@@ -1,6 +1,7 @@
 // Building a run from its config.
 #include "trainer/session/session.h"
 
+#include "prefetch/link_capacities.h"
 #include "prefetch/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
@@ -104,10 +105,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     LinkEmulationOptions e;
     e.rank = ranks.rank;
     e.path = placement_.link_ids;
-    for (int id : e.path) {
-      if (placement_.node_links[static_cast<size_t>(id)].second <= placement_.link_gbps * 1.001)
-        e.arbitrated.push_back(id);
-    }
+    e.arbitrated = arbitrated_links(link_capacities(*placement_.links), e.path,
+                                    TransferDirection::kToHost);  // the same both ways
     e.solo_gbps = d.copy_gbps;
     e.arbitrate = arbitrate;
     e.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
@@ -176,9 +175,10 @@ void Session::attach_link_ledger() {
   std::shared_ptr<LinkLedger> ledger;
   if (ranks_.local_rank == 0) {
     std::vector<LedgerLink> links;
-    for (const auto& [link_name, gbps] : placement_.node_links) {
-      const double g = gbps / config_.topology.emulation_scale;
-      links.push_back(LedgerLink{link_name, LinkCapacity{g, g, config_.topology.duplex_factor}});
+    const std::vector<LinkCapacity> capacities = link_capacities(
+        *placement_.links, config_.topology.duplex_factor, config_.topology.emulation_scale);
+    for (const Link& l : placement_.links->links()) {
+      links.push_back(LedgerLink{l.name, capacities[static_cast<size_t>(l.id)]});
     }
     ledger = LinkLedger::create(ledger_name, links);
   }
