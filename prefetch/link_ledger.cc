@@ -500,7 +500,12 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
     }
     for (int l : arbitrated) {
       const Token& k = s_->tokens[l][d];
-      if (k.flow != 0 && t - k.since > options_.token_timeout_s) {
+      // A granted chunk's flow progresses on the ledger's clock whatever its rank's threads do;
+      // only one that carries nothing (a link of zero speed) can hold a token forever.
+      const bool stalled = std::any_of(
+          std::begin(s_->flows), std::end(s_->flows),
+          [&](const FlowSlot& f) { return f.used && !f.done && f.id == k.flow && f.rate <= 0; });
+      if (k.flow != 0 && stalled && t - k.since > options_.token_timeout_s) {
         const Token held = k;
         mine->used = 0;
         throw LinkArbiterError(

@@ -41,7 +41,7 @@ struct LedgerOptions {
   double bin_s = 0.01;           // measurement bin of the bytes-over-time record
   double slice_s = 0.002;        // a waiting copy or claim re-reads the ledger at least this often
   double claim_stale_s = 5;      // a waiting claim not refreshed this long is dropped
-  double token_timeout_s = 120;  // a token held this long by a live process is an error
+  double token_timeout_s = 120;  // a token whose chunk carries nothing this long is an error
 };
 
 class LinkLedger {
@@ -84,9 +84,9 @@ class LinkLedger {
   // granted (arbiter_policy::grant over every waiting claim of the node, by slack = latest_start
   // - now). The chunk's flow starts the moment it is granted, by whichever rank advanced the
   // ledger then, and its tokens are freed the moment its bytes are through, so a copy thread
-  // that wakes late never leaves a link idle. Returns the flow for wait_flow(). Throws
-  // LinkArbiterError when a live holder keeps a needed token past the timeout; the tokens of
-  // processes that died are reclaimed.
+  // that wakes late (or a rank that hangs) never holds a link. Returns the flow for
+  // wait_flow(). Throws LinkArbiterError when a needed token's chunk has carried nothing for
+  // the timeout (a link of zero speed); the claims and flows of processes that died are dropped.
   uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
                    const std::vector<int>& path, uint64_t bytes, double latest_start);
   // Ends a flow now, carried or not (its mover failed), freeing its tokens.

@@ -142,11 +142,13 @@ TEST_F(Ledger, ADeadProcessesTokensAreReclaimed) {
   EXPECT_LT(LinkLedger::now() - start, 1.0);
 }
 
-TEST_F(Ledger, ALiveHolderPastTheTimeoutIsAnError) {
+TEST_F(Ledger, AHolderWhoseChunkCarriesNothingPastTheTimeoutIsAnError) {
   LedgerOptions o;
   o.token_timeout_s = 0.2;
-  auto ledger = make(switch_links(), o);
-  const uint64_t held = ledger->acquire(1, kH, {1, 2}, {1, 2}, 100'000'000, 0);
+  auto links = switch_links();
+  links[1].capacity = {0, 0, 1};  // GPU1's link carries nothing: its chunk holds sw0 forever
+  auto ledger = make(links, o);
+  const uint64_t held = ledger->acquire(1, kH, {1, 2}, {1, 2}, 1000, 0);
   const double start = LinkLedger::now();
   try {
     ledger->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0);
@@ -160,6 +162,15 @@ TEST_F(Ledger, ALiveHolderPastTheTimeoutIsAnError) {
   ledger->abandon(held);
   // The failed claim left nothing behind.
   ledger->wait_flow(ledger->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0));
+}
+
+TEST_F(Ledger, AHungRankDoesNotHoldALink) {
+  auto ledger = make(switch_links());
+  // Rank 1's chunk is granted and its owner never looks at it again (a hung copy thread).
+  ledger->acquire(1, kH, {1, 2}, {1, 2}, 500'000, 0);
+  const double start = LinkLedger::now();
+  ledger->wait_flow(ledger->acquire(0, kH, {0, 2}, {0, 2}, 500'000, 0));
+  EXPECT_NEAR(LinkLedger::now() - start, 0.1, 0.03);  // after rank 1's 0.05 s, then its own
 }
 
 TEST_F(Ledger, NamesAreUniquePerJobAndRemovedNamesCannotBeOpened) {
