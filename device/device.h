@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "device/copy_pacer.h"
 #include "device/heap.h"
 #include "device/host_pool.h"
 #include "device/kernels.h"
@@ -32,6 +33,8 @@ struct DeviceOptions {
   // cuda: choose convolution algorithms by timing them (cudnnFind); false = by cuDNN's
   // heuristics, which run nothing (offline planning).
   bool time_algorithms = true;
+  // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
+  std::shared_ptr<CopyPacer> pacer;
 };
 
 class Device {

@@ -10,16 +10,18 @@
 #include <string_view>
 
 #include "device/stream.h"
+#include "prefetch/transfer_direction.h"
 
 namespace ferry {
-
-enum class TransferDirection { kToHost, kToDevice };
 
 struct TransferRequest {
   TransferDirection direction = TransferDirection::kToHost;
   std::string tensor;
   uint64_t bytes = 0;
   int deadline_step = -1;  // the step that waits for it (release or first use)
+  // Planned seconds from the copy's issue to the start of deadline_step (0: none known). The
+  // topology scheduler orders chunks of the node's ranks by this deadline.
+  double deadline_s = 0;
 };
 
 class LinkScheduler {

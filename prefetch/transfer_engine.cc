@@ -25,20 +25,20 @@ void TransferEngine::end(const TransferRequest& request, Stream& stream, Event* 
 }
 
 void TransferEngine::offload(ResidentTensor& tensor, const void* device_ptr, void* host,
-                             Event& ready, int deadline_step) {
+                             Event& ready, int deadline_step, double deadline_s) {
   Stream& d2h = device_.stream(StreamKind::kDeviceToHost);
   const TransferRequest request{TransferDirection::kToHost, tensor.name(), tensor.bytes(),
-                                deadline_step};
+                                deadline_step, deadline_s};
   Event* traced_end = begin(request, d2h, ready);
   tensor.offload(device_ptr, host, d2h, ready);
   end(request, d2h, traced_end);
 }
 
 void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready,
-                              int deadline_step) {
+                              int deadline_step, double deadline_s) {
   Stream& h2d = device_.stream(StreamKind::kHostToDevice);
   const TransferRequest request{TransferDirection::kToDevice, tensor.name(), tensor.bytes(),
-                                deadline_step};
+                                deadline_step, deadline_s};
   // A fetch of an in-flight offload waits for it; so does the trace's start mark.
   if (tracing_) tensor.order_after_offload(h2d);
   Event* traced_end = begin(request, h2d, ready);

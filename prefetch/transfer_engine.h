@@ -34,10 +34,12 @@ class TransferEngine {
 
   // Copies `tensor` (at `device_ptr`) to `host` once `ready` has fired; the copy's event
   // then lets compute reuse the space (ResidentTensor::order_after_offload).
+  // `deadline_s`: planned seconds from now to deadline_step (TransferRequest::deadline_s).
   void offload(ResidentTensor& tensor, const void* device_ptr, void* host, Event& ready,
-               int deadline_step);
+               int deadline_step, double deadline_s = 0);
   // Copies `tensor` back to `device_ptr` once `ready` has fired (the space is free).
-  void prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready, int deadline_step);
+  void prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready, int deadline_step,
+                double deadline_s = 0);
 
   const TransferStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -5,7 +5,8 @@
 #   3. offload overhead on the CPU backend: vdnn-all / none step time, with a trace
 #   4. MPI all-reduce bus bandwidth, and 2-rank step time with comm.overlap on / off
 #   5. imagefolder loader images/s vs torchvision's DataLoader with PIL (2 workers each)
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder]   (default all)
+#   6. emulated DGX-1-like server, 4 ranks: topology / fifo link scheduler step time
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
@@ -77,4 +78,41 @@ if [[ $what == all || $what == imagefolder ]]; then
   echo "== 5. imagefolder loader vs torchvision DataLoader + PIL (goal >= 1.5) =="
   /usr/bin/python3 bench/imagefolder_vs_torchvision.py --tool build/bench_imagefolder_loader \
     --dir "$out/imagefolder" --workers 2 --reps 3
+fi
+
+if [[ $what == all || $what == topology ]]; then
+  # CPU ranks stand in for GPUs 0-3 of the DGX-1-like server (two under each PCIe switch);
+  # emulation_scale stretches link time so that offload traffic weighs on the step as it would
+  # on the GPUs (see README "Topology-aware scheduling").
+  scale="${FERRY_BENCH_EMULATION_SCALE:-400}"
+  echo "== 6. emulated DGX-1-like, 4 ranks, vgg11_cifar batch 16 vdnn-all, emulation_scale $scale: topology / fifo step time (median of steps 3-6, 2 alternating runs) =="
+  cfg=$(step_config vgg11_cifar 16)
+  for rep in 1 2; do
+    for sched in fifo topology; do
+      rm -rf "$out/topo_${sched}_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
+        run.log_every=1 run.dir="$out/topo_${sched}_$rep" memory.policy=vdnn-all device.threads=1 \
+        topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
+        topology.emulation_scale="$scale" > "$out/topo_${sched}_$rep.log" 2>&1
+    done
+  done
+  /usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def step_s(sched):
+    times = []
+    for rep in (1, 2):
+        rows = [json.loads(l) for l in open(f"{out}/topo_{sched}_{rep}/metrics.jsonl")]
+        # samples_per_s is global samples over the interval (one step per line)
+        times += [16 * 4 / r["samples_per_s"] for r in rows if r["step"] >= 3]
+    return statistics.median(times), times
+f, fr = step_s("fifo")
+t, tr = step_s("topology")
+print(f"fifo {f:.3f}s  topology {t:.3f}s  ratio topology/fifo {t / f:.3f}"
+      f"   steps: fifo {', '.join(f'{x:.3f}' for x in fr)}; topology {', '.join(f'{x:.3f}' for x in tr)}")
+for sched in ("fifo", "topology"):
+    j = json.load(open(f"{out}/topo_{sched}_1/links.json"))
+    worst = max((p / c, l["name"]) for l in j["links"] for p, c in zip(l["peak_gbps"], l["capacity_gbps"]) if c > 0)
+    print(f"  {sched}: busiest link {worst[1]} at {100 * worst[0]:.0f}% of capacity (peak over {j['bin_s'] * 1000:.0f} ms bins)")
+PY
 fi

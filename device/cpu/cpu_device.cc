@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -64,6 +65,21 @@ std::string CpuDevice::name() const {
 Stream& CpuDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
 
 void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+  if (options_.pacer) {
+    // The direction from the addresses: a copy into the device block goes to the device.
+    const auto* d = static_cast<const std::byte*>(dst);
+    const auto* base = static_cast<const std::byte*>(block_);
+    const bool to_device = d >= base && d < base + options_.memory;
+    const uint64_t ticket = options_.pacer->enqueue(to_device, bytes);
+    std::shared_ptr<CopyPacer> pacer = options_.pacer;
+    static_cast<CpuStream&>(stream).enqueue([dst, src, ticket, pacer] {
+      pacer->carry(ticket, [dst, src](uint64_t offset, uint64_t length) {
+        std::memcpy(static_cast<std::byte*>(dst) + offset,
+                    static_cast<const std::byte*>(src) + offset, length);
+      });
+    });
+    return;
+  }
   const double gbps = options_.copy_gbps;
   static_cast<CpuStream&>(stream).enqueue([dst, src, bytes, gbps] {
     const auto start = std::chrono::steady_clock::now();

@@ -159,6 +159,9 @@ struct TopologyConfig {
   LinkSchedulerKind scheduler = LinkSchedulerKind::kFifo;
   bool bind = true;                 // bind threads and pinned memory to the GPU's NUMA node
   double unknown_link_gbps = 16.0;  // > 0, bandwidth assumed for a link of unknown speed
+  double duplex_factor = 1.0;       // (0, 1], per-direction capacity when both are busy
+  double emulation_scale = 1.0;     // > 0, cpu emulation: multiplier on link time
+  double chunk_mb = 4.0;            // (0, 1024], topology scheduler: chunk size in MiB
   bool operator==(const TopologyConfig&) const = default;
 };
 

@@ -22,8 +22,8 @@ enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder };
 // comm.backend
 enum class CommBackend { kAuto, kMpi, kNccl };
 // topology.scheduler: how the link scheduler orders offload/prefetch transfers.
-// Only fifo exists today; the topology-aware scheduler plugs into prefetch/link_scheduler.h.
-enum class LinkSchedulerKind { kFifo };
+// fifo: oblivious, in request order; topology: per-link arbitration across the node's ranks.
+enum class LinkSchedulerKind { kFifo, kTopology };
 
 // EnumNames<E>::kNames lists every value of E with its config spelling, in declaration order.
 template <class E>
@@ -69,8 +69,8 @@ struct EnumNames<CommBackend> {
 };
 template <>
 struct EnumNames<LinkSchedulerKind> {
-  static constexpr std::array<std::pair<LinkSchedulerKind, std::string_view>, 1> kNames{
-      {{LinkSchedulerKind::kFifo, "fifo"}}};
+  static constexpr std::array<std::pair<LinkSchedulerKind, std::string_view>, 2> kNames{
+      {{LinkSchedulerKind::kFifo, "fifo"}, {LinkSchedulerKind::kTopology, "topology"}}};
 };
 
 // An enum with config spellings.

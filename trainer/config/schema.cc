@@ -261,11 +261,19 @@ std::vector<KeySpec> build_schema() {
       text(FERRY_CONFIG_KEY(topology, file),
            "\"\" = the live machine; an hwloc .xml export or a synthetic .yaml description."),
       choice(FERRY_CONFIG_KEY(topology, scheduler),
-             "When offloads and prefetches start: fifo (in request order)."),
+             "When offloads and prefetches start: fifo (in request order) or topology (chunks "
+             "arbitrated per link across the node's ranks, least deadline slack first)."),
       flag(FERRY_CONFIG_KEY(topology, bind),
            "Bind each rank's threads and pinned memory to its GPU's NUMA node."),
       real(FERRY_CONFIG_KEY(topology, unknown_link_gbps), above(0),
            "Bandwidth in GB/s assumed for a PCIe link whose speed is unknown."),
+      real(FERRY_CONFIG_KEY(topology, duplex_factor), open_closed(0, 1),
+           "Per-direction capacity multiplier of a link while both directions are busy."),
+      real(FERRY_CONFIG_KEY(topology, emulation_scale), open_closed(0, 1e6),
+           "cpu ranks on topology.file: multiplier on emulated link time (CPU step time / GPU "
+           "step time keeps compute:link ratios)."),
+      real(FERRY_CONFIG_KEY(topology, chunk_mb), open_closed(0, 1024),
+           "topology scheduler: transfers cross the links in chunks of this many MiB."),
       // debug
       integer(FERRY_CONFIG_KEY(debug, fail_at_step), at_least(-1),
               "Inject a failure at the start of this step; -1 = never."),

@@ -16,6 +16,7 @@
 // Nothing here blocks the host. Every ordering is a stream waiting on an event.
 #include "trainer/exec/executor.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -105,6 +106,11 @@ void Executor::index_plan(Program& p) {
                            "lower data.batch_size or give auto a larger memory.budget");
   }
   const size_t steps = p.plan.tape.steps.size();
+  p.planned_start.assign(steps + 1, 0.0);
+  for (size_t s = 0; s < steps; ++s) {
+    p.planned_start[s + 1] =
+        p.planned_start[s] + options_.plan.cost.step_seconds(p.plan.tape.steps[s], p.plan.tape);
+  }
   p.grads_written.resize(steps);
   p.release_at.resize(steps);
   p.fetch_at.resize(steps);
@@ -232,6 +238,14 @@ void Executor::poison(const Program& p, int t, const Residency& r) {
       device_.stream(StreamKind::kCompute));
 }
 
+double Executor::deadline_s(const Program& p, int issued_before, int deadline_step) {
+  const auto at = [&](int s) {
+    return p.planned_start[static_cast<size_t>(
+        std::clamp(s, 0, static_cast<int>(p.planned_start.size()) - 1))];
+  };
+  return deadline_step < 0 ? 0.0 : std::max(0.0, at(deadline_step) - at(issued_before));
+}
+
 void Executor::before_step(Program& p, int s) {
   Stream& compute = device_.stream(StreamKind::kCompute);
   for (int t : p.release_at[static_cast<size_t>(s)]) {
@@ -243,8 +257,9 @@ void Executor::before_step(Program& p, int s) {
     compute.record(space_free);
     for (int t : p.fetch_at[static_cast<size_t>(s)]) {
       OffloadSlot& slot = p.offloads.at(t);
-      transfers_.prefetch(*slot.residency, tensor_address(p, t, s), space_free,
-                          p.plan.tensors[static_cast<size_t>(t)].needed_at);
+      const int needed = p.plan.tensors[static_cast<size_t>(t)].needed_at;
+      transfers_.prefetch(*slot.residency, tensor_address(p, t, s), space_free, needed,
+                          deadline_s(p, s, needed));
     }
   }
   for (int t : p.needed_at[static_cast<size_t>(s)]) {
@@ -259,8 +274,9 @@ void Executor::after_step(Program& p, int s) {
     compute.record(produced);
     for (int t : p.offload_after[static_cast<size_t>(s)]) {
       OffloadSlot& slot = p.offloads.at(t);
-      transfers_.offload(*slot.residency, tensor_address(p, t, s), slot.host, produced,
-                         p.plan.tensors[static_cast<size_t>(t)].release_at);
+      const int release = p.plan.tensors[static_cast<size_t>(t)].release_at;
+      transfers_.offload(*slot.residency, tensor_address(p, t, s), slot.host, produced, release,
+                         deadline_s(p, s + 1, release));
     }
   }
   if (options_.poison) {

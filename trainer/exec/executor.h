@@ -56,6 +56,9 @@ struct Program {
   std::vector<std::vector<int>> release_at, fetch_at, needed_at, offload_after;
   // Per planned step: tensors whose stretch ends there and are not offloaded (poison mode).
   std::vector<std::vector<int>> dies_at;
+  // Per planned step (and one past the last): its planned start, seconds from the step's start
+  // (cost model), for the transfers' deadlines.
+  std::vector<double> planned_start;
   std::map<int, OffloadSlot> offloads;  // by tape tensor
   // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
   std::vector<void*> persistent;
@@ -126,6 +129,8 @@ class Executor {
   void* tensor_address(const Program& p, int tape_tensor, int step) const;
   void* slot_address(const Program& p, int slot, int step) const;
   void before_step(Program& p, int s);
+  // Planned seconds from the start of step `issued_before` to the start of `deadline_step`.
+  static double deadline_s(const Program& p, int issued_before, int deadline_step);
   void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed);
   void after_step(Program& p, int s);
   void poison(const Program& p, int tensor, const Residency& r);

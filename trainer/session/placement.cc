@@ -10,6 +10,35 @@
 
 namespace ferry {
 
+namespace {
+
+// Emulated links must have a speed the description states: a link of zero or unknown speed on
+// any local rank's path would make the emulation (and the schedule) meaningless.
+void check_emulated_links(const Config& config, const LinkMap& map,
+                          const std::vector<RankBinding>& bindings) {
+  for (const RankBinding& b : bindings) {
+    if (!b.gpu) continue;
+    for (int id : map.gpu_path(*b.gpu, b.numa)) {
+      const Link& l = map.link(id);
+      if (l.gbps <= 0) {
+        throw ConfigError(
+            fmt::format("topology.file: link '{}' on GPU{}'s path has zero speed ({})", l.name,
+                        *b.gpu, config.topology.file),
+            "give the link a positive speed (gen and width, or gbps) in the topology file");
+      }
+      if (l.basis.rfind("unknown, default", 0) == 0) {
+        throw ConfigError(
+            fmt::format("topology.file: link '{}' on GPU{}'s path has unknown speed ({}); the "
+                        "emulation needs every speed stated",
+                        l.name, *b.gpu, config.topology.file),
+            "state the link's speed (gen and width, or gbps) in the topology file");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   Placement p;
   const bool live = config.topology.file.empty();
@@ -19,14 +48,37 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
       machine.emplace(HwlocTopology::live());
       return machine->model();
     }
-    return load_topology(config.topology.file);
+    try {
+      return load_topology(config.topology.file);
+    } catch (const Error& e) {
+      // Name the key: the file is where the mistake is, but the key is what the user set.
+      if (std::string_view(e.what()).rfind("topology.file", 0) == 0) throw;
+      throw ConfigError(fmt::format("topology.file: {}", e.what()), e.hint());
+    }
   }();
   p.source = live ? "live machine" : config.topology.file;
   PlacementOptions options;
   // On the live machine a CPU-backend rank drives no GPU, even where it has some; on a described
   // server it stands in for one, to emulate that GPU's link.
   options.use_gpus = config.device.backend == Backend::kCuda || (!live && !topology.gpus().empty());
-  const auto bindings = place_ranks(topology, ranks.local_size, options);
+  const bool emulate = config.device.backend == Backend::kCpu && !live;
+  if (config.topology.scheduler == LinkSchedulerKind::kTopology && !emulate) {
+    throw ConfigError(
+        config.device.backend == Backend::kCuda
+            ? "topology.scheduler: topology arbitrates the emulated links of CPU ranks; it is not "
+              "built for cuda yet"
+            : "topology.scheduler: topology needs topology.file (the server whose links the CPU "
+              "ranks emulate)",
+        "use topology.scheduler=fifo, or set topology.file with device.backend=cpu");
+  }
+  const auto bindings = [&] {
+    try {
+      return place_ranks(topology, ranks.local_size, options);
+    } catch (const ConfigError& e) {
+      if (live) throw;
+      throw ConfigError(fmt::format("topology.file: {}", e.what()), e.hint());
+    }
+  }();
   p.binding = bindings[static_cast<size_t>(ranks.local_rank)];
   p.table = format_bindings(bindings);
   if (p.binding.gpu) {
@@ -34,6 +86,9 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
     links.default_pcie_gbps = config.topology.unknown_link_gbps;
     const LinkMap map(topology, links);
     const std::vector<int> path = map.gpu_path(*p.binding.gpu, p.binding.numa);
+    if (emulate) check_emulated_links(config, map, bindings);
+    p.link_ids = path;
+    p.links = std::make_shared<const LinkMap>(map);
     p.link_gbps = map.bottleneck_gbps(path);
     for (int id : path) {
       p.link_path += (p.link_path.empty() ? "" : " -> ") + map.link(id).name +

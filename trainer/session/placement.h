@@ -3,9 +3,12 @@
 // topology.bind — the binding itself (threads and memory to the rank's NUMA node).
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/ranks.h"
+#include "topology/links.h"
 #include "topology/placement.h"
 #include "trainer/config/config.h"
 
@@ -20,7 +23,10 @@ struct Placement {
   // when the rank drives no GPU. A CPU-backend rank placed on a described server (topology.file)
   // emulates this link for its copies.
   double link_gbps = 0;
-  std::string link_path;  // the links of that path, for the banner
+  std::string link_path;      // the links of that path, for the banner
+  std::vector<int> link_ids;  // that path as ids into `links`
+  // Every link of the topology (the node's shared link ledger); null when the rank drives no GPU.
+  std::shared_ptr<const LinkMap> links;
 };
 
 // Places the local ranks of `ranks` on the topology and binds this process when asked and

@@ -1,11 +1,14 @@
 // Building a run from its config.
 #include "trainer/session/session.h"
 
+#include "prefetch/link_capacities.h"
+#include "prefetch/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/planning.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <thread>
 
@@ -104,7 +107,28 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   }
   const bool emulate_link = d.backend == Backend::kCpu && d.copy_gbps == 0 &&
                             !config.topology.file.empty() && placement_.link_gbps > 0;
-  if (emulate_link) d.copy_gbps = placement_.link_gbps;
+  const bool arbitrate = config.topology.scheduler == LinkSchedulerKind::kTopology;
+  if (emulate_link) {
+    // The rank's copies cross its GPU's path, shared with the node's other ranks through the
+    // ledger (attached once the communicator exists); link time is stretched by the scale.
+    d.copy_gbps = placement_.link_gbps / config.topology.emulation_scale;
+    LinkEmulationOptions e;
+    e.rank = ranks.rank;
+    e.path = placement_.link_ids;
+    e.arbitrated = arbitrated_links(link_capacities(*placement_.links), e.path,
+                                    TransferDirection::kToHost);  // the same both ways
+    e.solo_gbps = d.copy_gbps;
+    e.arbitrate = arbitrate;
+    e.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
+    emulator_ = std::make_shared<LinkEmulator>(e);
+    d.pacer = emulator_;
+  }
+  if (arbitrate && !emulator_) {
+    throw ConfigError(
+        "topology.scheduler: topology arbitrates the shared-link emulation, which this run does "
+        "not have (it needs CPU ranks on a topology.file with GPUs, and device.copy_gbps 0)",
+        "use topology.scheduler=fifo, or unset device.copy_gbps");
+  }
   device_ = create_device(d);
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
@@ -117,6 +141,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
   exec.seed = config.run.seed;
+  if (arbitrate && emulator_) {
+    std::shared_ptr<LinkEmulator> emulator = emulator_;
+    exec.scheduler = [emulator] { return std::make_unique<TopologyLinkScheduler>(emulator); };
+  }
   const std::string name = config.model.name;
   const int64_t classes = config.model.classes;
   executor_ = std::make_unique<Executor>(
@@ -126,6 +154,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       },
       exec);
   comm_ = create_communicator(comm_choice(config.comm.backend), *device_, ranks);
+  if (emulator_) attach_link_ledger();
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
   const PersistentBytes bytes = store_->bytes();
@@ -137,6 +166,43 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
 }
 
 Session::~Session() = default;
+
+// Note [Link ledger lifetime]
+// The ledger is POSIX shared memory under a name unique to the job (rank 0's pid, clock and a
+// random word, broadcast to every rank). Each node's first local rank creates it under that name
+// (on its own node), every other local rank attaches after a barrier, and after a second barrier
+// the creator removes the name: from then on the block lives exactly as long as some rank of
+// the job maps it, so a job that crashes leaves nothing behind, and a crash in the short window
+// before the removal leaves only a uniquely named block no later job opens.
+void Session::attach_link_ledger() {
+  std::array<char, 128> name{};
+  if (ranks_.rank == 0) {
+    const std::string n = LinkLedger::unique_name();
+    std::copy_n(n.begin(), std::min(n.size(), name.size() - 1), name.begin());
+  }
+  comm_->broadcast(name.data(), name.size(), 0, device_->stream(StreamKind::kCompute)).wait();
+  const std::string ledger_name(name.data());
+  std::shared_ptr<LinkLedger> ledger;
+  if (ranks_.local_rank == 0) {
+    std::vector<LedgerLink> links;
+    const std::vector<LinkCapacity> capacities = link_capacities(
+        *placement_.links, config_.topology.duplex_factor, config_.topology.emulation_scale);
+    for (const Link& l : placement_.links->links()) {
+      links.push_back(LedgerLink{l.name, capacities[static_cast<size_t>(l.id)]});
+    }
+    ledger = LinkLedger::create(ledger_name, links);
+  }
+  comm_->barrier();
+  if (ranks_.local_rank != 0) ledger = LinkLedger::open(ledger_name);
+  comm_->barrier();
+  if (ranks_.local_rank == 0) LinkLedger::unlink(ledger_name);
+  emulator_->attach(std::move(ledger));
+}
+
+std::vector<LinkUsage> Session::link_usage() const {
+  if (!emulator_ || !emulator_->ledger()) return {};
+  return emulator_->ledger()->usage();
+}
 
 GradientBuckets& Session::buckets(int64_t batch) {
   if (buckets_) return *buckets_;

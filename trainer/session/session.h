@@ -11,6 +11,7 @@
 #include "comm/communicator.h"
 #include "comm/ranks.h"
 #include "device/device.h"
+#include "prefetch/link_emulator.h"
 #include "trainer/config/config.h"
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
@@ -51,13 +52,20 @@ class Session {
   StepMetrics metrics() { return executor_->read_metrics(); }
   // The all-reduce spans of the last step (for traces); empty on one rank.
   std::vector<BucketSpan> reduce_spans() const;
+  // What the node's link ledger measured on every emulated link (CPU ranks on topology.file);
+  // empty when this run emulates no links.
+  std::vector<LinkUsage> link_usage() const;
 
  private:
   GradientBuckets& buckets(int64_t batch);
+  // The node's shared link ledger: rank 0 names it, each node's first local rank creates it,
+  // the others attach, and then the name is removed (Note [Link ledger lifetime]).
+  void attach_link_ledger();
 
   Config config_;
   RankInfo ranks_;
   Placement placement_;
+  std::shared_ptr<LinkEmulator> emulator_;  // CPU ranks on topology.file; outlives the device
   std::unique_ptr<Device> device_;
   Graph graph_;
   std::unique_ptr<ParameterStore> store_;

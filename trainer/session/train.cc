@@ -138,6 +138,39 @@ void trace_reductions(Session& session, StepTrace& trace) {
 }
 
 // The loop itself; train() wraps it so that a failure on one rank ends the job.
+// The ledger's measurements: <run.dir>/links.json (per link and direction: emulated capacity,
+// bytes carried, peak rate over a measurement bin) and the busiest link on the console.
+void write_link_usage(const Config& config, const std::vector<LinkUsage>& usage, RankLog& log) {
+  nlohmann::json links = nlohmann::json::array();
+  const LinkUsage* busiest = nullptr;
+  double busiest_ratio = -1;
+  for (const LinkUsage& u : usage) {
+    links.push_back({{"name", u.name},
+                     {"capacity_gbps", {u.capacity.to_host_gbps, u.capacity.to_device_gbps}},
+                     {"bytes", {u.bytes[0], u.bytes[1]}},
+                     {"peak_gbps", {u.peak_gbps[0], u.peak_gbps[1]}}});
+    for (int d = 0; d < 2; ++d) {
+      const double cap = d ? u.capacity.to_device_gbps : u.capacity.to_host_gbps;
+      if (cap > 0 && u.peak_gbps[d] / cap > busiest_ratio) {
+        busiest_ratio = u.peak_gbps[d] / cap;
+        busiest = &u;
+      }
+    }
+  }
+  nlohmann::json j = {{"scheduler", to_string(config.topology.scheduler)},
+                      {"emulation_scale", config.topology.emulation_scale},
+                      {"duplex_factor", config.topology.duplex_factor},
+                      {"bin_s", usage.front().bin_s},
+                      {"directions", {"to_host", "to_device"}},
+                      {"links", links}};
+  const std::string path = (fs::path(config.run.dir) / "links.json").string();
+  write_text(path, j.dump(2) + "\n");
+  if (busiest) {
+    log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
+              100 * busiest_ratio, path);
+  }
+}
+
 TrainResult run(const Config& config, Session& session, RankLog& log) {
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
@@ -249,6 +282,10 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
               dataset->skipped() == 1 ? "" : "s");
   }
   result.device_peak_bytes = device.memory().stats().peak;
+  if (!session.link_usage().empty()) {
+    session.communicator().barrier();  // every rank's copies are through
+    if (ranks.local_rank == 0) write_link_usage(config, session.link_usage(), log);
+  }
   return result;
 }
 

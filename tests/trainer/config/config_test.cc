@@ -336,7 +336,7 @@ TEST(ConfigEnums, SpellingsRoundTrip) {
   EXPECT_EQ(from_string<MemoryPolicy>("VDNN-ALL"), std::nullopt);
   EXPECT_EQ(to_string(Backend::kCuda), "cuda");
   EXPECT_EQ(to_string(LinkSchedulerKind::kFifo), "fifo");
-  EXPECT_FALSE(from_string<LinkSchedulerKind>("topology"));
+  EXPECT_EQ(from_string<LinkSchedulerKind>("topology"), LinkSchedulerKind::kTopology);
   EXPECT_EQ(enum_spellings<ScheduleKind>(),
             (std::vector<std::string>{"constant", "step", "cosine"}));
   for (const auto& name : enum_spellings<CommBackend>())

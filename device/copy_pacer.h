@@ -1,0 +1,23 @@
+// Pacing of an emulating device's host<->device copies: a CPU rank standing in for a GPU of a
+// described server asks its pacer how its copies cross that server's links (shared with the
+// other ranks of the node). Invariant: carry() moves every byte of the copy exactly once, in
+// order, through `move`, and returns only when the emulated links have carried them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace ferry {
+
+class CopyPacer {
+ public:
+  virtual ~CopyPacer() = default;
+  // On the thread that enqueues the copy, in stream order: a ticket for carry().
+  virtual uint64_t enqueue(bool to_device, uint64_t bytes) = 0;
+  // On the copy stream's worker: moves the copy through calls of move(offset, length) that cover
+  // [0, bytes) in order, pacing them as the emulated links allow. Throws when pacing fails (the
+  // stream is then poisoned and the error reaches whoever synchronizes).
+  virtual void carry(uint64_t ticket, const std::function<void(uint64_t, uint64_t)>& move) = 0;
+};
+
+}  // namespace ferry
