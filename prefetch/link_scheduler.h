@@ -10,10 +10,9 @@
 #include <string_view>
 
 #include "device/stream.h"
+#include "prefetch/transfer_direction.h"
 
 namespace ferry {
-
-enum class TransferDirection { kToHost, kToDevice };
 
 struct TransferRequest {
   TransferDirection direction = TransferDirection::kToHost;
