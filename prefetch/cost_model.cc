@@ -10,7 +10,14 @@ double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
   for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
   for (int t : step.writes)
     bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
-  return std::max(step.flops / compute_flops, bytes / (memory_gbps * 1e9)) + step_overhead_s;
+  double flops_rate = compute_flops, memory_rate = memory_gbps;
+  if (!op_flops.empty() || !op_memory_gbps.empty()) {
+    // A recompute step runs its forward op again: same kind, same rates.
+    if (auto it = op_flops.find(step.op); it != op_flops.end()) flops_rate = it->second;
+    if (auto it = op_memory_gbps.find(step.op); it != op_memory_gbps.end())
+      memory_rate = it->second;
+  }
+  return std::max(step.flops / flops_rate, bytes / (memory_rate * 1e9)) + step_overhead_s;
 }
 
 Prediction simulate(const Tape& tape, const CostModel& cost,

@@ -87,6 +87,10 @@ struct PlanOptions {
 // or when the policy's plan does not fit the budget (naming the smallest budget it can meet).
 MemoryPlan plan_memory(const Tape& tape, const PlanOptions& options);
 
+// The copies a plan makes per step, in tensor order (each offload, then its prefetch): what the
+// cost model's simulate() and the node simulator run.
+std::vector<SimTransfer> plan_transfers(const MemoryPlan& plan);
+
 // The largest single-step working set (every tensor a step reads or writes) plus the
 // persistent bytes: no plan of this tape can peak lower.
 uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, int* step);
