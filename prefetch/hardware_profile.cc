@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -94,21 +95,22 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   };
   const YAML::Node c = root["compute"];
   if (!c) throw rd.error(root, "compute: required", "see configs/hardware/");
-  rd.check_keys(c,
-                {"conv2d_tflops", "linear_tflops", "default_tflops", "memory_gbps",
-                 "batchnorm2d_gbps", "step_overhead_us"},
+  rd.check_keys(c, {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us"},
                 "compute");
   p.cost.compute_flops = need(c, "default_tflops", "compute") * 1e12;
   p.cost.memory_gbps = need(c, "memory_gbps", "compute");
-  if (c["conv2d_tflops"])
-    p.cost.op_flops["conv2d"] =
-        rd.number(c["conv2d_tflops"], "compute.conv2d_tflops", 0, kMax) * 1e12;
-  if (c["linear_tflops"])
-    p.cost.op_flops["linear"] =
-        rd.number(c["linear_tflops"], "compute.linear_tflops", 0, kMax) * 1e12;
-  if (c["batchnorm2d_gbps"])
-    p.cost.op_memory_gbps["batchnorm2d"] =
-        rd.number(c["batchnorm2d_gbps"], "compute.batchnorm2d_gbps", 0, kMax);
+  // Per op kind ("conv2d", "linear", "batchnorm2d", "maxpool", ...: the ops' kind names).
+  const auto per_op = [&](const char* k, double scale, std::map<std::string, double>& into) {
+    const YAML::Node m = c[k];
+    if (!m) return;
+    rd.expect_map(m, std::string("compute.") + k);
+    for (const auto& kv : m) {
+      const std::string op = rd.string(kv.first, std::string("compute.") + k + " key");
+      into[op] = rd.number(kv.second, std::string("compute.") + k + "." + op, 0, kMax) * scale;
+    }
+  };
+  per_op("op_tflops", 1e12, p.cost.op_flops);
+  per_op("op_memory_gbps", 1.0, p.cost.op_memory_gbps);
   if (c["step_overhead_us"])
     p.cost.step_overhead_s =
         rd.number(c["step_overhead_us"], "compute.step_overhead_us", -1, kMax) * 1e-6;

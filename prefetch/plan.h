@@ -78,6 +78,10 @@ struct PlanOptions {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;  // device bytes the plan must fit; 0 = unlimited
   bool recompute = false;
+  // auto only: after fitting, keep resident again each offload whose copies the link (at
+  // cost.link_gbps, the bandwidth this GPU gets) cannot hide, where the plan still fits. The
+  // contention-aware planner sets it; see Note [Keeping what a shared link cannot hide].
+  bool keep_unhidden = false;
   PersistentBytes persistent;
   CostModel cost;
 };

@@ -91,6 +91,7 @@ MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce
   o.policy = policy;
   o.persistent = persistent_;
   o.cost = cost_;
+  o.keep_unhidden = contention_aware_;
   return plan_memory(lowered(batch).tape, o);
 }
 

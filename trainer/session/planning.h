@@ -35,8 +35,12 @@ class OfflinePlanner {
   // to `limit`.
   int64_t max_batch(MemoryPolicy policy, int64_t limit = 1 << 16);
 
-  // Plans with `cost` instead of cost_model(config) (a hardware profile, a contended link).
-  void set_cost(const CostModel& cost) { cost_ = cost; }
+  // Plans with `cost` instead of cost_model(config) (a hardware profile, a contended link);
+  // `contention_aware`: auto keeps resident what that link cannot hide (PlanOptions).
+  void set_cost(const CostModel& cost, bool contention_aware = false) {
+    cost_ = cost;
+    contention_aware_ = contention_aware;
+  }
   const CostModel& cost() const { return cost_; }
 
   bool substituted() const { return substituted_; }
@@ -48,6 +52,7 @@ class OfflinePlanner {
   bool substituted_ = false;
   PersistentBytes persistent_;
   CostModel cost_;
+  bool contention_aware_ = false;
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
 };
 
