@@ -241,21 +241,42 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
            input.tensors[static_cast<size_t>(b)].bytes;
   });
   constexpr size_t kTries = 96;  // bounds planning time on deep networks
-  for (size_t i = 0; i < order.size() && i < kTries; ++i) {
-    Decisions trial = d;
-    trial.offload.erase(std::find(trial.offload.begin(), trial.offload.end(), order[i]));
+  const auto try_decisions = [&](Decisions trial) {
     Materialized tm;
     std::vector<OffloadTiming> tt;
     std::vector<TensorPlan> tp;
-    if (!settle(input, live, o, arena_budget, trial, tm, tt, tp)) continue;
+    if (!settle(input, live, o, arena_budget, trial, tm, tt, tp)) return false;
     const double step = predicted_step(tm, tp, o.cost);
-    if (step < best * (1 - 1e-9)) {
-      best = step;
-      d = std::move(trial);
-      m = std::move(tm);
-      timing = std::move(tt);
-      plans = std::move(tp);
+    if (!(step < best * (1 - 1e-9))) return false;
+    best = step;
+    d = std::move(trial);
+    m = std::move(tm);
+    timing = std::move(tt);
+    plans = std::move(tp);
+    return true;
+  };
+  // Keep resident, or (with memory.recompute) rebuild instead of copying.
+  std::vector<bool> saved_mask(input.tensors.size(), false);
+  for (int t : saved_tensors(input, live, false)) saved_mask[static_cast<size_t>(t)] = true;
+  for (size_t i = 0; i < order.size() && i < kTries; ++i) {
+    Decisions trial = d;
+    trial.offload.erase(std::find(trial.offload.begin(), trial.offload.end(), order[i]));
+    if (try_decisions(trial) || !o.recompute) continue;
+    RecomputeChain chain = recompute_chain(input, live, order[i], saved_mask);
+    if (chain.steps.empty()) continue;
+    bool clash = false;
+    for (const RecomputeChain& c : trial.recompute) {
+      for (int t : chain.temps) {
+        clash =
+            clash || c.target == t || std::find(c.temps.begin(), c.temps.end(), t) != c.temps.end();
+      }
     }
+    for (int t : chain.temps)
+      clash =
+          clash || std::find(trial.offload.begin(), trial.offload.end(), t) != trial.offload.end();
+    if (clash) continue;
+    trial.recompute.push_back(std::move(chain));
+    try_decisions(trial);
   }
 }
 
