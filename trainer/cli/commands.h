@@ -34,6 +34,7 @@ struct SimulateArgs {
   std::string hardware;   // "" = the config's cost model
   std::string scheduler;  // "" = topology.scheduler
   double chunk_mb = 4;
+  std::string planning;  // "", "aware" or "oblivious"
   bool json = false;
   std::string trace;  // Chrome trace file, "" = none
 };

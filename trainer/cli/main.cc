@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--scheduler", sim.scheduler,
                       "fifo or topology (default: topology.scheduler)");
   sim_cmd->add_option("--chunk-mb", sim.chunk_mb, "topology scheduler chunk size in MiB (4)");
+  sim_cmd->add_option("--planning", sim.planning,
+                      "aware or oblivious: how auto plans the link, whatever the scheduler "
+                      "(default: aware under topology, oblivious under fifo)");
   sim_cmd->add_flag("--json", sim.json, "print one JSON object");
   sim_cmd->add_option("--trace", sim.trace, "write a Chrome trace of the step to FILE");
 

@@ -39,6 +39,13 @@ int run_simulate(const SimulateArgs& args) {
                       "chunks of 1 to 64 MiB are typical");
   o.chunk_bytes = static_cast<uint64_t>(args.chunk_mb * 1024 * 1024);
   o.trace = !args.trace.empty();
+  if (!args.planning.empty()) {
+    if (args.planning != "aware" && args.planning != "oblivious")
+      throw ConfigError(
+          fmt::format("--planning: must be aware or oblivious, got '{}'", args.planning),
+          "aware plans against each GPU's share of its links");
+    o.contention_aware = args.planning == "aware";
+  }
   const SimulationReport rep = simulate_config(config, o);
   const NodeSimResult& res = rep.result;
   const double step = res.step_seconds;

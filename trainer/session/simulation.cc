@@ -61,20 +61,22 @@ bool contention_aware(const Config& config) {
   return config.memory.policy == MemoryPolicy::kAuto && scheduler_name(config) == "topology";
 }
 
-AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank) {
+AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
+                         std::optional<bool> aware) {
   const EffectiveBandwidth out = effective_bandwidth(links, rank, TransferDirection::kToHost);
   const EffectiveBandwidth in = effective_bandwidth(links, rank, TransferDirection::kToDevice);
   AssumedLink a;
-  a.contention_aware = contention_aware(config);
+  a.contention_aware = aware.value_or(contention_aware(config));
   if (a.contention_aware) {
     a.gbps = std::min(out.shared_gbps, in.shared_gbps);
-    a.why = fmt::format("contention-aware (auto under the topology scheduler): {}; {}", out.why,
-                        in.why);
+    a.why = fmt::format("contention-aware ({}): {}; {}",
+                        aware ? "asked for" : "auto under the topology scheduler", out.why, in.why);
   } else {
     a.gbps = std::min(out.own_gbps, in.own_gbps);
     a.why = fmt::format(
         "oblivious ({}): the GPU's own path, {:.2f} GB/s to host, {:.2f} GB/s to device{}",
-        config.memory.policy == MemoryPolicy::kAuto
+        aware ? "asked for"
+        : config.memory.policy == MemoryPolicy::kAuto
             ? "auto under fifo"
             : std::string(policy_name(config.memory.policy)),
         out.own_gbps, in.own_gbps,
@@ -140,18 +142,11 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   in.trace = o.trace;
   std::map<double, MemoryPlan> plans;  // by assumed link rate
   for (size_t r = 0; r < n; ++r) {
-    AssumedLink a = assumed_link(config, server.links, static_cast<int>(r));
-    if (topology && config.memory.policy == MemoryPolicy::kAuto && !a.contention_aware) {
-      // --scheduler topology on a config that still says fifo: plan contention-aware too.
-      const EffectiveBandwidth out =
-          effective_bandwidth(server.links, static_cast<int>(r), TransferDirection::kToHost);
-      const EffectiveBandwidth back =
-          effective_bandwidth(server.links, static_cast<int>(r), TransferDirection::kToDevice);
-      a.gbps = std::min(out.shared_gbps, back.shared_gbps);
-      a.contention_aware = true;
-      a.why = fmt::format("contention-aware (auto under the topology scheduler): {}; {}", out.why,
-                          back.why);
-    }
+    // Until topology.scheduler takes `topology` in this branch, --scheduler topology stands for
+    // it: auto then plans contention-aware as the config would.
+    std::optional<bool> aware = o.contention_aware;
+    if (!aware && topology && config.memory.policy == MemoryPolicy::kAuto) aware = true;
+    const AssumedLink a = assumed_link(config, server.links, static_cast<int>(r), aware);
     rep.assumed.push_back(a);
     auto it = plans.find(a.gbps);
     if (it == plans.end()) {

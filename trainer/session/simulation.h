@@ -31,7 +31,9 @@ bool contention_aware(const Config& config);
 
 // What `rank` may count on: the slower direction of its fair share when every rank copies at
 // once (contention-aware), or of its own path (oblivious).
-AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank);
+// `aware` overrides contention_aware(config).
+AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
+                         std::optional<bool> aware = std::nullopt);
 
 // A server to plan for: its topology, the ranks placed on it, their links, and the profile.
 struct Server {
@@ -52,6 +54,9 @@ struct SimulateOptions {
   int gpus = 0;               // 0 = every GPU of the topology
   std::string hardware;       // "" = the config's own cost model
   std::string scheduler;      // "" = topology.scheduler
+  // Plan contention-aware (true) or oblivious (false) whatever the scheduler; unset: auto under
+  // the topology scheduler plans contention-aware, everything else oblivious.
+  std::optional<bool> contention_aware;
   uint64_t chunk_bytes = 4ull << 20;
   bool trace = false;
 };
