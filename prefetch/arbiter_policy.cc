@@ -7,6 +7,11 @@
 
 namespace ferry {
 
+double chunk_latest_start(double deadline, uint64_t remaining_bytes, double bytes_per_s) {
+  if (bytes_per_s <= 0) return deadline;
+  return deadline - static_cast<double>(remaining_bytes) / bytes_per_s;
+}
+
 std::vector<size_t> grant(const std::vector<ChunkClaim>& waiting,
                           const std::vector<LinkDirection>& busy) {
   std::vector<size_t> order(waiting.size());

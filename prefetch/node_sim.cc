@@ -243,12 +243,15 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
                             : base + s.prefix[static_cast<size_t>(w)] -
                                   s.prefix[static_cast<size_t>(from)];
         }
-        const double alone = s.remaining[i] / (s.max_rate[d] * 1e9);
         ChunkClaim c;
         c.rank = static_cast<int>(r);
         c.direction = d == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice;
         c.links = s.arbitrated[d];
-        c.slack_s = reach == kInf ? 1e30 : reach - now - alone;
+        // Least laxity first, as the emulation's arbiter (Note [Why least laxity]).
+        c.slack_s = reach == kInf ? 1e30
+                                  : chunk_latest_start(reach, static_cast<uint64_t>(s.remaining[i]),
+                                                       s.max_rate[d] * 1e9) -
+                                        now;
         c.seq = claim_seq[key];
         claims.push_back(std::move(c));
         claim_of.emplace_back(r, d);
