@@ -111,6 +111,12 @@ Server load_server(const Config& config, const std::string& topology_file, int g
   return s;
 }
 
+std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank) {
+  if (!contention_aware(config) || config.topology.file.empty()) return std::nullopt;
+  const Server server = load_server(config, "", local_ranks, "");
+  return assumed_link(config, server.links, local_rank);
+}
+
 SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   Config config = base;
   if (!o.scheduler.empty()) {

@@ -35,6 +35,13 @@ bool contention_aware(const Config& config);
 AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
                          std::optional<bool> aware = std::nullopt);
 
+// For a training rank on a described server (topology.file): the link its auto plan should
+// assume when it plans contention-aware (its fair share with the other `local_ranks` ranks,
+// placed as training places them), or nullopt when it plans oblivious. The session sets
+// PlanOptions::cost.link_gbps from it (divided by the emulation's time scale on the CPU
+// backend) and PlanOptions::keep_unhidden.
+std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank);
+
 // A server to plan for: its topology, the ranks placed on it, their links, and the profile.
 struct Server {
   Topology topology;
