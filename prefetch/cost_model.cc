@@ -11,12 +11,10 @@ double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
   for (int t : step.writes)
     bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
   double flops_rate = compute_flops, memory_rate = memory_gbps;
-  if (!op_flops.empty() || !op_memory_gbps.empty()) {
-    // A recompute step runs its forward op again: same kind, same rates.
-    if (auto it = op_flops.find(step.op); it != op_flops.end()) flops_rate = it->second;
-    if (auto it = op_memory_gbps.find(step.op); it != op_memory_gbps.end())
-      memory_rate = it->second;
-  }
+  for (const auto& [op, rate] : op_flops)
+    if (op == step.op) flops_rate = rate;
+  for (const auto& [op, rate] : op_memory_gbps)
+    if (op == step.op) memory_rate = rate;
   return std::max(step.flops / flops_rate, bytes / (memory_rate * 1e9)) + step_overhead_s;
 }
 

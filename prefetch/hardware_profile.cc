@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -95,18 +94,21 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   };
   const YAML::Node c = root["compute"];
   if (!c) throw rd.error(root, "compute: required", "see configs/hardware/");
-  rd.check_keys(c, {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us"},
-                "compute");
+  rd.check_keys(
+      c, {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us"},
+      "compute");
   p.cost.compute_flops = need(c, "default_tflops", "compute") * 1e12;
   p.cost.memory_gbps = need(c, "memory_gbps", "compute");
   // Per op kind ("conv2d", "linear", "batchnorm2d", "maxpool", ...: the ops' kind names).
-  const auto per_op = [&](const char* k, double scale, std::map<std::string, double>& into) {
+  const auto per_op = [&](const char* k, double scale,
+                          std::vector<std::pair<std::string, double>>& into) {
     const YAML::Node m = c[k];
     if (!m) return;
     rd.expect_map(m, std::string("compute.") + k);
     for (const auto& kv : m) {
       const std::string op = rd.string(kv.first, std::string("compute.") + k + " key");
-      into[op] = rd.number(kv.second, std::string("compute.") + k + "." + op, 0, kMax) * scale;
+      into.emplace_back(
+          op, rd.number(kv.second, std::string("compute.") + k + "." + op, 0, kMax) * scale);
     }
   };
   per_op("op_tflops", 1e12, p.cost.op_flops);

@@ -11,7 +11,7 @@ packages=(
   libturbojpeg0-dev libpng-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
-  python3 python3-pip python3-torch python3-torchvision python3-pil
+  python3 python3-pip python3-torch python3-torchvision
 )
 
 missing=()

@@ -18,12 +18,12 @@ struct TrainArgs {
 struct PlanArgs {
   std::string config;
   std::vector<std::string> overrides;
-  std::string policy;  // "" = memory.policy, "all" = every policy
+  std::string policy;    // "" = memory.policy, "all" = every policy
+  std::string hardware;  // a hardware profile's cost model instead of the config's
+  int gpus = 0;          // ranks sharing the topology's links (0: one per GPU)
   bool max_batch = false;
   bool json = false;
   bool explain = false;  // list what fills the arena at each plan's fullest step
-  std::string hardware;  // a hardware profile's cost model instead of the config's
-  int gpus = 0;          // ranks sharing the topology's links (0: one per GPU)
 };
 
 struct SimulateArgs {

@@ -40,17 +40,34 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--policy", plan.policy,
                        "none, vdnn-conv, vdnn-all, auto, or all to compare them (default: "
                        "memory.policy)");
+  plan_cmd->add_option("--hardware", plan.hardware,
+                       "plan with a hardware profile's rates: a name (h100-pcie5, v100-pcie3, "
+                       "a100-pcie4) or a YAML file");
+  plan_cmd->add_option("--gpus", plan.gpus,
+                       "with topology.file: ranks sharing its links (default: one per GPU)");
   plan_cmd->add_flag("--max-batch", plan.max_batch,
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");
   plan_cmd->add_flag("--explain", plan.explain,
                      "list the largest tensors in the arena at each plan's fullest step");
 
-  plan_cmd->add_option("--hardware", plan.hardware,
-                       "plan with a hardware profile's rates: a name (h100-pcie5, v100-pcie3, "
-                       "a100-pcie4) or a YAML file");
-  plan_cmd->add_option("--gpus", plan.gpus,
-                       "with topology.file: ranks sharing its links (default: one per GPU)");
+  TrainArgs check;
+  bool reference = false;
+  CLI::App* config_cmd = app.add_subcommand(
+      "config",
+      "Validate a config and print it resolved: trainer config CONFIG [key=value ...]; "
+      "--reference prints every key");
+  config_cmd->add_option("config", check.config, "YAML experiment config");
+  config_cmd->add_option("overrides", check.overrides, "key=value overrides");
+  config_cmd->add_flag("--reference", reference, "print the config reference (markdown)");
+
+  InfoArgs info;
+  CLI::App* info_cmd =
+      app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
+  info_cmd->add_option("--model", info.model, "model name (omit to list the zoo)");
+  info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
+  info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
+  info_cmd->add_flag("--json", info.json, "print JSON");
 
   SimulateArgs sim;
   CLI::App* sim_cmd = app.add_subcommand(
@@ -72,24 +89,6 @@ int main(int argc, char** argv) {
                       "(default: aware under topology, oblivious under fifo)");
   sim_cmd->add_flag("--json", sim.json, "print one JSON object");
   sim_cmd->add_option("--trace", sim.trace, "write a Chrome trace of the step to FILE");
-
-  TrainArgs check;
-  bool reference = false;
-  CLI::App* config_cmd = app.add_subcommand(
-      "config",
-      "Validate a config and print it resolved: trainer config CONFIG [key=value ...]; "
-      "--reference prints every key");
-  config_cmd->add_option("config", check.config, "YAML experiment config");
-  config_cmd->add_option("overrides", check.overrides, "key=value overrides");
-  config_cmd->add_flag("--reference", reference, "print the config reference (markdown)");
-
-  InfoArgs info;
-  CLI::App* info_cmd =
-      app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
-  info_cmd->add_option("--model", info.model, "model name (omit to list the zoo)");
-  info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
-  info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
-  info_cmd->add_flag("--json", info.json, "print JSON");
 
   try {
     app.parse(argc, argv);

@@ -98,7 +98,8 @@ int run_plan(const PlanArgs& args) {
     link_why = fmt::format("{:.2f} GB/s for rank 0 of {} on {}: {}", a.gbps, server.bindings.size(),
                            server.topology.name(), a.why);
   }
-  planner.set_cost(cost, aware);
+  planner.set_cost(cost);
+  planner.set_contention_aware(aware);
   const int64_t batch = config.data.batch_size;
   std::vector<Row> rows;
   for (MemoryPolicy policy : requested(args, config)) {
@@ -159,11 +160,11 @@ int run_plan(const PlanArgs& args) {
                                      "algorithms)"
                                    : " (workspace sizes from the CPU kernels)")
                             : "");
-  std::printf("link: %s\n", link_why.c_str());
   const PersistentBytes& p = planner.persistent();
-  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n\n",
+  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),
               format_bytes(p.optimizer).c_str(), format_bytes(p.buffers).c_str());
+  std::printf("link: %s\n\n", link_why.c_str());
   std::printf("%-10s %12s %8s %12s %12s %12s %12s %12s %10s %s\n", "policy", "peak", "vs none",
               "activations", "act. grads", "workspace", "offload/step", "recompute", "max batch",
               "predicted step (stall)");

@@ -158,7 +158,8 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
     if (it == plans.end()) {
       CostModel c = cost;
       c.link_gbps = a.gbps;
-      planner.set_cost(c, a.contention_aware);
+      planner.set_cost(c);
+      planner.set_contention_aware(a.contention_aware);
       it = plans.emplace(a.gbps, planner.plan(config.memory.policy, config.data.batch_size)).first;
     }
     const MemoryPlan& plan = it->second;
