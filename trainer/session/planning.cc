@@ -52,7 +52,7 @@ CostModel cost_model(const Config& config) {
   return c;
 }
 
-OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(cost_model(config)) {
+OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
   DeviceOptions d;
   d.backend = config.device.backend;
   d.threads = static_cast<int>(config.device.threads);
