@@ -104,6 +104,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   ExecutorOptions exec;
   exec.plan = plan_options(config);
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
+  exec.host_limit = config.memory.host_limit;
+  exec.poison = config.memory.debug_poison;
   // Contention-aware auto (the topology scheduler on a described server): plan against this
   // rank's share of its links, at the emulation's time scale, keeping resident what it cannot
   // hide.
@@ -114,8 +116,6 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       exec.plan.keep_unhidden = true;
     }
   }
-  exec.host_limit = config.memory.host_limit;
-  exec.poison = config.memory.debug_poison;
   exec.seed = config.run.seed;
   const std::string name = config.model.name;
   const int64_t classes = config.model.classes;
