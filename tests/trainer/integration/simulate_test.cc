@@ -18,9 +18,13 @@ std::string config(const std::string& model) {
 std::string topology(const std::string& name) {
   return std::string(FERRY_SOURCE_DIR) + "/configs/topologies/" + name + ".yaml";
 }
+// Commands run from the source tree: the configs name their topology relative to it.
+std::string in_source(const std::string& command) {
+  return "cd " + std::string(FERRY_SOURCE_DIR) + " && " + command;
+}
 std::string simulate(const std::string& args) {
-  return trainer() + " simulate " + config("vgg16") + " --topology " + topology("dgx1-like") +
-         " --hardware v100-pcie3 " + args;
+  return in_source(trainer()) + " simulate " + config("vgg16") + " --topology " +
+         topology("dgx1-like") + " --hardware v100-pcie3 " + args;
 }
 
 double link_seconds(const nlohmann::json& j) {
@@ -75,7 +79,7 @@ TEST(Simulate, ContentionAwareAutoUsesLessLinkTimeOnASharedSwitch) {
 }
 
 TEST(Simulate, BadInputIsOneErrorWithExitCode2) {
-  const std::string base = trainer() + " simulate " + config("vgg16");
+  const std::string base = in_source(trainer()) + " simulate " + config("vgg16");
   Exit e = run(base + " --hardware tpu-v9");
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.output.find("--hardware: unknown hardware profile 'tpu-v9'"), std::string::npos)
@@ -92,13 +96,15 @@ TEST(Simulate, BadInputIsOneErrorWithExitCode2) {
 }
 
 TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
-  const std::string plan = trainer() + " plan " + config("vgg16") + " --hardware v100-pcie3";
+  const std::string plan =
+      in_source(trainer()) + " plan " + config("vgg16") + " --hardware v100-pcie3";
   Exit e = run(plan + " topology.scheduler=fifo");
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("link: 12.00 GB/s for rank 0 of 8 on dgx1-like: oblivious"),
             std::string::npos)
       << e.output;
-  e = run(trainer() + " plan " + config("vgg16") + " --hardware h100-pcie5 topology.file=");
+  e = run(in_source(trainer()) + " plan " + config("vgg16") +
+          " --hardware h100-pcie5 topology.file=");
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("link: 49.00 GB/s: h100-pcie5's own link"), std::string::npos)
       << e.output;
