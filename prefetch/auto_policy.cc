@@ -180,6 +180,106 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
   return false;
 }
 
+// Fetch early and release late where the budget leaves room; keep the layout within budget by
+// shrinking the allowance by what fragmentation costs. False when even the tight timing does
+// not fit.
+bool settle(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
+            const Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
+            std::vector<TensorPlan>& plans) {
+  m = materialize(input, live, d);
+  std::vector<OffloadTiming> tight;
+  for (bool jit : {false, true}) {
+    tight = base_timing(m, d, jit);
+    plans = stretches(m, d, tight);
+    if (layout_plans(m.tape, plans) <= arena_budget) break;
+    if (jit) return false;
+  }
+  uint64_t limit = arena_budget;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    timing = relax(m, d, tight, o.cost, limit);
+    plans = stretches(m, d, timing);
+    const uint64_t arena = layout_plans(m.tape, plans);
+    if (arena <= arena_budget) return true;
+    const uint64_t excess = arena - arena_budget;
+    if (excess >= limit) break;
+    limit -= excess;
+  }
+  timing = tight;
+  plans = stretches(m, d, timing);
+  layout_plans(m.tape, plans);
+  return true;
+}
+
+// The cost model's step time of a planned tape with these offloads.
+double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plans,
+                      const CostModel& cost) {
+  std::vector<SimTransfer> transfers;
+  for (size_t t = 0; t < plans.size(); ++t) {
+    const TensorPlan& tp = plans[t];
+    if (tp.decision != Decision::kOffload) continue;
+    const uint64_t bytes = m.tape.tensors[t].bytes;
+    transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
+    transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
+  }
+  return simulate(m.tape, cost, transfers).step_seconds;
+}
+
+// Note [Keeping what a shared link cannot hide]
+// The greedy takes candidates by their cost alone, each as if it had the link to itself, and
+// stops only once the layout fits, so it often moves more than the budget needs. Where copies
+// are hidden that costs nothing; on a link shared with other GPUs it is the step time. So the
+// contention-aware planner (keep_unhidden) tries to keep each offloaded tensor resident again,
+// largest first, and keeps it whenever the plan still fits and the cost model, at the
+// bandwidth this GPU gets, predicts a faster step.
+void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o,
+                   uint64_t arena_budget, Decisions& d, Materialized& m,
+                   std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
+  double best = predicted_step(m, plans, o.cost);
+  std::vector<int> order = d.offload;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return input.tensors[static_cast<size_t>(a)].bytes >
+           input.tensors[static_cast<size_t>(b)].bytes;
+  });
+  constexpr size_t kTries = 96;  // bounds planning time on deep networks
+  const auto try_decisions = [&](Decisions trial) {
+    Materialized tm;
+    std::vector<OffloadTiming> tt;
+    std::vector<TensorPlan> tp;
+    if (!settle(input, live, o, arena_budget, trial, tm, tt, tp)) return false;
+    const double step = predicted_step(tm, tp, o.cost);
+    if (!(step < best * (1 - 1e-9))) return false;
+    best = step;
+    d = std::move(trial);
+    m = std::move(tm);
+    timing = std::move(tt);
+    plans = std::move(tp);
+    return true;
+  };
+  // Keep resident, or (with memory.recompute) rebuild instead of copying.
+  std::vector<bool> saved_mask(input.tensors.size(), false);
+  for (int t : saved_tensors(input, live, false)) saved_mask[static_cast<size_t>(t)] = true;
+  for (size_t i = 0; i < order.size() && i < kTries; ++i) {
+    Decisions trial = d;
+    trial.offload.erase(std::find(trial.offload.begin(), trial.offload.end(), order[i]));
+    if (try_decisions(trial) || !o.recompute) continue;
+    RecomputeChain chain = recompute_chain(input, live, order[i], saved_mask);
+    if (chain.steps.empty()) continue;
+    bool clash = false;
+    for (const RecomputeChain& c : trial.recompute) {
+      for (int t : chain.temps) {
+        clash =
+            clash || c.target == t || std::find(c.temps.begin(), c.temps.end(), t) != c.temps.end();
+      }
+    }
+    for (int t : chain.temps)
+      clash =
+          clash || std::find(trial.offload.begin(), trial.offload.end(), t) != trial.offload.end();
+    if (clash) continue;
+    trial.recompute.push_back(std::move(chain));
+    try_decisions(trial);
+  }
+}
+
 }  // namespace
 
 void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
@@ -213,21 +313,8 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
                     o.recompute ? "" : ", set memory.recompute=true"));
   }
 
-  // Fetch early and release late where the budget leaves room; keep the layout within budget
-  // by shrinking the allowance by what fragmentation costs.
-  const std::vector<OffloadTiming> tight = timing;
-  uint64_t limit = arena_budget;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    timing = relax(m, d, tight, o.cost, limit);
-    plans = stretches(m, d, timing);
-    const uint64_t arena = layout_plans(m.tape, plans);
-    if (arena <= arena_budget) return;
-    const uint64_t excess = arena - arena_budget;
-    if (excess >= limit) break;
-    limit -= excess;
-  }
-  timing = tight;
-  plans = stretches(m, d, timing);
+  settle(input, live, o, arena_budget, d, m, timing, plans);
+  if (o.keep_unhidden) keep_unhidden(input, live, o, arena_budget, d, m, timing, plans);
 }
 
 }  // namespace ferry::planner

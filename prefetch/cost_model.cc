@@ -10,7 +10,12 @@ double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
   for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
   for (int t : step.writes)
     bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
-  return std::max(step.flops / compute_flops, bytes / (memory_gbps * 1e9)) + step_overhead_s;
+  double flops_rate = compute_flops, memory_rate = memory_gbps;
+  for (const auto& [op, rate] : op_flops)
+    if (op == step.op) flops_rate = rate;
+  for (const auto& [op, rate] : op_memory_gbps)
+    if (op == step.op) memory_rate = rate;
+  return std::max(step.flops / flops_rate, bytes / (memory_rate * 1e9)) + step_overhead_s;
 }
 
 Prediction simulate(const Tape& tape, const CostModel& cost,

@@ -12,6 +12,11 @@
 namespace ferry {
 
 struct CostModel {
+  // Per op kind ("conv2d", "linear", "batchnorm2d"; recompute steps count as their op): FLOP/s
+  // and memory GB/s replacing compute_flops and memory_gbps for that kind's steps (a hardware
+  // profile's rates). Empty: compute_flops and memory_gbps for every step.
+  std::vector<std::pair<std::string, double>> op_flops;
+  std::vector<std::pair<std::string, double>> op_memory_gbps;
   double compute_flops = 1e11;    // sustained FLOP/s of the compute stream
   double memory_gbps = 20;        // device memory bandwidth for memory-bound steps (GB/s)
   double link_gbps = 12;          // host<->device bandwidth per direction (GB/s)

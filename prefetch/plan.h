@@ -78,6 +78,10 @@ struct PlanOptions {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;  // device bytes the plan must fit; 0 = unlimited
   bool recompute = false;
+  // auto only: after fitting, keep resident again each offload whose copies the link (at
+  // cost.link_gbps, the bandwidth this GPU gets) cannot hide, where the plan still fits. The
+  // contention-aware planner sets it; see Note [Keeping what a shared link cannot hide].
+  bool keep_unhidden = false;
   PersistentBytes persistent;
   CostModel cost;
 };
@@ -86,6 +90,10 @@ struct PlanOptions {
 // bound (naming the step whose working set does not fit and the smallest budget that would),
 // or when the policy's plan does not fit the budget (naming the smallest budget it can meet).
 MemoryPlan plan_memory(const Tape& tape, const PlanOptions& options);
+
+// The copies a plan makes per step, in tensor order (each offload, then its prefetch): what the
+// cost model's simulate() and the node simulator run.
+std::vector<SimTransfer> plan_transfers(const MemoryPlan& plan);
 
 // The largest single-step working set (every tensor a step reads or writes) plus the
 // persistent bytes: no plan of this tape can peak lower.

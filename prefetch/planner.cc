@@ -291,6 +291,18 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
 
 }  // namespace planner
 
+std::vector<SimTransfer> plan_transfers(const MemoryPlan& plan) {
+  std::vector<SimTransfer> transfers;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const TensorPlan& tp = plan.tensors[t];
+    if (tp.decision != Decision::kOffload) continue;
+    const uint64_t bytes = plan.tape.tensors[t].bytes;
+    transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
+    transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
+  }
+  return transfers;
+}
+
 namespace {
 
 using namespace planner;
@@ -323,15 +335,7 @@ void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
   }
   plan.host_bytes = plan.offload_bytes;
   for (const auto& c : d.recompute) plan.recompute_flops += c.flops;
-  std::vector<SimTransfer> transfers;
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
-    const TensorPlan& tp = plan.tensors[t];
-    if (tp.decision != Decision::kOffload) continue;
-    const uint64_t bytes = tape.tensors[t].bytes;
-    transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
-    transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
-  }
-  plan.prediction = simulate(tape, cost, transfers);
+  plan.prediction = simulate(tape, cost, plan_transfers(plan));
 }
 
 [[noreturn]] void below_lower_bound(const Tape& tape, const PlanOptions& o, uint64_t lower_bound,

@@ -18,10 +18,25 @@ struct TrainArgs {
 struct PlanArgs {
   std::string config;
   std::vector<std::string> overrides;
-  std::string policy;  // "" = memory.policy, "all" = every policy
+  std::string policy;    // "" = memory.policy, "all" = every policy
+  std::string hardware;  // a hardware profile's cost model instead of the config's
+  int gpus = 0;          // ranks sharing the topology's links (0: one per GPU)
   bool max_batch = false;
   bool json = false;
   bool explain = false;  // list what fills the arena at each plan's fullest step
+};
+
+struct SimulateArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string topology;   // "" = topology.file
+  int gpus = 0;           // 0 = every GPU of the topology
+  std::string hardware;   // "" = the config's cost model
+  std::string scheduler;  // "" = topology.scheduler
+  double chunk_mb = 4;
+  std::string planning;  // "", "aware" or "oblivious"
+  bool json = false;
+  std::string trace;  // Chrome trace file, "" = none
 };
 
 struct InfoArgs {
@@ -34,6 +49,7 @@ struct InfoArgs {
 int run_train(const TrainArgs& args, const RankInfo& ranks);
 int run_eval(const TrainArgs& args);
 int run_plan(const PlanArgs& args);
+int run_simulate(const SimulateArgs& args);
 int run_info(const InfoArgs& args);
 int run_config(const TrainArgs& args, bool reference);
 

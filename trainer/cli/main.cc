@@ -40,6 +40,11 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--policy", plan.policy,
                        "none, vdnn-conv, vdnn-all, auto, or all to compare them (default: "
                        "memory.policy)");
+  plan_cmd->add_option("--hardware", plan.hardware,
+                       "plan with a hardware profile's rates: a name (h100-pcie5, v100-pcie3, "
+                       "a100-pcie4) or a YAML file");
+  plan_cmd->add_option("--gpus", plan.gpus,
+                       "with topology.file: ranks sharing its links (default: one per GPU)");
   plan_cmd->add_flag("--max-batch", plan.max_batch,
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");
@@ -63,6 +68,27 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
   info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
   info_cmd->add_flag("--json", info.json, "print JSON");
+
+  SimulateArgs sim;
+  CLI::App* sim_cmd = app.add_subcommand(
+      "simulate",
+      "One step of a config on a described server, on a virtual clock: trainer simulate CONFIG "
+      "[--topology FILE] [--gpus N] [--hardware NAME|FILE] [--json] [--trace FILE]");
+  sim_cmd->add_option("config", sim.config, "YAML experiment config")->required();
+  sim_cmd->add_option("overrides", sim.overrides, "key=value overrides");
+  sim_cmd->add_option("--topology", sim.topology, "topology file (default: topology.file)");
+  sim_cmd->add_option("--gpus", sim.gpus, "GPUs (ranks) to simulate (default: every GPU)");
+  sim_cmd->add_option("--hardware", sim.hardware,
+                      "hardware profile: h100-pcie5, v100-pcie3, a100-pcie4 or a YAML file "
+                      "(default: the config's cost model)");
+  sim_cmd->add_option("--scheduler", sim.scheduler,
+                      "fifo or topology (default: topology.scheduler)");
+  sim_cmd->add_option("--chunk-mb", sim.chunk_mb, "topology scheduler chunk size in MiB (4)");
+  sim_cmd->add_option("--planning", sim.planning,
+                      "aware or oblivious: how auto plans the link, whatever the scheduler "
+                      "(default: aware under topology, oblivious under fifo)");
+  sim_cmd->add_flag("--json", sim.json, "print one JSON object");
+  sim_cmd->add_option("--trace", sim.trace, "write a Chrome trace of the step to FILE");
 
   try {
     app.parse(argc, argv);
@@ -93,6 +119,7 @@ int main(int argc, char** argv) {
     }
     if (*eval_cmd) return run_eval(eval);
     if (*plan_cmd) return run_plan(plan);
+    if (*sim_cmd) return run_simulate(sim);
     if (*info_cmd) return run_info(info);
     if (*config_cmd) return run_config(check, reference);
   } catch (const ConfigError& e) {

@@ -11,6 +11,7 @@
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/session/planning.h"
+#include "trainer/session/simulation.h"
 
 namespace ferry {
 
@@ -77,6 +78,28 @@ int run_plan(const PlanArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   const Config config = load_config(args.config, args.overrides);
   OfflinePlanner planner(config);
+  // The link the planner assumes: a profile's own link, or with topology.file the GPU's path,
+  // shared with the other ranks when auto plans contention-aware (topology scheduler).
+  CostModel cost = planner.cost();
+  std::string link_why = fmt::format("{:.2f} GB/s: the config's cost model{}", cost.link_gbps,
+                                     config.memory.link_gbps > 0 ? " (memory.link_gbps)" : "");
+  if (!args.hardware.empty()) {
+    const HardwareProfile profile = load_hardware_profile(args.hardware);
+    cost = profile.cost;
+    link_why = fmt::format("{:.2f} GB/s: {}'s own link (no topology.file: no sharing)",
+                           cost.link_gbps, profile.name);
+  }
+  bool aware = false;
+  if (!config.topology.file.empty() && config.memory.link_gbps == 0) {
+    const Server server = load_server(config, "", args.gpus, args.hardware);
+    const AssumedLink a = assumed_link(config, server.links, 0);
+    cost.link_gbps = a.gbps;
+    aware = a.contention_aware;
+    link_why = fmt::format("{:.2f} GB/s for rank 0 of {} on {}: {}", a.gbps, server.bindings.size(),
+                           server.topology.name(), a.why);
+  }
+  planner.set_cost(cost);
+  planner.set_contention_aware(aware);
   const int64_t batch = config.data.batch_size;
   std::vector<Row> rows;
   for (MemoryPolicy policy : requested(args, config)) {
@@ -120,6 +143,7 @@ int run_plan(const PlanArgs& args) {
       policies.push_back(std::move(j));
     }
     nlohmann::json out = {{"model", config.model.name},  {"batch", batch},
+                          {"link_gbps", cost.link_gbps}, {"link_why", link_why},
                           {"input", config.model.input}, {"budget_bytes", config.memory.budget},
                           {"policies", policies},        {"seconds", seconds}};
     std::printf("%s\n", out.dump(2).c_str());
@@ -137,9 +161,10 @@ int run_plan(const PlanArgs& args) {
                                                      : " (workspace sizes from the CPU kernels)")
           : "");
   const PersistentBytes& p = planner.persistent();
-  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n\n",
+  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),
               format_bytes(p.optimizer).c_str(), format_bytes(p.buffers).c_str());
+  std::printf("link: %s\n\n", link_why.c_str());
   std::printf("%-10s %12s %8s %12s %12s %12s %12s %12s %10s %s\n", "policy", "peak", "vs none",
               "activations", "act. grads", "workspace", "offload/step", "recompute", "max batch",
               "predicted step (stall)");

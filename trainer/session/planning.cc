@@ -71,6 +71,7 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
                   Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
                   config.model.classes);
   persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
+  cost_ = cost_model(config);
 }
 
 OfflinePlanner::~OfflinePlanner() = default;
@@ -88,10 +89,11 @@ const Lowered& OfflinePlanner::lowered(int64_t batch) {
 
 MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce_budget) {
   PlanOptions o = plan_options(config_);
+  o.keep_unhidden = contention_aware_;
   if (!enforce_budget) o.budget = 0;
   o.policy = policy;
   o.persistent = persistent_;
-  o.cost = cost_model(config_);
+  o.cost = cost_;
   return plan_memory(lowered(batch).tape, o);
 }
 

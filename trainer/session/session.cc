@@ -6,6 +6,7 @@
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/planning.h"
+#include "trainer/session/simulation.h"
 
 #include <algorithm>
 #include <array>
@@ -140,6 +141,16 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
+  // Contention-aware auto (the topology scheduler on a described server): plan against this
+  // rank's share of its links, at the emulation's time scale, keeping resident what it cannot
+  // hide.
+  if (config.memory.link_gbps == 0) {
+    if (const auto a = training_link(config, ranks.local_size, ranks.local_rank)) {
+      const double scale = emulate_link ? d.copy_gbps / placement_.link_gbps : 1.0;
+      exec.plan.cost.link_gbps = a->gbps * scale;
+      exec.plan.keep_unhidden = true;
+    }
+  }
   exec.seed = config.run.seed;
   if (arbitrate && emulator_) {
     std::shared_ptr<LinkEmulator> emulator = emulator_;

@@ -1,0 +1,114 @@
+// `trainer simulate` as a user meets it: one JSON object with the step, stall, samples/s and
+// every link; the same command prints the same bytes; contention-aware auto under the topology
+// scheduler moves less over a shared switch than oblivious auto under fifo; bad input is one
+// clear error with exit code 2; `trainer plan` says which link bandwidth it assumed.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string config(const std::string& model) {
+  return std::string(FERRY_SOURCE_DIR) + "/configs/simulate/" + model + "-dgx1.yaml";
+}
+std::string topology(const std::string& name) {
+  return std::string(FERRY_SOURCE_DIR) + "/configs/topologies/" + name + ".yaml";
+}
+// Commands run from the source tree: the configs name their topology relative to it.
+std::string in_source(const std::string& command) {
+  return "cd " + std::string(FERRY_SOURCE_DIR) + " && " + command;
+}
+std::string simulate(const std::string& args) {
+  return in_source(trainer()) + " simulate " + config("vgg16") + " --topology " +
+         topology("dgx1-like") + " --hardware v100-pcie3 " + args;
+}
+
+double link_seconds(const nlohmann::json& j) {
+  double s = 0;
+  for (const auto& l : j["links"]) s += l["busy_s"].get<double>();
+  return s;
+}
+
+TEST(Simulate, JsonHasTheStepAndEveryLinkAndIsDeterministic) {
+  const Exit a = run(simulate("--scheduler topology --json"));
+  ASSERT_EQ(a.code, 0) << a.output;
+  const nlohmann::json j = nlohmann::json::parse(a.output);
+  for (const char* key : {"step_s", "stall_s", "samples_per_s", "links", "ranks"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["gpus"].get<int>(), 8);
+  EXPECT_NEAR(j["samples_per_s"].get<double>(), 8 * 256 / j["step_s"].get<double>(), 1e-6);
+  EXPECT_GE(j["step_s"].get<double>(), j["stall_s"].get<double>());
+  ASSERT_EQ(j["links"].size(), 19u);  // 8 GPU + 4 NIC + 4 switch uplinks, 2 root complexes, QPI
+  for (const auto& l : j["links"]) {
+    for (const char* key : {"name", "capacity_gbps", "bytes", "utilisation"})
+      EXPECT_TRUE(l.contains(key)) << key;
+    EXPECT_LE(l["utilisation"].get<double>(), 1.0 + 1e-9) << l["name"];
+  }
+  const Exit b = run(simulate("--scheduler topology --json"));
+  EXPECT_EQ(a.output, b.output);
+  // A Chrome trace with a track per GPU and the links.
+  const std::string trace = scratch("simulate_trace") + "/step.json";
+  const Exit t = run(simulate("--gpus 2 --trace " + trace));
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::ifstream in(trace);
+  const nlohmann::json tj = nlohmann::json::parse(in);
+  int processes = 0;
+  for (const auto& e : tj["traceEvents"]) processes += e["name"] == "process_name";
+  EXPECT_EQ(processes, 3);  // GPU0, GPU1, links
+}
+
+TEST(Simulate, ContentionAwareAutoUsesLessLinkTimeOnASharedSwitch) {
+  const Exit oblivious = run(simulate("--scheduler fifo --json"));
+  const Exit aware = run(simulate("--scheduler topology --json"));
+  ASSERT_EQ(oblivious.code, 0) << oblivious.output;
+  ASSERT_EQ(aware.code, 0) << aware.output;
+  const nlohmann::json o = nlohmann::json::parse(oblivious.output);
+  const nlohmann::json a = nlohmann::json::parse(aware.output);
+  EXPECT_FALSE(o["ranks"][0]["contention_aware"].get<bool>());
+  EXPECT_TRUE(a["ranks"][0]["contention_aware"].get<bool>());
+  // Two V100s share each gen3 switch uplink: the aware plan assumes half of it.
+  EXPECT_NEAR(a["ranks"][0]["assumed_link_gbps"].get<double>(),
+              o["ranks"][0]["assumed_link_gbps"].get<double>() / 2, 0.5);
+  EXPECT_LT(link_seconds(a), link_seconds(o));
+  EXPECT_LT(a["offload_bytes"].get<double>(), o["offload_bytes"].get<double>());
+  EXPECT_LT(a["step_s"].get<double>(), o["step_s"].get<double>());
+}
+
+TEST(Simulate, BadInputIsOneErrorWithExitCode2) {
+  const std::string base = in_source(trainer()) + " simulate " + config("vgg16");
+  Exit e = run(base + " --hardware tpu-v9");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("--hardware: unknown hardware profile 'tpu-v9'"), std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("h100-pcie5"), std::string::npos) << "the hint lists the profiles";
+  e = run(simulate("--gpus 9"));
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("--gpus: 9 GPUs asked, but"), std::string::npos) << e.output;
+  e = run(base + " --topology /nonexistent.yaml");
+  EXPECT_EQ(e.code, 2) << e.output;
+  e = run(simulate("--chunk-mb 0"));
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.output.find("--chunk-mb"), std::string::npos) << e.output;
+}
+
+TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
+  const std::string plan =
+      in_source(trainer()) + " plan " + config("vgg16") + " --hardware v100-pcie3";
+  Exit e = run(plan + " topology.scheduler=fifo");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("link: 12.00 GB/s for rank 0 of 8 on dgx1-like: oblivious"),
+            std::string::npos)
+      << e.output;
+  e = run(in_source(trainer()) + " plan " + config("vgg16") +
+          " --hardware h100-pcie5 topology.file=");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("link: 49.00 GB/s: h100-pcie5's own link"), std::string::npos)
+      << e.output;
+}
+
+}  // namespace
+}  // namespace ferry::testing

@@ -1,0 +1,143 @@
+// `trainer simulate`: one training step of a config on a described server, on a virtual clock
+// (trainer/session/simulation.h): step and stall time, samples/s of the whole job, and what
+// every link carried; --json for scripts, --trace for a Chrome trace.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
+#include "trainer/session/simulation.h"
+
+namespace ferry {
+
+namespace {
+
+double utilisation(const SimLink& l, const SimLinkStats& s, double seconds) {
+  if (seconds <= 0) return 0;
+  const double out = s.to_host_bytes / (l.capacity.to_host_gbps * 1e9 * seconds);
+  const double in = s.to_device_bytes / (l.capacity.to_device_gbps * 1e9 * seconds);
+  return std::max(out, in);
+}
+
+}  // namespace
+
+int run_simulate(const SimulateArgs& args) {
+  const Config config = load_config(args.config, args.overrides);
+  SimulateOptions o;
+  o.topology_file = args.topology;
+  o.gpus = args.gpus;
+  o.hardware = args.hardware;
+  o.scheduler = args.scheduler;
+  if (!(args.chunk_mb > 0) || args.chunk_mb > 4096)
+    throw ConfigError(fmt::format("--chunk-mb: must be in (0, 4096], got {}", args.chunk_mb),
+                      "chunks of 1 to 64 MiB are typical");
+  o.chunk_bytes = static_cast<uint64_t>(args.chunk_mb * 1024 * 1024);
+  o.trace = !args.trace.empty();
+  if (!args.planning.empty()) {
+    if (args.planning != "aware" && args.planning != "oblivious")
+      throw ConfigError(
+          fmt::format("--planning: must be aware or oblivious, got '{}'", args.planning),
+          "aware plans against each GPU's share of its links");
+    o.contention_aware = args.planning == "aware";
+  }
+  const SimulationReport rep = simulate_config(config, o);
+  const NodeSimResult& res = rep.result;
+  const double step = res.step_seconds;
+
+  if (!args.trace.empty()) {
+    std::ofstream os(args.trace);
+    if (!os) throw ConfigError(fmt::format("--trace: cannot write '{}'", args.trace), "");
+    os << chrome_trace(rep.input, res);
+  }
+  if (args.json) {
+    nlohmann::json links = nlohmann::json::array();
+    for (size_t l = 0; l < rep.input.links.size(); ++l) {
+      const SimLink& link = rep.input.links[l];
+      const SimLinkStats& s = res.links[l];
+      links.push_back(
+          {{"name", link.name},
+           {"kind", rep.link_kinds[l]},
+           {"capacity_gbps", std::min(link.capacity.to_host_gbps, link.capacity.to_device_gbps)},
+           {"to_host_gbps", link.capacity.to_host_gbps},
+           {"to_device_gbps", link.capacity.to_device_gbps},
+           {"duplex_factor", link.capacity.duplex_factor},
+           {"bytes", s.to_host_bytes + s.to_device_bytes},
+           {"to_host_bytes", s.to_host_bytes},
+           {"to_device_bytes", s.to_device_bytes},
+           {"busy_s", s.busy_seconds},
+           {"utilisation", utilisation(link, s, step)}});
+    }
+    nlohmann::json ranks = nlohmann::json::array();
+    for (size_t r = 0; r < rep.input.ranks.size(); ++r) {
+      ranks.push_back({{"name", rep.input.ranks[r].name},
+                       {"step_s", res.ranks[r].step_seconds},
+                       {"compute_s", res.ranks[r].compute_seconds},
+                       {"stall_s", res.ranks[r].stall_seconds},
+                       {"copy_bytes", res.ranks[r].copy_bytes},
+                       {"assumed_link_gbps", rep.assumed[r].gbps},
+                       {"contention_aware", rep.assumed[r].contention_aware},
+                       {"assumed_link_why", rep.assumed[r].why}});
+    }
+    const nlohmann::json out = {{"model", config.model.name},
+                                {"topology", rep.topology},
+                                {"hardware", rep.hardware},
+                                {"gpus", rep.input.ranks.size()},
+                                {"batch_per_gpu", rep.batch},
+                                {"policy", policy_name(rep.policy)},
+                                {"scheduler", rep.scheduler},
+                                {"budget_bytes", config.memory.budget},
+                                {"step_s", step},
+                                {"stall_s", res.stall_seconds},
+                                {"samples_per_s", rep.samples_per_s},
+                                {"peak_bytes", rep.peak_bytes},
+                                {"offload_bytes", rep.offload_bytes},
+                                {"recompute_flops", rep.recompute_flops},
+                                {"allreduce_bytes", res.allreduce_bytes},
+                                {"planned_step_s", rep.planned.step_seconds},
+                                {"ranks", ranks},
+                                {"links", links}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("simulate: %s, batch %lld per GPU, %zu GPUs of %s, hardware %s\n",
+              config.model.name.c_str(), static_cast<long long>(rep.batch), rep.input.ranks.size(),
+              rep.topology.c_str(), rep.hardware.c_str());
+  std::printf("memory.policy %s, memory.budget %s, scheduler %s\n",
+              std::string(policy_name(rep.policy)).c_str(),
+              format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());
+  std::printf(
+      "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s\n",
+      format_bytes(rep.peak_bytes).c_str(), format_bytes(rep.offload_bytes).c_str(),
+      rep.recompute_flops / 1e9, rep.planned.step_seconds);
+  std::printf("\nstep %.4f s, stall %.4f s (mean per GPU), %.1f samples/s (whole job)\n\n", step,
+              res.stall_seconds, rep.samples_per_s);
+  std::printf("%-8s %10s %10s %10s %12s  %s\n", "rank", "step s", "stall s", "link GB/s", "copied",
+              "planned against");
+  for (size_t r = 0; r < rep.input.ranks.size(); ++r) {
+    std::printf("%-8s %10.4f %10.4f %10.2f %12s  %s\n", rep.input.ranks[r].name.c_str(),
+                res.ranks[r].step_seconds, res.ranks[r].stall_seconds, rep.assumed[r].gbps,
+                format_bytes(static_cast<uint64_t>(res.ranks[r].copy_bytes)).c_str(),
+                rep.assumed[r].why.c_str());
+  }
+  std::printf("\n%-44s %16s %12s %12s %7s\n", "link", "GB/s out/in", "to host", "to device",
+              "util");
+  for (size_t l = 0; l < rep.input.links.size(); ++l) {
+    const SimLink& link = rep.input.links[l];
+    const SimLinkStats& s = res.links[l];
+    std::printf("%-44s %7.2f/%-8.2f %12s %12s %6.1f%%\n", link.name.c_str(),
+                link.capacity.to_host_gbps, link.capacity.to_device_gbps,
+                format_bytes(static_cast<uint64_t>(s.to_host_bytes)).c_str(),
+                format_bytes(static_cast<uint64_t>(s.to_device_bytes)).c_str(),
+                100 * utilisation(link, s, step));
+  }
+  if (!args.trace.empty()) std::printf("\ntrace: %s\n", args.trace.c_str());
+  return 0;
+}
+
+}  // namespace ferry

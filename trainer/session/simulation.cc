@@ -1,0 +1,192 @@
+// Planning every rank of a described server and running the node simulator.
+#include "trainer/session/simulation.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "comm/bucket_plan.h"
+#include "common/error.h"
+#include "topology/load.h"
+#include "trainer/config/enums.h"
+#include "trainer/model/zoo/zoo.h"
+#include "trainer/session/planning.h"
+
+namespace ferry {
+
+namespace {
+
+std::string scheduler_name(const Config& config) {
+  return std::string(to_string(config.topology.scheduler));
+}
+
+// Gradient buckets in launch order (PyTorch DDP's rule, comm/bucket_plan), each ready after the
+// planned step that produces its last gradient.
+std::vector<SimBucket> gradient_buckets(const Config& config, const Lowered& lowered,
+                                        const MemoryPlan& plan) {
+  const Graph graph =
+      build_model(config.model.name,
+                  Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
+                  config.model.classes);
+  std::vector<GradSlice> slices;
+  std::vector<int> ready;
+  uint64_t offset = 0;
+  for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
+    if (plan.tape.steps[s].phase != StepPhase::kBackward) continue;
+    const int origin = plan.origin[s];
+    for (int slot : lowered.bindings[static_cast<size_t>(origin)].grad_params) {
+      if (!is_persistent_slot(slot)) continue;
+      const uint64_t bytes = graph.tensor(persistent_id(slot)).desc.bytes();
+      slices.push_back({offset, bytes});
+      ready.push_back(static_cast<int>(s));
+      offset += bytes;
+    }
+  }
+  std::vector<size_t> order(slices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto cap = static_cast<uint64_t>(config.comm.bucket_mb * 1024 * 1024);
+  std::vector<SimBucket> out;
+  for (const Bucket& b : assign_buckets(slices, order, std::max<uint64_t>(cap, 1))) {
+    SimBucket sb{b.bytes, 0};
+    for (size_t p : b.params) sb.ready_after = std::max(sb.ready_after, ready[p]);
+    out.push_back(sb);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool contention_aware(const Config& config) {
+  return config.memory.policy == MemoryPolicy::kAuto && scheduler_name(config) == "topology";
+}
+
+AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
+                         std::optional<bool> aware) {
+  const EffectiveBandwidth out = effective_bandwidth(links, rank, TransferDirection::kToHost);
+  const EffectiveBandwidth in = effective_bandwidth(links, rank, TransferDirection::kToDevice);
+  AssumedLink a;
+  a.contention_aware = aware.value_or(contention_aware(config));
+  if (a.contention_aware) {
+    a.gbps = std::min(out.shared_gbps, in.shared_gbps);
+    a.why = fmt::format("contention-aware ({}): {}; {}",
+                        aware ? "asked for" : "auto under the topology scheduler", out.why, in.why);
+  } else {
+    a.gbps = std::min(out.own_gbps, in.own_gbps);
+    a.why = fmt::format(
+        "oblivious ({}): the GPU's own path, {:.2f} GB/s to host, {:.2f} GB/s to device{}",
+        aware ? "asked for"
+        : config.memory.policy == MemoryPolicy::kAuto
+            ? "auto under fifo"
+            : std::string(policy_name(config.memory.policy)),
+        out.own_gbps, in.own_gbps,
+        out.sharers > 1 ? fmt::format(" ({} is shared by {} ranks: {:.2f} GB/s each when all copy)",
+                                      out.bottleneck, out.sharers, out.shared_gbps)
+                        : "");
+  }
+  return a;
+}
+
+Server load_server(const Config& config, const std::string& topology_file, int gpus,
+                   const std::string& hardware) {
+  const std::string file = topology_file.empty() ? config.topology.file : topology_file;
+  if (file.empty())
+    throw ConfigError("topology.file: the simulator needs a described server",
+                      "set topology.file or pass --topology FILE (see configs/topologies/)");
+  Server s{load_topology(file), {}, {}, {}};
+  const int have = static_cast<int>(s.topology.gpus().size());
+  if (have == 0)
+    throw ConfigError(fmt::format("--topology: '{}' has no NVIDIA GPU to simulate", file),
+                      "use a topology with GPUs (see configs/topologies/)");
+  if (gpus < 0 || gpus > have)
+    throw ConfigError(fmt::format("--gpus: {} GPUs asked, but '{}' has {}", gpus, file, have),
+                      fmt::format("use --gpus 1 to {}", have));
+  if (!hardware.empty()) s.profile = load_hardware_profile(hardware);
+  PlacementOptions po;
+  po.use_gpus = true;
+  s.bindings = place_ranks(s.topology, gpus == 0 ? have : gpus, po);
+  LinkOptions lo;
+  lo.default_pcie_gbps = config.topology.unknown_link_gbps;
+  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo);
+  return s;
+}
+
+std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank) {
+  if (!contention_aware(config) || config.topology.file.empty()) return std::nullopt;
+  const Server server = load_server(config, "", local_ranks, "");
+  return assumed_link(config, server.links, local_rank);
+}
+
+SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
+  Config config = base;
+  if (!o.scheduler.empty()) {
+    const auto k = from_string<LinkSchedulerKind>(o.scheduler);
+    if (!k && o.scheduler != "topology")
+      throw ConfigError(fmt::format("--scheduler: unknown scheduler '{}'", o.scheduler),
+                        "use fifo or topology");
+    if (k) config.topology.scheduler = *k;
+  }
+  Server server = load_server(config, o.topology_file, o.gpus, o.hardware);
+  SimulationReport rep;
+  rep.topology = server.topology.name();
+  rep.hardware = server.profile ? server.profile->name : "config cost model";
+  // Until topology.scheduler takes `topology` in this branch, --scheduler names it.
+  const bool topology = o.scheduler == "topology" || scheduler_name(config) == "topology";
+  rep.scheduler = topology ? "topology" : scheduler_name(config);
+  rep.policy = config.memory.policy;
+  rep.batch = config.data.batch_size;
+  rep.link_kinds = server.links.kinds;
+
+  OfflinePlanner planner(config);
+  CostModel cost = server.profile ? server.profile->cost : cost_model(config);
+  const size_t n = server.bindings.size();
+  NodeSimInput& in = rep.input;
+  in.links = server.links.links;
+  in.ring = server.links.ring;
+  in.topology_scheduler = topology;
+  in.chunk_bytes = o.chunk_bytes;
+  in.trace = o.trace;
+  std::map<double, MemoryPlan> plans;  // by assumed link rate
+  for (size_t r = 0; r < n; ++r) {
+    // Until topology.scheduler takes `topology` in this branch, --scheduler topology stands for
+    // it: auto then plans contention-aware as the config would.
+    std::optional<bool> aware = o.contention_aware;
+    if (!aware && topology && config.memory.policy == MemoryPolicy::kAuto) aware = true;
+    const AssumedLink a = assumed_link(config, server.links, static_cast<int>(r), aware);
+    rep.assumed.push_back(a);
+    auto it = plans.find(a.gbps);
+    if (it == plans.end()) {
+      CostModel c = cost;
+      c.link_gbps = a.gbps;
+      planner.set_cost(c);
+      planner.set_contention_aware(a.contention_aware);
+      it = plans.emplace(a.gbps, planner.plan(config.memory.policy, config.data.batch_size)).first;
+    }
+    const MemoryPlan& plan = it->second;
+    SimRank rank;
+    rank.name = fmt::format("GPU{}", server.links.gpus[r]);
+    for (const TapeStep& s : plan.tape.steps) {
+      rank.step_seconds.push_back(cost.step_seconds(s, plan.tape));
+      if (o.trace) rank.step_names.push_back(s.name);
+    }
+    rank.transfers = plan_transfers(plan);
+    rank.path = server.links.paths[r];
+    in.ranks.push_back(std::move(rank));
+    if (r == 0) {
+      rep.peak_bytes = plan.peak_bytes();
+      rep.offload_bytes = plan.offload_bytes;
+      rep.recompute_flops = plan.recompute_flops;
+      rep.planned = plan.prediction;
+      if (n > 1)
+        in.buckets = gradient_buckets(config, planner.lowered(config.data.batch_size), plan);
+    }
+  }
+  rep.result = simulate_node(in);
+  rep.samples_per_s = rep.result.step_seconds > 0
+                          ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) /
+                                rep.result.step_seconds
+                          : 0;
+  return rep;
+}
+
+}  // namespace ferry

@@ -1,0 +1,89 @@
+// `trainer simulate` and contention-aware planning: one config planned per GPU of a described
+// server (the same planner and policies as training) and run on the node simulator's virtual
+// clock, with a hardware profile's compute and link rates. Invariant: the same config and
+// options give the same report, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prefetch/hardware_profile.h"
+#include "prefetch/node_links.h"
+#include "prefetch/node_sim.h"
+#include "prefetch/plan.h"
+#include "topology/model.h"
+#include "trainer/config/config.h"
+
+namespace ferry {
+
+// The link bandwidth the planner assumes for one rank's copies, and why.
+struct AssumedLink {
+  double gbps = 0;
+  bool contention_aware = false;  // auto under the topology scheduler: its fair share
+  std::string why;
+};
+
+// Whether a config plans against contended links: memory.policy auto with
+// topology.scheduler topology (fifo is the oblivious baseline: the GPU's own link).
+bool contention_aware(const Config& config);
+
+// What `rank` may count on: the slower direction of its fair share when every rank copies at
+// once (contention-aware), or of its own path (oblivious).
+// `aware` overrides contention_aware(config).
+AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
+                         std::optional<bool> aware = std::nullopt);
+
+// For a training rank on a described server (topology.file): the link its auto plan should
+// assume when it plans contention-aware (its fair share with the other `local_ranks` ranks,
+// placed as training places them), or nullopt when it plans oblivious. The session sets
+// PlanOptions::cost.link_gbps from it (divided by the emulation's time scale on the CPU
+// backend) and PlanOptions::keep_unhidden.
+std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank);
+
+// A server to plan for: its topology, the ranks placed on it, their links, and the profile.
+struct Server {
+  Topology topology;
+  std::vector<RankBinding> bindings;
+  NodeLinks links;
+  std::optional<HardwareProfile> profile;
+};
+
+// Loads `topology_file` (or config.topology.file) and places `gpus` ranks on it (0: one per
+// GPU). Throws ConfigError for a missing topology, a topology without GPUs, more ranks than
+// GPUs, or an unknown profile.
+Server load_server(const Config& config, const std::string& topology_file, int gpus,
+                   const std::string& hardware);
+
+struct SimulateOptions {
+  std::string topology_file;  // "" = topology.file
+  int gpus = 0;               // 0 = every GPU of the topology
+  std::string hardware;       // "" = the config's own cost model
+  std::string scheduler;      // "" = topology.scheduler
+  // Plan contention-aware (true) or oblivious (false) whatever the scheduler; unset: auto under
+  // the topology scheduler plans contention-aware, everything else oblivious.
+  std::optional<bool> contention_aware;
+  uint64_t chunk_bytes = 4ull << 20;
+  bool trace = false;
+};
+
+struct SimulationReport {
+  std::string topology, hardware, scheduler;
+  MemoryPolicy policy = MemoryPolicy::kNone;
+  int64_t batch = 0;                 // per GPU
+  std::vector<AssumedLink> assumed;  // per rank
+  std::vector<std::string> link_kinds;
+  uint64_t peak_bytes = 0, offload_bytes = 0;  // rank 0's plan
+  double recompute_flops = 0;
+  Prediction planned;  // rank 0's plan as the planner's own cost model predicts it
+  NodeSimInput input;
+  NodeSimResult result;
+  double samples_per_s = 0;
+};
+
+// Plans each rank's step and simulates one step of the node. ConfigError when the plan does
+// not fit memory.budget (as training would).
+SimulationReport simulate_config(const Config& config, const SimulateOptions& options);
+
+}  // namespace ferry
