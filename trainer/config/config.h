@@ -134,6 +134,7 @@ struct MemoryConfig {
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
   double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN
+  bool measure = true;  // time the model's kernels and the link at start; false = FLOP model
   bool operator==(const MemoryConfig&) const = default;
 };
 

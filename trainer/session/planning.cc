@@ -52,7 +52,8 @@ CostModel cost_model(const Config& config) {
   return c;
 }
 
-OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
+OfflinePlanner::OfflinePlanner(const Config& config)
+    : config_(config), cost_(cost_model(config)) {
   DeviceOptions d;
   d.backend = config.device.backend;
   d.threads = static_cast<int>(config.device.threads);
@@ -90,7 +91,7 @@ MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce
   if (!enforce_budget) o.budget = 0;
   o.policy = policy;
   o.persistent = persistent_;
-  o.cost = cost_model(config_);
+  o.cost = cost_;
   return plan_memory(lowered(batch).tape, o);
 }
 

@@ -35,6 +35,10 @@ class OfflinePlanner {
   // to `limit`.
   int64_t max_batch(MemoryPolicy policy, int64_t limit = 1 << 16);
 
+  // Plans with `cost` instead of cost_model(config) (a hardware profile, a contended link).
+  void set_cost(const CostModel& cost) { cost_ = cost; }
+  const CostModel& cost() const { return cost_; }
+
   bool substituted() const { return substituted_; }
   const PersistentBytes& persistent() const { return persistent_; }
 
@@ -43,6 +47,7 @@ class OfflinePlanner {
   std::unique_ptr<Kernels> kernels_;
   bool substituted_ = false;
   PersistentBytes persistent_;
+  CostModel cost_;
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
 };
 

@@ -5,6 +5,7 @@
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/planning.h"
 
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -103,6 +104,17 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   ExecutorOptions exec;
   exec.plan = plan_options(config);
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
+  if (config.memory.measure && training) {
+    // Plan with this device's own times (Note [Measured step times]), cached in run.dir.
+    ProfileOptions po;
+    po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
+    po.device_key = profile_device_key(*device_, d.copy_gbps);
+    po.write_cache = ranks.is_root();
+    const Lowered lowered = lower_graph(graph_, device_->kernels(), /*training=*/true);
+    profile_ = measure_device(*device_, graph_, lowered,
+                              update_kernel(config, store_->param_floats()), po);
+    apply_profile(*profile_, exec.plan.cost, config.memory.link_gbps > 0);
+  }
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
   exec.seed = config.run.seed;
