@@ -94,9 +94,10 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
       format_bytes(config.memory.budget));
   const DeviceProfile* profile = session.cost_profile();
-  log.print("cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
-            profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
-            plan.prediction.step_seconds, plan.prediction.stall_seconds);
+  log.print(
+      "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
+      profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
+      plan.prediction.step_seconds, plan.prediction.stall_seconds);
 }
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the
@@ -113,10 +114,11 @@ void report_timing(RankLog& log, Session& session, const Config& config,
   const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
   const double predicted = plan.prediction.step_seconds;
   const char* model = session.cost_profile() ? "measured" : "FLOP";
-  log.print("timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
-            "model (predicted/measured {:.2f})",
-            measured, counted, counted == 1 ? "" : "s", skip ? " after the first" : "", predicted,
-            model, measured > 0 ? predicted / measured : 0.0);
+  log.print(
+      "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
+      "model (predicted/measured {:.2f})",
+      measured, counted, counted == 1 ? "" : "s", skip ? " after the first" : "", predicted, model,
+      measured > 0 ? predicted / measured : 0.0);
   if (!session.ranks().is_root()) return;
   nlohmann::json j = {{"model", config.model.name},
                       {"batch", config.data.batch_size},
@@ -136,10 +138,10 @@ void report_timing(RankLog& log, Session& session, const Config& config,
                       {"device_peak_bytes", result.device_peak_bytes},
                       {"offload_bytes", plan.offload_bytes}};
   if (const DeviceProfile* p = session.cost_profile()) {
-    j["cost_profile"] = {{"kernels", p->kernels},       {"from_cache", p->from_cache},
-                         {"not_timed", p->failed},      {"steps_measured", p->steps_measured},
-                         {"steps", p->steps_total},     {"d2h_gbps", p->d2h_gbps},
-                         {"h2d_gbps", p->h2d_gbps},     {"seconds", p->seconds},
+    j["cost_profile"] = {{"kernels", p->kernels},   {"from_cache", p->from_cache},
+                         {"not_timed", p->failed},  {"steps_measured", p->steps_measured},
+                         {"steps", p->steps_total}, {"d2h_gbps", p->d2h_gbps},
+                         {"h2d_gbps", p->h2d_gbps}, {"seconds", p->seconds},
                          {"cache", p->cache_path}};
   }
   write_text((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
