@@ -9,7 +9,9 @@
 # Run on a GPU machine from the tree's root, through the bundle (scripts/gpu-bundle.sh):
 #   .gpubundle/run scripts/gpu-bench.sh [--rows]
 # --rows prints tab-separated rows (name, result, figure) for scripts/gpu-check.sh; without it,
-# an aligned table. FERRY_BENCH_STEPS (default 8) sets the ferry steps per row.
+# an aligned table. FERRY_BENCH_STEPS (default 8) sets the ferry steps per row;
+# FERRY_BENCH_EXTRA adds key=value overrides to every ferry run, last (to try the script on the
+# CPU backend with small shapes, say).
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || dirname "$(dirname "$0")")"
 rows_only=false
@@ -23,9 +25,17 @@ rows=$out/rows.tsv
 
 row() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$rows"; }
 
-# PyTorch runs outside the bundle's library path (its own wheels bring cuDNN and cuBLAS).
+# PyTorch runs outside the bundle's library path (its own wheels bring cuDNN and cuBLAS), on
+# the first Python that has torch and torchvision.
+py=python3
+for candidate in python3 /usr/bin/python3 /usr/local/bin/python3; do
+  if env -u LD_LIBRARY_PATH "$candidate" -c 'import torch, torchvision' > /dev/null 2>&1; then
+    py=$candidate
+    break
+  fi
+done
 pytorch() {  # model -> step seconds, or "" (the reason goes to $out/pytorch_<model>.json)
-  env -u LD_LIBRARY_PATH timeout 300 python3 scripts/bench_pytorch_gpu.py "$1" 256 \
+  env -u LD_LIBRARY_PATH timeout 300 "$py" scripts/bench_pytorch_gpu.py "$1" 256 \
     > "$out/pytorch_$1.json" 2> "$out/pytorch_$1.log"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j.get("step_s",""))' \
     "$out/pytorch_$1.json" 2>/dev/null
@@ -36,8 +46,9 @@ pytorch() {  # model -> step seconds, or "" (the reason goes to $out/pytorch_<mo
 ferry() {  # name, overrides...
   local name=$1
   shift
+  # shellcheck disable=SC2086
   timeout 400 "$trainer" train configs/gpu_bench.yaml run.dir="$out/run" run.steps="$steps" "$@" \
-    > "$out/$name.log" 2>&1
+    ${FERRY_BENCH_EXTRA:-} > "$out/$name.log" 2>&1
   local rc=$?
   if [[ $rc -eq 0 && -f $out/run/summary.json ]]; then
     mv "$out/run/summary.json" "$out/$name.json"
@@ -83,7 +94,8 @@ if ferry "$name" model.name=vgg16 memory.policy=vdnn-all; then
   bound=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); c=j["cost_profile"]
 b=j["offload_bytes"]; print(b/(c["d2h_gbps"]*1e9)+b/(c["h2d_gbps"]*1e9) if c["d2h_gbps"]>0 and c["h2d_gbps"]>0 else "")' \
     "$out/$name.json" 2>/dev/null)
-  gib=$(python3 -c 'import json,sys; print(f"{json.load(open(sys.argv[1]))[\"offload_bytes\"]/2**30:.1f}")' "$out/$name.json")
+  gib=$(python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["offload_bytes"] / 2**30))' \
+    "$out/$name.json")
   if [[ -n $bound ]]; then
     fig=$(printf 'ferry %.3fs / link bound %.3fs (%s GiB each way), ratio %s' "$s" "$bound" "$gib" \
       "$(ratio "$s" "$bound")")

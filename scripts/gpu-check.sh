@@ -51,7 +51,7 @@ if ! gpu_present && [[ ${FERRY_CHECK_FORCE:-0} != 1 ]]; then
 fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
   head -n 1)
-echo "gpu-check: ${gpu:-an NVIDIA GPU}; logs in $out"
+echo "gpu-check: ${gpu:-no GPU seen (FERRY_CHECK_FORCE=1)}; logs in $out"
 
 # A gtest binary: one row (or one per test case with --per-test).
 gtest() {  # label, binary, [--per-test]
@@ -125,6 +125,12 @@ if [[ -z $sanitizer ]]; then
   sanitizer=$(python3 -c 'import glob,nvidia
 print(next(iter(sorted(p for d in nvidia.__path__ for p in glob.glob(d+"/**/compute-sanitizer", recursive=True)))),""))' 2>/dev/null)
 fi
+# ... or the one scripts/gpu-bundle.sh packed.
+if [[ -z $sanitizer && -f .gpubundle/sanitizer.tar.xz ]]; then
+  mkdir -p /tmp/ferry-sanitizer
+  tar xJf .gpubundle/sanitizer.tar.xz -C /tmp/ferry-sanitizer &&
+    sanitizer=/tmp/ferry-sanitizer/sanitizer/bin/compute-sanitizer
+fi
 label="memcheck resnet18_cifar vdnn-all 3 steps"
 if [[ -z $sanitizer || ! -x $sanitizer ]]; then
   row "$label" SKIP "compute-sanitizer not found (PATH, /usr/local/cuda/bin, nvidia wheels)"
@@ -142,7 +148,7 @@ else
   if [[ $rc -eq 0 && $summary == "ERROR SUMMARY: 0 errors" ]]; then
     row "$label" PASS "$summary ($((SECONDS - t0))s)"
   else
-    row "$label" FAIL "exit $rc, ${summary:-no summary}: $(grep -m 1 -E 'Invalid|error' "$out/memcheck.log" |
+    row "$label" FAIL "exit $rc, ${summary:-no summary}: $(grep -m 1 -iE 'invalid|error' "$out/memcheck.log" |
       cut -c 1-100)"
   fi
 fi
