@@ -6,6 +6,7 @@
 #include "trainer/session/device_profile.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -70,7 +71,14 @@ KernelArgs update_kernel(const Config& config, int64_t param_floats) {
 }
 
 std::string profile_device_key(const Device& device, double copy_gbps) {
-  return copy_gbps > 0 ? fmt::format("{} link {} GB/s", device.name(), copy_gbps) : device.name();
+  // "cuda:1 (NVIDIA H100 80GB HBM3)" -> "cuda (NVIDIA H100 80GB HBM3)": the ranks of one
+  // machine drive the same kind of device and share its entry.
+  std::string name = device.name();
+  const size_t colon = name.find(':');
+  size_t digits = colon == std::string::npos ? 0 : colon + 1;
+  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
+  if (colon != std::string::npos && digits > colon + 1) name.erase(colon, digits - colon);
+  return copy_gbps > 0 ? fmt::format("{} link {} GB/s", name, copy_gbps) : name;
 }
 
 DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& lowered,

@@ -41,7 +41,8 @@ struct DeviceProfile {
 // makes it: what the update step costs.
 KernelArgs update_kernel(const Config& config, int64_t param_floats);
 
-// The device's identity for the profile cache: its name, plus the emulated link rate (cpu).
+// The device's identity for the profile cache: its name without the ordinal, plus the emulated
+// link rate (cpu).
 std::string profile_device_key(const Device& device, double copy_gbps);
 
 // Times what `lowered` launches on `device` (reusing and extending the cache) and the link per

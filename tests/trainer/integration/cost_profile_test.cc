@@ -45,6 +45,8 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
   ProfileOptions po;
   po.cache_path = scratch("cost_profile_cache") + "/cost_profile.json";
   po.device_key = profile_device_key(*device, 0);
+  EXPECT_EQ(po.device_key.rfind("cpu (", 0), 0u) << "the ordinal is not part of the key";
+  EXPECT_NE(profile_device_key(*device, 2.5).find("link 2.5 GB/s"), std::string::npos);
   const uint64_t in_use = device->memory().stats().in_use;
   const KernelArgs update = update_kernel(config, 62006);
 
