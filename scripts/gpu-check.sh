@@ -7,6 +7,8 @@
 # memcheck on 3 steps of resnet18_cifar under vdnn-all, and the benchmark
 # (scripts/gpu-bench.sh), then prints one table: test, result (PASS, FAIL, SKIP, INFO), figure.
 # Exit status: 0 all ran and passed, 1 something failed, 77 no GPU here (nothing run).
+# The whole check keeps to FERRY_CHECK_BUDGET_S seconds (default 570): each stage gets at most
+# what is left, and a stage that finds too little left is a SKIP row.
 # FERRY_CHECK_NO_BENCH=1 leaves the benchmark out; FERRY_CHECK_FORCE=1 runs everything even
 # where no GPU is seen (to try the script itself: the tests then skip or fail). Logs:
 # /tmp/ferry-gpu-check/.
@@ -20,6 +22,17 @@ rows=$out/rows.tsv
 start=$(date +%s)
 
 row() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$rows"; }
+
+budget=${FERRY_CHECK_BUDGET_S:-570}
+left() { echo $((budget - ($(date +%s) - start))); }
+# The time a stage may take: at most `cap` seconds and what is left of the budget; 0 when less
+# than a minimum is left.
+allow() {  # cap [min]
+  local l
+  l=$(left)
+  ((l < ${2:-20})) && { echo 0; return; }
+  echo $((l < $1 ? l : $1))
+}
 
 table() {
   python3 - "$rows" <<'PY'
@@ -62,8 +75,13 @@ gtest() {  # label, binary, [--per-test]
   fi
   local name
   name=$(basename "$bin")
-  local t0=$SECONDS
-  timeout 420 "$bin" --gtest_output="json:$out/$name.json" > "$out/$name.log" 2>&1
+  local t0=$SECONDS limit
+  limit=$(allow 300)
+  if ((limit == 0)); then
+    row "$label" SKIP "out of the ${budget}s budget"
+    return
+  fi
+  timeout "$limit" "$bin" --gtest_output="json:$out/$name.json" > "$out/$name.log" 2>&1
   local rc=$?
   python3 - "$out/$name.json" "$label" "$rc" "$((SECONDS - t0))" "$per_test" >> "$rows" <<'PY'
 import json, sys
@@ -136,9 +154,11 @@ if [[ -z $sanitizer || ! -x $sanitizer ]]; then
   row "$label" SKIP "compute-sanitizer not found (PATH, /usr/local/cuda/bin, nvidia wheels)"
 elif [[ ! -x build/trainer ]]; then
   row "$label" SKIP "build/trainer is not in the bundle"
+elif (($(allow 240 60) == 0)); then
+  row "$label" SKIP "out of the ${budget}s budget"
 else
   t0=$SECONDS
-  timeout 420 "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+  timeout "$(allow 240 60)" "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
     build/trainer train configs/quickstart.yaml model.name=resnet18_cifar device.backend=cuda \
     device.memory=4GiB memory.policy=vdnn-all memory.measure=false data.batch_size=32 \
     run.steps=3 run.log_every=1 checkpoint.every=0 run.dir="$out/memcheck" \
@@ -154,10 +174,18 @@ else
 fi
 
 if [[ ${FERRY_CHECK_NO_BENCH:-0} != 1 ]]; then
-  FERRY_BENCH_DIR=$out/bench FERRY_BENCH_STEPS=${FERRY_BENCH_STEPS:-6} scripts/gpu-bench.sh --rows \
-    > /dev/null 2> "$out/bench.log"
-  cat "$out/bench/rows.tsv" >> "$rows" 2> /dev/null ||
-    row "benchmark" FAIL "scripts/gpu-bench.sh wrote no rows (see $out/bench.log)"
+  limit=$(allow 100000 60)
+  if ((limit == 0)); then
+    row "benchmark" SKIP "out of the ${budget}s budget"
+  else
+    FERRY_BENCH_DIR=$out/bench FERRY_BENCH_STEPS=${FERRY_BENCH_STEPS:-6} timeout "$limit" \
+      scripts/gpu-bench.sh --rows > /dev/null 2> "$out/bench.log"
+    rc=$?
+    cat "$out/bench/rows.tsv" >> "$rows" 2> /dev/null
+    ((rc == 124)) && row "benchmark" SKIP "stopped at the ${budget}s budget; rows above are complete"
+    [[ -s $out/bench/rows.tsv ]] ||
+      row "benchmark" FAIL "scripts/gpu-bench.sh wrote no rows (see $out/bench.log)"
+  fi
 fi
 
 echo
