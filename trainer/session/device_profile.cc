@@ -113,11 +113,12 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
         seconds[key] = t.seconds;
         known[key] = {{"seconds", t.seconds}, {"launches", t.launches}};
         changed = true;
-      } catch (const OutOfMemoryError&) {
+      } catch (const Error& e) {
+        // No room for its operands, no such kernel on this backend, a geometry the library
+        // refuses: the steps that launch it keep the FLOP model.
         ++p.failed;
-        seconds.erase(key);
-      } catch (const UnsupportedError&) {
-        ++p.failed;
+        if (p.first_failure.empty())
+          p.first_failure = std::string(kernel_name(args)) + ": " + e.what();
       }
     }
   }
@@ -189,10 +190,11 @@ void apply_profile(const DeviceProfile& profile, CostModel& cost, bool keep_link
 }
 
 std::string describe_profile(const DeviceProfile& p) {
-  std::string s = fmt::format("measured on {}: {} kernels ({} from cache{}), {}/{} steps",
-                              p.steps ? p.steps->device : "?", p.kernels, p.from_cache,
-                              p.failed ? fmt::format(", {} not timed", p.failed) : "",
-                              p.steps_measured, p.steps_total);
+  std::string s = fmt::format(
+      "measured on {}: {} kernels ({} from cache{}), {}/{} steps", p.steps ? p.steps->device : "?",
+      p.kernels, p.from_cache,
+      p.failed ? fmt::format(", {} not timed ({})", p.failed, p.first_failure.substr(0, 120)) : "",
+      p.steps_measured, p.steps_total);
   if (p.d2h_gbps > 0 || p.h2d_gbps > 0) {
     s += fmt::format(", link d2h {:.1f} GB/s h2d {:.1f} GB/s", p.d2h_gbps, p.h2d_gbps);
   }

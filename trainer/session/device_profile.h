@@ -29,8 +29,9 @@ struct DeviceProfile {
   double d2h_gbps = 0, h2d_gbps = 0;  // 0 when not measured
   int kernels = 0;                    // distinct kernel launches of the tape
   int from_cache = 0;                 // of which the cache had
-  int failed = 0;          // could not be timed (no memory, no kernel): FLOP model for their steps
-  int steps_measured = 0;  // tape steps with a measured time
+  int failed = 0;  // could not be timed (no memory, no kernel): FLOP model for their steps
+  std::string first_failure;  // why the first of them could not be timed
+  int steps_measured = 0;     // tape steps with a measured time
   int steps_total = 0;
   double seconds = 0;              // wall time spent measuring
   double predicted_compute_s = 0;  // sum of measured step times (steps without one excluded)

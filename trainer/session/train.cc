@@ -58,8 +58,6 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   return o;
 }
 
-void write_text(const std::string& path, const std::string& text);
-
 void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data) {
   const RankInfo& ranks = session.ranks();
   const PersistentBytes bytes = session.store().bytes();
@@ -98,6 +96,12 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
       profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
       plan.prediction.step_seconds, plan.prediction.stall_seconds);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
 }
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the
@@ -145,12 +149,6 @@ void report_timing(RankLog& log, Session& session, const Config& config,
                          {"cache", p->cache_path}};
   }
   write_text((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
 }
 
 // Adds the last step's all-reduces to the trace, on the comm track.

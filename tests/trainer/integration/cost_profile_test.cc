@@ -80,6 +80,32 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
   EXPECT_EQ(other.from_cache, 0);
 }
 
+TEST(DeviceProfile, KernelsThatDoNotFitLeaveTheirStepsToTheFlopModel) {
+  DeviceOptions d;
+  d.memory = 8ull << 20;
+  d.threads = 1;
+  auto device = create_device(d);
+  const Graph graph = build_model("lenet5", Shape{512, 3, 32, 32}, 10);
+  const Lowered lowered = lower_graph(graph, device->kernels(), true);
+  ProfileOptions po;  // no cache
+  po.device_key = profile_device_key(*device, 0);
+  const DeviceProfile p = measure_device(*device, graph, lowered, std::nullopt, po);
+  EXPECT_GT(p.failed, 0);
+  EXPECT_NE(p.first_failure.find("out of device memory"), std::string::npos) << p.first_failure;
+  EXPECT_GT(p.steps_measured, 0);
+  EXPECT_LT(p.steps_measured, p.steps_total);
+  EXPECT_EQ(device->memory().stats().in_use, 0u);
+  CostModel cost;
+  apply_profile(p, cost, false);
+  int fallback = 0;
+  for (const TapeStep& step : lowered.tape.steps) {
+    if (cost.measured_seconds(step, lowered.tape) >= 0) continue;
+    ++fallback;
+    EXPECT_GT(cost.step_seconds(step, lowered.tape), 0) << step.name << ": the FLOP model answers";
+  }
+  EXPECT_EQ(fallback, p.steps_total - p.steps_measured);
+}
+
 TEST(DeviceProfile, PlannerUsesMeasuredStepTimes) {
   auto device = cpu_device();
   const Graph graph = build_model("lenet5", Shape{8, 3, 32, 32}, 10);
