@@ -47,7 +47,7 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
     const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
                        prefix[static_cast<size_t>(tl.last_forward_use) + 1];
-    Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - gap)};
+    Candidate c{t, false, {}, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - gap)};
     if (allow_recompute) {
       RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
       if (!chain.steps.empty()) {
@@ -72,7 +72,7 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
     const double idle =
         prefix[static_cast<size_t>(gap.needed_at)] - prefix[static_cast<size_t>(gap.release_at)];
-    Candidate c{t, false, {}, bytes, std::max(0.0, 2 * o.cost.transfer_seconds(bytes) - idle)};
+    Candidate c{t, false, {}, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;
     out.push_back(std::move(c));
@@ -115,11 +115,13 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     const int t = d.offload[i];
     const TensorPlan& p = plans[static_cast<size_t>(t)];
     const uint64_t size = arena_aligned(m.tape.tensors[static_cast<size_t>(t)].bytes);
-    const double copy = cost.transfer_seconds(m.tape.tensors[static_cast<size_t>(t)].bytes);
+    const uint64_t bytes = m.tape.tensors[static_cast<size_t>(t)].bytes;
+    const double copy_in = cost.transfer_seconds(bytes, /*to_host=*/false);
+    const double copy_out = cost.transfer_seconds(bytes, /*to_host=*/true);
     // Fetch: as early as needed to land before needed_at, as the budget allows.
     double ahead = 0;
     int want = p.needed_at;
-    while (want - 1 > m.live.forward_end + 1 && ahead < copy)
+    while (want - 1 > m.live.forward_end + 1 && ahead < copy_in)
       ahead += times[static_cast<size_t>(--want)];
     OffloadTiming& tm = timing[i];
     for (int g = tm.fetch_at - 1; g >= want && g > tm.release_at; --g) {
@@ -130,7 +132,7 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     // Release: late enough for the copy to finish, as the budget allows.
     double behind = 0;
     int until = p.offload_after + 1;
-    while (until < tm.fetch_at - 1 && behind < copy) behind += times[static_cast<size_t>(until++)];
+    while (until < tm.fetch_at - 1 && behind < copy_out) behind += times[static_cast<size_t>(until++)];
     for (int g = tm.release_at; g < until && g + 1 < tm.fetch_at; ++g) {
       if (live[static_cast<size_t>(g)] + size > limit) break;
       live[static_cast<size_t>(g)] += size;

@@ -3,9 +3,34 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace ferry {
 
+// Note [Measured step times]
+// A device profile times every kernel a step launches (on scratch operands, on the device
+// itself) and sums them per step; the load step is its upload at the measured host-to-device
+// rate. The key ties a time to the work, not to a position on the tape: recompute steps find
+// their forward's time, and a tape of another batch size (a last partial batch, max-batch
+// searches) finds nothing and uses the FLOP model rather than a wrong measurement.
+std::string measured_step_key(const TapeStep& step, const Tape& tape) {
+  const StepPhase phase = step.phase == StepPhase::kRecompute ? StepPhase::kForward : step.phase;
+  uint64_t bytes = 0;
+  for (int t : step.reads) bytes += tape.tensors[static_cast<size_t>(t)].bytes;
+  if (phase == StepPhase::kLoad) {
+    for (int t : step.writes) bytes += tape.tensors[static_cast<size_t>(t)].bytes;
+  }
+  return fmt::format("{}|{}|{}|{}", static_cast<int>(phase), step.name, step.flops, bytes);
+}
+
+double CostModel::measured_seconds(const TapeStep& step, const Tape& tape) const {
+  if (!measured) return -1;
+  const auto it = measured->seconds.find(measured_step_key(step, tape));
+  return it == measured->seconds.end() ? -1 : it->second;
+}
+
 double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
+  if (const double m = measured_seconds(step, tape); m >= 0) return m;
   double bytes = 0;
   for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
   for (int t : step.writes)
@@ -36,7 +61,7 @@ Prediction simulate(const Tape& tape, const CostModel& cost,
   const auto issue = [&](size_t i, double at) {
     double& lane = transfers[i].to_host ? d2h_free : h2d_free;
     const double start = std::max(lane, at);
-    done[i] = start + cost.transfer_seconds(transfers[i].bytes);
+    done[i] = start + cost.transfer_seconds(transfers[i].bytes, transfers[i].to_host);
     lane = done[i];
     issued[i] = true;
   };

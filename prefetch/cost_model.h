@@ -4,12 +4,28 @@
 // server described by a hardware profile.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "prefetch/tape.h"
 
 namespace ferry {
+
+// Seconds each tape step took on a real device (Note [Measured step times] in cost_model.cc),
+// keyed by measured_step_key(): what the planner uses in place of the FLOP model when present.
+struct MeasuredSteps {
+  std::map<std::string, double> seconds;
+  std::string device;  // where they were measured: "cuda:0 (NVIDIA H100 80GB HBM3)"
+};
+
+// The identity of a step's work on one tape shape: phase (a recompute counts as its forward),
+// name, FLOPs and the bytes it reads (and the load step's bytes written). Equal keys mean the
+// same kernels on the same shapes.
+std::string measured_step_key(const TapeStep& step, const Tape& tape);
 
 struct CostModel {
   // Per op kind ("conv2d", "linear", "batchnorm2d"; recompute steps count as their op): FLOP/s
@@ -22,10 +38,27 @@ struct CostModel {
   double link_gbps = 12;          // host<->device bandwidth per direction (GB/s)
   double step_overhead_s = 5e-6;  // launch cost of one step
 
-  // Predicted seconds of one tape step.
+  // Measured link rates per direction (GB/s); 0 = link_gbps.
+  double d2h_gbps = 0;
+  double h2d_gbps = 0;
+  // Measured per-step times; a step without one falls back to the FLOP model.
+  std::shared_ptr<const MeasuredSteps> measured;
+
+  // Predicted seconds of one tape step: its measured time when known, else the FLOP model.
   double step_seconds(const TapeStep& step, const Tape& tape) const;
+  // The measured time of `step`, or a negative number when there is none.
+  double measured_seconds(const TapeStep& step, const Tape& tape) const;
+  // Seconds to move `bytes` in one direction, and out and back again.
+  double transfer_seconds(uint64_t bytes, bool to_host) const {
+    const double rate = to_host ? d2h_gbps : h2d_gbps;
+    return static_cast<double>(bytes) / ((rate > 0 ? rate : link_gbps) * 1e9);
+  }
+  // Seconds in the slower direction.
   double transfer_seconds(uint64_t bytes) const {
-    return static_cast<double>(bytes) / (link_gbps * 1e9);
+    return std::max(transfer_seconds(bytes, true), transfer_seconds(bytes, false));
+  }
+  double round_trip_seconds(uint64_t bytes) const {
+    return transfer_seconds(bytes, true) + transfer_seconds(bytes, false);
   }
 };
 

@@ -24,6 +24,10 @@ struct PlanArgs {
   bool max_batch = false;
   bool json = false;
   bool explain = false;  // list what fills the arena at each plan's fullest step
+  // Time the model on this machine's device (the default when the backend is cuda and a GPU
+  // is present) / never (keep the FLOP model).
+  bool measure = false;
+  bool no_measure = false;
 };
 
 struct SimulateArgs {

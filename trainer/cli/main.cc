@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--json", plan.json, "print JSON");
   plan_cmd->add_flag("--explain", plan.explain,
                      "list the largest tensors in the arena at each plan's fullest step");
+  plan_cmd->add_flag("--measure", plan.measure,
+                     "time the model's kernels and the link on this machine's device and plan "
+                     "with them (default on cuda with a GPU present; cached in run.dir)");
+  plan_cmd->add_flag("--no-measure", plan.no_measure, "plan with the FLOP model even on a GPU");
 
   TrainArgs check;
   bool reference = false;

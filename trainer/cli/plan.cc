@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,8 @@
 #include "common/strings.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
+#include "trainer/model/zoo/zoo.h"
+#include "trainer/session/device_profile.h"
 #include "trainer/session/planning.h"
 #include "trainer/session/simulation.h"
 
@@ -72,6 +75,40 @@ void explain(const MemoryPlan& plan) {
   if (rows.size() > 12) std::printf("  ... and %zu smaller\n", rows.size() - 12);
 }
 
+// Whether `trainer plan` times the model on a device here: asked, or a GPU is present.
+bool measure_here(const PlanArgs& args, const Config& config) {
+  if (args.no_measure) return false;
+  if (args.measure) return true;
+  return config.device.backend == Backend::kCuda && backend_built(Backend::kCuda) &&
+         cuda_device_count() > 0;
+}
+
+// Times the config's model at its batch size on a device of its backend (the profile cache in
+// run.dir is reused and extended) and plans with those times from then on.
+DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
+  DeviceOptions d;
+  d.backend = config.device.backend;
+  d.memory = config.device.memory;
+  d.threads = static_cast<int>(config.device.threads);
+  d.copy_gbps = config.device.copy_gbps;
+  std::unique_ptr<Device> device = create_device(d);
+  const Graph graph = build_model(config.model.name,
+                                  Shape{config.data.batch_size, config.model.input[0],
+                                        config.model.input[1], config.model.input[2]},
+                                  config.model.classes);
+  const Lowered lowered = lower_graph(graph, device->kernels(), /*training=*/true);
+  ProfileOptions po;
+  po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
+  po.device_key = profile_device_key(*device, d.copy_gbps);
+  const auto params = static_cast<int64_t>(planner.persistent().weights / sizeof(float));
+  DeviceProfile profile =
+      measure_device(*device, graph, lowered, update_kernel(config, params), po);
+  CostModel cost = planner.cost();
+  apply_profile(profile, cost, config.memory.link_gbps > 0);
+  planner.set_cost(cost);
+  return profile;
+}
+
 }  // namespace
 
 int run_plan(const PlanArgs& args) {
@@ -101,6 +138,12 @@ int run_plan(const PlanArgs& args) {
   planner.set_cost(cost);
   planner.set_contention_aware(aware);
   const int64_t batch = config.data.batch_size;
+  std::string cost_source = "FLOP model";
+  if (measure_here(args, config)) {
+    cost_source = describe_profile(measure_for_plan(config, planner));
+  } else if (config.device.backend == Backend::kCuda) {
+    cost_source = "FLOP model (no GPU here: step times are estimates, not measurements)";
+  }
   std::vector<Row> rows;
   for (MemoryPolicy policy : requested(args, config)) {
     Row row{policy};
@@ -145,7 +188,8 @@ int run_plan(const PlanArgs& args) {
     nlohmann::json out = {{"model", config.model.name},  {"batch", batch},
                           {"link_gbps", cost.link_gbps}, {"link_why", link_why},
                           {"input", config.model.input}, {"budget_bytes", config.memory.budget},
-                          {"policies", policies},        {"seconds", seconds}};
+                          {"policies", policies},        {"seconds", seconds},
+                          {"cost_model", cost_source}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -160,6 +204,7 @@ int run_plan(const PlanArgs& args) {
                                                        "zero-workspace cuDNN algorithms)"
                                                      : " (workspace sizes from the CPU kernels)")
           : "");
+  std::printf("cost model: %s\n", cost_source.c_str());
   const PersistentBytes& p = planner.persistent();
   std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),

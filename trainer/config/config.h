@@ -144,6 +144,7 @@ struct MemoryConfig {
   double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN
   uint64_t workspace_limit = uint64_t{256} << 20;  // cuda: scratch bytes one kernel may use
+  bool measure = true;  // time the model's kernels and the link at start; false = FLOP model
   bool operator==(const MemoryConfig&) const = default;
 };
 

@@ -244,13 +244,16 @@ std::vector<KeySpec> build_schema() {
            "auto: may recompute cheap activations (ReLU, BN, pooling) instead of keeping them."),
       size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
       real(FERRY_CONFIG_KEY(memory, link_gbps), at_least(0),
-           "Host<->device GB/s the planner assumes when costing offloads; 0 = the device's "
-           "(cuda 12, cpu device.copy_gbps or 8)."),
+           "Host<->device GB/s the planner assumes when costing offloads; 0 = measured "
+           "(memory.measure) or the device's (cuda 12, cpu device.copy_gbps or 8)."),
       flag(FERRY_CONFIG_KEY(memory, debug_poison),
            "Fill the device space of non-resident tensors with NaN (testing)."),
       size(FERRY_CONFIG_KEY(memory, workspace_limit), 0,
            "cuda: most scratch bytes one convolution or linear kernel may use, at most "
            "memory.budget / 8; the plan holds the chosen algorithms' real workspace."),
+      flag(FERRY_CONFIG_KEY(memory, measure),
+           "Time the model's kernels and the link on the device at start (cached in "
+           "<run.dir>/cost_profile.json) and plan with those times; false = the FLOP model."),
       // comm
       choice(FERRY_CONFIG_KEY(comm, backend),
              "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),

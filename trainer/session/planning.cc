@@ -53,7 +53,8 @@ CostModel cost_model(const Config& config) {
   return c;
 }
 
-OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
+OfflinePlanner::OfflinePlanner(const Config& config)
+    : config_(config), cost_(cost_model(config)) {
   DeviceOptions d = device_options(config);
   d.time_algorithms = false;  // a plan is asked for many batch sizes: heuristics, no timing
   const bool cuda_absent = d.backend == Backend::kCuda && cuda_device_count() <= d.ordinal;
@@ -71,7 +72,6 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config) {
                   Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
                   config.model.classes);
   persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
-  cost_ = cost_model(config);
 }
 
 OfflinePlanner::~OfflinePlanner() = default;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -139,6 +140,17 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   ExecutorOptions exec;
   exec.plan = plan_options(config);
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
+  if (config.memory.measure && training) {
+    // Plan with this device's own times (Note [Measured step times]), cached in run.dir.
+    ProfileOptions po;
+    po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
+    po.device_key = profile_device_key(*device_, d.copy_gbps);
+    po.write_cache = ranks.is_root();
+    const Lowered lowered = lower_graph(graph_, device_->kernels(), /*training=*/true);
+    profile_ = measure_device(*device_, graph_, lowered,
+                              update_kernel(config, store_->param_floats()), po);
+    apply_profile(*profile_, exec.plan.cost, config.memory.link_gbps > 0);
+  }
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
   // Contention-aware auto (the topology scheduler on a described server): plan against this
@@ -147,6 +159,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   if (config.memory.link_gbps == 0) {
     if (const auto a = training_link(config, ranks.local_size, ranks.local_rank)) {
       const double scale = emulate_link ? d.copy_gbps / placement_.link_gbps : 1.0;
+      // A measured rate per direction is this rank's link alone: it gets the same share.
+      const double share = a->gbps * scale / exec.plan.cost.link_gbps;
+      if (exec.plan.cost.d2h_gbps > 0) exec.plan.cost.d2h_gbps *= share;
+      if (exec.plan.cost.h2d_gbps > 0) exec.plan.cost.h2d_gbps *= share;
       exec.plan.cost.link_gbps = a->gbps * scale;
       exec.plan.keep_unhidden = true;
     }

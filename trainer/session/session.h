@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/buckets.h"
@@ -17,6 +18,7 @@
 #include "trainer/exec/parameter_store.h"
 #include "trainer/model/graph.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/session/device_profile.h"
 #include "trainer/session/placement.h"
 
 namespace ferry {
@@ -39,6 +41,8 @@ class Session {
   // The graph at the configured batch size (layer names, parameter list).
   const Graph& graph() const { return graph_; }
   std::vector<std::string> optimizer_slot_names() const;
+  // The measured cost model the plan used (memory.measure), or null (the FLOP model).
+  const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
   // The input shape (N, C, H, W) of a batch of n samples.
   Shape input_shape(int64_t n) const;
 
@@ -74,6 +78,7 @@ class Session {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<GradientListener> listener_;
+  std::optional<DeviceProfile> profile_;
 };
 
 // Maps the config's memory.* keys to planner options.

@@ -117,12 +117,64 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       format_bytes(plan.workspace_bytes), format_bytes(plan.offload_bytes),
       plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
       format_bytes(config.memory.budget));
+  const DeviceProfile* profile = session.cost_profile();
+  log.print(
+      "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
+      profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
+      plan.prediction.step_seconds, plan.prediction.stall_seconds);
 }
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
+}
+
+// The end-of-run comparison of the planner's predicted step time with the measured one, on the
+// console and in <run.dir>/summary.json.
+void report_timing(RankLog& log, Session& session, const Config& config,
+                   const std::vector<double>& step_times, const TrainResult& result) {
+  if (step_times.empty()) return;
+  // The first step pays for first touches and algorithm choices: leave it out when we can.
+  const size_t skip = step_times.size() > 1 ? 1 : 0;
+  double measured = 0;
+  for (size_t i = skip; i < step_times.size(); ++i) measured += step_times[i];
+  const size_t counted = step_times.size() - skip;
+  measured /= static_cast<double>(counted);
+  const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
+  const double predicted = plan.prediction.step_seconds;
+  const char* model = session.cost_profile() ? "measured" : "FLOP";
+  log.print(
+      "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
+      "model (predicted/measured {:.2f})",
+      measured, counted, counted == 1 ? "" : "s", skip ? " after the first" : "", predicted, model,
+      measured > 0 ? predicted / measured : 0.0);
+  if (!session.ranks().is_root()) return;
+  nlohmann::json j = {{"model", config.model.name},
+                      {"batch", config.data.batch_size},
+                      {"ranks", session.ranks().size},
+                      {"policy", policy_name(plan.policy)},
+                      {"device", session.device().name()},
+                      {"steps", result.steps},
+                      {"first_loss", result.first_loss},
+                      {"last_loss", result.last_loss},
+                      {"measured_step_s", measured},
+                      {"measured_steps", counted},
+                      {"predicted_step_s", predicted},
+                      {"predicted_stall_s", plan.prediction.stall_seconds},
+                      {"predicted_compute_s", plan.prediction.compute_seconds},
+                      {"cost_model", session.cost_profile() ? "measured" : "flops"},
+                      {"planned_peak_bytes", plan.peak_bytes()},
+                      {"device_peak_bytes", result.device_peak_bytes},
+                      {"offload_bytes", plan.offload_bytes}};
+  if (const DeviceProfile* p = session.cost_profile()) {
+    j["cost_profile"] = {{"kernels", p->kernels},   {"from_cache", p->from_cache},
+                         {"not_timed", p->failed},  {"steps_measured", p->steps_measured},
+                         {"steps", p->steps_total}, {"d2h_gbps", p->d2h_gbps},
+                         {"h2d_gbps", p->h2d_gbps}, {"seconds", p->seconds},
+                         {"cache", p->cache_path}};
+  }
+  write_text((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 // Adds the last step's all-reduces to the trace, on the comm track.
@@ -200,6 +252,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
   auto interval_start = std::chrono::steady_clock::now();
   const auto run_start = interval_start;
   StepTrace trace(ranks.rank);
+  std::vector<double> step_times;  // forward to metrics, per step
 
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
     if (config.debug.fail_at_step == step &&
@@ -214,11 +267,14 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
     Batch batch = loader.next();
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
+    const auto step_start = std::chrono::steady_clock::now();
     session.forward_backward({batch.images(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
     const StepMetrics m = session.metrics();  // waits for the step
+    step_times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     const int64_t samples = batch.size() * ranks.size;
     batch.release();
 
@@ -286,6 +342,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
     session.communicator().barrier();  // every rank's copies are through
     if (ranks.local_rank == 0) write_link_usage(config, session.link_usage(), log);
   }
+  report_timing(log, session, config, step_times, result);
   return result;
 }
 

@@ -261,6 +261,7 @@ Config everything_changed() {
       "  recompute: true\n"
       "  host_limit: 3MiB\n"
       "  debug_poison: true\n"
+      "  measure: false\n"
       "  link_gbps: 3.5\n"
       "comm:\n"
       "  backend: nccl\n"

@@ -1,0 +1,24 @@
+// The kernels each step of a lowered tape launches, found by running its ops against kernels
+// that record instead of launching: what a device profile times per step.
+// Invariant: the recorded launches of a step are exactly those the executor makes for it, with
+// every operand address replaced by a placeholder (null where the executor passes null).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "device/kernels.h"
+#include "trainer/exec/lower.h"
+#include "trainer/model/graph.h"
+
+namespace ferry {
+
+// Per step of `lowered.tape`: the kernel launches it makes, in order. `kernels` answers
+// supports() and workspace_bytes() while ops are recorded. The update step records `update`
+// (the optimizer's launch, which the executor leaves to the optimizer); the load step records
+// none (it is a host-to-device copy).
+std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowered& lowered,
+                                                  Kernels& kernels,
+                                                  const std::optional<KernelArgs>& update);
+
+}  // namespace ferry
