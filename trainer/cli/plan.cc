@@ -86,11 +86,7 @@ bool measure_here(const PlanArgs& args, const Config& config) {
 // Times the config's model at its batch size on a device of its backend (the profile cache in
 // run.dir is reused and extended) and plans with those times from then on.
 DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
-  DeviceOptions d;
-  d.backend = config.device.backend;
-  d.memory = config.device.memory;
-  d.threads = static_cast<int>(config.device.threads);
-  d.copy_gbps = config.device.copy_gbps;
+  const DeviceOptions d = device_options(config);  // the numerics and workspace limit of training
   std::unique_ptr<Device> device = create_device(d);
   const Graph graph = build_model(config.model.name,
                                   Shape{config.data.batch_size, config.model.input[0],

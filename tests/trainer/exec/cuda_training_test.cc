@@ -41,6 +41,7 @@ Config with_cuda_keys(Config c, bool deterministic) {
   c.device.tf32 = false;
   c.device.tf32_matmul = false;
   if (deterministic) c.device.deterministic = true;
+  c.memory.measure = false;  // the FLOP model: the same plans run to run
   return c;
 }
 
