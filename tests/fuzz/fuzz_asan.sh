@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every fuzz driver under AddressSanitizer and UBSan: configures one sanitizer build beside the
+# main one (<build>-asan/), builds the named fuzz targets there in one go (only the libraries
+# they link), then runs each, so a single ctest entry owns the sanitizer build dir.
+# Usage: tests/fuzz/fuzz_asan.sh SOURCE_DIR BINARY_DIR TARGET...
+set -euo pipefail
+src="$1"
+asan="$2-asan"
+shift 2
+targets=("$@")
+start=$SECONDS
+if [[ ! -f "$asan/build.ninja" ]]; then
+  cmake -S "$src" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFERRY_SANITIZE=address,undefined -DFERRY_CUDA=off -DFERRY_BUILD_BENCH=OFF \
+    > "$asan.configure.log" 2>&1 || { tail -30 "$asan.configure.log"; exit 1; }
+fi
+cmake --build "$asan" --target "${targets[@]}" > "$asan.build.log" 2>&1 ||
+  { tail -30 "$asan.build.log"; exit 1; }
+echo "sanitizer build of ${targets[*]}: $((SECONDS - start)) s"
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_stack_use_after_return=1}
+failed=()
+for t in "${targets[@]}"; do
+  t0=$SECONDS
+  if "$asan/tests/$t" --gtest_brief=1; then
+    echo "$t: passed under ASan+UBSan in $((SECONDS - t0)) s"
+  else
+    echo "$t: FAILED under ASan+UBSan"
+    failed+=("$t")
+  fi
+done
+echo "fuzz_asan total: $((SECONDS - start)) s"
+if ((${#failed[@]})); then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi
