@@ -9,9 +9,10 @@ asan="$2-asan"
 shift 2
 targets=("$@")
 start=$SECONDS
-# -O1 -g1 (line tables for the sanitizer's stack traces) compiles much faster than -O2 -g; the
-# sanitizer build is most of this test's time. Configured only once (a re-run costs seconds).
-flags="-O1 -g1"
+# The sanitizer build is most of this test's time: with ASan and UBSan one file compiles in
+# about 1/6 of the time at -O0 -g1 (line tables for the stack traces) as at -O2 -g, and the
+# fuzzers still run in seconds. Configured once (a re-run costs seconds).
+flags="-O0 -g1"
 if [[ ! -f "$asan/build.ninja" ]] || ! grep -q "^CMAKE_CXX_FLAGS_RELWITHDEBINFO:STRING=$flags\$" \
     "$asan/CMakeCache.txt"; then
   cmake -S "$src" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
