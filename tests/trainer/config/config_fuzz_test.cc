@@ -52,7 +52,7 @@ TEST(ConfigFuzz, MutatedYaml) {
   for (const std::string& seed : seeds()) {
     ASSERT_NO_THROW(load_text(seed));
     Rng rng(seed_value++);
-    for (int i = 0; i < 600; ++i) {
+    for (int i = 0; i < 400; ++i) {
       std::string input = rng.one_in(4) ? fuzz::mutate_bytes(seed, rng)
                                         : fuzz::mutate_text(seed, rng, kYamlStructural);
       if (rng.one_in(3)) input = fuzz::mutate_text(input, rng, kYamlStructural);
@@ -61,9 +61,9 @@ TEST(ConfigFuzz, MutatedYaml) {
   }
   std::printf("config fuzz: %d loaded, %d rejected with a ConfigError\n", tally.accepted,
               tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 1200);
-  EXPECT_GT(tally.rejected, 300);
-  EXPECT_GT(tally.accepted, 100);
+  EXPECT_EQ(tally.accepted + tally.rejected, 800);
+  EXPECT_GT(tally.rejected, 200);
+  EXPECT_GT(tally.accepted, 70);
 }
 
 TEST(ConfigFuzz, OverridesWithNastyValues) {
@@ -133,9 +133,9 @@ std::vector<std::pair<std::string, std::string>> pathological() {
   std::vector<std::pair<std::string, std::string>> cases;
   // Deep nesting, as flow and as block collections, in a value and at the top level.
   cases.push_back({"deep flow list",
-                   "data:\n  mean: " + std::string(100000, '[') + std::string(100000, ']') + "\n"});
-  cases.push_back({"deep flow map", "data:\n  mean: " + std::string(100000, '{') + "\n"});
-  cases.push_back({"deep unclosed", std::string(100000, '[')});
+                   "data:\n  mean: " + std::string(20000, '[') + std::string(20000, ']') + "\n"});
+  cases.push_back({"deep flow map", "data:\n  mean: " + std::string(20000, '{') + "\n"});
+  cases.push_back({"deep unclosed", std::string(20000, '[')});
   std::string block = "optim:\n";
   for (int i = 0; i < 5000; ++i) block += std::string(2 * i + 2, ' ') + "k:\n";
   cases.push_back({"deep block map", block});
@@ -202,14 +202,14 @@ std::vector<std::pair<std::string, std::string>> pathological() {
   cases.push_back({"long dotted key", "optim." + std::string(200000, 'k') + ": 1\n"});
   cases.push_back({"many keys", [] {
                      std::string s = "optim:\n";
-                     for (int i = 0; i < 20000; ++i) s += fmt::format("  k{}: 1\n", i);
+                     for (int i = 0; i < 5000; ++i) s += fmt::format("  k{}: 1\n", i);
                      return s;
                    }()});
   // Documents, tags, directives.
   cases.push_back({"two documents", "optim:\n  lr: 0.1\n---\noptim:\n  lr: 0.2\n"});
   cases.push_back({"many documents", [] {
                      std::string s;
-                     for (int i = 0; i < 10000; ++i) s += "---\n";
+                     for (int i = 0; i < 2000; ++i) s += "---\n";
                      return s;
                    }()});
   cases.push_back({"tags", "optim: !!map\n  lr: !!str 0.1\n"});
