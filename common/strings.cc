@@ -22,10 +22,25 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // "lr" for "optim.lr": the last component matches.
+  const auto tail = [](std::string_view s) {
+    const auto dot = s.rfind('.');
+    return dot == std::string_view::npos ? s : s.substr(dot + 1);
+  };
+  const std::string_view word_tail = tail(word);
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const auto& c : candidates) {
-    const size_t d = edit_distance(word, c);
+    // The distance is quadratic: past ~1M steps (a huge name read from an untrusted file) take
+    // an upper bound instead, the longer length less a shared last component, so a suggestion
+    // stays cheap and the same-leaf rule below still applies.
+    constexpr size_t kMaxSteps = size_t{1} << 20;
+    size_t d = 0;
+    if (word.size() * c.size() > kMaxSteps) {
+      d = std::max(word.size(), c.size()) - (word_tail == tail(c) ? word_tail.size() : 0);
+    } else {
+      d = edit_distance(word, c);
+    }
     if (d < best_distance) {
       best_distance = d;
       best = c;
@@ -33,12 +48,7 @@ std::string nearest(std::string_view word, const std::vector<std::string>& candi
   }
   if (best.empty()) return best;
   const bool close = best_distance * 2 <= std::max<size_t>(word.size(), 2);
-  // "lr" for "optim.lr": the last component matches.
-  const auto tail = [](std::string_view s) {
-    const auto dot = s.rfind('.');
-    return dot == std::string_view::npos ? s : s.substr(dot + 1);
-  };
-  const bool same_leaf = tail(word) == tail(best);
+  const bool same_leaf = word_tail == tail(best);
   return close || same_leaf ? best : std::string();
 }
 

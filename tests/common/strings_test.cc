@@ -21,6 +21,18 @@ TEST(Nearest, SuggestsCloseKeysOnly) {
   EXPECT_EQ(nearest("zzzzzzzzzzzz", keys), "");
 }
 
+// Regression (fuzzing): suggestions for huge names from untrusted files (a 4 MB config key, a
+// checkpoint's tensor names) ran the quadratic edit distance in full, billions of steps.
+TEST(Nearest, HugeWordsMatchByLastComponentOnly) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) keys.push_back("section.key_" + std::to_string(i));
+  keys.push_back("optim.lr");
+  const std::string huge(4 << 20, 'k');
+  EXPECT_EQ(nearest(huge, keys), "");
+  EXPECT_EQ(nearest(huge + ".lr", keys), "optim.lr");
+  EXPECT_EQ(nearest("optim.lrr", {huge, "optim.lr"}), "optim.lr");
+}
+
 TEST(Split, KeepsEmptyParts) {
   EXPECT_EQ(split("a.b..c", '.'), (std::vector<std::string>{"a", "b", "", "c"}));
   EXPECT_EQ(join({"x", "y"}, ", "), "x, y");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -21,6 +22,9 @@ namespace {
 constexpr const char* kMetadataKey = "__metadata__";
 // The reference reader refuses headers above 100 MB; so do we (it also bounds the JSON parse).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// A valid header nests 3 deep ({name: {shape: [...]}}). Deeper JSON is refused while parsing,
+// before anything recursive (dump, comparison) can run out of stack on it.
+constexpr int kMaxHeaderDepth = 8;
 
 // The reference library's dtype enum order (BOOL < ... < U8 < ... < I32 < F32 < F64 < I64 ...);
 // it lays tensors out by this rank descending, which keeps every tensor naturally aligned.
@@ -161,6 +165,13 @@ namespace {
                   "the file is truncated or not a safetensors file; rewrite it or pick another");
 }
 
+// A JSON value for a message, cut to a readable length.
+std::string excerpt(const nlohmann::json& j) {
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
 std::vector<int64_t> parse_shape(const std::string& source, const std::string& name,
                                  const nlohmann::json& j) {
   if (!j.is_array()) bad(source, fmt::format("tensor '{}': 'shape' is not an array", name));
@@ -169,11 +180,11 @@ std::vector<int64_t> parse_shape(const std::string& source, const std::string& n
     if (!d.is_number_unsigned()) {
       bad(source, fmt::format("tensor '{}': shape {} has an entry that is not a non-negative "
                               "integer",
-                              name, j.dump()));
+                              name, excerpt(j)));
     }
     const uint64_t v = d.get<uint64_t>();
     if (v > static_cast<uint64_t>(INT64_MAX)) {
-      bad(source, fmt::format("tensor '{}': shape {} is out of range", name, j.dump()));
+      bad(source, fmt::format("tensor '{}': shape {} is out of range", name, excerpt(j)));
     }
     dims.push_back(static_cast<int64_t>(v));
   }
@@ -197,8 +208,14 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
   }
   const char* header_begin = reinterpret_cast<const char*>(bytes.data() + 8);
   nlohmann::json header;
+  const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxHeaderDepth) {
+      bad(source, fmt::format("header JSON nests deeper than {} levels", kMaxHeaderDepth));
+    }
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(header_begin, header_begin + n);
+    header = nlohmann::json::parse(header_begin, header_begin + n, limit_depth);
   } catch (const nlohmann::json::exception& e) {
     bad(source, fmt::format("header is not valid JSON: {}", e.what()));
   }
@@ -247,7 +264,7 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
         !off[1].is_number_unsigned()) {
       bad(source, fmt::format("tensor '{}': 'data_offsets' is not [begin, end] of non-negative "
                               "integers: {}",
-                              name, off.dump()));
+                              name, excerpt(off)));
     }
     const uint64_t begin = off[0].get<uint64_t>();
     const uint64_t end = off[1].get<uint64_t>();
@@ -259,9 +276,11 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
       bad(source, fmt::format("tensor '{}': data_offsets [{}, {}] run past the {}-byte buffer",
                               name, begin, end, data_size));
     }
+    // Every partial product must fit int64_t too: Shape::numel() multiplies in that type.
     uint64_t expected = dtype_size(e.dtype);
     for (int64_t d : e.shape.dims()) {
-      if (__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected)) {
+      if (__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected) ||
+          expected > static_cast<uint64_t>(INT64_MAX)) {
         bad(source, fmt::format("tensor '{}': shape {} overflows", name, e.shape.str()));
       }
     }
@@ -313,6 +332,12 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  // Only a regular file: a directory opens as a stream whose size reads as 2^63 - 1.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw DataError(fmt::format("safetensors file '{}' is not a regular file (a directory?)", path),
+                    "check the path (checkpoint.resume, model.init_from)");
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     throw DataError(fmt::format("cannot open safetensors file '{}'", path),

@@ -29,6 +29,39 @@ std::string_view without_plus(std::string_view text) {
   return text;
 }
 
+// The offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points
+// above U+10FFFF included), or npos when `text` is valid.
+size_t invalid_utf8_at(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+    if (b < 0x80) {
+      ++i;
+      continue;
+    } else if (b >= 0xc2 && b <= 0xdf) {
+      len = 2;
+    } else if (b >= 0xe0 && b <= 0xef) {
+      len = 3;
+      if (b == 0xe0) lo = 0xa0;  // overlong
+      if (b == 0xed) hi = 0x9f;  // surrogates
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      len = 4;
+      if (b == 0xf0) lo = 0x90;  // overlong
+      if (b == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > text.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 void check_range(double value, const std::string& shown, const Range& range) {
   if (!range.contains(value))
     throw ValueError{fmt::format("must be {}, got {}", range.text(), shown), "", ""};
@@ -139,6 +172,11 @@ std::string read_string(const YAML::Node& node, bool nonempty) {
   }
   std::string text = scalar_text(node, "a string");
   if (nonempty && text.empty()) throw ValueError{"must not be empty", "", ""};
+  // The config is also written as JSON, which holds UTF-8 only.
+  if (const size_t at = invalid_utf8_at(text); at != std::string_view::npos)
+    throw ValueError{fmt::format("expected UTF-8 text, got byte 0x{:02x} at offset {}",
+                                 static_cast<unsigned char>(text[at]), at),
+                     "", ""};
   return text;
 }
 

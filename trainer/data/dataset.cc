@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -17,6 +18,11 @@ namespace data_detail {
 
 std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
                                const std::string& hint) {
+  // Only a regular file: a directory opens as a stream whose size reads as 2^63 - 1.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw DataError(fmt::format("{} '{}' is not a regular file (a directory?)", what, path), hint);
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     throw DataError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)), hint);

@@ -244,6 +244,48 @@ TEST(SafetensorsCorrupt, ShapeAndOffsetsInconsistent) {
             std::string::npos);
 }
 
+// Regression (fuzzing): a shape whose element count fits 64 unsigned bits only because of a
+// trailing 0 overflowed Shape::numel()'s int64_t multiply in every consumer.
+TEST(SafetensorsCorrupt, ShapeWhosePartialProductOverflowsInt64) {
+  EXPECT_NE(parse_error(image(R"({"a":{"dtype":"U8","shape":[4611686018427387904,2,0],)"
+                              R"("data_offsets":[0,0]}})",
+                              0))
+                .find("overflows"),
+            std::string::npos);
+  // A zero first keeps every partial product at 0: that empty tensor is valid.
+  EXPECT_EQ(parse_error(image(R"({"a":{"dtype":"U8","shape":[0,4611686018427387904,2],)"
+                              R"("data_offsets":[0,0]}})",
+                              0)),
+            "");
+}
+
+// Regression (fuzzing): printing a deeply nested shape in the error message recursed once per
+// level and overflowed the stack; nesting is now refused while parsing.
+TEST(SafetensorsCorrupt, DeeplyNestedHeader) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(
+      parse_error(image(R"({"a":{"dtype":"U8","shape":)" + deep + R"(,"data_offsets":[0,0]}})", 0))
+          .find("nests deeper than 8 levels"),
+      std::string::npos);
+  EXPECT_NE(parse_error(image(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":)" + deep + "}}", 0))
+                .find("nests deeper"),
+            std::string::npos);
+}
+
+// Regression (fuzzing): a directory opens as a stream whose size reads as 2^63 - 1, and the
+// reader tried to allocate that.
+TEST_F(SafetensorsTest, DirectoryIsDataError) {
+  const std::string e = [&] {
+    try {
+      read_safetensors(dir_.string());
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no DataError>");
+  }();
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+}
+
 TEST(SafetensorsCorrupt, OffsetsOutOfRange) {
   EXPECT_NE(parse_error(image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12))
                 .find("run past the 12-byte buffer"),

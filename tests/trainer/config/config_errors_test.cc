@@ -242,6 +242,21 @@ TEST(ConfigErrors, FileMessagesNameTheFile) {
 
 // Every prefix of a full config, and that config with single bytes replaced by YAML's special
 // characters, either loads or is a ConfigError: no other exception and no crash.
+// Regression (fuzzing): a string value that is not UTF-8 loaded, then to_json threw a
+// nlohmann::json exception when the run wrote its resolved config.
+TEST(ConfigErrors, StringThatIsNotUtf8) {
+  EXPECT_EQ(error("run:\n  dir: a\xff\n"),
+            "run.dir: expected UTF-8 text, got byte 0xff at offset 1 (configs/x.yaml:2)");
+  EXPECT_EQ(override_error("run.dir=ab\xc3\x28"),
+            "run.dir: expected UTF-8 text, got byte 0xc3 at offset 2 (override "
+            "'run.dir=ab\xc3\x28')");
+  // Overlong forms and surrogates are not UTF-8 either; real multi-byte text is.
+  EXPECT_NE(override_error("run.dir=\xc0\xaf").find("byte 0xc0"), std::string::npos);
+  EXPECT_NE(override_error("run.dir=\xed\xa0\x80").find("byte 0xed"), std::string::npos);
+  EXPECT_EQ(parse_config_text("", {"run.dir=runs/\u00e9\u4e2d\U0001F600"}).run.dir,
+            "runs/\u00e9\u4e2d\U0001F600");
+}
+
 TEST(ConfigErrors, DamagedFilesOnlyEverThrowConfigError) {
   Config c = default_config();
   c.data.mean = {0.5, 0.25, 0.125};

@@ -84,6 +84,14 @@ TEST(Cifar10Dataset, EmptyFolderMissingAndEmptyFile) {
   EXPECT_NE(e.find("is empty"), std::string::npos) << e;
 }
 
+// Regression (fuzzing): a folder named like a batch file was read as a 2^63-byte file.
+TEST(Cifar10Dataset, BatchFileThatIsAFolder) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "data_batch_1.bin");
+  const std::string e = error_of<DataError>([&] { load_cifar10_dataset(dir.path().string()); });
+  EXPECT_NE(e.find("data_batch_1.bin' is not a regular file"), std::string::npos) << e;
+}
+
 TEST(Cifar10Dataset, TruncatedFile) {
   TempDir dir;
   std::vector<uint8_t> b = cifar_records({1, 2});

@@ -95,6 +95,17 @@ TEST_F(IdxTest, MissingFiles) {
   EXPECT_NE(e.find("does not contain 'images'"), std::string::npos) << e;
 }
 
+// Regression (fuzzing): a directory opens as a stream whose size reads as 2^63 - 1, and the
+// reader tried to allocate that (std::bad_alloc instead of a DataError).
+TEST_F(IdxTest, DirectoryInsteadOfAFile) {
+  std::string e = error_of<DataError>([&] { load_idx_dataset(dir_.path().string(), labels_); });
+  EXPECT_NE(e.find("IDX images file"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+  e = error_of<DataError>([&] { load_idx_dataset(images_, dir_.path().string()); });
+  EXPECT_NE(e.find("IDX labels file"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+}
+
 TEST_F(IdxTest, ShortHeader) {
   std::vector<uint8_t> b = idx_images(3, 2, 4);
   b.resize(10);

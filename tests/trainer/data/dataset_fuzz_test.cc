@@ -1,0 +1,178 @@
+// A deterministic fuzz driver for the dataset file readers (MNIST IDX images and labels,
+// CIFAR-10 batches): mutated files (boundary integers in the IDX dimensions, truncation, bit
+// flips, inserted and deleted bytes) must each load a consistent dataset or fail with a
+// DataError, never crash or allocate from a header's claim. Run under ASan and UBSan by the
+// fuzz_asan test.
+#include <filesystem>
+#include <string>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "tests/fuzz/mutator.h"
+#include "tests/trainer/data/test_files.h"
+#include "trainer/data/dataset.h"
+
+namespace ferry {
+namespace {
+
+using fuzz::Rng;
+using fuzz::Tally;
+using testing::TempDir;
+
+std::string be32(uint32_t v) {
+  std::string s(4, '\0');
+  fuzz::put_integer(s, 0, 4, v, true);
+  return s;
+}
+
+std::string idx_images(uint32_t n, uint32_t h, uint32_t w) {
+  std::string b = be32(0x803) + be32(n) + be32(h) + be32(w);
+  for (uint32_t i = 0; i < n * h * w; ++i) b += static_cast<char>(i * 37 + 11);
+  return b;
+}
+
+std::string idx_labels(uint32_t n) {
+  std::string b = be32(0x801) + be32(n);
+  for (uint32_t i = 0; i < n; ++i) b += static_cast<char>(i * 7 % 10);
+  return b;
+}
+
+std::string cifar_batch(int records) {
+  std::string b;
+  for (int r = 0; r < records; ++r) {
+    b += static_cast<char>(r % 10);
+    for (int i = 0; i < 3072; ++i) b += static_cast<char>(r * 13 + i);
+  }
+  return b;
+}
+
+// Removes the old file first: truncating one in place makes ext4 flush it to disk (its
+// auto_da_alloc heuristic), which would make this test I/O-bound.
+void write(const std::string& path, const std::string& bytes) {
+  std::filesystem::remove(path);
+  testing::write_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+// Everything a consumer does with a dataset: describe it and read its first and last samples.
+void exercise(const Dataset& ds, uint64_t file_bytes) {
+  ASSERT_GT(ds.size(), 0);
+  const Shape shape = ds.image_shape();
+  ASSERT_EQ(shape.rank(), 3u);
+  ASSERT_GT(shape.numel(), 0);
+  // Every pixel came from the files: the shape cannot claim more than they hold.
+  ASSERT_LE(static_cast<uint64_t>(shape.numel()), file_bytes);
+  (void)ds.describe();
+  std::vector<float> pixels(static_cast<size_t>(shape.numel()));
+  for (int64_t i : {int64_t{0}, ds.size() / 2, ds.size() - 1}) {
+    const int32_t label = ds.get(i, pixels.data());
+    EXPECT_GE(label, 0);
+    EXPECT_LT(label, ds.classes());
+  }
+}
+
+TEST(DatasetFuzz, MutatedIdxFiles) {
+  TempDir dir;
+  const std::string images = dir.file("train-images-idx3-ubyte");
+  const std::string labels = dir.file("train-labels-idx1-ubyte");
+  const fuzz::IntegerFields images_fields{{0, 4, 8, 12}, 4, true};
+  const fuzz::IntegerFields labels_fields{{0, 4}, 4, true};
+  Tally tally;
+  uint64_t seed_value = 10;
+  for (const auto& [n, h, w] :
+       {std::tuple{5u, 3u, 4u}, std::tuple{1u, 1u, 1u}, std::tuple{2u, 28u, 28u}}) {
+    const std::string good_images = idx_images(n, h, w), good_labels = idx_labels(n);
+    Rng rng(seed_value++);
+    for (int i = 0; i < 400; ++i) {
+      std::string im = good_images, lb = good_labels;
+      const int which = static_cast<int>(rng.below(3));  // images, labels or both
+      if (which != 1) im = fuzz::mutate_bytes(im, rng, images_fields);
+      if (which != 0) lb = fuzz::mutate_bytes(lb, rng, labels_fields);
+      if (rng.one_in(4)) im = fuzz::mutate_bytes(im, rng, images_fields);
+      write(images, im);
+      write(labels, lb);
+      const int64_t classes = rng.one_in(3) ? 0 : 10;
+      fuzz::run_case<DataError>(fmt::format("idx-{}", seed_value), i, im + lb, tally,
+                                [&](const std::string&) {
+                                  const auto ds = load_idx_dataset(images, "", classes);
+                                  exercise(*ds, im.size() + lb.size());
+                                });
+    }
+  }
+  std::printf("idx fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
+              tally.rejected);
+  EXPECT_EQ(tally.accepted + tally.rejected, 1200);
+  EXPECT_GT(tally.rejected, 600);
+  EXPECT_GT(tally.accepted, 20);
+}
+
+// IDX headers claiming 10^15 pixels (or any product that overflows) are refused from the file
+// size, before anything is allocated for them.
+TEST(DatasetFuzz, IdxHugeDimensionsAreRefused) {
+  TempDir dir;
+  const std::string images = dir.file("train-images-idx3-ubyte");
+  const std::string labels = dir.file("train-labels-idx1-ubyte");
+  write(labels, idx_labels(2));
+  const std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> dims = {
+      {1000000, 1000000, 1000}, {0xffffffff, 0xffffffff, 0xffffffff}, {2, 0x80000000, 2},
+      {2, 0x10000, 0x10000},    {0x80000000, 0x80000000, 0x80000000}, {2, 1, 0xffffffff}};
+  for (const auto& [n, h, w] : dims) {
+    write(images, be32(0x803) + be32(n) + be32(h) + be32(w) + std::string(64, '\x01'));
+    EXPECT_THROW(load_idx_dataset(images, labels, 10), DataError) << n << " " << h << " " << w;
+  }
+  write(images, idx_images(2, 2, 2));
+  for (uint32_t count : {0u, 3u, 0x7fffffffu, 0xffffffffu}) {
+    write(labels, be32(0x801) + be32(count) + "\x01\x02");
+    EXPECT_THROW(load_idx_dataset(images, labels, 10), DataError) << count;
+  }
+  // Directories where files belong are refused by name, not read as huge files.
+  write(labels, idx_labels(2));
+  EXPECT_THROW(load_idx_dataset(dir.path().string(), labels, 10), DataError);
+  EXPECT_THROW(load_idx_dataset(images, dir.path().string(), 10), DataError);
+}
+
+TEST(DatasetFuzz, MutatedCifar10Files) {
+  TempDir dir;
+  const std::string file = dir.file("data_batch_1.bin");
+  const std::string good = cifar_batch(3);
+  // Offsets of the label bytes (the only header-like fields).
+  const fuzz::IntegerFields labels{{0, 3073, 6146}, 1, false};
+  Tally tally;
+  Rng rng(42);
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = fuzz::mutate_bytes(good, rng, labels);
+    if (rng.one_in(3)) bytes = fuzz::mutate_bytes(bytes, rng, labels);
+    write(file, bytes);
+    // Half the cases load the folder (every data_batch_<n>.bin in it), half the file.
+    const std::string path = i % 2 ? file : dir.path().string();
+    fuzz::run_case<DataError>("cifar10", i, bytes, tally, [&](const std::string&) {
+      const auto ds = load_cifar10_dataset(path);
+      exercise(*ds, bytes.size());
+    });
+  }
+  std::printf("cifar10 fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
+              tally.rejected);
+  EXPECT_EQ(tally.accepted + tally.rejected, 300);
+  EXPECT_GT(tally.rejected, 100);
+  EXPECT_GT(tally.accepted, 20);
+}
+
+TEST(DatasetFuzz, Cifar10NastyFolders) {
+  TempDir dir;
+  // A folder whose batch "files" are folders, and numbers at the edge of the name rule.
+  std::filesystem::create_directories(dir.path() / "data_batch_1.bin");
+  EXPECT_THROW(load_cifar10_dataset(dir.path().string()), DataError);
+  std::filesystem::remove_all(dir.path() / "data_batch_1.bin");
+  write(dir.file("data_batch_999999999.bin"), cifar_batch(1));
+  write(dir.file("data_batch_99999999999999999999.bin"), cifar_batch(1));  // ignored: too long
+  write(dir.file("data_batch_-1.bin"), cifar_batch(1));                    // ignored: not digits
+  const auto ds = load_cifar10_dataset(dir.path().string());
+  EXPECT_EQ(ds->size(), 1);
+  write(dir.file("data_batch_2.bin"), "");
+  EXPECT_THROW(load_cifar10_dataset(dir.path().string()), DataError);
+}
+
+}  // namespace
+}  // namespace ferry
