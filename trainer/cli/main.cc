@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
                       "(default: the config's cost model)");
   sim_cmd->add_option("--scheduler", sim.scheduler,
                       "fifo or topology (default: topology.scheduler)");
-  sim_cmd->add_option("--chunk-mb", sim.chunk_mb, "topology scheduler chunk size in MiB (4)");
+  sim_cmd->add_option("--chunk-mb", sim.chunk_mb, "topology scheduler chunk size in MiB (default: topology.chunk_mb)");
   sim_cmd->add_option("--planning", sim.planning,
                       "aware or oblivious: how auto plans the link, whatever the scheduler "
                       "(default: aware under topology, oblivious under fifo)");

@@ -107,7 +107,8 @@ Server load_server(const Config& config, const std::string& topology_file, int g
   s.bindings = place_ranks(s.topology, gpus == 0 ? have : gpus, po);
   LinkOptions lo;
   lo.default_pcie_gbps = config.topology.unknown_link_gbps;
-  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo);
+  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo,
+                       config.topology.duplex_factor);
   return s;
 }
 
