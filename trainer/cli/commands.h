@@ -36,7 +36,8 @@ struct SimulateArgs {
   double chunk_mb = -1;   // -1: topology.chunk_mb
   std::string planning;   // "", "aware" or "oblivious"
   bool json = false;
-  std::string trace;  // Chrome trace file, "" = none
+  std::string trace;     // Chrome trace file, "" = none
+  std::string emulated;  // a traced run directory of the CPU emulation, "" = none
 };
 
 struct InfoArgs {

@@ -41,6 +41,7 @@ int run_simulate(const SimulateArgs& args) {
   o.chunk_bytes =
       static_cast<uint64_t>((chunk_given ? args.chunk_mb : config.topology.chunk_mb) * 1048576.0);
   o.trace = !args.trace.empty();
+  o.emulated_run = args.emulated;
   if (!args.planning.empty()) {
     if (args.planning != "aware" && args.planning != "oblivious")
       throw ConfigError(
