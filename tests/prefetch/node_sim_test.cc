@@ -208,6 +208,28 @@ TEST(NodeSim, AnAllReduceHopTakesEachLinksOwnSideAsOneFlow) {
   EXPECT_NEAR(r.links[1].to_device_bytes, 2e9, 1e3);
 }
 
+TEST(NodeLinks, TopologyDuplexFactorAppliesWhereNoProfileStatesOne) {
+  const Topology topo =
+      load_topology(std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml");
+  const auto bindings = place_ranks(topo, 4);
+  for (const SimLink& l : node_links(topo, bindings, nullptr, {}, 0.8).links)
+    EXPECT_DOUBLE_EQ(l.capacity.duplex_factor, 0.8) << l.name;
+  HardwareProfile p;
+  p.gpu_link = {12, 12, 1.0};
+  p.nominal_gbps = 15.75;
+  const NodeLinks unstated = node_links(topo, bindings, &p, {}, 0.8);
+  p.duplex_given = true;
+  p.gpu_link.duplex_factor = 0.9;
+  const NodeLinks stated = node_links(topo, bindings, &p, {}, 0.8);
+  for (size_t l = 0; l < unstated.links.size(); ++l) {
+    const bool pcie = unstated.kinds[l] != "root-complex" && unstated.kinds[l] != "inter-socket";
+    EXPECT_DOUBLE_EQ(unstated.links[l].capacity.duplex_factor, pcie ? 0.8 : 1.0)
+        << unstated.links[l].name;
+    EXPECT_DOUBLE_EQ(stated.links[l].capacity.duplex_factor, pcie ? 0.9 : 1.0)
+        << stated.links[l].name;
+  }
+}
+
 TEST(NodeSim, BadInputIsAnError) {
   NodeSimInput in = dgx1_input(false);
   in.ranks[0].path.push_back(999);
