@@ -121,6 +121,7 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   rd.check_keys(l, {"to_host_gbps", "to_device_gbps", "duplex_factor", "nominal_gbps"}, "link");
   p.gpu_link.to_host_gbps = need(l, "to_host_gbps", "link");
   p.gpu_link.to_device_gbps = need(l, "to_device_gbps", "link");
+  p.duplex_given = static_cast<bool>(l["duplex_factor"]);
   p.gpu_link.duplex_factor =
       l["duplex_factor"] ? rd.number(l["duplex_factor"], "link.duplex_factor", 0, 1) : 1.0;
   p.nominal_gbps = l["nominal_gbps"] ? rd.number(l["nominal_gbps"], "link.nominal_gbps", 0, kMax)

@@ -18,9 +18,10 @@ struct HardwareProfile {
   std::string gpu;     // "NVIDIA H100 80GB HBM3"
   std::string source;  // the file it was read from
   uint64_t device_memory = 0;
-  CostModel cost;           // link_gbps: the slower direction of the GPU's own link
-  LinkCapacity gpu_link;    // the GPU's own host link as measured (GB/s per direction)
-  double nominal_gbps = 0;  // that link's raw rate per direction
+  CostModel cost;             // link_gbps: the slower direction of the GPU's own link
+  LinkCapacity gpu_link;      // the GPU's own host link as measured (GB/s per direction)
+  bool duplex_given = false;  // the file states link.duplex_factor (else gpu_link has 1.0)
+  double nominal_gbps = 0;    // that link's raw rate per direction
   // The share of a PCIe link's raw rate copies reach, per direction (gpu_link / nominal).
   double efficiency(TransferDirection d) const;
 };

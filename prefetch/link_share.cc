@@ -27,11 +27,18 @@ std::vector<double> fair_share_rates(const std::vector<LinkCapacity>& links,
   std::vector<std::vector<size_t>> uses(flows.size());
   std::vector<bool> busy(n_links * 2, false);
   for (size_t f = 0; f < flows.size(); ++f) {
-    for (int link : flows[f].links) {
+    const Flow& flow = flows[f];
+    if (!flow.link_directions.empty() && flow.link_directions.size() != flow.links.size())
+      throw std::invalid_argument("fair_share_rates: flow " + std::to_string(f) + " has " +
+                                  std::to_string(flow.link_directions.size()) +
+                                  " link directions for " + std::to_string(flow.links.size()) +
+                                  " links");
+    for (size_t i = 0; i < flow.links.size(); ++i) {
+      const int link = flow.links[i];
       if (link < 0 || static_cast<size_t>(link) >= n_links)
         throw std::out_of_range("fair_share_rates: link index " + std::to_string(link) +
                                 " outside " + std::to_string(n_links) + " links");
-      size_t r = resource(link, flows[f].direction);
+      size_t r = resource(link, link_direction(flow, i));
       if (std::find(uses[f].begin(), uses[f].end(), r) == uses[f].end()) uses[f].push_back(r);
       busy[r] = true;
     }

@@ -26,19 +26,21 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
 }  // namespace
 
 NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& bindings,
-                     const HardwareProfile* profile, const LinkOptions& options) {
+                     const HardwareProfile* profile, const LinkOptions& options,
+                     double duplex_factor) {
   const LinkMap map(topology, options);
   NodeLinks out;
   for (const Link& l : map.links()) {
     SimLink s;
     s.name = l.name;
-    s.capacity = {l.gbps, l.gbps, 1.0};
+    s.capacity = {l.gbps, l.gbps, profile ? 1.0 : duplex_factor};
     const bool pcie = l.kind == LinkKind::kGpuUplink || l.kind == LinkKind::kNicUplink ||
                       l.kind == LinkKind::kSwitchUplink;
     if (profile && pcie) {
       s.capacity.to_host_gbps = l.gbps * profile->efficiency(TransferDirection::kToHost);
       s.capacity.to_device_gbps = l.gbps * profile->efficiency(TransferDirection::kToDevice);
-      s.capacity.duplex_factor = profile->gpu_link.duplex_factor;
+      s.capacity.duplex_factor =
+          profile->duplex_given ? profile->gpu_link.duplex_factor : duplex_factor;
       if (l.kind == LinkKind::kGpuUplink) {
         s.capacity.to_host_gbps = std::min(s.capacity.to_host_gbps, profile->gpu_link.to_host_gbps);
         s.capacity.to_device_gbps =

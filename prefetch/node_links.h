@@ -28,8 +28,11 @@ struct NodeLinks {
 // rate times the profile's efficiency per direction with its duplex factor (the GPU's own link
 // at the profile's measured rate when that is lower); root complexes and inter-socket links
 // keep their rate, full duplex. Without one, every link carries its rate both ways.
+// `duplex_factor` (topology.duplex_factor) applies where no profile states one: every link
+// without a profile, the PCIe links of a profile without link.duplex_factor.
 NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& bindings,
-                     const HardwareProfile* profile, const LinkOptions& options = {});
+                     const HardwareProfile* profile, const LinkOptions& options = {},
+                     double duplex_factor = 1.0);
 
 // The bandwidth a rank can count on for its copies in one direction.
 struct EffectiveBandwidth {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "prefetch/arbiter_policy.h"
+#include "prefetch/link_capacities.h"
 
 namespace ferry {
 
@@ -83,6 +84,9 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
                                                 dir == 0 ? "to host" : "to device"));
   };
 
+  std::vector<LinkCapacity> caps(n_links);
+  for (size_t l = 0; l < n_links; ++l) caps[l] = in.links[l].capacity;
+
   NodeSimResult res;
   res.ranks.resize(n_ranks);
   res.links.resize(n_links);
@@ -111,8 +115,8 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     for (int d = 0; d < 2; ++d) {
       if (nt > 0 && !rank.path.empty()) check_positive(rank.path, d);
       for (int l : rank.path) s.max_rate[d] = std::min(s.max_rate[d], capacity(l, d));
-      for (int l : rank.path)
-        if (capacity(l, d) <= s.max_rate[d] * 1.001) s.arbitrated[d].push_back(l);
+      s.arbitrated[d] = arbitrated_links(
+          caps, rank.path, d == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice);
     }
     res.ranks[r].compute_seconds = s.prefix[steps];
   }
@@ -298,7 +302,8 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       }
     }
 
-    // 4. Rates: copies and both halves of each hop share the links max-min fairly.
+    // 4. Rates: copies and each hop (up one path, down the other) share the links max-min
+    // fairly.
     std::vector<Flow> flows;
     std::vector<std::pair<size_t, size_t>> flow_span(active.size());  // into `flows`
     for (size_t a = 0; a < active.size(); ++a) {
@@ -308,14 +313,16 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         flows.push_back({in.ranks[static_cast<size_t>(x.rank)].path,
                          x.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
       } else {
+        // One flow up its sender's links and down its receiver's: each link's own side.
         const SimHop& h = in.ring[static_cast<size_t>(x.rank)];
-        if (!h.up.empty()) flows.push_back({h.up, TransferDirection::kToHost});
-        if (!h.down.empty()) flows.push_back({h.down, TransferDirection::kToDevice});
+        Flow f{h.up, TransferDirection::kToHost, {}};
+        f.links.insert(f.links.end(), h.down.begin(), h.down.end());
+        f.link_directions.assign(h.up.size(), TransferDirection::kToHost);
+        f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+        if (!f.links.empty()) flows.push_back(std::move(f));
       }
       flow_span[a].second = flows.size();
     }
-    std::vector<LinkCapacity> caps(n_links);
-    for (size_t l = 0; l < n_links; ++l) caps[l] = in.links[l].capacity;
     const std::vector<double> rates = fair_share_rates(caps, flows);
     double next = kInf;
     for (size_t a = 0; a < active.size(); ++a) {
@@ -331,8 +338,9 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       std::vector<double> use(n_links * 2, 0.0);
       for (size_t a = 0; a < active.size(); ++a) {
         for (size_t f = flow_span[a].first; f < flow_span[a].second; ++f)
-          for (int l : flows[f].links)
-            use[static_cast<size_t>(l) * 2 + static_cast<size_t>(dir_index(flows[f].direction))] +=
+          for (size_t i = 0; i < flows[f].links.size(); ++i)
+            use[static_cast<size_t>(flows[f].links[i]) * 2 +
+                static_cast<size_t>(dir_index(link_direction(flows[f], i)))] +=
                 active[a].rate == kInf ? 0 : active[a].rate;
       }
       for (size_t l = 0; l < n_links; ++l)
@@ -356,10 +364,11 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       const double moved = t_end <= next ? x.remaining : rate * 1e9 * dt;
       x.remaining = t_end <= next ? 0 : std::max(0.0, x.remaining - moved);
       for (size_t f = flow_span[a].first; f < flow_span[a].second; ++f) {
-        for (int l : flows[f].links) {
+        for (size_t i = 0; i < flows[f].links.size(); ++i) {
+          const int l = flows[f].links[i];
           SimLinkStats& ls = res.links[static_cast<size_t>(l)];
-          (flows[f].direction == TransferDirection::kToHost ? ls.to_host_bytes
-                                                            : ls.to_device_bytes) += moved;
+          (link_direction(flows[f], i) == TransferDirection::kToHost ? ls.to_host_bytes
+                                                                     : ls.to_device_bytes) += moved;
           link_busy[static_cast<size_t>(l)] = true;
         }
       }

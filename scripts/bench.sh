@@ -5,7 +5,8 @@
 #   3. offload overhead on the CPU backend: vdnn-all / none step time, with a trace
 #   4. MPI all-reduce bus bandwidth, and 2-rank step time with comm.overlap on / off
 #   5. imagefolder loader images/s vs torchvision's DataLoader with PIL (2 workers each)
-#   6. emulated DGX-1-like server, 4 ranks: topology / fifo link scheduler step time
+#   6. emulated DGX-1-like server, 4 ranks: topology / fifo link scheduler step time, and the
+#      simulator's prediction of each (trainer simulate --emulated on the run's trace)
 # Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,20 +86,31 @@ if [[ $what == all || $what == topology ]]; then
   # emulation_scale stretches link time so that offload traffic weighs on the step as it would
   # on the GPUs (see README "Topology-aware scheduling").
   scale="${FERRY_BENCH_EMULATION_SCALE:-400}"
-  echo "== 6. emulated DGX-1-like, 4 ranks, vgg11_cifar batch 16 vdnn-all, emulation_scale $scale: topology / fifo step time (median of steps 3-6, 2 alternating runs) =="
+  echo "== 6. emulated DGX-1-like, 4 ranks, vgg11_cifar batch 16 vdnn-all, emulation_scale $scale: topology / fifo step time (median of steps 3-6, 2 alternating runs; step 2 traced for the simulator) =="
   cfg=$(step_config vgg11_cifar 16)
   for rep in 1 2; do
     for sched in fifo topology; do
       rm -rf "$out/topo_${sched}_$rep"
       mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
         run.log_every=1 run.dir="$out/topo_${sched}_$rep" memory.policy=vdnn-all device.threads=1 \
+        run.trace=true 'run.trace_steps=[2,2]' \
         topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
         topology.emulation_scale="$scale" > "$out/topo_${sched}_$rep.log" 2>&1
     done
   done
   /usr/bin/python3 - "$out" <<'PY'
-import json, statistics, sys
+import json, statistics, subprocess, sys
 out = sys.argv[1]
+def simulated_s(sched):
+    # The simulator on each run's own traced step times and the emulated links (print only).
+    runs = []
+    for rep in (1, 2):
+        d = f"{out}/topo_{sched}_{rep}"
+        r = subprocess.run(["build/trainer", "simulate", f"{d}/config.yaml", "--emulated", d,
+                            "--json"], capture_output=True, text=True)
+        if r.returncode == 0:
+            runs.append(json.loads(r.stdout)["step_s"])
+    return statistics.median(runs) if runs else float("nan")
 def step_s(sched):
     times = []
     for rep in (1, 2):
@@ -110,6 +122,10 @@ f, fr = step_s("fifo")
 t, tr = step_s("topology")
 print(f"fifo {f:.3f}s  topology {t:.3f}s  ratio topology/fifo {t / f:.3f}"
       f"   steps: fifo {', '.join(f'{x:.3f}' for x in fr)}; topology {', '.join(f'{x:.3f}' for x in tr)}")
+for sched, measured in (("fifo", f), ("topology", t)):
+    p = simulated_s(sched)
+    print(f"  {sched}: simulated {p:.3f}s beside measured {measured:.3f}s"
+          f" ({100 * (p - measured) / measured:+.1f}%)")
 for sched in ("fifo", "topology"):
     j = json.load(open(f"{out}/topo_{sched}_1/links.json"))
     worst = max((p / c, l["name"]) for l in j["links"] for p, c in zip(l["peak_gbps"], l["capacity_gbps"]) if c > 0)

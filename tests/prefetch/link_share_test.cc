@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -66,6 +67,28 @@ TEST(FairShare, EdgeCases) {
   EXPECT_THROW(fair_share_rates(links, {{{2}, kH}}), std::out_of_range);
 }
 
+// An all-reduce hop goes up its GPU's link and down the peer's: per-link directions put it on
+// the to-host side of one and the to-device side of the other, so it shares each with the
+// copies going that way only.
+TEST(FairShare, PerLinkDirectionsPutATurningFlowOnEachLinksOwnSide) {
+  std::vector<LinkCapacity> links{{10, 10, 1.0}, {10, 10, 1.0}};
+  Flow hop{{0, 1}, kH, {kH, kD}};
+  // An offload on link 0 shares its to-host side with the hop; a prefetch on link 1 its
+  // to-device side; an offload on link 1 crosses no side the hop uses.
+  auto r = fair_share_rates(links, {hop, {{0}, kH}, {{1}, kD}, {{1}, kH}});
+  EXPECT_DOUBLE_EQ(r[0], 5);
+  EXPECT_DOUBLE_EQ(r[1], 5);
+  EXPECT_DOUBLE_EQ(r[2], 5);
+  EXPECT_DOUBLE_EQ(r[3], 10);
+  // The same hop with one direction for the whole flow would take link 1's to-host side.
+  auto one = fair_share_rates(links, {{{0, 1}, kH}, {{0}, kH}, {{1}, kD}, {{1}, kH}});
+  EXPECT_DOUBLE_EQ(one[2], 10);
+  EXPECT_DOUBLE_EQ(one[3], 5);
+  // Empty link_directions is `direction` everywhere; a length mismatch is an error.
+  EXPECT_EQ(fair_share_rates(links, {{{0, 1}, kD, {}}}), fair_share_rates(links, {{{0, 1}, kD}}));
+  EXPECT_THROW(fair_share_rates(links, {{{0, 1}, kH, {kD}}}), std::invalid_argument);
+}
+
 TEST(FairShare, RandomCasesNeverOversubscribeAndEveryFlowHasABottleneck) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
@@ -82,14 +105,17 @@ TEST(FairShare, RandomCasesNeverOversubscribeAndEveryFlowHasABottleneck) {
       for (int l = 0; l < n_links; ++l)
         if (rng() % 2) f.links.push_back(l);
       if (f.links.empty()) f.links.push_back(rng() % n_links);
+      if (rng() % 3 == 0)  // a flow that turns around: its own direction per link
+        for (size_t i = 0; i < f.links.size(); ++i)
+          f.link_directions.push_back(rng() % 2 ? kH : kD);
     }
     auto rate = fair_share_rates(links, flows);
     // Effective capacity and load per link-direction.
     std::vector<double> load(n_links * 2, 0.0);
     std::vector<bool> busy(n_links * 2, false);
     for (size_t f = 0; f < flows.size(); ++f)
-      for (int l : flows[f].links) {
-        size_t r = l * 2 + (flows[f].direction == kD);
+      for (size_t i = 0; i < flows[f].links.size(); ++i) {
+        size_t r = flows[f].links[i] * 2 + (link_direction(flows[f], i) == kD);
         load[r] += rate[f];
         busy[r] = true;
       }
@@ -102,13 +128,14 @@ TEST(FairShare, RandomCasesNeverOversubscribeAndEveryFlowHasABottleneck) {
     // Max-min: each flow crosses a saturated link-direction where no flow is faster.
     for (size_t f = 0; f < flows.size(); ++f) {
       bool has_bottleneck = false;
-      for (int l : flows[f].links) {
-        size_t r = l * 2 + (flows[f].direction == kD);
+      for (size_t i = 0; i < flows[f].links.size(); ++i) {
+        size_t r = flows[f].links[i] * 2 + (link_direction(flows[f], i) == kD);
         if (load[r] < cap(r) * (1 - 1e-9)) continue;
         bool largest = true;
         for (size_t g = 0; g < flows.size(); ++g)
-          for (int m : flows[g].links)
-            if (m == l && flows[g].direction == flows[f].direction &&
+          for (size_t j = 0; j < flows[g].links.size(); ++j)
+            if (static_cast<size_t>(flows[g].links[j]) * 2 + (link_direction(flows[g], j) == kD) ==
+                    r &&
                 rate[g] > rate[f] * (1 + 1e-9))
               largest = false;
         has_bottleneck |= largest;

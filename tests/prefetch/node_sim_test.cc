@@ -191,6 +191,45 @@ TEST(NodeSim, ArbitratedLinksCarryOneChunkPerDirectionAtATime) {
   }
 }
 
+TEST(NodeSim, AnAllReduceHopTakesEachLinksOwnSideAsOneFlow) {
+  // GPU0's link A (10 GB/s) and GPU1's link B (2 GB/s). Hop 0 goes up A and down B, so B's
+  // to-device side holds it at 2 GB/s; GPU0's offload shares A's to-host side with it and gets
+  // the other 8 GB/s. (Two flows, one per half, would split A 5/5 and leave 3 GB/s idle.)
+  NodeSimInput in;
+  in.links = {{"A", {10, 10, 1.0}}, {"B", {2, 2, 1.0}}};
+  SimRank r0{"GPU0", {1e-6, 1e-6}, {}, {{true, 8'000'000'000ull, 0, 1}}, {0}};
+  SimRank r1{"GPU1", {1e-6, 1e-6}, {}, {}, {1}};
+  in.ranks = {r0, r1};
+  in.buckets = {{2'000'000'000ull, 0}};  // 2 GB per hop (2 ranks: 2 (n-1) / n = 1)
+  in.ring = {{{0}, {1}}, {{1}, {0}}};
+  const NodeSimResult r = simulate_node(in);
+  EXPECT_NEAR(r.step_seconds, 1.0, 1e-3);  // offload and hops all end at 1 s
+  EXPECT_NEAR(r.links[0].to_host_bytes, 10e9, 1e3);
+  EXPECT_NEAR(r.links[1].to_device_bytes, 2e9, 1e3);
+}
+
+TEST(NodeLinks, TopologyDuplexFactorAppliesWhereNoProfileStatesOne) {
+  const Topology topo =
+      load_topology(std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml");
+  const auto bindings = place_ranks(topo, 4);
+  for (const SimLink& l : node_links(topo, bindings, nullptr, {}, 0.8).links)
+    EXPECT_DOUBLE_EQ(l.capacity.duplex_factor, 0.8) << l.name;
+  HardwareProfile p;
+  p.gpu_link = {12, 12, 1.0};
+  p.nominal_gbps = 15.75;
+  const NodeLinks unstated = node_links(topo, bindings, &p, {}, 0.8);
+  p.duplex_given = true;
+  p.gpu_link.duplex_factor = 0.9;
+  const NodeLinks stated = node_links(topo, bindings, &p, {}, 0.8);
+  for (size_t l = 0; l < unstated.links.size(); ++l) {
+    const bool pcie = unstated.kinds[l] != "root-complex" && unstated.kinds[l] != "inter-socket";
+    EXPECT_DOUBLE_EQ(unstated.links[l].capacity.duplex_factor, pcie ? 0.8 : 1.0)
+        << unstated.links[l].name;
+    EXPECT_DOUBLE_EQ(stated.links[l].capacity.duplex_factor, pcie ? 0.9 : 1.0)
+        << stated.links[l].name;
+  }
+}
+
 TEST(NodeSim, BadInputIsAnError) {
   NodeSimInput in = dgx1_input(false);
   in.ranks[0].path.push_back(999);

@@ -37,10 +37,11 @@ struct SimulateArgs {
   int gpus = 0;           // 0 = every GPU of the topology
   std::string hardware;   // "" = the config's cost model
   std::string scheduler;  // "" = topology.scheduler
-  double chunk_mb = 4;
-  std::string planning;  // "", "aware" or "oblivious"
+  double chunk_mb = -1;   // -1: topology.chunk_mb
+  std::string planning;   // "", "aware" or "oblivious"
   bool json = false;
-  std::string trace;  // Chrome trace file, "" = none
+  std::string trace;     // Chrome trace file, "" = none
+  std::string emulated;  // a traced run directory of the CPU emulation, "" = none
 };
 
 struct InfoArgs {

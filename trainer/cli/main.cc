@@ -87,12 +87,16 @@ int main(int argc, char** argv) {
                       "(default: the config's cost model)");
   sim_cmd->add_option("--scheduler", sim.scheduler,
                       "fifo or topology (default: topology.scheduler)");
-  sim_cmd->add_option("--chunk-mb", sim.chunk_mb, "topology scheduler chunk size in MiB (4)");
+  sim_cmd->add_option("--chunk-mb", sim.chunk_mb,
+                      "topology scheduler chunk size in MiB (default: topology.chunk_mb)");
   sim_cmd->add_option("--planning", sim.planning,
                       "aware or oblivious: how auto plans the link, whatever the scheduler "
                       "(default: aware under topology, oblivious under fifo)");
   sim_cmd->add_flag("--json", sim.json, "print one JSON object");
   sim_cmd->add_option("--trace", sim.trace, "write a Chrome trace of the step to FILE");
+  sim_cmd->add_option("--emulated", sim.emulated,
+                      "simulate the CPU emulation traced in this run dir (run.trace): its step "
+                      "times, links at topology.emulation_scale");
 
   try {
     app.parse(argc, argv);

@@ -2,12 +2,16 @@
 #include "trainer/session/simulation.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "comm/bucket_plan.h"
 #include "common/error.h"
+#include "prefetch/link_capacities.h"
 #include "topology/load.h"
 #include "trainer/config/enums.h"
 #include "trainer/model/zoo/zoo.h"
@@ -51,6 +55,58 @@ std::vector<SimBucket> gradient_buckets(const Config& config, const Lowered& low
     SimBucket sb{b.bytes, 0};
     for (size_t p : b.params) sb.ready_after = std::max(sb.ready_after, ready[p]);
     out.push_back(sb);
+  }
+  return out;
+}
+
+// A tape step's name in the executor's trace ("fwd conv1"; trainer/exec/executor.cc).
+std::string traced_name(const TapeStep& s) {
+  static constexpr const char* kPhase[] = {"load", "fwd", "bwd", "acc", "update", "recompute"};
+  return fmt::format("{} {}", kPhase[static_cast<int>(s.phase)], s.name);
+}
+
+// The mean duration in seconds of each compute span of `file` (a trainer trace), by name.
+std::map<std::string, double> traced_step_seconds(const std::string& file) {
+  std::ifstream in(file);
+  if (!in)
+    throw ConfigError(fmt::format("--emulated: cannot read '{}'", file),
+                      "train with run.trace=true into that run directory first");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("--emulated: '{}' is not a trace: {}", file, e.what()), "");
+  }
+  std::map<std::string, std::pair<double, int>> sum;
+  for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
+    if (e.value("ph", "") != "X" || e.value("tid", 0) != 1) continue;  // the compute track
+    auto& [s, n] = sum[e.value("name", "")];
+    s += e.value("dur", 0.0) * 1e-6;
+    ++n;
+  }
+  std::map<std::string, double> out;
+  for (const auto& [name, sn] : sum) out[name] = sn.first / sn.second;
+  return out;
+}
+
+// Rank `r`'s step times measured by the emulation in `dir`. A load step's span is its input
+// upload over the emulated link, which the simulator moves as a copy instead: it computes for 0.
+std::vector<double> measured_step_seconds(const std::string& dir, size_t r, const Tape& tape) {
+  const std::string file =
+      (std::filesystem::path(dir) / fmt::format("trace_rank{}.json", r)).string();
+  const std::map<std::string, double> spans = traced_step_seconds(file);
+  std::vector<double> out;
+  for (const TapeStep& s : tape.steps) {
+    if (s.phase == StepPhase::kLoad) {
+      out.push_back(0);
+      continue;
+    }
+    const auto it = spans.find(traced_name(s));
+    if (it == spans.end())
+      throw ConfigError(fmt::format("--emulated: '{}' has no step '{}': it traced another plan",
+                                    file, traced_name(s)),
+                        "simulate the config of that run (its config.yaml)");
+    out.push_back(it->second);
   }
   return out;
 }
@@ -107,7 +163,8 @@ Server load_server(const Config& config, const std::string& topology_file, int g
   s.bindings = place_ranks(s.topology, gpus == 0 ? have : gpus, po);
   LinkOptions lo;
   lo.default_pcie_gbps = config.topology.unknown_link_gbps;
-  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo);
+  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo,
+                       config.topology.duplex_factor);
   return s;
 }
 
@@ -126,10 +183,22 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
                         "use fifo or topology");
     if (k) config.topology.scheduler = *k;
   }
-  Server server = load_server(config, o.topology_file, o.gpus, o.hardware);
+  const bool emulated = !o.emulated_run.empty();
+  if (emulated && !o.hardware.empty())
+    throw ConfigError("--emulated: the emulation's own times replace --hardware",
+                      "give one of --emulated and --hardware");
+  int gpus = o.gpus;
+  if (emulated && gpus == 0) {  // the ranks that traced
+    while (std::filesystem::exists(std::filesystem::path(o.emulated_run) /
+                                   fmt::format("trace_rank{}.json", gpus)))
+      ++gpus;
+  }
+  Server server = load_server(config, o.topology_file, gpus, o.hardware);
   SimulationReport rep;
   rep.topology = server.topology.name();
-  rep.hardware = server.profile ? server.profile->name : "config cost model";
+  rep.hardware = server.profile ? server.profile->name
+                 : emulated     ? "CPU emulation measured in " + o.emulated_run
+                                : "config cost model";
   // Until topology.scheduler takes `topology` in this branch, --scheduler names it.
   const bool topology = o.scheduler == "topology" || scheduler_name(config) == "topology";
   rep.scheduler = topology ? "topology" : scheduler_name(config);
@@ -143,6 +212,16 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   NodeSimInput& in = rep.input;
   in.links = server.links.links;
   in.ring = server.links.ring;
+  if (emulated) {
+    // The ledger's capacities (session.cc); the ranks' all-reduce goes through MPI, not links.
+    LinkOptions lo;
+    lo.default_pcie_gbps = config.topology.unknown_link_gbps;
+    const std::vector<LinkCapacity> caps =
+        link_capacities(LinkMap(server.topology, lo), config.topology.duplex_factor,
+                        config.topology.emulation_scale);
+    for (size_t l = 0; l < in.links.size(); ++l) in.links[l].capacity = caps.at(l);
+    in.ring.clear();
+  }
   in.topology_scheduler = topology;
   in.chunk_bytes = o.chunk_bytes;
   in.trace = o.trace;
@@ -157,7 +236,7 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
     auto it = plans.find(a.gbps);
     if (it == plans.end()) {
       CostModel c = cost;
-      c.link_gbps = a.gbps;
+      c.link_gbps = emulated ? a.gbps / config.topology.emulation_scale : a.gbps;
       planner.set_cost(c);
       planner.set_contention_aware(a.contention_aware);
       it = plans.emplace(a.gbps, planner.plan(config.memory.policy, config.data.batch_size)).first;
@@ -170,6 +249,19 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
       if (o.trace) rank.step_names.push_back(s.name);
     }
     rank.transfers = plan_transfers(plan);
+    if (emulated) {
+      rank.step_seconds = measured_step_seconds(o.emulated_run, r, plan.tape);
+      // The input batch crosses the link before its load step ends (Executor::run_step).
+      for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
+        const TapeStep& step = plan.tape.steps[s];
+        if (step.phase != StepPhase::kLoad) continue;
+        uint64_t bytes = 0;
+        for (int w : step.writes) bytes += plan.tape.tensors[static_cast<size_t>(w)].bytes;
+        rank.transfers.insert(
+            rank.transfers.begin(),
+            SimTransfer{false, bytes, static_cast<int>(s) - 1, static_cast<int>(s)});
+      }
+    }
     rank.path = server.links.paths[r];
     in.ranks.push_back(std::move(rank));
     if (r == 0) {

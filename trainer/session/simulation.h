@@ -66,6 +66,14 @@ struct SimulateOptions {
   std::optional<bool> contention_aware;
   uint64_t chunk_bytes = 4ull << 20;
   bool trace = false;
+  // The CPU emulation of this config as `trainer train` ran it in this run directory (with
+  // run.trace): each rank's step times from its trace_rank<r>.json (mean over the traced steps),
+  // the links as the emulation's ledger has them (raw rate / topology.emulation_scale,
+  // topology.duplex_factor on every link), the all-reduce off the links (MPI through host
+  // memory; its time is inside the traced update step), and each step's input batch uploaded
+  // over the rank's path as the executor does; gpus 0 = the ranks that traced. "" = a described
+  // server.
+  std::string emulated_run;
 };
 
 struct SimulationReport {

@@ -33,6 +33,19 @@ double link_seconds(const nlohmann::json& j) {
   return s;
 }
 
+// --chunk-mb defaults to the config's topology.chunk_mb (and the flag overrides it).
+TEST(Simulate, ChunkSizeDefaultsToTheConfigs) {
+  const auto step = [](const std::string& args) {
+    const Exit e = run(simulate("--scheduler topology --gpus 2 --json " + args));
+    EXPECT_EQ(e.code, 0) << e.output;
+    return e.code == 0 ? nlohmann::json::parse(e.output)["step_s"].get<double>() : -1.0;
+  };
+  const double from_config = step("topology.chunk_mb=64");
+  EXPECT_EQ(from_config, step("--chunk-mb 64"));
+  EXPECT_NE(from_config, step(""));  // 4 MiB chunks
+  EXPECT_EQ(step(""), step("topology.chunk_mb=64 --chunk-mb 4"));
+}
+
 TEST(Simulate, JsonHasTheStepAndEveryLinkAndIsDeterministic) {
   const Exit a = run(simulate("--scheduler topology --json"));
   ASSERT_EQ(a.code, 0) << a.output;
