@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,10 @@ struct DeviceOptions {
   // cuda: choose convolution algorithms by timing them (cudnnFind); false = by cuDNN's
   // heuristics, which run nothing (offline planning).
   bool time_algorithms = true;
+  // Places each new pinned host block [addr, addr + bytes) before its pages are first touched:
+  // the session binds them to the GPU's NUMA node (Note [Pinned pages on a NUMA node] in
+  // device/host_pages.h). Empty: the OS places pages where they are first touched.
+  std::function<void(void* addr, uint64_t bytes)> place_host_memory;
 };
 
 class Device {

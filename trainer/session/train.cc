@@ -1,4 +1,13 @@
 // The train and eval loops.
+//
+// Note [No host wait inside a step]
+// A training step only enqueues work: the batch's buffers go back to the loader after an event
+// (its thread waits, not this one), the loss and correct count are staged into pinned memory
+// on the device (Note [Metrics without a host wait] in trainer/exec/executor.cc), and the host
+// reads them, with one wait, only on steps that need them: logging, checkpoint and traced steps
+// and the last. A non-finite loss is therefore detected at the next such step, and reported
+// with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
+// per-step losses). TrainResult counts the host waits of the other steps: zero.
 #include "trainer/session/train.h"
 
 #include <chrono>
@@ -10,6 +19,7 @@
 
 #include "comm/fault.h"
 #include "common/bytes.h"
+#include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
@@ -99,6 +109,13 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
 }
 
+// An event after everything enqueued on the compute stream so far.
+std::shared_ptr<Event> compute_done(Device& device) {
+  std::shared_ptr<Event> done = device.create_event();
+  device.stream(StreamKind::kCompute).record(*done);
+  return done;
+}
+
 // Adds the last step's all-reduces to the trace, on the comm track.
 void trace_reductions(Session& session, StepTrace& trace) {
   for (const BucketSpan& s : session.reduce_spans()) {
@@ -152,27 +169,37 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
         config.run.trace && step >= config.run.trace_steps[0] && step <= config.run.trace_steps[1];
     session.executor().set_trace(traced ? &trace : nullptr);
 
+    const uint64_t waits_before = host_waits_on_this_thread();
     Batch batch = loader.next();
     const float lr = schedule.at(step - 1);
     session.forward_backward({batch.images(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
-    const StepMetrics m = session.metrics();  // waits for the step
+    session.executor().stage_metrics(static_cast<uint64_t>(step));
     const int64_t samples = batch.size() * ranks.size;
-    batch.release();
-
-    if (!std::isfinite(m.loss)) {
-      throw Error(fmt::format("the loss became {} at step {}", m.loss, step),
-                  "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
-    }
-    if (step == state.step + 1) result.first_loss = m.loss;
-    result.last_loss = m.loss;
+    batch.release_after(compute_done(device));
     result.steps = step;
-    interval_loss += m.loss;
-    interval_correct += m.correct;
     interval_samples += static_cast<double>(samples);
-    ++interval_steps;
+
+    const bool logging = step % config.run.log_every == 0 || step == config.run.steps;
+    const bool checkpointing = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    if (logging || checkpointing || traced) {
+      // The one host wait (Note [No host wait inside a step]).
+      for (const StagedMetrics& m : session.executor().drain_metrics()) {
+        if (!std::isfinite(m.loss)) {
+          throw Error(fmt::format("the loss became {} at step {}", m.loss, m.step),
+                      "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
+        }
+        if (m.step == static_cast<uint64_t>(state.step + 1)) result.first_loss = m.loss;
+        result.last_loss = m.loss;
+        interval_loss += m.loss;
+        interval_correct += m.correct;
+        ++interval_steps;
+      }
+    } else {
+      result.unlogged_step_host_waits += host_waits_on_this_thread() - waits_before;
+    }
 
     if (traced) {
       trace_reductions(session, trace);
@@ -185,7 +212,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
                   step, path);
       }
     }
-    if (step % config.run.log_every == 0 || step == config.run.steps) {
+    if (logging) {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - interval_start).count();
       StepReport r;
