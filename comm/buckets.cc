@@ -34,8 +34,13 @@ GradientBuckets::GradientBuckets(Communicator& comm, Device& device, float* grad
 
 void GradientBuckets::reset() {
   for (const auto& works : works_) {
-    for (const CommWork& w : works) w.wait();
+    in_flight_.insert(in_flight_.end(), works.begin(), works.end());
   }
+  std::erase_if(in_flight_, [](const CommWork& w) {
+    if (!w.ready()) return false;
+    w.wait();  // complete: does not block, rethrows its failure
+    return true;
+  });
   marks_.assign(params_.size(), 0);
   pending_.assign(buckets_.size(), 0);
   for (size_t p = 0; p < params_.size(); ++p) {

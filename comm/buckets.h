@@ -48,8 +48,9 @@ class GradientBuckets {
   size_t bucket_of(size_t param) const { return bucket_of_[param]; }
   const BucketOptions& options() const { return options_; }
 
-  // Starts a step: waits for the previous step's collectives (normally long complete; rethrows
-  // a failure of one) and clears the marks. Call before each step's backward is enqueued.
+  // Starts a step and clears the marks. Never blocks: the previous step's collectives already
+  // order compute (finish()); those still in flight are kept and checked at later resets, and
+  // a failure of one that has completed is rethrown here. Call before each step's backward.
   void reset();
 
   // Parameter `param`'s gradient write has been enqueued on the device's compute stream. With
@@ -87,6 +88,7 @@ class GradientBuckets {
   std::vector<int> marks_;                    // writes seen per parameter
   std::vector<size_t> pending_;               // parameters of each bucket not fully written yet
   std::vector<std::vector<CommWork>> works_;  // per bucket, one per range
+  std::vector<CommWork> in_flight_;           // earlier steps' collectives not seen complete
   std::vector<int64_t> launch_ns_;
   size_t next_ = 0;  // buckets [0, next_) are launched
   bool finished_ = false;

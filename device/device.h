@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,10 @@ struct DeviceOptions {
   bool time_algorithms = true;
   // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
   std::shared_ptr<CopyPacer> pacer;
+  // Places each new pinned host block [addr, addr + bytes) before its pages are first touched:
+  // the session binds them to the GPU's NUMA node (Note [Pinned pages on a NUMA node] in
+  // device/host_pages.h). Empty: the OS places pages where they are first touched.
+  std::function<void(void* addr, uint64_t bytes)> place_host_memory;
 };
 
 class Device {

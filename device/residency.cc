@@ -34,7 +34,10 @@ void ResidentTensor::expect(bool ok, std::string_view action) const {
 }
 
 void ResidentTensor::offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready) {
-  expect(state_ == ResidencyState::kOnDevice, "offload");
+  expect(state_ == ResidencyState::kOnDevice || state_ == ResidencyState::kPrefetching, "offload");
+  // A new offload of a tensor whose last fetch may still be in flight (the next step's, issued
+  // without a host wait) writes the host copy only after that fetch has read it.
+  if (state_ == ResidencyState::kPrefetching) d2h.wait(*prefetched_);
   host_ = host_ptr;
   d2h.wait(ready);
   device_.copy_async(host_ptr, device_ptr, bytes_, d2h);

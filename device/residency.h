@@ -3,11 +3,14 @@
 //
 //   on_device --offload--> offloading --(copy event observed)--> on_host
 //   on_host --prefetch--> prefetching --(copy event observed)--> on_device
+//   prefetching --offload (its copy ordered after the fetch's event)--> offloading
 //
 // Nothing copies implicitly. A state leaves offloading/prefetching only when poll() or
-// synchronize() has seen the copy's event complete. Streams that must not run ahead of a copy
-// are ordered after it with order_after_offload() / order_after_prefetch(), which enqueue a
-// wait on the copy's event and never block the host.
+// synchronize() has seen the copy's event complete, or by a new copy that the device orders
+// after the in-flight one (a prefetch of an offloading tensor, an offload of a prefetching one:
+// the next step's copy of a tensor, issued without the host waiting for the last step's). Streams
+// that must not run ahead of a copy are ordered after it with order_after_offload() /
+// order_after_prefetch(), which enqueue a wait on the copy's event and never block the host.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +33,9 @@ class ResidentTensor {
   const std::string& name() const { return name_; }
   uint64_t bytes() const { return bytes_; }
 
-  // on_device -> offloading. Copies `bytes` from `device_ptr` to `host_ptr` on `d2h`, after
-  // `ready` (the event of the last work that wrote or read the tensor).
+  // on_device, or prefetching (the copy then waits for the fetch) -> offloading. Copies `bytes`
+  // from `device_ptr` to `host_ptr` on `d2h`, after `ready` (the event of the last work that
+  // wrote or read the tensor).
   void offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready);
   // on_host, or offloading (the fetch then waits for the offload) -> prefetching. Copies back
   // from the host copy to `device_ptr` on `h2d`, after `ready` (the event of the last work that

@@ -132,6 +132,18 @@ std::vector<int> current_thread_cpus(const HwlocTopology& live) {
   return bits(set.get());
 }
 
+std::vector<int> area_binding(const HwlocTopology& live, const void* addr, size_t bytes) {
+  require_live(live);
+  Bitmap set;
+  hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
+  if (hwloc_get_area_membind(live.get(), addr, bytes, set.get(), &policy, HWLOC_MEMBIND_BYNODESET) <
+          0 ||
+      policy != HWLOC_MEMBIND_BIND) {
+    return {};
+  }
+  return bits(set.get());
+}
+
 std::vector<int> memory_location(const HwlocTopology& live, const void* addr, size_t bytes) {
   require_live(live);
   Bitmap set;

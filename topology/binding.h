@@ -27,6 +27,10 @@ bool bind_memory(const HwlocTopology& live, void* addr, size_t bytes, int numa);
 // The PU os indices the calling thread may run on.
 std::vector<int> current_thread_cpus(const HwlocTopology& live);
 
+// The NUMA os indices [addr, addr + bytes) is bound to (policy HWLOC_MEMBIND_BIND); empty when
+// the area has another policy (the default: first touch) or the OS cannot tell.
+std::vector<int> area_binding(const HwlocTopology& live, const void* addr, size_t bytes);
+
 // The NUMA os indices `addr`'s pages (first byte) currently live on; empty when unknown.
 std::vector<int> memory_location(const HwlocTopology& live, const void* addr, size_t bytes);
 

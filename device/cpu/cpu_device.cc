@@ -13,22 +13,27 @@
 #include <fmt/format.h>
 
 #include "common/bytes.h"
+#include "device/host_pages.h"
 
 namespace ferry::cpu {
 
 void* CpuPinnedAllocator::allocate(uint64_t bytes) {
-  constexpr uint64_t kPage = 4096;
-  void* ptr = std::aligned_alloc(kPage, (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage);
-  if (ptr == nullptr) {
-    throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "pinned block", bytes, 0, 0, {},
-                           "the machine is out of host memory: lower memory.host_limit");
+  void* ptr = map_host_pages(bytes);
+  if (place_) {
+    try {
+      place_(ptr, host_page_bytes(bytes));
+    } catch (...) {
+      unmap_host_pages(ptr, bytes);
+      throw;
+    }
   }
   return ptr;
 }
 
-void CpuPinnedAllocator::deallocate(void* ptr, uint64_t) { std::free(ptr); }
+void CpuPinnedAllocator::deallocate(void* ptr, uint64_t bytes) { unmap_host_pages(ptr, bytes); }
 
-CpuDevice::CpuDevice(const DeviceOptions& options) : options_(options) {
+CpuDevice::CpuDevice(const DeviceOptions& options)
+    : options_(options), pinned_(options.place_host_memory) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   threads_ = options.threads > 0 ? options.threads : std::max(1, cores);
   if (options.memory == 0) throw ConfigError("device.memory must be positive");

@@ -11,10 +11,17 @@
 
 namespace ferry::cpu {
 
+// Page-aligned host pages, placed by DeviceOptions::place_host_memory before they are first
+// touched (Note [Pinned pages on a NUMA node] in device/host_pages.h).
 class CpuPinnedAllocator : public PinnedAllocator {
  public:
+  explicit CpuPinnedAllocator(std::function<void(void*, uint64_t)> place = {})
+      : place_(std::move(place)) {}
   void* allocate(uint64_t bytes) override;
   void deallocate(void* ptr, uint64_t bytes) override;
+
+ private:
+  std::function<void(void*, uint64_t)> place_;
 };
 
 class CpuDevice : public Device {

@@ -2,6 +2,7 @@
 #include "device/cpu/cpu_stream.h"
 
 #include "common/error.h"
+#include "device/host_waits.h"
 
 namespace ferry::cpu {
 
@@ -13,6 +14,7 @@ bool CpuEvent::ready() {
 void CpuEvent::synchronize() {
   std::unique_lock lock(state_->mu);
   const uint64_t target = state_->recorded;
+  if (state_->completed < target) count_host_wait();
   state_->cv.wait(lock, [&] { return state_->completed >= target; });
   if (state_->error) std::rethrow_exception(state_->error);
 }
@@ -84,6 +86,7 @@ void CpuStream::synchronize() {
   FERRY_ASSERT(!on_worker(), "a stream cannot synchronize with itself");
   std::unique_lock lock(mu_);
   const uint64_t target = enqueued_;
+  if (finished_ < target) count_host_wait();
   cv_.wait(lock, [&] { return finished_ >= target; });
   if (error_) std::rethrow_exception(error_);
 }

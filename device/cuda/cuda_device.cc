@@ -11,6 +11,7 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
+#include "device/host_pages.h"
 
 namespace ferry::cuda {
 
@@ -41,8 +42,35 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   return std::make_unique<CudaDevice>(options);
 }
 
+void* CudaPinnedAllocator::allocate_placed(uint64_t bytes) {
+  void* ptr = map_host_pages(bytes);
+  const uint64_t mapped = host_page_bytes(bytes);
+  try {
+    place_(ptr, mapped);
+  } catch (...) {
+    unmap_host_pages(ptr, bytes);
+    throw;
+  }
+  // Pinning touches the pages: they land where the placement said.
+  const cudaError_t status = cudaHostRegister(ptr, mapped, cudaHostRegisterPortable);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    unmap_host_pages(ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      throw OutOfMemoryError(OutOfMemoryError::Where::kHostPool, "pinned block", bytes, 0, 0, {},
+                             fmt::format("the host could not pin {} more: lower "
+                                         "memory.host_limit or data.batch_size",
+                                         format_bytes(bytes)));
+    }
+    throw_cuda_error(status, "cudaHostRegister(ptr, bytes, cudaHostRegisterPortable)", __FILE__,
+                     __LINE__);
+  }
+  return ptr;
+}
+
 void* CudaPinnedAllocator::allocate(uint64_t bytes) {
   use_device(ordinal_);
+  if (place_) return allocate_placed(bytes);
   void* ptr = nullptr;
   const cudaError_t status =
       cudaHostAlloc(&ptr, std::max<uint64_t>(bytes, 1), cudaHostAllocPortable);
@@ -60,8 +88,14 @@ void* CudaPinnedAllocator::allocate(uint64_t bytes) {
   return ptr;
 }
 
-void CudaPinnedAllocator::deallocate(void* ptr, uint64_t) {
-  if (ptr != nullptr) CUDA_WARN(cudaFreeHost(ptr));
+void CudaPinnedAllocator::deallocate(void* ptr, uint64_t bytes) {
+  if (ptr == nullptr) return;
+  if (!place_) {
+    CUDA_WARN(cudaFreeHost(ptr));
+    return;
+  }
+  CUDA_WARN(cudaHostUnregister(ptr));
+  unmap_host_pages(ptr, bytes);
 }
 
 void CudaDevice::BlockFree::operator()(void* ptr) const {
@@ -72,7 +106,7 @@ void CudaDevice::BlockFree::operator()(void* ptr) const {
 CudaDevice::CudaDevice(const DeviceOptions& options)
     : ordinal_(options.ordinal),
       block_(nullptr, BlockFree{options.ordinal}),
-      pinned_(options.ordinal),
+      pinned_(options.ordinal, options.place_host_memory),
       kernels_(options) {
   if (options.memory == 0) {
     throw ConfigError("device.memory must be positive", "set device.memory, e.g. 8GiB");

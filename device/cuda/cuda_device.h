@@ -3,6 +3,7 @@
 // DeviceHeap, so the capacity is exact and hard, as on the CPU backend.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,18 +23,24 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options);
 // The CUDA kernels of GPU options.ordinal, without creating the device (for planning).
 std::unique_ptr<Kernels> create_cuda_kernels(const DeviceOptions& options);
 
-// Pinned host memory from cudaHostAlloc(cudaHostAllocPortable): page-locked and usable by
-// every CUDA context of the process.
+// Pinned host memory, page-locked and usable by every CUDA context of the process: fresh pages
+// placed by `place` and then registered (cudaHostRegister), or, without a placement, from
+// cudaHostAlloc(cudaHostAllocPortable) (Note [Pinned pages on a NUMA node] in
+// device/host_pages.h).
 class CudaPinnedAllocator : public PinnedAllocator {
  public:
-  explicit CudaPinnedAllocator(int ordinal) : ordinal_(ordinal) {}
+  explicit CudaPinnedAllocator(int ordinal, std::function<void(void*, uint64_t)> place = {})
+      : ordinal_(ordinal), place_(std::move(place)) {}
   // Throws OutOfMemoryError (kHostPool) when the host cannot pin `bytes` more.
   void* allocate(uint64_t bytes) override;
   // Never throws (the host pool frees from its destructor); a failure is printed.
   void deallocate(void* ptr, uint64_t bytes) override;
 
  private:
+  void* allocate_placed(uint64_t bytes);
+
   int ordinal_;
+  std::function<void(void*, uint64_t)> place_;
 };
 
 class CudaDevice : public Device {

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
+#include "device/host_waits.h"
 
 namespace ferry::cuda {
 
@@ -30,6 +31,7 @@ bool CudaEvent::ready() {
 
 void CudaEvent::synchronize() {
   use_device(ordinal_);
+  if (cudaEventQuery(event_) == cudaErrorNotReady) count_host_wait();
   CUDA_CHECK(cudaEventSynchronize(event_));
 }
 
@@ -65,6 +67,7 @@ void CudaStream::wait(Event& event) {
 
 void CudaStream::synchronize() {
   use_device(ordinal_);
+  if (cudaStreamQuery(stream_) == cudaErrorNotReady) count_host_wait();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

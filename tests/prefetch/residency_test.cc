@@ -113,6 +113,25 @@ TEST_F(ResidencyTest, APrefetchWaitsForTheSpaceToBeFree) {
   EXPECT_EQ(read(other_), expected_);
 }
 
+TEST_F(ResidencyTest, AnOffloadOfAPrefetchingTensorWaitsForTheFetch) {
+  // The next step offloads the tensor again before the host has seen the last fetch finish:
+  // the new copy into the same host buffer must not overwrite what the fetch still reads.
+  ResidentTensor t(*device_, "x", kBytes);
+  t.offload(data_, host_, d2h(), *ready_);
+  t.synchronize();
+  t.prefetch(other_, h2d(), *ready_);
+  ASSERT_EQ(t.state(), ResidencyState::kPrefetching);
+  device_->kernels().launch(Fill{static_cast<int64_t>(kBytes / 4), 5.0f, data_}, compute());
+  auto produced = device_->create_event();
+  compute().record(*produced);
+  t.offload(data_, host_, d2h(), *produced);
+  EXPECT_EQ(t.state(), ResidencyState::kOffloading);
+  EXPECT_EQ(t.synchronize(), ResidencyState::kOnHost);
+  h2d().synchronize();
+  EXPECT_EQ(read(other_), expected_) << "the fetch read the next step's host copy";
+  EXPECT_EQ(read(static_cast<const float*>(host_)), std::vector<float>(kBytes / 4, 5.0f));
+}
+
 TEST_F(ResidencyTest, InvalidTransitionsAreInvariantViolations) {
   ResidentTensor t(*device_, "x", kBytes);
   EXPECT_DEATH(t.prefetch(other_, h2d(), *ready_), "cannot prefetch in state on_device");

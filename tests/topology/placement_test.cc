@@ -167,6 +167,7 @@ TEST(LiveBinding, BindsAMemoryAreaToTheRankNode) {
     std::free(area);
     GTEST_SKIP() << "memory binding refused by this machine: " << e.what();
   }
+  if (bound) EXPECT_EQ(area_binding(live, area, bytes), std::vector<int>{b[0].numa});
   std::memset(area, 1, bytes);
   if (bound) {
     const auto where = memory_location(live, area, bytes);
@@ -176,6 +177,15 @@ TEST(LiveBinding, BindsAMemoryAreaToTheRankNode) {
   }
   std::free(area);
   if (!bound) GTEST_SKIP() << "this OS cannot bind memory areas";
+}
+
+TEST(LiveBinding, AnAreaNeverBoundHasNoBinding) {
+  const HwlocTopology live = HwlocTopology::live();
+  const size_t bytes = 1 << 16;
+  void* area = std::aligned_alloc(4096, bytes);
+  ASSERT_NE(area, nullptr);
+  EXPECT_TRUE(area_binding(live, area, bytes).empty());
+  std::free(area);
 }
 
 TEST(LiveBinding, RefusesTopologiesThatAreNotThisMachine) {

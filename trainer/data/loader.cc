@@ -1,5 +1,6 @@
 // DataLoader: one producer thread, a fixed set of batch buffers (slots) cycling between
-// free -> filling -> ready -> leased -> free, guarded by one mutex.
+// free -> filling -> ready -> leased -> free (or leased -> returning -> filling, when released
+// after an event: the producer waits for the event, not the consumer), guarded by one mutex.
 //
 // Note [Partial global batch]: the global batch b of an epoch is order[b*G, min((b+1)*G, N))
 // with G = world_size * batch_size, and rank r takes the r-th batch_size slice of it. When the
@@ -48,6 +49,8 @@ struct State {
   std::condition_variable cv;
   std::vector<std::unique_ptr<Slot>> slots;
   std::deque<Slot*> free;
+  // Released after an event (Batch::release_after): reusable once it has completed.
+  std::deque<std::pair<Slot*, std::shared_ptr<Event>>> returning;
   std::deque<Item> ready;
   int ready_batches = 0;  // items in `ready` that hold a slot
   bool filling = false;   // the producer holds a slot
@@ -55,6 +58,13 @@ struct State {
   PinnedAllocator* allocator = nullptr;
 
   ~State() {
+    for (auto& [slot, done] : returning) {
+      try {
+        done->synchronize();  // no copy may still read a buffer freed here
+      } catch (...) {
+        // The failure was reported to whoever waited on the device's work.
+      }
+    }
     for (auto& slot : slots) {
       if (allocator != nullptr) {
         allocator->deallocate(slot->block, slot->block_bytes);
@@ -70,6 +80,27 @@ struct State {
       free.push_back(slot);
     }
     cv.notify_all();
+  }
+
+  void give_back_after(Slot* slot, std::shared_ptr<Event> done) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      returning.emplace_back(slot, std::move(done));
+    }
+    cv.notify_all();
+  }
+
+  // Under `mu`: a slot for the producer, a free one first, else the oldest returning one with
+  // the event it must wait for (outside the lock) before writing it.
+  std::pair<Slot*, std::shared_ptr<Event>> take_slot() {
+    if (free.empty()) {
+      auto r = std::move(returning.front());
+      returning.pop_front();
+      return r;
+    }
+    Slot* slot = free.front();
+    free.pop_front();
+    return {slot, nullptr};
   }
 };
 
@@ -146,6 +177,14 @@ LoaderPosition Batch::position() const { return slot_ ? slot_->position : Loader
 void Batch::release() {
   if (slot_ != nullptr) {
     state_->give_back(slot_);
+    slot_ = nullptr;
+  }
+  state_.reset();
+}
+
+void Batch::release_after(std::shared_ptr<Event> done) {
+  if (slot_ != nullptr) {
+    state_->give_back_after(slot_, std::move(done));
     slot_ = nullptr;
   }
   state_.reset();
@@ -293,7 +332,7 @@ Batch DataLoader::next() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
   while (s.ready.empty()) {
-    if (s.free.empty() && !s.filling) {
+    if (s.free.empty() && s.returning.empty() && !s.filling) {
       throw ConfigError(fmt::format("data loader: the consumer holds all {} batch buffers "
                                     "(max_leases {}); next() would wait forever",
                                     s.slots.size(), options_.max_leases),
@@ -361,12 +400,15 @@ void DataLoader::produce(LoaderPosition position) {
       {
         std::unique_lock<std::mutex> lock(s.mu);
         s.cv.wait(lock, [&] {
-          return s.stop || (!s.free.empty() && s.ready_batches < options_.prefetch);
+          return s.stop ||
+                 ((!s.free.empty() || !s.returning.empty()) && s.ready_batches < options_.prefetch);
         });
         if (s.stop) return;
-        slot = s.free.front();
-        s.free.pop_front();
+        auto [taken, done] = s.take_slot();
+        slot = taken;
         s.filling = true;
+        lock.unlock();
+        if (done) done->synchronize();  // the last copy out of this buffer has finished
       }
       if (order_epoch != position.epoch) {
         order = epoch_order(dataset_->size(), options_.shuffle, options_.seed, position.epoch);

@@ -12,6 +12,7 @@
 
 #include "device/host_pool.h"
 #include "device/shape.h"
+#include "device/stream.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/worker_pool.h"
 
@@ -75,6 +76,10 @@ class Batch {
   int64_t index_in_epoch() const { return position().batch; }
   // Returns the buffers to the loader; the Batch becomes false. Idempotent.
   void release();
+  // Returns the buffers to the loader once `done` (recorded after the last asynchronous copy
+  // out of them) has completed: the loader's thread waits for it before refilling them, so the
+  // consumer never blocks here. The Batch becomes false.
+  void release_after(std::shared_ptr<Event> done);
 
  private:
   friend class DataLoader;

@@ -13,7 +13,17 @@
 //  5. offload: for each tensor produced at s and offloaded, an event after step s orders its
 //     copy to host on the device-to-host stream;
 //  6. poison mode: tensors whose stretch ends at s and that are not offloaded are NaN-filled.
-// Nothing here blocks the host. Every ordering is a stream waiting on an event.
+// Nothing here blocks the host. Every ordering is a stream waiting on an event. Across steps
+// the same holds: a tensor still prefetching from the last step is offloaded again with its
+// copy ordered after that fetch on the device (ResidentTensor::offload), and every recycled
+// event is re-recorded only after the waits that captured its previous record were enqueued.
+//
+// Note [Metrics without a host wait]
+// The loss kernel writes each step's loss and correct count into the persistent metrics slot,
+// which the next step overwrites. stage_metrics copies them, on the compute stream, into the
+// next entry of a pinned ring (chunks that are never moved or freed while the executor lives),
+// so the host may run steps ahead; drain_metrics synchronizes the compute stream once and
+// reads every staged entry. The trainer drains on logging steps only.
 #include "trainer/exec/executor.h"
 
 #include <algorithm>
@@ -47,6 +57,9 @@ Executor::~Executor() {
   }
   for (auto& [key, p] : programs_) {
     for (auto& [t, slot] : p->offloads) host_pool_.release(slot.host);
+  }
+  for (StepMetrics* chunk : metric_chunks_) {
+    device_.pinned().deallocate(chunk, kMetricsChunk * sizeof(StepMetrics));
   }
 }
 
@@ -150,7 +163,7 @@ void Executor::index_plan(Program& p) {
 
 void Executor::ensure_arena(uint64_t bytes) {
   if (arena_ && arena_.bytes() >= bytes) return;
-  device_.synchronize();  // nothing may still use the old arena
+  if (arena_) device_.synchronize();  // nothing may still use the old arena
   arena_.reset();
   arena_ = DeviceBuffer(device_.memory(), std::max<uint64_t>(bytes, kArenaAlignment),
                         "activation arena");
@@ -186,8 +199,9 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
   Program& p = planned(batch.n, training);
   ensure_arena(p.plan.arena_bytes);
-  // The previous step has completed (its metrics were read): fetched tensors are on device.
-  for (auto& [t, slot] : p.offloads) slot.residency->synchronize();
+  // The previous step may still run: its fetches end in prefetching, and this step's offloads
+  // are ordered after them on the device (Note [Executing a plan]). poll() never blocks.
+  for (auto& [t, slot] : p.offloads) slot.residency->poll();
   last_ = &p;
   next_event_ = 0;
   const uint64_t step_seed = counter_hash(options_.seed, step);
@@ -381,6 +395,33 @@ StepMetrics Executor::read_metrics() {
   compute.synchronize();
   if (trace_ && step_origin_) resolve_trace();
   return host_metrics_;
+}
+
+void Executor::stage_metrics(uint64_t step) {
+  FERRY_ASSERT(last_ != nullptr, "stage_metrics before any step");
+  const size_t i = staged_steps_.size();
+  if (i / kMetricsChunk == metric_chunks_.size()) {
+    metric_chunks_.push_back(
+        static_cast<StepMetrics*>(device_.pinned().allocate(kMetricsChunk * sizeof(StepMetrics))));
+  }
+  StepMetrics* entry = metric_chunks_[i / kMetricsChunk] + i % kMetricsChunk;
+  Stream& compute = device_.stream(StreamKind::kCompute);
+  device_.copy_async(&entry->loss, store_.loss_address(), sizeof(float), compute);
+  device_.copy_async(&entry->correct, store_.correct_address(), sizeof(int32_t), compute);
+  staged_steps_.push_back(step);
+}
+
+std::vector<StagedMetrics> Executor::drain_metrics() {
+  device_.stream(StreamKind::kCompute).synchronize();
+  std::vector<StagedMetrics> out;
+  out.reserve(staged_steps_.size());
+  for (size_t i = 0; i < staged_steps_.size(); ++i) {
+    const StepMetrics& m = metric_chunks_[i / kMetricsChunk][i % kMetricsChunk];
+    out.push_back({staged_steps_[i], m.loss, m.correct});
+  }
+  staged_steps_.clear();
+  if (trace_ && step_origin_) resolve_trace();
+  return out;
 }
 
 void Executor::set_trace(StepTrace* trace) {

@@ -2,7 +2,7 @@
 // plan (Note [Executing a plan] in executor.cc): kernels on the compute stream, offloads on the
 // device-to-host stream after their producer's event, device space reused only after the
 // copy's event, prefetches on the host-to-device stream, compute waiting on the prefetch's
-// event. The host never waits inside a step; it reads the loss after the step is enqueued.
+// event. The host never waits inside a step; it reads the staged losses when it asks.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +70,13 @@ struct StepMetrics {
   int32_t correct = 0;
 };
 
+// One step's metrics as staged by Executor::stage_metrics: the step it was tagged with.
+struct StagedMetrics {
+  uint64_t step = 0;
+  float loss = 0;
+  int32_t correct = 0;
+};
+
 struct ExecutorOptions {
   PlanOptions plan;  // policy, budget, recompute, cost model
   // Decides when each offload or prefetch may start (topology.scheduler); nullptr = fifo.
@@ -97,6 +104,14 @@ class Executor {
 
   // Waits for the last enqueued batch and returns its loss and correct count.
   StepMetrics read_metrics();
+
+  // Note [Metrics without a host wait] (executor.cc): stage_metrics enqueues, on the compute
+  // stream, a copy of the last enqueued batch's loss and correct count into pinned host memory,
+  // tagged `step`; it never blocks. drain_metrics waits for the compute stream once and returns
+  // every step staged since the last drain, in order (and resolves a traced step's trace).
+  void stage_metrics(uint64_t step);
+  std::vector<StagedMetrics> drain_metrics();
+  size_t staged_metrics() const { return staged_steps_.size(); }
 
   // Keeps the named activations alive to the end of each step, so read_activation() can
   // fetch them (tests, debugging). Call before the first program is planned.
@@ -147,6 +162,11 @@ class Executor {
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
   StepMetrics host_metrics_;
+  static constexpr size_t kMetricsChunk = 256;
+  // Pinned chunks of kMetricsChunk StepMetrics each, filled in staging order; never moved, so
+  // a copy in flight keeps its target (grown by a chunk, never by a wait).
+  std::vector<StepMetrics*> metric_chunks_;
+  std::vector<uint64_t> staged_steps_;
   std::vector<std::string> keep_alive_;
   const Program* last_ = nullptr;
   TransferEngine transfers_;

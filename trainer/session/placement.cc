@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
+
 #include "topology/binding.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
@@ -42,10 +44,10 @@ void check_emulated_links(const Config& config, const LinkMap& map,
 Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   Placement p;
   const bool live = config.topology.file.empty();
-  std::optional<HwlocTopology> machine;
+  std::shared_ptr<HwlocTopology> machine;
   Topology topology = [&] {
     if (live) {
-      machine.emplace(HwlocTopology::live());
+      machine = std::make_shared<HwlocTopology>(HwlocTopology::live());
       return machine->model();
     }
     try {
@@ -99,7 +101,20 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
     bind_process(*machine, p.binding);
     p.bound = true;
   }
+  if (config.topology.bind) p.live = std::move(machine);
   return p;
+}
+
+std::function<void(void*, uint64_t)> host_memory_placement(const Placement& placement) {
+  if (!placement.live || placement.binding.numa < 0) return {};
+  return [live = placement.live, numa = placement.binding.numa](void* addr, uint64_t bytes) {
+    try {
+      bind_memory(*live, addr, static_cast<size_t>(bytes), numa);  // false: the OS cannot bind
+    } catch (const LibraryError&) {
+      // The machine refuses memory binding (some containers): the pages stay first-touch, as
+      // they would without a placement. A node that does not exist is a ConfigError and passes.
+    }
+  };
 }
 
 }  // namespace ferry

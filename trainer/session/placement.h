@@ -3,11 +3,14 @@
 // topology.bind — the binding itself (threads and memory to the rank's NUMA node).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/ranks.h"
+#include "topology/hwloc_topology.h"
 #include "topology/links.h"
 #include "topology/placement.h"
 #include "trainer/config/config.h"
@@ -27,11 +30,20 @@ struct Placement {
   std::vector<int> link_ids;  // that path as ids into `links`
   // Every link of the topology (the node's shared link ledger); null when the rank drives no GPU.
   std::shared_ptr<const LinkMap> links;
+  // The live machine, kept to bind pinned host blocks (topology.bind); null on a described
+  // server or with topology.bind false.
+  std::shared_ptr<const HwlocTopology> live;
 };
 
 // Places the local ranks of `ranks` on the topology and binds this process when asked and
 // possible. GPU ranks (cuda), and CPU ranks emulating a described server (topology.file), each
 // take a GPU. Call before creating the device, so its threads inherit the binding.
 Placement place_this_rank(const Config& config, const RankInfo& ranks);
+
+// DeviceOptions::place_host_memory for this rank: on the live machine with topology.bind, binds
+// each pinned host block to the rank's NUMA node (the GPU's) before its first touch, where the
+// OS can bind memory areas (Note [Pinned pages on a NUMA node] in device/host_pages.h); empty
+// otherwise.
+std::function<void(void*, uint64_t)> host_memory_placement(const Placement& placement);
 
 }  // namespace ferry

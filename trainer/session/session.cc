@@ -101,6 +101,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
   d.ordinal = placement_.binding.gpu.value_or(ranks.local_rank);
+  d.place_host_memory = host_memory_placement(placement_);
   if (d.threads == 0 && d.backend == Backend::kCpu) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());

@@ -1,4 +1,13 @@
 // The train and eval loops.
+//
+// Note [No host wait inside a step]
+// A training step only enqueues work: the batch's buffers go back to the loader after an event
+// (its thread waits, not this one), the loss and correct count are staged into pinned memory
+// on the device (Note [Metrics without a host wait] in trainer/exec/executor.cc), and the host
+// reads them, with one wait, only on steps that need them: logging, checkpoint and traced steps
+// and the last. A non-finite loss is therefore detected at the next such step, and reported
+// with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
+// per-step losses). TrainResult counts the host waits of the other steps: zero.
 #include "trainer/session/train.h"
 
 #include <chrono>
@@ -10,6 +19,7 @@
 
 #include "comm/fault.h"
 #include "common/bytes.h"
+#include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
@@ -132,22 +142,30 @@ void write_text(const std::string& path, const std::string& text) {
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the
 // console and in <run.dir>/summary.json.
+// Steps are timed per logging interval (the host waits for the device only there, Note [No host
+// wait inside a step]): `intervals` holds (steps, seconds) from one drain of the metrics to the
+// next.
 void report_timing(RankLog& log, Session& session, const Config& config,
-                   const std::vector<double>& step_times, const TrainResult& result) {
-  if (step_times.empty()) return;
-  // The first step pays for first touches and algorithm choices: leave it out when we can.
-  const size_t skip = step_times.size() > 1 ? 1 : 0;
-  double measured = 0;
-  for (size_t i = skip; i < step_times.size(); ++i) measured += step_times[i];
-  const size_t counted = step_times.size() - skip;
-  measured /= static_cast<double>(counted);
+                   const std::vector<std::pair<int64_t, double>>& intervals,
+                   const TrainResult& result) {
+  if (intervals.empty()) return;
+  // The first interval pays for first touches and algorithm choices: leave it out when we can.
+  const size_t skip = intervals.size() > 1 ? 1 : 0;
+  double seconds = 0;
+  int64_t counted = 0;
+  for (size_t i = skip; i < intervals.size(); ++i) {
+    counted += intervals[i].first;
+    seconds += intervals[i].second;
+  }
+  if (counted == 0) return;
+  const double measured = seconds / static_cast<double>(counted);
   const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
   const double predicted = plan.prediction.step_seconds;
   const char* model = session.cost_profile() ? "measured" : "FLOP";
   log.print(
       "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
       "model (predicted/measured {:.2f})",
-      measured, counted, counted == 1 ? "" : "s", skip ? " after the first" : "", predicted, model,
+      measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "", predicted, model,
       measured > 0 ? predicted / measured : 0.0);
   if (!session.ranks().is_root()) return;
   nlohmann::json j = {{"model", config.model.name},
@@ -175,6 +193,13 @@ void report_timing(RankLog& log, Session& session, const Config& config,
                          {"cache", p->cache_path}};
   }
   write_text((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
+}
+
+// An event after everything enqueued on the compute stream so far.
+std::shared_ptr<Event> compute_done(Device& device) {
+  std::shared_ptr<Event> done = device.create_event();
+  device.stream(StreamKind::kCompute).record(*done);
+  return done;
 }
 
 // Adds the last step's all-reduces to the trace, on the comm track.
@@ -252,7 +277,10 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
   auto interval_start = std::chrono::steady_clock::now();
   const auto run_start = interval_start;
   StepTrace trace(ranks.rank);
-  std::vector<double> step_times;  // forward to metrics, per step
+  // (steps, seconds) between drains of the metrics, for the predicted/measured comparison.
+  std::vector<std::pair<int64_t, double>> timed_intervals;
+  auto drained_at = std::chrono::steady_clock::now();
+  int64_t drained_step = state.step;
 
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
     if (config.debug.fail_at_step == step &&
@@ -264,31 +292,43 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
         config.run.trace && step >= config.run.trace_steps[0] && step <= config.run.trace_steps[1];
     session.executor().set_trace(traced ? &trace : nullptr);
 
+    const uint64_t waits_before = host_waits_on_this_thread();
     Batch batch = loader.next();
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
-    const auto step_start = std::chrono::steady_clock::now();
     session.forward_backward({batch.images(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
-    const StepMetrics m = session.metrics();  // waits for the step
-    step_times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    session.executor().stage_metrics(static_cast<uint64_t>(step));
     const int64_t samples = batch.size() * ranks.size;
-    batch.release();
-
-    if (!std::isfinite(m.loss)) {
-      throw Error(fmt::format("the loss became {} at step {}", m.loss, step),
-                  "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
-    }
-    if (step == state.step + 1) result.first_loss = m.loss;
-    result.last_loss = m.loss;
+    batch.release_after(compute_done(device));
     result.steps = step;
-    interval_loss += m.loss;
-    interval_correct += m.correct;
     interval_samples += static_cast<double>(samples);
-    ++interval_steps;
+
+    const bool logging = step % config.run.log_every == 0 || step == config.run.steps;
+    const bool checkpointing = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    if (logging || checkpointing || traced) {
+      // The one host wait (Note [No host wait inside a step]).
+      for (const StagedMetrics& m : session.executor().drain_metrics()) {
+        if (!std::isfinite(m.loss)) {
+          throw Error(fmt::format("the loss became {} at step {}", m.loss, m.step),
+                      "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
+        }
+        if (m.step == static_cast<uint64_t>(state.step + 1)) result.first_loss = m.loss;
+        result.last_loss = m.loss;
+        interval_loss += m.loss;
+        interval_correct += m.correct;
+        ++interval_steps;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      timed_intervals.emplace_back(step - drained_step,
+                                   std::chrono::duration<double>(now - drained_at).count());
+      drained_at = now;
+      drained_step = step;
+    } else {
+      result.unlogged_step_host_waits += host_waits_on_this_thread() - waits_before;
+    }
 
     if (traced) {
       trace_reductions(session, trace);
@@ -301,7 +341,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
                   step, path);
       }
     }
-    if (step % config.run.log_every == 0 || step == config.run.steps) {
+    if (logging) {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - interval_start).count();
       StepReport r;
@@ -342,7 +382,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
     session.communicator().barrier();  // every rank's copies are through
     if (ranks.local_rank == 0) write_link_usage(config, session.link_usage(), log);
   }
-  report_timing(log, session, config, step_times, result);
+  report_timing(log, session, config, timed_intervals, result);
   return result;
 }
 

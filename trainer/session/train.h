@@ -15,6 +15,9 @@ struct TrainResult {
   double first_loss = 0;
   double last_loss = 0;
   uint64_t device_peak_bytes = 0;
+  // Host waits on device work made by steps that neither log, checkpoint nor trace: 0
+  // (Note [No host wait inside a step] in train.cc).
+  uint64_t unlogged_step_host_waits = 0;
 };
 
 // Trains as `config` says on this rank of the job, writing (rank 0) <run.dir>/config.yaml,

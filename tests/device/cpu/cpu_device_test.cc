@@ -2,9 +2,14 @@
 // copy and compute streams, the emulated link bandwidth, and the device's memory capacity.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "device/cpu/cpu_device.h"
 
@@ -68,6 +73,46 @@ TEST(CpuDevice, CopyBandwidthEmulationTakesBytesOverBandwidth) {
   EXPECT_GE(seconds, 0.9 * static_cast<double>(bytes) / (gbps * 1e9));
   EXPECT_EQ(static_cast<unsigned char*>(buf.data())[bytes - 1], 1);
   device.pinned().deallocate(host, bytes);
+}
+
+// Note [Pinned pages on a NUMA node]: each pinned block is handed to the placement whole (page
+// rounded) while none of its pages has been touched, so a binding set there decides its node.
+TEST(CpuDevice, PinnedBlocksArePlacedBeforeTheirFirstTouch) {
+  DeviceOptions o = options(8ull << 20);
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  struct Call {
+    void* addr;
+    uint64_t bytes;
+    size_t resident_pages;
+  };
+  std::vector<Call> calls;
+  o.place_host_memory = [&](void* addr, uint64_t bytes) {
+    std::vector<unsigned char> in_core(bytes / page);
+    size_t resident = SIZE_MAX;
+    if (mincore(addr, bytes, in_core.data()) == 0) {
+      resident = static_cast<size_t>(
+          std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
+    }
+    calls.push_back({addr, bytes, resident});
+  };
+  CpuDevice device(o);
+  const uint64_t bytes = 3 * page + 10;
+  void* block = device.pinned().allocate(bytes);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].addr, block);
+  EXPECT_EQ(calls[0].bytes, 4 * page);
+  EXPECT_EQ(calls[0].resident_pages, 0u) << "placed after its first touch";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % page, 0u);
+  std::memset(block, 7, bytes);  // usable
+  device.pinned().deallocate(block, bytes);
+
+  // A placement that fails fails the allocation (and leaks nothing).
+  CpuDevice refusing([&] {
+    DeviceOptions r = options(8ull << 20);
+    r.place_host_memory = [](void*, uint64_t) { throw ConfigError("NUMA node 77 does not exist"); };
+    return r;
+  }());
+  EXPECT_THROW(refusing.pinned().allocate(page), ConfigError);
 }
 
 TEST(CpuDevice, MemoryHasTheConfiguredCapacity) {

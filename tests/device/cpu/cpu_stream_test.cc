@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "device/cpu/cpu_stream.h"
+#include "device/host_waits.h"
 
 namespace ferry::cpu {
 namespace {
@@ -30,6 +31,37 @@ TEST(CpuStream, RunsTasksInEnqueueOrder) {
   ASSERT_EQ(order.size(), 200u);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(order[i], i);
   EXPECT_EQ(s.kind(), StreamKind::kCompute);
+}
+
+TEST(HostWaits, CountOnlySynchronizeCallsThatBlock) {
+  CpuStream s(StreamKind::kCompute);
+  CpuEvent e;
+  const uint64_t before = host_waits_on_this_thread();
+  e.synchronize();  // never recorded: nothing to wait for
+  s.synchronize();  // idle
+  EXPECT_EQ(host_waits_on_this_thread(), before);
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  s.enqueue([gate] { gate.wait(); });
+  s.record(e);
+  std::thread opener([&go] {
+    std::this_thread::sleep_for(kSettle);
+    go.set_value();
+  });
+  e.synchronize();  // blocks until the gate opens
+  EXPECT_EQ(host_waits_on_this_thread(), before + 1);
+  s.enqueue([] { std::this_thread::sleep_for(kSettle); });
+  s.synchronize();
+  EXPECT_EQ(host_waits_on_this_thread(), before + 2);
+  opener.join();
+  uint64_t other_thread = 0;
+  std::thread([&] {
+    s.enqueue([] { std::this_thread::sleep_for(kSettle); });
+    s.synchronize();
+    other_thread = host_waits_on_this_thread();
+  }).join();
+  EXPECT_EQ(other_thread, 1u);
+  EXPECT_EQ(host_waits_on_this_thread(), before + 2) << "counts are per thread";
 }
 
 TEST(CpuEvent, NeverRecordedIsReady) {

@@ -1,0 +1,105 @@
+// The training loop in-process (Note [No host wait inside a step] in trainer/session/train.cc):
+// steps that neither log nor checkpoint make no host wait, also with offloads in flight across
+// steps; the logged loss is still the mean of the interval's per-step losses; a non-finite loss
+// is still reported with the step it happened at.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/config/config.h"
+#include "trainer/session/train.h"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("ferry_train_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// LeNet-5 on the synthetic task; `run` adds keys to the run section, `extra` whole sections.
+Config lenet(const std::string& dir, const std::string& run, const std::string& extra = "",
+             const std::string& lr = "0.02") {
+  return parse_config_text(
+      "run: {seed: 3, dir: " + dir + ", " + run +
+      "}\nmodel: {name: lenet5, classes: 10, input: [3, 32, 32]}\n"
+      "data: {source: synthetic, batch_size: 16, samples: 512, mean: [0.5, 0.5, 0.5], "
+      "std: [0.265, 0.265, 0.265]}\n"
+      "optim: {name: sgd, lr: " +
+      lr +
+      ", momentum: 0.9}\n"
+      "device: {backend: cpu, memory: 256MiB, threads: 1}\n" +
+      extra);
+}
+
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Train, StepsThatDoNotLogMakeNoHostWait) {
+  for (const char* policy : {"none", "vdnn-all"}) {
+    const std::string dir = scratch(std::string("waits_") + policy);
+    const Config c =
+        lenet(dir, "steps: 12, log_every: 5", std::string("memory: {policy: ") + policy + "}\n");
+    const TrainResult r = train(c, RankInfo{});
+    EXPECT_EQ(r.steps, 12);
+    EXPECT_EQ(r.unlogged_step_host_waits, 0u) << policy;
+    const auto m = metrics(dir);
+    ASSERT_EQ(m.size(), 3u) << policy;  // steps 5, 10 and the last, 12
+    EXPECT_EQ(m[2]["step"].get<int64_t>(), 12);
+    for (const auto& j : m) EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+  }
+}
+
+TEST(Train, TheLoggedLossIsTheMeanOfTheIntervalsStepLosses) {
+  const std::string every = scratch("every_step");
+  const TrainResult each = train(lenet(every, "log_every: 1, steps: 6"), RankInfo{});
+  const std::string grouped = scratch("grouped");
+  const TrainResult three = train(lenet(grouped, "log_every: 3, steps: 6"), RankInfo{});
+  const auto a = metrics(every);
+  const auto b = metrics(grouped);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    double sum = 0;
+    for (int i = 0; i < 3; ++i) sum += a[3 * g + i]["loss"].get<double>();
+    EXPECT_NEAR(b[g]["loss"].get<double>(), sum / 3, 1e-6 * std::abs(sum)) << "interval " << g;
+  }
+  EXPECT_EQ(each.first_loss, three.first_loss);
+  EXPECT_EQ(each.last_loss, three.last_loss);
+  EXPECT_NEAR(three.first_loss, a[0]["loss"].get<double>(), 1e-6 * std::abs(three.first_loss));
+}
+
+TEST(Train, ANonFiniteLossNamesItsStepAtTheNextLoggingStep) {
+  const std::string dir = scratch("nan");
+  // A learning rate this large overflows within a few steps, before the first log at step 10.
+  const Config c = lenet(dir, "steps: 12, log_every: 10", "", "1.0e+12");
+  try {
+    train(c, RankInfo{});
+    FAIL() << "a loss that overflows must end training";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the loss became"), std::string::npos) << what;
+    const size_t at = what.find("at step ");
+    ASSERT_NE(at, std::string::npos) << what;
+    EXPECT_LT(std::stoi(what.substr(at + 8)), 10) << "the step it happened at: " << what;
+  }
+  EXPECT_TRUE(metrics(dir).empty()) << "nothing was logged before the failure";
+}
+
+}  // namespace
+}  // namespace ferry
