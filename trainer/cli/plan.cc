@@ -14,6 +14,7 @@
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/device_profile.h"
 #include "trainer/session/planning.h"
+#include "trainer/session/session.h"
 #include "trainer/session/simulation.h"
 
 namespace ferry {
