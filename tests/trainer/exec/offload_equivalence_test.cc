@@ -11,18 +11,11 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/model/zoo/zoo.h"
+#include "tests/trainer/exec/train_steps.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
 namespace {
-
-struct TrainRun {
-  std::vector<float> losses;
-  uint64_t measured_peak = 0;
-  uint64_t planned_peak = 0;
-  uint64_t offload_bytes = 0;
-  double recompute_flops = 0;
-};
 
 Config small_config(const std::string& model, int64_t batch) {
   Config c = default_config();
@@ -35,35 +28,6 @@ Config small_config(const std::string& model, int64_t batch) {
   // The FLOP model, not this machine's timings: what auto decides must not depend on the load.
   c.memory.measure = false;
   return c;
-}
-
-TrainRun train_steps(Config c, int steps) {
-  Session session(c, RankInfo{}, /*training=*/true);
-  Device& device = session.device();
-  device.memory().reset_peak();
-  auto data = std::shared_ptr<const Dataset>(
-      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
-                             c.model.classes, c.data.samples, c.run.seed));
-  LoaderOptions lo;
-  lo.batch_size = c.data.batch_size;
-  lo.seed = c.run.seed;
-  lo.allocator = &device.pinned();
-  DataLoader loader(data, lo);
-  TrainRun run;
-  const Program& program = session.executor().program(c.data.batch_size, true);
-  run.planned_peak = program.plan.peak_bytes();
-  run.offload_bytes = program.plan.offload_bytes;
-  run.recompute_flops = program.plan.recompute_flops;
-  for (int step = 1; step <= steps; ++step) {
-    Batch batch = loader.next();
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
-                               static_cast<uint64_t>(step));
-    session.optimizer().step(device.kernels(), device.stream(StreamKind::kCompute), session.store(),
-                             static_cast<float>(c.optim.lr));
-    run.losses.push_back(session.executor().read_metrics().loss);
-  }
-  run.measured_peak = device.memory().stats().peak;
-  return run;
 }
 
 // A tight budget for auto: the peak vdnn-all plans (close to the floor) plus a margin; with

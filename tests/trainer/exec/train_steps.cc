@@ -1,0 +1,41 @@
+// See train_steps.h.
+#include "tests/trainer/exec/train_steps.h"
+
+#include <memory>
+
+#include "trainer/data/dataset.h"
+#include "trainer/data/loader.h"
+#include "trainer/session/session.h"
+
+namespace ferry {
+
+TrainRun train_steps(const Config& c, int steps) {
+  Session session(c, RankInfo{}, /*training=*/true);
+  Device& device = session.device();
+  device.memory().reset_peak();
+  auto data = std::shared_ptr<const Dataset>(
+      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
+                             c.model.classes, c.data.samples, c.run.seed));
+  LoaderOptions lo;
+  lo.batch_size = c.data.batch_size;
+  lo.seed = c.run.seed;
+  lo.allocator = &device.pinned();
+  DataLoader loader(data, lo);
+  TrainRun run;
+  const Program& program = session.executor().program(c.data.batch_size, true);
+  run.planned_peak = program.plan.peak_bytes();
+  run.offload_bytes = program.plan.offload_bytes;
+  run.recompute_flops = program.plan.recompute_flops;
+  for (int step = 1; step <= steps; ++step) {
+    Batch batch = loader.next();
+    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
+                               static_cast<uint64_t>(step));
+    session.optimizer().step(device.kernels(), device.stream(StreamKind::kCompute), session.store(),
+                             static_cast<float>(c.optim.lr));
+    run.losses.push_back(session.executor().read_metrics().loss);
+  }
+  run.measured_peak = device.memory().stats().peak;
+  return run;
+}
+
+}  // namespace ferry
