@@ -68,8 +68,13 @@ rm -f "$root/etc/apt/sources.list"
 if [[ -f /etc/apt/sources.list ]]; then cp /etc/apt/sources.list "$root/etc/apt/sources.list"; fi
 cp -a /etc/apt/apt.conf.d/. "$root/etc/apt/apt.conf.d/"
 if [[ -f /etc/pip.conf ]]; then cp /etc/pip.conf "$root/etc/pip.conf"; fi
-mkdir -p "$root/etc/ssl/certs"
+mkdir -p "$root/etc/ssl/certs" "$root/usr/local/share/ca-certificates"
 cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+# This machine's own CAs too, so that installing Debian's ca-certificates in the root (setup.sh
+# does) rebuilds a bundle that still trusts the registries' proxies.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  cp -L /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 
 # A clean clone of what is committed, with shared/ beside it, as CI lays it out.
