@@ -41,21 +41,42 @@ if [[ -z "$mirror" ]]; then
 fi
 mirror="${mirror:-http://deb.debian.org/debian}"
 
+# Every mount here is private (nothing propagates to or from this machine's own /dev, /proc or
+# /sys) and undone on exit; the root is deleted only after whatever a killed run left mounted
+# under it is unmounted, and never across a file-system boundary.
 mounts=()
 cleanup() {
-  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+    umount "${mounts[$i]}" 2>/dev/null || umount -l "${mounts[$i]}" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
+unmount_under() {
+  awk -v r="$1" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts | sort -r |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+}
 bind() {  # bind SRC DST [ro]
   mkdir -p "$2"
   mount --bind "$1" "$2"
   mounts+=("$2")
+  mount --make-private "$2"
   if [[ "${3:-}" == ro ]]; then mount -o remount,bind,ro "$2"; fi
+}
+fresh_mount() {  # fresh_mount TYPE DST [OPTIONS]: a new instance, not this machine's
+  mkdir -p "$2"
+  if [[ -n "${3:-}" ]]; then mount -t "$1" -o "$3" "$1" "$2"; else mount -t "$1" "$1" "$2"; fi
+  mounts+=("$2")
+  mount --make-private "$2"
 }
 
 t0=$(date +%s)
 log "debootstrap --variant=minbase bookworm $root $mirror"
-rm -rf "$root"
+unmount_under "$root"
+if awk -v r="$root" '$2 == r || index($2, r "/") == 1 {found = 1} END {exit !found}' /proc/mounts; then
+  echo "check-fresh: something is still mounted under $root; not deleting it" >&2
+  exit 1
+fi
+rm -rf --one-file-system "$root"
 debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
   { tail -20 "$root.debootstrap.log"; exit 1; }
 log "minimal root ready in $(($(date +%s) - t0)) s"
@@ -82,12 +103,17 @@ mkdir -p "$root/work"
 git clone -q --no-hardlinks "$repo" "$root/work/main"
 cp -a ../shared "$root/work/shared"
 
-bind /proc "$root/proc"
-bind /sys "$root/sys"
-bind /dev "$root/dev"
-bind /dev/pts "$root/dev/pts"
-mkdir -p "$root/dev/shm"
-mount -t tmpfs tmpfs "$root/dev/shm" && mounts+=("$root/dev/shm")
+fresh_mount proc "$root/proc"
+fresh_mount sysfs "$root/sys"
+fresh_mount devpts "$root/dev/pts" newinstance,ptmxmode=0666
+fresh_mount tmpfs "$root/dev/shm" mode=1777
+# The root's own device nodes (debootstrap makes most of them).
+for node in "null 1 3" "zero 1 5" "full 1 7" "random 1 8" "urandom 1 9" "tty 5 0"; do
+  read -r name major minor <<<"$node"
+  [[ -c "$root/dev/$name" ]] || mknod -m 666 "$root/dev/$name" c "$major" "$minor"
+done
+ln -sfn pts/ptmx "$root/dev/ptmx"
+ln -sfn /proc/self/fd "$root/dev/fd"
 if ((with_cuda)) && [[ -d /usr/local/cuda ]]; then
   cuda_real=$(readlink -f /usr/local/cuda)
   bind "$cuda_real" "$root/usr/local/cuda" ro
