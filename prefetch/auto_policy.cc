@@ -132,7 +132,8 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     // Release: late enough for the copy to finish, as the budget allows.
     double behind = 0;
     int until = p.offload_after + 1;
-    while (until < tm.fetch_at - 1 && behind < copy_out) behind += times[static_cast<size_t>(until++)];
+    while (until < tm.fetch_at - 1 && behind < copy_out)
+      behind += times[static_cast<size_t>(until++)];
     for (int g = tm.release_at; g < until && g + 1 < tm.fetch_at; ++g) {
       if (live[static_cast<size_t>(g)] + size > limit) break;
       live[static_cast<size_t>(g)] += size;

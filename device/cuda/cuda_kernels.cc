@@ -48,7 +48,9 @@ constexpr bool is_linear = is_one_of<T, LinearForward, LinearBackwardData, Linea
 
 // Whether cuda_ops.h runs kernel arguments of type T (no library handle, no workspace).
 template <typename T>
-concept Stateless = requires(const T& args, cudaStream_t stream) { run(args, stream); };
+concept Stateless = requires(const T& args, cudaStream_t stream) {
+  run(args, stream);
+};
 
 template <typename T>
 constexpr bool runs = Stateless<T> || is_conv<T> || is_linear<T>;

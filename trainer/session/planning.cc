@@ -53,8 +53,7 @@ CostModel cost_model(const Config& config) {
   return c;
 }
 
-OfflinePlanner::OfflinePlanner(const Config& config)
-    : config_(config), cost_(cost_model(config)) {
+OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(cost_model(config)) {
   DeviceOptions d = device_options(config);
   d.time_algorithms = false;  // a plan is asked for many batch sizes: heuristics, no timing
   const bool cuda_absent = d.backend == Backend::kCuda && cuda_device_count() <= d.ordinal;

@@ -165,8 +165,8 @@ void report_timing(RankLog& log, Session& session, const Config& config,
   log.print(
       "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
       "model (predicted/measured {:.2f})",
-      measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "", predicted, model,
-      measured > 0 ? predicted / measured : 0.0);
+      measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "",
+      predicted, model, measured > 0 ? predicted / measured : 0.0);
   if (!session.ranks().is_root()) return;
   nlohmann::json j = {{"model", config.model.name},
                       {"batch", config.data.batch_size},

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "device/device.h"
+#include "tests/trainer/exec/train_steps.h"
 #include "trainer/config/config.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
-#include "tests/trainer/exec/train_steps.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

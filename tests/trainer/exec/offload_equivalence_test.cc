@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/trainer/exec/train_steps.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/model/zoo/zoo.h"
-#include "tests/trainer/exec/train_steps.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

@@ -91,9 +91,8 @@ TEST(SimulateEmulation, PredictsTheEmulatedStepTimeWithin15Percent) {
         best_predicted = predicted;
       }
     }
-    EXPECT_LE(std::abs(best_error), bound)
-        << scheduler << ": measured " << best_measured << " s, simulated " << best_predicted
-        << " s";
+    EXPECT_LE(std::abs(best_error), bound) << scheduler << ": measured " << best_measured
+                                           << " s, simulated " << best_predicted << " s";
     // The check can fail: links twice as fast (half the emulation scale) miss by far more.
     const double fast = simulated_step_seconds(dir, "topology.emulation_scale=150");
     EXPECT_GT(std::abs(fast - best_measured) / best_measured, 0.3) << scheduler << ": " << fast;
