@@ -30,30 +30,6 @@ Config small_config(const std::string& model, int64_t batch) {
   return c;
 }
 
-// A tight budget for auto: the peak vdnn-all plans (close to the floor) plus a margin; with
-// recomputation, halfway from there to everything resident (a rebuild keeps its inputs on
-// device, so recomputing needs some room).
-uint64_t tight_budget(const Config& c, bool recompute) {
-  Config probe = c;
-  probe.memory.policy = MemoryPolicy::kVdnnAll;
-  Session session(probe, RankInfo{}, true);
-  const uint64_t all = session.executor().program(c.data.batch_size, true).plan.peak_bytes();
-  if (!recompute) return all + (256 << 10);
-  probe.memory.policy = MemoryPolicy::kNone;
-  Session resident(probe, RankInfo{}, true);
-  const uint64_t none = resident.executor().program(c.data.batch_size, true).plan.peak_bytes();
-  return all + (none - all) / 2;
-}
-
-void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b,
-                          const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
-        << what << ": step " << i + 1 << " loss " << a[i] << " vs " << b[i];
-  }
-}
-
 class OffloadEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {

@@ -1,7 +1,10 @@
 // See train_steps.h.
 #include "tests/trainer/exec/train_steps.h"
 
+#include <cstring>
 #include <memory>
+
+#include <gtest/gtest.h>
 
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
@@ -36,6 +39,27 @@ TrainRun train_steps(const Config& c, int steps) {
   }
   run.measured_peak = device.memory().stats().peak;
   return run;
+}
+
+uint64_t tight_budget(const Config& c, bool recompute) {
+  Config probe = c;
+  probe.memory.policy = MemoryPolicy::kVdnnAll;
+  Session session(probe, RankInfo{}, true);
+  const uint64_t all = session.executor().program(c.data.batch_size, true).plan.peak_bytes();
+  if (!recompute) return all + (256 << 10);
+  probe.memory.policy = MemoryPolicy::kNone;
+  Session resident(probe, RankInfo{}, true);
+  const uint64_t none = resident.executor().program(c.data.batch_size, true).plan.peak_bytes();
+  return all + (none - all) / 2;
+}
+
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b,
+                          const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
+        << what << ": step " << i + 1 << " loss " << a[i] << " vs " << b[i];
+  }
 }
 
 }  // namespace ferry

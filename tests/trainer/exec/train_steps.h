@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trainer/config/config.h"
@@ -20,5 +21,14 @@ struct TrainRun {
 
 // Runs `steps` steps of `c` (one rank, synthetic data of c.data.samples samples).
 TrainRun train_steps(const Config& c, int steps);
+
+// A tight budget for auto: the peak vdnn-all plans (close to the floor) plus a margin; with
+// recomputation, halfway from there to everything resident (a rebuild keeps its inputs on
+// device, so recomputing needs some room).
+uint64_t tight_budget(const Config& c, bool recompute);
+
+// Expects the two loss trajectories to be equal bit for bit, naming `what` and the step.
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b,
+                          const std::string& what);
 
 }  // namespace ferry
