@@ -80,27 +80,43 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
     ledger->wait_flow(flow);
     return;
   }
-  // Chunks: each waits for its turn on every link-direction of the path. Its latest start is
-  // the deadline less the time the rest of the transfer needs alone on the path.
-  // The deadline counts from the copy's start: the moment the stream reaches it, which is when
-  // the plan issues it (the host enqueues a whole step ahead).
+  // Chunks: each waits for its turn on every link-direction of the path (Note [Chunk
+  // pipelining]). Its latest start is the deadline less the time the rest of the transfer needs
+  // alone on the path. The deadline counts from the copy's start: the moment the stream reaches
+  // it, which is when the plan issues it (the host enqueues a whole step ahead).
   const double deadline = LinkLedger::now() + t.deadline_s;
   const double rate = options_.solo_gbps > 0 ? options_.solo_gbps * 1e9 : 1e12;
+  const std::vector<int>& tokens = options_.arbitrated.empty() ? options_.path : options_.arbitrated;
+  auto claim_at = [&](uint64_t offset) {
+    return ledger->claim(options_.rank, t.direction, tokens, options_.path,
+                         std::min(options_.chunk_bytes, t.bytes - offset),
+                         chunk_latest_start(deadline, t.bytes - offset, rate));
+  };
+  uint64_t next = claim_at(0);
   for (uint64_t offset = 0; offset < t.bytes; offset += options_.chunk_bytes) {
     const uint64_t length = std::min(options_.chunk_bytes, t.bytes - offset);
-    const double latest_start = chunk_latest_start(deadline, t.bytes - offset, rate);
-    const uint64_t flow =
-        ledger->acquire(options_.rank, t.direction,
-                        options_.arbitrated.empty() ? options_.path : options_.arbitrated,
-                        options_.path, length, latest_start);
+    uint64_t flow = 0;
     try {
+      flow = ledger->await_grant(next);
+      next = 0;
+      if (offset + length < t.bytes) next = claim_at(offset + length);
       move(offset, length);
+      ledger->wait_flow(flow);
     } catch (...) {
-      ledger->abandon(flow);
+      if (flow != 0) ledger->abandon(flow);
+      if (next != 0) ledger->withdraw(next);
       throw;
     }
-    ledger->wait_flow(flow);
   }
 }
+
+// Note [Chunk pipelining]
+// A copy claims its next chunk as soon as the current one is granted, so the claim already waits
+// in the ledger when the current chunk's bytes are through. The ledger grants it (or another
+// rank's claim with less slack) at that exact moment on its own clock, whatever this thread is
+// doing: the link never idles while this rank's thread wakes up, as it would if each chunk were
+// claimed only after the one before it was seen to end. The simulator (node_sim.cc) claims a
+// copy's next chunk the moment the one before it lands, which is the same thing. At most two
+// claims per copy are in the ledger: the one moving and the one waiting.
 
 }  // namespace ferry

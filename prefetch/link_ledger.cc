@@ -289,6 +289,19 @@ void advance(Shared* s, double now) {
   }
 }
 
+ClaimSlot* find_claim(Shared* s, uint64_t id) {
+  for (ClaimSlot& c : s->claims)
+    if (c.used && c.id == id) return &c;
+  return nullptr;
+}
+
+// A copy's thread refreshes its process's other waiting claims while it waits for a flow: a
+// claim queued ahead for the next chunk is not stale while the chunk before it moves.
+void refresh_claims(Shared* s, int32_t pid, double t) {
+  for (ClaimSlot& c : s->claims)
+    if (c.used && !c.granted && c.pid == pid) c.heartbeat = t;
+}
+
 Shared* map_block(int fd, const std::string& name) {
   void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -412,6 +425,7 @@ void LinkLedger::wait_flow(uint64_t flow) {
     for (FlowSlot& x : s_->flows)
       if (x.used && x.id == flow) f = &x;
     if (f == nullptr) return;
+    refresh_claims(s_, static_cast<int32_t>(getpid()), t);
     if (f->done) {
       f->used = 0;
       pthread_cond_broadcast(&s_->cv);
@@ -430,29 +444,28 @@ void LinkLedger::wait_flow(uint64_t flow) {
   }
 }
 
-uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
-                             const std::vector<int>& arbitrated, const std::vector<int>& path,
-                             uint64_t bytes, double latest_start) {
+uint64_t LinkLedger::claim(int rank, TransferDirection direction,
+                           const std::vector<int>& arbitrated, const std::vector<int>& path,
+                           uint64_t bytes, double latest_start) {
   if (path.size() > static_cast<size_t>(kMaxPath) ||
       arbitrated.size() > static_cast<size_t>(kMaxPath)) {
     throw ConfigError(
         fmt::format("a path of {} links; the ledger takes at most {}", path.size(), kMaxPath));
   }
-  const int d = dir_index(direction);
-  const int32_t pid = static_cast<int32_t>(getpid());
   Locked guard(s_);
   for (const auto* v : {&arbitrated, &path})
     for (int l : *v)
       if (l < 0 || l >= s_->n_links)
         throw ConfigError(fmt::format("link {} is not in the ledger", l));
-  ClaimSlot* mine = nullptr;
+  const double t = now();
+  advance(s_, t);
   for (ClaimSlot& c : s_->claims) {
     if (c.used) continue;
     c = ClaimSlot{};
     c.used = 1;
     c.rank = rank;
-    c.pid = pid;
-    c.dir = d;
+    c.pid = static_cast<int32_t>(getpid());
+    c.dir = dir_index(direction);
     c.n_links = static_cast<int32_t>(arbitrated.size());
     std::copy(arbitrated.begin(), arbitrated.end(), c.links);
     c.n_path = static_cast<int32_t>(path.size());
@@ -460,16 +473,29 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
     c.bytes = bytes;
     c.id = s_->next_id++;
     c.latest_start = latest_start;
-    mine = &c;
-    break;
+    c.heartbeat = t;
+    // A claim whose link-directions are free is granted now, before anyone waits on it.
+    if (grant_waiting(s_, t)) {
+      recompute_rates(s_);
+      pthread_cond_broadcast(&s_->cv);
+    }
+    return c.id;
   }
-  if (mine == nullptr) {
-    throw LinkArbiterError(
-        fmt::format("link ledger: more than {} chunk claims waiting on this node", kMaxClaims));
-  }
+  throw LinkArbiterError(
+      fmt::format("link ledger: more than {} chunk claims waiting on this node", kMaxClaims));
+}
+
+uint64_t LinkLedger::await_grant(uint64_t claim) {
+  Locked guard(s_);
   for (;;) {
     const double t = now();
     advance(s_, t);
+    ClaimSlot* mine = find_claim(s_, claim);
+    if (mine == nullptr) {
+      throw LinkArbiterError(fmt::format(
+          "link ledger: chunk claim {} was dropped (its owner did not wait for it in {:.0f} s)",
+          claim, options_.claim_stale_s));
+    }
     mine->heartbeat = t;
     // Liveness: drop the claims, flows and tokens of processes that died, and waiting claims
     // nobody refreshes; a live holder that keeps a token we need past the timeout is an error
@@ -498,7 +524,9 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
       mine->used = 0;
       return mine->flow;
     }
-    for (int l : arbitrated) {
+    const int d = mine->dir;
+    for (int i = 0; i < mine->n_links; ++i) {
+      const int l = mine->links[i];
       const Token& k = s_->tokens[l][d];
       // A granted chunk's flow progresses on the ledger's clock whatever its rank's threads do;
       // only one that carries nothing (a link of zero speed) can hold a token forever.
@@ -516,6 +544,29 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
     }
     wait_until(s_, t + options_.slice_s);
   }
+}
+
+uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
+                             const std::vector<int>& arbitrated, const std::vector<int>& path,
+                             uint64_t bytes, double latest_start) {
+  return await_grant(claim(rank, direction, arbitrated, path, bytes, latest_start));
+}
+
+void LinkLedger::withdraw(uint64_t claim) {
+  Locked guard(s_);
+  advance(s_, now());
+  ClaimSlot* c = find_claim(s_, claim);
+  if (c == nullptr) return;
+  const uint64_t flow = c->granted ? c->flow : 0;
+  c->used = 0;
+  if (flow != 0) {
+    for (FlowSlot& f : s_->flows)
+      if (f.used && f.id == flow) f.used = 0;
+    free_tokens(s_);
+    grant_waiting(s_, s_->t_last);
+    recompute_rates(s_);
+  }
+  pthread_cond_broadcast(&s_->cv);
 }
 
 void LinkLedger::abandon(uint64_t flow) {

@@ -80,15 +80,24 @@ class LinkLedger {
   void wait_flow(uint64_t flow);
 
   // Topology scheduler: queues a chunk of `bytes` crossing `path` that must hold one token per
-  // link-direction of `arbitrated` (a subset of `path`) while it moves, and blocks until it is
-  // granted (arbiter_policy::grant over every waiting claim of the node, by slack = latest_start
-  // - now). The chunk's flow starts the moment it is granted, by whichever rank advanced the
-  // ledger then, and its tokens are freed the moment its bytes are through, so a copy thread
-  // that wakes late (or a rank that hangs) never holds a link. Returns the flow for
-  // wait_flow(). Throws LinkArbiterError when a needed token's chunk has carried nothing for
-  // the timeout (a link of zero speed); the claims and flows of processes that died are dropped.
+  // link-direction of `arbitrated` (a subset of `path`) while it moves, and returns its claim
+  // without waiting. Claims are granted by arbiter_policy::grant over every waiting claim of the
+  // node, by slack = latest_start - now. The chunk's flow starts the moment it is granted, by
+  // whichever rank advanced the ledger then, and its tokens are freed the moment its bytes are
+  // through, so a copy thread that wakes late (or a rank that hangs) never holds a link. A copy
+  // claims its next chunk while the current one moves (Note [Chunk pipelining] in
+  // link_emulator.cc), so the hand-off between its chunks costs no link time.
+  uint64_t claim(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
+                 const std::vector<int>& path, uint64_t bytes, double latest_start);
+  // Blocks until `claim` is granted; returns its flow for wait_flow(). Throws LinkArbiterError
+  // when a needed token's chunk has carried nothing for the timeout (a link of zero speed); the
+  // claims and flows of processes that died are dropped.
+  uint64_t await_grant(uint64_t claim);
+  // claim() then await_grant().
   uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
                    const std::vector<int>& path, uint64_t bytes, double latest_start);
+  // Cancels a claim; if it was granted already, its flow ends now and frees its tokens.
+  void withdraw(uint64_t claim);
   // Ends a flow now, carried or not (its mover failed), freeing its tokens.
   void abandon(uint64_t flow);
 

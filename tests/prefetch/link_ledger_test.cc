@@ -126,6 +126,36 @@ TEST_F(Ledger, AGrantedChunkMovesAtOnceAndItsTokenFreesWhenItsBytesAreThrough) {
   EXPECT_LE(usage[2].peak_gbps[0], 0.01 * 1.02);
 }
 
+TEST_F(Ledger, AQueuedNextChunkStartsWhenTheOneBeforeEndsEvenIfItsOwnerWakesLate) {
+  auto ledger = make(switch_links());
+  const double start = LinkLedger::now();
+  const uint64_t first = ledger->await_grant(ledger->claim(0, kH, {0, 2}, {0, 2}, 500'000, start));
+  const uint64_t second = ledger->claim(0, kH, {0, 2}, {0, 2}, 500'000, start);  // queued
+  // The owner oversleeps the first chunk's end (0.05 s) by 0.1 s; the link does not idle.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ledger->wait_flow(first);
+  ledger->wait_flow(ledger->await_grant(second));
+  EXPECT_NEAR(LinkLedger::now() - start, 0.15, 0.03);
+  // Claimed only after the first was seen to end, the second would have started at 0.15 s.
+  const uint64_t third = ledger->acquire(0, kH, {0, 2}, {0, 2}, 500'000, start);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ledger->wait_flow(third);
+  EXPECT_NEAR(ledger->usage()[2].bytes[0], 1.5e6, 1);
+}
+
+TEST_F(Ledger, AWithdrawnClaimFreesItsTokenWhetherOrNotItWasGranted) {
+  auto ledger = make(switch_links());
+  const double start = LinkLedger::now();
+  const uint64_t granted = ledger->claim(0, kH, {0, 2}, {0, 2}, 100'000'000, start);  // 10 s
+  const uint64_t waiting = ledger->claim(1, kH, {1, 2}, {1, 2}, 100'000'000, start);
+  ledger->withdraw(waiting);
+  ledger->withdraw(granted);
+  ledger->withdraw(granted);  // a second withdraw is quiet
+  ledger->wait_flow(ledger->acquire(1, kH, {1, 2}, {1, 2}, 100'000, start));
+  EXPECT_NEAR(LinkLedger::now() - start, 0.01, 0.02);
+  EXPECT_THROW(ledger->await_grant(waiting), LinkArbiterError);
+}
+
 TEST_F(Ledger, ADeadProcessesTokensAreReclaimed) {
   auto ledger = make(switch_links());
   const pid_t child = fork();
