@@ -2,6 +2,7 @@
 #include "prefetch/link_emulator.h"
 
 #include <chrono>
+#include <deque>
 #include <thread>
 
 #include "prefetch/arbiter_policy.h"
@@ -9,6 +10,10 @@
 namespace ferry {
 
 namespace {
+// Enough chunks queued to ride out a copy thread's wait for a core (a few scheduler slices),
+// few enough that 16 ranks' two directions stay within the ledger's claim slots.
+constexpr size_t kChunksClaimedAhead = 6;
+
 int dir_index(TransferDirection d) { return d == TransferDirection::kToDevice ? 1 : 0; }
 }  // namespace
 
@@ -92,31 +97,42 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
                          std::min(options_.chunk_bytes, t.bytes - offset),
                          chunk_latest_start(deadline, t.bytes - offset, rate));
   };
-  uint64_t next = claim_at(0);
+  // Claims queued ahead, oldest first: the chunk at `claimed_to` is the next to claim.
+  std::deque<uint64_t> ahead;
+  uint64_t claimed_to = 0;
+  auto top_up = [&] {
+    while (claimed_to < t.bytes && ahead.size() < kChunksClaimedAhead) {
+      ahead.push_back(claim_at(claimed_to));
+      claimed_to += std::min(options_.chunk_bytes, t.bytes - claimed_to);
+    }
+  };
   for (uint64_t offset = 0; offset < t.bytes; offset += options_.chunk_bytes) {
     const uint64_t length = std::min(options_.chunk_bytes, t.bytes - offset);
     uint64_t flow = 0;
     try {
-      flow = ledger->await_grant(next);
-      next = 0;
-      if (offset + length < t.bytes) next = claim_at(offset + length);
+      top_up();
+      flow = ledger->await_grant(ahead.front());
+      ahead.pop_front();
+      top_up();
       move(offset, length);
       ledger->wait_flow(flow);
     } catch (...) {
       if (flow != 0) ledger->abandon(flow);
-      if (next != 0) ledger->withdraw(next);
+      for (uint64_t c : ahead) ledger->withdraw(c);
       throw;
     }
   }
 }
 
 // Note [Chunk pipelining]
-// A copy claims its next chunk as soon as the current one is granted, so the claim already waits
-// in the ledger when the current chunk's bytes are through. The ledger grants it (or another
-// rank's claim with less slack) at that exact moment on its own clock, whatever this thread is
-// doing: the link never idles while this rank's thread wakes up, as it would if each chunk were
-// claimed only after the one before it was seen to end. The simulator (node_sim.cc) claims a
-// copy's next chunk the moment the one before it lands, which is the same thing. At most two
-// claims per copy are in the ledger: the one moving and the one waiting.
+// A copy keeps its next chunks (up to kChunksClaimedAhead) claimed in the ledger while the
+// current one moves, so when the current chunk's bytes are through the ledger grants the next
+// (or another rank's claim with less slack) at that exact moment on its own clock, whatever this
+// thread is doing: the link never idles while this rank's thread waits for a core, as it would
+// if each chunk were claimed only after the one before it was seen to end (on a loaded machine
+// that wake-up can take longer than a chunk). Queuing several chunks of one copy changes no
+// grant: a later chunk of the same copy always has more slack than the one before it (its
+// latest start is later), so the arbiter sees each copy's earliest unclaimed chunk first, as in
+// the simulator (node_sim.cc), which claims a copy's next chunk the moment the one before lands.
 
 }  // namespace ferry

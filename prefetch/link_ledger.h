@@ -49,7 +49,7 @@ class LinkLedger {
   static constexpr int kMaxLinks = 64;
   static constexpr int kMaxPath = 8;
   static constexpr int kMaxFlows = 128;
-  static constexpr int kMaxClaims = 128;
+  static constexpr int kMaxClaims = 256;
 
   // Creates the shared block `name` ("/ferry-links-..."), which must not exist yet, with
   // `links`. Throws ConfigError on too many links, LibraryError when shared memory fails.
