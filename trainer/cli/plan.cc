@@ -80,6 +80,7 @@ void explain(const MemoryPlan& plan) {
 bool measure_here(const PlanArgs& args, const Config& config) {
   if (args.no_measure) return false;
   if (args.measure) return true;
+  if (!args.hardware.empty()) return false;  // planning for a named GPU, not this one
   return config.device.backend == Backend::kCuda && backend_built(Backend::kCuda) &&
          cuda_device_count() > 0;
 }
@@ -115,11 +116,14 @@ int run_plan(const PlanArgs& args) {
   // The link the planner assumes: a profile's own link, or with topology.file the GPU's path,
   // shared with the other ranks when auto plans contention-aware (topology scheduler).
   CostModel cost = planner.cost();
+  std::string cost_source = "FLOP model";
   std::string link_why = fmt::format("{:.2f} GB/s: the config's cost model{}", cost.link_gbps,
                                      config.memory.link_gbps > 0 ? " (memory.link_gbps)" : "");
   if (!args.hardware.empty()) {
     const HardwareProfile profile = load_hardware_profile(args.hardware);
     cost = profile.cost;
+    cost_source = fmt::format("hardware profile {} ({}; per-op rates from {})", profile.name,
+                              profile.gpu, profile.source);
     link_why = fmt::format("{:.2f} GB/s: {}'s own link (no topology.file: no sharing)",
                            cost.link_gbps, profile.name);
   }
@@ -135,10 +139,9 @@ int run_plan(const PlanArgs& args) {
   planner.set_cost(cost);
   planner.set_contention_aware(aware);
   const int64_t batch = config.data.batch_size;
-  std::string cost_source = "FLOP model";
   if (measure_here(args, config)) {
     cost_source = describe_profile(measure_for_plan(config, planner));
-  } else if (config.device.backend == Backend::kCuda) {
+  } else if (config.device.backend == Backend::kCuda && args.hardware.empty()) {
     cost_source = "FLOP model (no GPU here: step times are estimates, not measurements)";
   }
   std::vector<Row> rows;

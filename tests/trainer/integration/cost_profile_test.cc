@@ -208,6 +208,15 @@ TEST(DeviceProfile, PlanMeasuresWhenAskedAndSaysSo) {
   EXPECT_EQ(j["cost_model"].get<std::string>().rfind("measured on cpu:0", 0), 0u) << j.dump();
   EXPECT_GT(j["policies"][0]["predicted_step_s"].get<double>(), 0);
   EXPECT_TRUE(std::filesystem::exists(dir + "/cost_profile.json"));
+  // A named GPU's profile is what it plans with, and it says so; this machine is not timed.
+  const Exit named = run(trainer() + " plan " + quickstart() + " run.dir=" + dir +
+                         "/named --hardware h100-pcie5 --json");
+  ASSERT_EQ(named.code, 0) << named.output;
+  EXPECT_EQ(nlohmann::json::parse(named.output)["cost_model"].get<std::string>().rfind(
+                "hardware profile h100-pcie5", 0),
+            0u)
+      << named.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/named/cost_profile.json"));
 }
 
 }  // namespace
