@@ -289,6 +289,15 @@ void advance(Shared* s, double now) {
   }
 }
 
+// Ends a flow now, carried or not, and hands its tokens on.
+void end_flow(Shared* s, uint64_t flow) {
+  for (FlowSlot& f : s->flows)
+    if (f.used && f.id == flow) f.used = 0;
+  free_tokens(s);
+  grant_waiting(s, s->t_last);
+  recompute_rates(s);
+}
+
 ClaimSlot* find_claim(Shared* s, uint64_t id) {
   for (ClaimSlot& c : s->claims)
     if (c.used && c.id == id) return &c;
@@ -557,26 +566,15 @@ void LinkLedger::withdraw(uint64_t claim) {
   advance(s_, now());
   ClaimSlot* c = find_claim(s_, claim);
   if (c == nullptr) return;
-  const uint64_t flow = c->granted ? c->flow : 0;
   c->used = 0;
-  if (flow != 0) {
-    for (FlowSlot& f : s_->flows)
-      if (f.used && f.id == flow) f.used = 0;
-    free_tokens(s_);
-    grant_waiting(s_, s_->t_last);
-    recompute_rates(s_);
-  }
+  if (c->granted) end_flow(s_, c->flow);
   pthread_cond_broadcast(&s_->cv);
 }
 
 void LinkLedger::abandon(uint64_t flow) {
   Locked guard(s_);
   advance(s_, now());
-  for (FlowSlot& f : s_->flows)
-    if (f.used && f.id == flow) f.used = 0;
-  free_tokens(s_);
-  grant_waiting(s_, s_->t_last);
-  recompute_rates(s_);
+  end_flow(s_, flow);
   pthread_cond_broadcast(&s_->cv);
 }
 
