@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cuda {
 
@@ -45,31 +46,17 @@ using FilterDesc =
 using ConvDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                             cudnnDestroyConvolutionDescriptor>;
 
-std::string describe(const ConvGeom& g) {
-  return fmt::format("N={} C={} H={} W={} K={} {}x{} stride {}x{} pad {}x{} groups {}", g.n, g.c,
-                     g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
-}
-
-// The CPU backend's validity rule, and the kernel must fit the padded input (out_h() alone
-// would round a negative span up to one row under a stride).
+// The backend-neutral rule (device/kernel_checks.h), then cuDNN's: its 4-d descriptors hold int
+// dimensions and strides.
 void check(const ConvGeom& g, const char* what) {
-  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
-                  g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
-                  g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
-                  g.out_w() >= 1 && g.h + 2 * g.pad_h >= g.r && g.w + 2 * g.pad_w >= g.s;
-  if (!ok) {
-    throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
-                      "sizes and strides must be positive, channels divisible by groups, and "
-                      "the kernel no larger than the padded input");
-  }
-  // cuDNN's 4-d descriptors hold int dimensions and strides.
+  check_conv_geom(g, what);
   const bool fits = g.n * g.c * g.h * g.w <= INT_MAX &&
                     g.n * g.k * g.out_h() * g.out_w() <= INT_MAX &&
                     g.k * (g.c / g.groups) * g.r * g.s <= INT_MAX;
   if (!fits) {
     throw UnsupportedError(
         fmt::format("{}: a tensor of {} has more than {} elements, cuDNN's 4-d limit", what,
-                    describe(g), INT_MAX),
+                    conv_geom_text(g), INT_MAX),
         "lower data.batch_size");
   }
 }
@@ -273,7 +260,7 @@ void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
   throw UnsupportedError(
       fmt::format("{}: cuDNN has no algorithm for {} within {} of workspace{}{} ({} of {} "
                   "candidates {})",
-                  pass_name(pass), describe(g), format_bytes(limit),
+                  pass_name(pass), conv_geom_text(g), format_bytes(limit),
                   options.deterministic ? ", deterministic" : "",
                   options.conv_tf32 ? "" : ", without TF32", got, max_count,
                   timed ? "timed" : "from heuristics"),
@@ -285,7 +272,7 @@ void check_workspace(const Workspace& ws, uint64_t need, int pass, const ConvGeo
   if (need > 0 && (ws.ptr == nullptr || ws.bytes < need)) {
     throw UnsupportedError(
         fmt::format("{} needs {} bytes ({}) of workspace for {}, was given {} bytes",
-                    pass_name(pass), need, format_bytes(need), describe(g),
+                    pass_name(pass), need, format_bytes(need), conv_geom_text(g),
                     ws.ptr != nullptr ? ws.bytes : 0),
         "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
   }

@@ -16,6 +16,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
 #include "device/cuda/elementwise.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cuda {
 
@@ -26,11 +27,9 @@ constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// The backend-neutral rule (device/kernel_checks.h), then cuBLAS's int dimensions.
 void check(const LinearGeom& g, const char* what) {
-  if (g.m < 1 || g.k < 1 || g.n < 1) {
-    throw ConfigError(fmt::format("{}: invalid shape M={} K={} N={}", what, g.m, g.k, g.n),
-                      "batch rows and feature counts must be positive");
-  }
+  check_linear_geom(g, what);
   if (g.m > INT_MAX || g.k > INT_MAX || g.n > INT_MAX) {
     throw UnsupportedError(
         fmt::format("{}: M={} K={} N={} exceeds cuBLAS's int dimensions", what, g.m, g.k, g.n),
