@@ -326,6 +326,16 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
+// A launch whose geometry was never sized chooses within the workspace it was given.
+const ConvPlan& CudnnConv::launch_plan(Pass pass, const ConvGeom& g, const Workspace& ws,
+                                       cudaStream_t stream) {
+  const uint64_t given = ws.ptr != nullptr ? ws.bytes : 0;
+  const ConvPlan& p = plan(pass, g, std::min(given, options_.workspace_limit));
+  check_workspace(ws, p.workspace, static_cast<int>(pass), g);
+  CUDNN_CHECK(cudnnSetStream(handle(), stream));
+  return p;
+}
+
 uint64_t CudnnConv::workspace_bytes(const ConvForward& a) {
   std::lock_guard lock(mutex_);
   return plan(Pass::kForward, a.g, options_.workspace_limit).workspace;
@@ -341,14 +351,10 @@ uint64_t CudnnConv::workspace_bytes(const ConvBackwardWeights& a) {
   return plan(Pass::kBackwardFilter, a.g, options_.workspace_limit).workspace;
 }
 
-// A launch whose geometry was never sized chooses within the workspace it was given.
 void CudnnConv::launch(const ConvForward& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kForward, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 0, a.g);
+  const ConvPlan& p = launch_plan(Pass::kForward, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, p.x.get(), a.x, p.w.get(), a.w, p.conv.get(),
                                       static_cast<cudnnConvolutionFwdAlgo_t>(p.algo),
                                       p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace, &kZero,
@@ -361,11 +367,8 @@ void CudnnConv::launch(const ConvForward& a, cudaStream_t stream) {
 
 void CudnnConv::launch(const ConvBackwardData& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kBackwardData, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 1, a.g);
+  const ConvPlan& p = launch_plan(Pass::kBackwardData, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, p.w.get(), a.w, p.y.get(), a.dy, p.conv.get(),
                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo),
                                            p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace,
@@ -374,11 +377,8 @@ void CudnnConv::launch(const ConvBackwardData& a, cudaStream_t stream) {
 
 void CudnnConv::launch(const ConvBackwardWeights& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kBackwardFilter, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 2, a.g);
+  const ConvPlan& p = launch_plan(Pass::kBackwardFilter, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &kOne, p.x.get(), a.x, p.y.get(), a.dy, p.conv.get(),
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), p.workspace > 0 ? a.ws.ptr : nullptr,
