@@ -4,9 +4,21 @@
 
 #include <fmt/format.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 
 namespace ferry {
+
+void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
+                     std::string_view geometry) {
+  if (need > 0 && (ws.ptr == nullptr || ws.bytes < need)) {
+    throw UnsupportedError(
+        fmt::format("{} needs {} bytes ({}) of workspace{}{}, was given {} bytes", what, need,
+                    format_bytes(need), geometry.empty() ? "" : " for ", geometry,
+                    ws.ptr != nullptr ? ws.bytes : 0),
+        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
+  }
+}
 
 void check_element_count(int64_t n, const char* what) {
   if (n < 0) {

@@ -5,13 +5,19 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "device/kernels.h"
 
 namespace ferry {
 
-// Every check throws ConfigError, naming `what` (the kernel, as kernel_name() spells it) and the
-// offending sizes.
+// Every argument check throws ConfigError, naming `what` (the kernel, as kernel_name() spells
+// it) and the offending sizes.
+
+// UnsupportedError unless `ws` holds `need` bytes (nothing when need is 0). `geometry`, when
+// given, is named in the message ("... of workspace for <geometry>").
+void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
+                     std::string_view geometry = {});
 
 // An elementwise kernel's element count: at least 0.
 void check_element_count(int64_t n, const char* what);

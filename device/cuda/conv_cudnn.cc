@@ -268,16 +268,6 @@ void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
       "device.tf32=true");
 }
 
-void check_workspace(const Workspace& ws, uint64_t need, int pass, const ConvGeom& g) {
-  if (need > 0 && (ws.ptr == nullptr || ws.bytes < need)) {
-    throw UnsupportedError(
-        fmt::format("{} needs {} bytes ({}) of workspace for {}, was given {} bytes",
-                    pass_name(pass), need, format_bytes(need), conv_geom_text(g),
-                    ws.ptr != nullptr ? ws.bytes : 0),
-        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
-  }
-}
-
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
@@ -331,7 +321,7 @@ const ConvPlan& CudnnConv::launch_plan(Pass pass, const ConvGeom& g, const Works
                                        cudaStream_t stream) {
   const uint64_t given = ws.ptr != nullptr ? ws.bytes : 0;
   const ConvPlan& p = plan(pass, g, std::min(given, options_.workspace_limit));
-  check_workspace(ws, p.workspace, static_cast<int>(pass), g);
+  check_workspace(ws, p.workspace, pass_name(static_cast<int>(pass)), conv_geom_text(g));
   CUDNN_CHECK(cudnnSetStream(handle(), stream));
   return p;
 }

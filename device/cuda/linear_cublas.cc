@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "common/bytes.h"
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
@@ -82,12 +81,7 @@ uint64_t CublasLinear::needed(bool bias, int64_t rows) {
 
 cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
                                   const char* what) {
-  if (ws.ptr == nullptr || ws.bytes < need) {
-    throw UnsupportedError(
-        fmt::format("{} needs {} bytes ({}) of workspace, was given {} bytes", what, need,
-                    format_bytes(need), ws.ptr != nullptr ? ws.bytes : 0),
-        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
-  }
+  check_workspace(ws, need, what);
   FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
                "a cuBLAS workspace must be 256-byte aligned");
   if (handle_ == nullptr) {
