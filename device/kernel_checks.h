@@ -14,11 +14,6 @@ namespace ferry {
 // Every argument check throws ConfigError, naming `what` (the kernel, as kernel_name() spells
 // it) and the offending sizes.
 
-// UnsupportedError unless `ws` holds `need` bytes (nothing when need is 0). `geometry`, when
-// given, is named in the message ("... of workspace for <geometry>").
-void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
-                     std::string_view geometry = {});
-
 // An elementwise kernel's element count: at least 0.
 void check_element_count(int64_t n, const char* what);
 // The element count, and p a probability in [0, 1] (NaN is not).
@@ -51,5 +46,11 @@ void check_softmax_cross_entropy(int64_t n, int64_t k, const char* what);
 void check_sgd_update(const SgdUpdate& a);
 // The element count, and steps counted from 1.
 void check_adamw_update(const AdamWUpdate& a);
+
+// Not an argument error but a sizing one: UnsupportedError unless `ws` holds `need` bytes
+// (nothing to check when need is 0). `geometry`, when given, is named in the message
+// ("... of workspace for <geometry>").
+void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
+                     std::string_view geometry = {});
 
 }  // namespace ferry
