@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "common/bytes.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 
@@ -92,12 +92,7 @@ bool PrimitivePlan::has(int arg) const {
 
 void PrimitivePlan::execute(const std::vector<std::pair<int, const void*>>& ptrs,
                             const Workspace& ws, std::string_view what) const {
-  if (workspace_bytes_ > 0 && (ws.ptr == nullptr || ws.bytes < workspace_bytes_)) {
-    throw UnsupportedError(
-        fmt::format("{} needs {} bytes ({}) of workspace, was given {} bytes", what,
-                    workspace_bytes_, format_bytes(workspace_bytes_), ws.ptr ? ws.bytes : 0),
-        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
-  }
+  check_workspace(ws, workspace_bytes_, what);
   dnnl::engine& engine = cpu_engine();
   dnnl::stream& stream = thread_stream();
   auto* base = static_cast<char*>(ws.ptr);

@@ -3,11 +3,10 @@
 // not depend on threads. Plain loops, not oneDNN: see Note [Batch norm without oneDNN].
 #include <cmath>
 
-#include <fmt/format.h>
-
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
+#include "device/kernel_checks.h"
 
 // Note [Batch norm without oneDNN]
 // On plain NCHW, oneDNN 2.6 runs batch norm with its generic ncsp implementation; measured on
@@ -105,25 +104,12 @@ FERRY_SIMD_CLONES void channel_grad_input(const float* x, const float* dy, float
   }
 }
 
-void check_geometry(const BatchNormGeom& g, const char* what) {
-  if (g.n < 1 || g.c < 1 || g.hw < 1) {
-    throw ConfigError(fmt::format("{}: bad shape N={} C={} HW={}", what, g.n, g.c, g.hw),
-                      "every dimension of a batch norm input must be at least 1");
-  }
-}
-
 }  // namespace
 
 void run(PlanCache&, const BatchNormForwardTraining& a) {
   const BatchNormGeom& g = a.g;
-  check_geometry(g, "batch_norm_forward_training");
+  check_batch_norm_training_geom(g);
   const int64_t count = g.n * g.hw;
-  if (count < 2) {
-    throw ConfigError(fmt::format("batch_norm_forward_training: one value per channel (N={}, "
-                                  "H*W={}) has no variance",
-                                  g.n, g.hw),
-                      "train with a batch size above 1 or use the layer in eval mode");
-  }
   const double momentum = a.momentum;
   const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
   parallel_items(g.c, g.n * g.c * g.hw, [&](int64_t c) {
@@ -151,7 +137,7 @@ void run(PlanCache&, const BatchNormForwardTraining& a) {
 
 void run(PlanCache&, const BatchNormForwardInference& a) {
   const BatchNormGeom& g = a.g;
-  check_geometry(g, "batch_norm_forward_inference");
+  check_batch_norm_geom(g, "batch_norm_forward_inference");
   parallel_items(g.c, g.n * g.c * g.hw, [&](int64_t c) {
     const double invstd =
         1.0 / std::sqrt(static_cast<double>(a.running_var[c]) + static_cast<double>(g.eps));
@@ -163,7 +149,7 @@ void run(PlanCache&, const BatchNormForwardInference& a) {
 
 void run(PlanCache&, const BatchNormBackward& a) {
   const BatchNormGeom& g = a.g;
-  check_geometry(g, "batch_norm_backward");
+  check_batch_norm_geom(g, "batch_norm_backward");
   const double count = static_cast<double>(g.n * g.hw);
   parallel_items(g.c, 2 * g.n * g.c * g.hw, [&](int64_t c) {
     const double mean = a.save_mean[c];

@@ -1,9 +1,8 @@
 // Convolutions on oneDNN: forward, backward data, backward weights (with bias). Each primitive is
 // created once per geometry with format_tag::any, and the plain NCHW / (K, C/g, R, S) tensors
 // are reordered through the workspace when the chosen layout differs.
-#include <fmt/format.h>
-
 #include "device/cpu/cpu_kernels_impl.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 namespace {
@@ -12,23 +11,6 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 
 enum ConvPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
-
-std::string describe(const ConvGeom& g) {
-  return fmt::format("N={} C={} H={} W={} K={} {}x{} stride {}x{} pad {}x{} groups {}", g.n, g.c,
-                     g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
-}
-
-void check(const ConvGeom& g, const char* what) {
-  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
-                  g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
-                  g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
-                  g.out_w() >= 1;
-  if (!ok) {
-    throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
-                      "sizes and strides must be positive, channels divisible by groups, and "
-                      "the kernel no larger than the padded input");
-  }
-}
 
 struct ConvDescs {
   memory::desc src, weights, bias, dst;        // plain, the caller's layouts
@@ -77,7 +59,7 @@ PlanKey key(ConvPass pass, const ConvGeom& g, bool bias) {
 }
 
 std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGeom& g, bool bias) {
-  check(g, "conv_forward");
+  check_conv_geom(g, "conv_forward");
   return plans.plan<PrimitivePlan>(key(kForward, g, bias), [&] {
     const ConvDescs d = conv_descs(g);
     PrimitivePlan plan(/*user_scratchpad=*/true);
@@ -92,7 +74,7 @@ std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGe
 }
 
 std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const ConvGeom& g) {
-  check(g, "conv_backward_data");
+  check_conv_geom(g, "conv_backward_data");
   return plans.plan<PrimitivePlan>(key(kBackwardData, g, false), [&] {
     using Bwd = dnnl::convolution_backward_data;
     const ConvDescs d = conv_descs(g);
@@ -111,7 +93,7 @@ std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const 
 
 std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const ConvGeom& g,
                                                            bool bias) {
-  check(g, "conv_backward_weights");
+  check_conv_geom(g, "conv_backward_weights");
   return plans.plan<PrimitivePlan>(key(kBackwardWeights, g, bias), [&] {
     using Bwd = dnnl::convolution_backward_weights;
     const ConvDescs d = conv_descs(g);

@@ -2,22 +2,14 @@
 // Every output element depends on its own inputs only, so any partition gives the same bits.
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "device/counter_rng.h"
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 namespace {
-
-void check_n(int64_t n, const char* what) {
-  if (n < 0) {
-    throw ConfigError(fmt::format("{}: negative element count {}", what, n),
-                      "pass the tensor's element count");
-  }
-}
 
 // PyTorch's clamp_min(x, 0): a NaN stays NaN (oneDNN's eltwise ReLU turns it into 0, which
 // would hide a diverged run; a loop is as fast, the kernel being bound by memory).
@@ -53,25 +45,25 @@ FERRY_SIMD_CLONES void dropout_grad(const float* dy, const uint8_t* mask, float*
 }  // namespace
 
 void run(PlanCache&, const ReluForward& a) {
-  check_n(a.n, "relu_forward");
+  check_element_count(a.n, "relu_forward");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { relu(a.x + b, a.y + b, e - b); });
 }
 
 void run(PlanCache&, const ReluBackward& a) {
-  check_n(a.n, "relu_backward");
+  check_element_count(a.n, "relu_backward");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { relu_grad(a.y + b, a.dy + b, a.dx + b, e - b); });
 }
 
 void run(PlanCache&, const AddForward& a) {
-  check_n(a.n, "add_forward");
+  check_element_count(a.n, "add_forward");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { add(a.a + b, a.b + b, a.y + b, e - b); });
 }
 
 void run(PlanCache&, const Accumulate& a) {
-  check_n(a.n, "accumulate");
+  check_element_count(a.n, "accumulate");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { accumulate(a.x + b, a.y + b, e - b); });
 }
@@ -84,23 +76,19 @@ void run(PlanCache&, const CopyDevice& a) {
 }
 
 void run(PlanCache&, const Fill& a) {
-  check_n(a.n, "fill");
+  check_element_count(a.n, "fill");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { fill(a.y + b, e - b, a.value); });
 }
 
 void run(PlanCache&, const Scale& a) {
-  check_n(a.n, "scale");
+  check_element_count(a.n, "scale");
   parallel_chunks(a.n, kParallelGrain,
                   [&](int64_t b, int64_t e) { scale(a.y + b, e - b, a.alpha); });
 }
 
 void run(PlanCache&, const DropoutForward& a) {
-  check_n(a.n, "dropout_forward");
-  if (!(a.p >= 0.0f && a.p <= 1.0f)) {
-    throw ConfigError(fmt::format("dropout_forward: p = {} is not a probability", a.p),
-                      "set the dropout probability in [0, 1]");
-  }
+  check_dropout_forward(a);
   const float keep = 1.0f - a.p;
   parallel_chunks(a.n, kParallelGrain / 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -112,7 +100,7 @@ void run(PlanCache&, const DropoutForward& a) {
 }
 
 void run(PlanCache&, const DropoutBackward& a) {
-  check_n(a.n, "dropout_backward");
+  check_element_count(a.n, "dropout_backward");
   const float keep = 1.0f - a.p;
   parallel_chunks(a.n, kParallelGrain, [&](int64_t b, int64_t e) {
     dropout_grad(a.dy + b, a.mask + b, a.dx + b, e - b, keep);

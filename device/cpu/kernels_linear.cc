@@ -1,22 +1,14 @@
 // Fully connected layers on oneDNN matmul over the caller's row-major matrices (transposes are
 // strided views, no copies); the bias gradient is a fixed-order column sum.
-#include <fmt/format.h>
-
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 namespace {
 
 enum LinearPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
-
-void check(const LinearGeom& g, const char* what) {
-  if (g.m < 1 || g.k < 1 || g.n < 1) {
-    throw ConfigError(fmt::format("{}: invalid shape M={} K={} N={}", what, g.m, g.k, g.n),
-                      "batch rows and feature counts must be positive");
-  }
-}
 
 PlanKey key(LinearPass pass, const LinearGeom& g, bool bias) {
   return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias});
@@ -45,7 +37,7 @@ std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey
 
 std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g,
                                                   bool bias) {
-  check(g, "linear_forward");
+  check_linear_geom(g, "linear_forward");
   const auto x = plain_desc({g.m, g.k});
   const auto w_t = strided_desc({g.k, g.n}, {1, g.k});  // w (N, K) viewed as (K, N)
   const auto b = plain_desc({1, g.n});
@@ -54,13 +46,13 @@ std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const Linear
 }
 
 std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const LinearGeom& g) {
-  check(g, "linear_backward_data");
+  check_linear_geom(g, "linear_backward_data");
   return matmul_plan(plans, key(kBackwardData, g, false), plain_desc({g.m, g.n}),
                      plain_desc({g.n, g.k}), nullptr, plain_desc({g.m, g.k}));
 }
 
 std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const LinearGeom& g) {
-  check(g, "linear_backward_weights");
+  check_linear_geom(g, "linear_backward_weights");
   const auto dy_t = strided_desc({g.n, g.m}, {1, g.n});  // dy (M, N) viewed as (N, M)
   return matmul_plan(plans, key(kBackwardWeights, g, false), dy_t, plain_desc({g.m, g.k}), nullptr,
                      plain_desc({g.n, g.k}));

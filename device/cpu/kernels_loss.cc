@@ -7,16 +7,10 @@
 
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 namespace {
-
-void check(int64_t n, int64_t k, const char* what) {
-  if (n < 1 || k < 1) {
-    throw ConfigError(fmt::format("{}: invalid shape N={} K={}", what, n, k),
-                      "rows and classes must be positive");
-  }
-}
 
 void check_label(int32_t label, int64_t row, int64_t k, const char* what) {
   if (label < 0 || label >= k) {
@@ -28,7 +22,7 @@ void check_label(int32_t label, int64_t row, int64_t k, const char* what) {
 }  // namespace
 
 void run(PlanCache&, const SoftmaxCrossEntropyForward& a) {
-  check(a.n, a.k, "softmax_cross_entropy_forward");
+  check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_forward");
   std::vector<double> row_loss(a.n);
   std::vector<uint8_t> row_correct(a.n);
   std::vector<int64_t> bad_rows(a.n, -1);
@@ -68,7 +62,7 @@ void run(PlanCache&, const SoftmaxCrossEntropyForward& a) {
 }
 
 void run(PlanCache&, const SoftmaxCrossEntropyBackward& a) {
-  check(a.n, a.k, "softmax_cross_entropy_backward");
+  check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_backward");
   for (int64_t i = 0; i < a.n; ++i) {
     check_label(a.labels[i], i, a.k, "softmax_cross_entropy_backward");
   }

@@ -3,27 +3,12 @@
 // (n, c) plane per work item; max pooling in kernels_maxpool.cc.
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/pool_windows.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
-
-void check_pool(const PoolGeom& g, const char* what) {
-  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.kh >= 1 && g.kw >= 1 &&
-                  g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
-                  2 * g.pad_h <= g.kh && 2 * g.pad_w <= g.kw && g.out_h() >= 1 && g.out_w() >= 1;
-  if (!ok) {
-    throw ConfigError(
-        fmt::format("{}: invalid pooling (N={} C={} H={} W={} kernel {}x{} stride {}x{} pad {}x{})",
-                    what, g.n, g.c, g.h, g.w, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w),
-        "sizes and strides must be positive, padding at most half the kernel (as in PyTorch), "
-        "and the kernel no larger than the padded input");
-  }
-}
-
 namespace {
 
 // The right padding oneDNN needs for `out` windows: at least the nominal padding, more in
@@ -105,15 +90,6 @@ void avg_pool_forward_loops(const PoolForward& a) {
   });
 }
 
-void check_adaptive(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                    const char* what) {
-  if (n < 1 || c < 1 || h < 1 || w < 1 || oh < 1 || ow < 1) {
-    throw ConfigError(
-        fmt::format("{}: invalid shape N={} C={} H={} W={} output {}x{}", what, n, c, h, w, oh, ow),
-        "every size must be positive");
-  }
-}
-
 // Adaptive pooling's cell [start, end) along one axis.
 int64_t cell_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
 int64_t cell_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
@@ -121,7 +97,7 @@ int64_t cell_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + ou
 }  // namespace
 
 void run(PlanCache& plans, const PoolForward& a) {
-  check_pool(a.g, "pool_forward");
+  check_pool_geom(a.g, "pool_forward");
   if (a.g.kind == PoolKind::kMax) {
     max_pool_forward(a);
     return;
@@ -136,7 +112,7 @@ void run(PlanCache& plans, const PoolForward& a) {
 
 void run(PlanCache&, const PoolBackward& a) {
   const PoolGeom& g = a.g;
-  check_pool(g, "pool_backward");
+  check_pool_geom(g, "pool_backward");
   if (g.kind == PoolKind::kMax) {
     max_pool_backward(a);
     return;
@@ -161,7 +137,7 @@ void run(PlanCache&, const PoolBackward& a) {
 }
 
 void run(PlanCache&, const AdaptiveAvgPoolForward& a) {
-  check_adaptive(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_forward");
+  check_adaptive_avg_pool(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_forward");
   parallel_items(a.n * a.c, a.n * a.c * a.h * a.w, [&](int64_t p) {
     const float* x = a.x + p * a.h * a.w;
     float* y = a.y + p * a.oh * a.ow;
@@ -180,7 +156,7 @@ void run(PlanCache&, const AdaptiveAvgPoolForward& a) {
 }
 
 void run(PlanCache&, const AdaptiveAvgPoolBackward& a) {
-  check_adaptive(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_backward");
+  check_adaptive_avg_pool(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_backward");
   parallel_items(a.n * a.c, a.n * a.c * a.h * a.w, [&](int64_t p) {
     const float* dy = a.dy + p * a.oh * a.ow;
     float* dx = a.dx + p * a.h * a.w;

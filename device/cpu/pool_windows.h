@@ -1,5 +1,6 @@
-// Private to the pooling kernels: PyTorch's window bounds and the geometry check shared by the
-// max pooling (kernels_maxpool.cc) and average pooling (kernels_pool.cc) loops.
+// Private to the pooling kernels: PyTorch's window bounds, shared by the max pooling
+// (kernels_maxpool.cc) and average pooling (kernels_pool.cc) loops. Geometries reaching them
+// passed check_pool_geom (device/kernel_checks.h).
 #pragma once
 
 #include <algorithm>
@@ -9,9 +10,6 @@
 #include "device/kernels.h"
 
 namespace ferry::cpu {
-
-// Throws ConfigError for a geometry PyTorch would reject (or that has no output).
-void check_pool(const PoolGeom& g, const char* what);
 
 // A window along one axis, PyTorch's way: [start, end) clipped to the input, and `padded`, its
 // extent within the padded input (the count_include_pad divisor).

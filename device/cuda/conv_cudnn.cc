@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cuda {
 
@@ -45,31 +46,17 @@ using FilterDesc =
 using ConvDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                             cudnnDestroyConvolutionDescriptor>;
 
-std::string describe(const ConvGeom& g) {
-  return fmt::format("N={} C={} H={} W={} K={} {}x{} stride {}x{} pad {}x{} groups {}", g.n, g.c,
-                     g.h, g.w, g.k, g.r, g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups);
-}
-
-// The CPU backend's validity rule, and the kernel must fit the padded input (out_h() alone
-// would round a negative span up to one row under a stride).
+// The backend-neutral rule (device/kernel_checks.h), then cuDNN's: its 4-d descriptors hold int
+// dimensions and strides.
 void check(const ConvGeom& g, const char* what) {
-  const bool ok = g.n >= 1 && g.c >= 1 && g.h >= 1 && g.w >= 1 && g.k >= 1 && g.r >= 1 &&
-                  g.s >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.pad_h >= 0 && g.pad_w >= 0 &&
-                  g.groups >= 1 && g.c % g.groups == 0 && g.k % g.groups == 0 && g.out_h() >= 1 &&
-                  g.out_w() >= 1 && g.h + 2 * g.pad_h >= g.r && g.w + 2 * g.pad_w >= g.s;
-  if (!ok) {
-    throw ConfigError(fmt::format("{}: invalid convolution ({})", what, describe(g)),
-                      "sizes and strides must be positive, channels divisible by groups, and "
-                      "the kernel no larger than the padded input");
-  }
-  // cuDNN's 4-d descriptors hold int dimensions and strides.
+  check_conv_geom(g, what);
   const bool fits = g.n * g.c * g.h * g.w <= INT_MAX &&
                     g.n * g.k * g.out_h() * g.out_w() <= INT_MAX &&
                     g.k * (g.c / g.groups) * g.r * g.s <= INT_MAX;
   if (!fits) {
     throw UnsupportedError(
         fmt::format("{}: a tensor of {} has more than {} elements, cuDNN's 4-d limit", what,
-                    describe(g), INT_MAX),
+                    conv_geom_text(g), INT_MAX),
         "lower data.batch_size");
   }
 }
@@ -273,22 +260,12 @@ void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
   throw UnsupportedError(
       fmt::format("{}: cuDNN has no algorithm for {} within {} of workspace{}{} ({} of {} "
                   "candidates {})",
-                  pass_name(pass), describe(g), format_bytes(limit),
+                  pass_name(pass), conv_geom_text(g), format_bytes(limit),
                   options.deterministic ? ", deterministic" : "",
                   options.conv_tf32 ? "" : ", without TF32", got, max_count,
                   timed ? "timed" : "from heuristics"),
       "raise memory.workspace_limit (and memory.budget), or set device.deterministic=false or "
       "device.tf32=true");
-}
-
-void check_workspace(const Workspace& ws, uint64_t need, int pass, const ConvGeom& g) {
-  if (need > 0 && (ws.ptr == nullptr || ws.bytes < need)) {
-    throw UnsupportedError(
-        fmt::format("{} needs {} bytes ({}) of workspace for {}, was given {} bytes",
-                    pass_name(pass), need, format_bytes(need), describe(g),
-                    ws.ptr != nullptr ? ws.bytes : 0),
-        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
-  }
 }
 
 constexpr float kOne = 1.0f;
@@ -339,6 +316,16 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
+// A launch whose geometry was never sized chooses within the workspace it was given.
+const ConvPlan& CudnnConv::launch_plan(Pass pass, const ConvGeom& g, const Workspace& ws,
+                                       cudaStream_t stream) {
+  const uint64_t given = ws.ptr != nullptr ? ws.bytes : 0;
+  const ConvPlan& p = plan(pass, g, std::min(given, options_.workspace_limit));
+  check_workspace(ws, p.workspace, pass_name(static_cast<int>(pass)), conv_geom_text(g));
+  CUDNN_CHECK(cudnnSetStream(handle(), stream));
+  return p;
+}
+
 uint64_t CudnnConv::workspace_bytes(const ConvForward& a) {
   std::lock_guard lock(mutex_);
   return plan(Pass::kForward, a.g, options_.workspace_limit).workspace;
@@ -354,14 +341,10 @@ uint64_t CudnnConv::workspace_bytes(const ConvBackwardWeights& a) {
   return plan(Pass::kBackwardFilter, a.g, options_.workspace_limit).workspace;
 }
 
-// A launch whose geometry was never sized chooses within the workspace it was given.
 void CudnnConv::launch(const ConvForward& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kForward, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 0, a.g);
+  const ConvPlan& p = launch_plan(Pass::kForward, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionForward(h, &kOne, p.x.get(), a.x, p.w.get(), a.w, p.conv.get(),
                                       static_cast<cudnnConvolutionFwdAlgo_t>(p.algo),
                                       p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace, &kZero,
@@ -374,11 +357,8 @@ void CudnnConv::launch(const ConvForward& a, cudaStream_t stream) {
 
 void CudnnConv::launch(const ConvBackwardData& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kBackwardData, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 1, a.g);
+  const ConvPlan& p = launch_plan(Pass::kBackwardData, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionBackwardData(h, &kOne, p.w.get(), a.w, p.y.get(), a.dy, p.conv.get(),
                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo),
                                            p.workspace > 0 ? a.ws.ptr : nullptr, p.workspace,
@@ -387,11 +367,8 @@ void CudnnConv::launch(const ConvBackwardData& a, cudaStream_t stream) {
 
 void CudnnConv::launch(const ConvBackwardWeights& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
-  const uint64_t given = a.ws.ptr != nullptr ? a.ws.bytes : 0;
-  const ConvPlan& p = plan(Pass::kBackwardFilter, a.g, std::min(given, options_.workspace_limit));
-  check_workspace(a.ws, p.workspace, 2, a.g);
+  const ConvPlan& p = launch_plan(Pass::kBackwardFilter, a.g, a.ws, stream);
   cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &kOne, p.x.get(), a.x, p.y.get(), a.dy, p.conv.get(),
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), p.workspace > 0 ? a.ws.ptr : nullptr,

@@ -56,6 +56,10 @@ class CudnnConv {
   enum class Pass : int { kForward, kBackwardData, kBackwardFilter };
   // The cached plan of (pass, g); chosen now under `limit` bytes of workspace if new.
   const ConvPlan& plan(Pass pass, const ConvGeom& g, uint64_t limit);
+  // The plan a launch of (pass, g) with `ws` runs, the handle bound to `stream`. A geometry never
+  // sized chooses within ws; UnsupportedError when ws is smaller than the plan's workspace.
+  const ConvPlan& launch_plan(Pass pass, const ConvGeom& g, const Workspace& ws,
+                              cudaStream_t stream);
   cudnnContext* handle();  // created at first use, on options_.ordinal's GPU
 
   DeviceOptions options_;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "device/adamw_scalars.h"
+
 namespace ferry::cuda {
 
 // ---- pooling (pool.cu) --------------------------------------------------------------------
@@ -84,15 +86,7 @@ void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, c
 void launch_sgd_update(int64_t n, float lr, float momentum, float weight_decay, bool nesterov,
                        float* param, const float* grad, float* momentum_buf, cudaStream_t stream);
 
-// AdamW's per-step scalars, computed on the host in double as torch does, then rounded.
-struct AdamScalars {
-  float decay;  // 1 - lr * wd
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
-  float bias2_sqrt;  // sqrt(1 - beta2^t)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^t)
-};
+// `s`: the step's scalars from adamw_scalars() (device/adamw_scalars.h), as the CPU backend's.
 void launch_adamw_update(int64_t n, const AdamScalars& s, float* param, const float* grad, float* m,
                          float* v, cudaStream_t stream);
 

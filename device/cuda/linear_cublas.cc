@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "common/bytes.h"
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
 #include "device/cuda/elementwise.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cuda {
 
@@ -26,11 +26,9 @@ constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// The backend-neutral rule (device/kernel_checks.h), then cuBLAS's int dimensions.
 void check(const LinearGeom& g, const char* what) {
-  if (g.m < 1 || g.k < 1 || g.n < 1) {
-    throw ConfigError(fmt::format("{}: invalid shape M={} K={} N={}", what, g.m, g.k, g.n),
-                      "batch rows and feature counts must be positive");
-  }
+  check_linear_geom(g, what);
   if (g.m > INT_MAX || g.k > INT_MAX || g.n > INT_MAX) {
     throw UnsupportedError(
         fmt::format("{}: M={} K={} N={} exceeds cuBLAS's int dimensions", what, g.m, g.k, g.n),
@@ -43,6 +41,13 @@ int i32(int64_t v) { return static_cast<int>(v); }
 // Bytes of a vector of `rows` ones, after the cuBLAS workspace; 0 without a bias.
 uint64_t ones_bytes(bool bias, int64_t rows) {
   return bias ? aligned(static_cast<uint64_t>(rows) * sizeof(float)) : 0;
+}
+
+// The vector of `rows` ones after cuBLAS's `blas` bytes of ws, filled on `stream`.
+const float* ones_after(const Workspace& ws, uint64_t blas, int64_t rows, cudaStream_t stream) {
+  float* ones = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + blas);
+  launch_fill(ones, rows, 1.0f, stream);
+  return ones;
 }
 
 constexpr float kOne = 1.0f;
@@ -70,14 +75,13 @@ uint64_t CublasLinear::blas_workspace() {
   return blas_workspace_;
 }
 
+uint64_t CublasLinear::needed(bool bias, int64_t rows) {
+  return blas_workspace() + ones_bytes(bias, rows);
+}
+
 cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
                                   const char* what) {
-  if (ws.ptr == nullptr || ws.bytes < need) {
-    throw UnsupportedError(
-        fmt::format("{} needs {} bytes ({}) of workspace, was given {} bytes", what, need,
-                    format_bytes(need), ws.ptr != nullptr ? ws.bytes : 0),
-        "size args.ws with Kernels::workspace_bytes(args) and allocate it on the device");
-  }
+  check_workspace(ws, need, what);
   FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
                "a cuBLAS workspace must be 256-byte aligned");
   if (handle_ == nullptr) {
@@ -95,35 +99,32 @@ cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint
 uint64_t CublasLinear::workspace_bytes(const LinearForward& a) {
   check(a.g, "linear_forward");
   std::lock_guard lock(mutex_);
-  return blas_workspace() + ones_bytes(a.bias != nullptr, a.g.m);
+  return needed(a.bias != nullptr, a.g.m);
 }
 
 uint64_t CublasLinear::workspace_bytes(const LinearBackwardData& a) {
   check(a.g, "linear_backward_data");
   std::lock_guard lock(mutex_);
-  return blas_workspace();
+  return needed(false, a.g.m);
 }
 
 uint64_t CublasLinear::workspace_bytes(const LinearBackwardWeights& a) {
   check(a.g, "linear_backward_weights");
   std::lock_guard lock(mutex_);
-  return blas_workspace() + ones_bytes(a.dbias != nullptr, a.g.m);
+  return needed(a.dbias != nullptr, a.g.m);
 }
 
 // y (M, N) = x (M, K) w^T [+ bias]: Y (N x M, ld N) = op_T(W (K x N, ld K)) X (K x M, ld K).
 void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
   check(a.g, "linear_forward");
   std::lock_guard lock(mutex_);
-  const uint64_t blas = blas_workspace();
-  const uint64_t need = blas + ones_bytes(a.bias != nullptr, a.g.m);
-  cublasHandle_t h = bind(stream, a.ws, need, "linear_forward");
+  cublasHandle_t h = bind(stream, a.ws, needed(a.bias != nullptr, a.g.m), "linear_forward");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   CUBLAS_CHECK(
       cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &kOne, a.w, k, a.x, k, &kZero, a.y, n));
   if (a.bias != nullptr) {
     // Y (N x M) += bias (N) * ones (M)^T.
-    float* ones = reinterpret_cast<float*>(static_cast<char*>(a.ws.ptr) + blas);
-    launch_fill(ones, a.g.m, 1.0f, stream);
+    const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
     CUBLAS_CHECK(cublasSger(h, n, m, &kOne, a.bias, 1, ones, 1, a.y, n));
   }
 }
@@ -132,7 +133,7 @@ void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
 void CublasLinear::launch(const LinearBackwardData& a, cudaStream_t stream) {
   check(a.g, "linear_backward_data");
   std::lock_guard lock(mutex_);
-  cublasHandle_t h = bind(stream, a.ws, blas_workspace(), "linear_backward_data");
+  cublasHandle_t h = bind(stream, a.ws, needed(false, a.g.m), "linear_backward_data");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   CUBLAS_CHECK(
       cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, &kOne, a.w, k, a.dy, n, &kZero, a.dx, k));
@@ -143,15 +144,13 @@ void CublasLinear::launch(const LinearBackwardData& a, cudaStream_t stream) {
 void CublasLinear::launch(const LinearBackwardWeights& a, cudaStream_t stream) {
   check(a.g, "linear_backward_weights");
   std::lock_guard lock(mutex_);
-  const uint64_t blas = blas_workspace();
-  const uint64_t need = blas + ones_bytes(a.dbias != nullptr, a.g.m);
-  cublasHandle_t h = bind(stream, a.ws, need, "linear_backward_weights");
+  cublasHandle_t h =
+      bind(stream, a.ws, needed(a.dbias != nullptr, a.g.m), "linear_backward_weights");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   CUBLAS_CHECK(
       cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, &kOne, a.x, k, a.dy, n, &kZero, a.dw, k));
   if (a.dbias != nullptr) {
-    float* ones = reinterpret_cast<float*>(static_cast<char*>(a.ws.ptr) + blas);
-    launch_fill(ones, a.g.m, 1.0f, stream);
+    const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
     CUBLAS_CHECK(cublasSgemv(h, CUBLAS_OP_N, n, m, &kOne, a.dy, n, ones, 1, &kZero, a.dbias, 1));
   }
 }

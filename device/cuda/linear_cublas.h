@@ -37,6 +37,8 @@ class CublasLinear {
   // cuBLAS's workspace per call: its recommended size for this GPU (4 MiB, 32 MiB from Hopper
   // on) within options.workspace_limit, and never below the 16 KiB cuBLAS needs to run.
   uint64_t blas_workspace();
+  // Bytes a pass needs in args.ws: blas_workspace(), then `rows` ones when it has a bias.
+  uint64_t needed(bool bias, int64_t rows);
   // Hands cuBLAS `stream` and the first blas_workspace() bytes of `ws` (checked).
   cublasContext* bind(cudaStream_t stream, const Workspace& ws, uint64_t need, const char* what);
 

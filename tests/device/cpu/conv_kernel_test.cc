@@ -255,6 +255,8 @@ TEST(ConvKernel, InvalidGeometryIsAConfigError) {
                ConfigError);  // 6 channels in 4 groups
   EXPECT_THROW(kernels.workspace_bytes(ConvForward{geom(1, 3, 2, 2, 4, 5, 5, 1, 0)}),
                ConfigError);  // kernel larger than the input
+  EXPECT_THROW(kernels.workspace_bytes(ConvForward{geom(1, 3, 2, 2, 4, 3, 3, 2, 0)}),
+               ConfigError);  // the same under a stride, where out_h() rounds up to one row
 }
 
 }  // namespace

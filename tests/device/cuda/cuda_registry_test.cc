@@ -6,8 +6,10 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/error.h"
+#include "device/cpu/cpu_kernels.h"
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/device.h"
@@ -100,6 +102,41 @@ TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   EXPECT_THROW(kernels.workspace_bytes(LinearForward{.g = {.m = 0, .k = 3, .n = 2}}), ConfigError);
   EXPECT_THROW(kernels.workspace_bytes(LinearBackwardWeights{.g = {.m = 2, .k = 3, .n = -1}}),
                ConfigError);
+}
+
+// Convolution and linear geometry errors read as on the CPU backend, hint included: both run
+// device/kernel_checks.h first (cuDNN's and cuBLAS's own int limits come after).
+TEST(CudaKernels, GeometryErrorsReadAsOnTheCpu) {
+  cuda::CudaKernels gpu(0);
+  cpu::CpuKernels cpu(1);
+  const auto config_error = [](Kernels& kernels, const KernelArgs& args) -> std::string {
+    try {
+      kernels.workspace_bytes(args);
+    } catch (const ConfigError& e) {
+      return std::string(e.what()) + " | " + e.hint();
+    }
+    ADD_FAILURE() << "no ConfigError";
+    return {};
+  };
+  ConvGeom strided;
+  strided.h = 2;
+  strided.r = 3;
+  strided.stride_h = 2;  // (2 - 3) / 2 + 1 rounds to one row: a 3-row kernel over 2 rows
+  ConvGeom groups;
+  groups.c = 6;
+  groups.k = 4;
+  groups.groups = 4;
+  const std::vector<KernelArgs> bad = {
+      ConvForward{.g = strided},          ConvBackwardData{.g = groups},
+      ConvBackwardWeights{.g = strided},  LinearForward{.g = {.m = 0}},
+      LinearBackwardData{.g = {.k = -1}}, LinearBackwardWeights{.g = {.n = 0}},
+  };
+  for (const KernelArgs& args : bad) {
+    SCOPED_TRACE(kernel_name(args));
+    const std::string on_cpu = config_error(cpu, args);
+    EXPECT_NE(on_cpu.find(kernel_name(args)), std::string::npos) << on_cpu;
+    EXPECT_EQ(config_error(gpu, args), on_cpu);
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "device/cpu/cpu_kernels.h"
 #include "tests/device/cuda/parity_target.h"
 
@@ -489,6 +490,56 @@ TEST_F(FERRY_PARITY_SUITE, AdamW) {
   EXPECT_TRUE(close(mem_.download(gp, n), p));
   EXPECT_TRUE(close(mem_.download(gm, n), m));
   EXPECT_TRUE(close(mem_.download(gv, n), v, kRel, 1e-9));
+}
+
+// ---- argument errors ---------------------------------------------------------------------------
+
+// The ConfigError `launch` throws, as "message | hint"; anything else fails the test.
+template <typename Launch>
+std::string config_error(Launch&& launch) {
+  try {
+    launch();
+  } catch (const ConfigError& e) {
+    return fmt::format("{} | {}", e.what(), e.hint());
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return {};
+}
+
+// Both backends run device/kernel_checks.h before touching memory, so every bad argument reads
+// the same, hint included (the pointers are never read).
+TEST_F(FERRY_PARITY_SUITE, InvalidArgumentsReadAsOnTheCpu) {
+  PoolGeom wide_pad;
+  wide_pad.kh = wide_pad.kw = 2;
+  wide_pad.pad_h = 2;  // more than half the kernel
+  PoolGeom no_stride;
+  no_stride.kind = PoolKind::kAvg;
+  no_stride.stride_w = 0;
+  const std::vector<KernelArgs> bad = {
+      PoolForward{.g = wide_pad},
+      PoolBackward{.g = no_stride},
+      AdaptiveAvgPoolForward{.oh = 0},
+      AdaptiveAvgPoolBackward{.c = -1},
+      BatchNormForwardTraining{.g = {.n = 1, .c = 3, .hw = 1}},  // one value per channel
+      BatchNormForwardInference{.g = {.n = 2, .c = 0, .hw = 4}},
+      BatchNormBackward{.g = {.n = 2, .c = 3, .hw = 0}},
+      ReluForward{.n = -1},
+      AddForward{.n = -3},
+      DropoutForward{.n = 8, .p = 1.5f},
+      DropoutForward{.n = 8, .p = NAN},
+      DropoutBackward{.n = -2},
+      SoftmaxCrossEntropyForward{.n = 4, .k = 0},
+      SoftmaxCrossEntropyBackward{.n = 0, .k = 10},
+      SgdUpdate{.n = 4, .momentum = 0.9f},  // no momentum buffer
+      SgdUpdate{.n = -1},
+      AdamWUpdate{.n = 4, .step = 0},
+  };
+  for (const KernelArgs& args : bad) {
+    SCOPED_TRACE(kernel_name(args));
+    const std::string on_cpu = config_error([&] { cpu(args); });
+    EXPECT_NE(on_cpu.find(kernel_name(args)), std::string::npos) << on_cpu;
+    EXPECT_EQ(config_error([&] { gpu(args); }), on_cpu);
+  }
 }
 
 }  // namespace

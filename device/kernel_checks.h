@@ -1,0 +1,56 @@
+// Argument checks every backend runs on the host before it launches a kernel, so that a bad
+// argument throws the same typed error with the same message on every backend. Invariant: these
+// are the backend-neutral rules (PyTorch's); a backend adds only its own library's limits after.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "device/kernels.h"
+
+namespace ferry {
+
+// Every argument check throws ConfigError, naming `what` (the kernel, as kernel_name() spells
+// it) and the offending sizes.
+
+// An elementwise kernel's element count: at least 0.
+void check_element_count(int64_t n, const char* what);
+// The element count, and p a probability in [0, 1] (NaN is not).
+void check_dropout_forward(const DropoutForward& a);
+
+// "N=.. C=.. H=.. W=.. K=.. RxS stride .. pad .. groups ..", for messages about a convolution.
+std::string conv_geom_text(const ConvGeom& g);
+// Positive sizes and strides, channels divisible by groups, and the kernel no larger than the
+// padded input (PyTorch's rule; out_h() alone would round a negative span up under a stride).
+void check_conv_geom(const ConvGeom& g, const char* what);
+// Positive rows and feature counts.
+void check_linear_geom(const LinearGeom& g, const char* what);
+
+// PyTorch's pooling rules: positive sizes and strides, padding at most half the kernel, and at
+// least one output row and column.
+void check_pool_geom(const PoolGeom& g, const char* what);
+// Adaptive average pooling: every size positive.
+void check_adaptive_avg_pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                             const char* what);
+
+// Every dimension of a batch norm input at least 1.
+void check_batch_norm_geom(const BatchNormGeom& g, const char* what);
+// check_batch_norm_geom, and at least two values per channel (else no variance to train on).
+void check_batch_norm_training_geom(const BatchNormGeom& g);
+
+// Softmax cross-entropy: positive rows and classes (labels are data, checked by the backend).
+void check_softmax_cross_entropy(int64_t n, int64_t k, const char* what);
+
+// The element count, and a momentum buffer whenever momentum is set.
+void check_sgd_update(const SgdUpdate& a);
+// The element count, and steps counted from 1.
+void check_adamw_update(const AdamWUpdate& a);
+
+// Not an argument error but a sizing one: UnsupportedError unless `ws` holds `need` bytes
+// (nothing to check when need is 0). `geometry`, when given, is named in the message
+// ("... of workspace for <geometry>").
+void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
+                     std::string_view geometry = {});
+
+}  // namespace ferry
