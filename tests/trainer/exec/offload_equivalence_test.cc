@@ -66,7 +66,9 @@ TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
     expect_bitwise_equal(run.losses, reference.losses, v.name);
     EXPECT_GT(run.offload_bytes + static_cast<uint64_t>(run.recompute_flops), 0u)
         << "the plan moved nothing";
-    if (v.recompute) EXPECT_GT(run.recompute_flops, 0) << "nothing was recomputed";
+    if (v.recompute) {
+      EXPECT_GT(run.recompute_flops, 0) << "nothing was recomputed";
+    }
     EXPECT_EQ(run.measured_peak, run.planned_peak);
     EXPECT_LE(run.measured_peak, c.memory.budget);
     EXPECT_LT(run.planned_peak, reference.planned_peak);
