@@ -87,10 +87,15 @@ class LinkLedger {
   // that wakes late (or a rank that hangs) never holds a link. Returns the flow for
   // wait_flow(). Throws LinkArbiterError when a needed token's chunk has carried nothing for
   // the timeout (a link of zero speed); the claims and flows of processes that died are dropped.
+  // `held` (a real GPU's chunk, Note [Held chunks] in link_ledger.cc): the chunk keeps its tokens
+  // after the fluid model has carried its bytes, until finish(); it is not waited on.
   uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
-                   const std::vector<int>& path, uint64_t bytes, double latest_start);
+                   const std::vector<int>& path, uint64_t bytes, double latest_start,
+                   bool held = false);
   // Ends a flow now, carried or not (its mover failed), freeing its tokens.
   void abandon(uint64_t flow);
+  // Ends a held flow whose chunk the hardware reports moved, freeing its tokens.
+  void finish(uint64_t flow) { abandon(flow); }
 
   // Per-link measurements so far.
   std::vector<LinkUsage> usage() const;
