@@ -39,6 +39,7 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
                                        options.ordinal, count),
                            "use an ordinal below the device count, or set device.backend=cpu");
   }
+  if (options.gate) GatedCopies::ask_for_hardware_queues();
   return std::make_unique<CudaDevice>(options);
 }
 
@@ -150,6 +151,11 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
     const int priority = kind == StreamKind::kCompute ? least : greatest;
     streams_[static_cast<int>(kind)] = std::make_unique<CudaStream>(kind, ordinal_, priority);
   }
+  if (options.gate) {
+    gated_ = std::make_unique<GatedCopies>(
+        ordinal_, options.gate, streams_[static_cast<int>(StreamKind::kDeviceToHost)]->handle(),
+        streams_[static_cast<int>(StreamKind::kHostToDevice)]->handle());
+  }
 }
 
 CudaDevice::~CudaDevice() {
@@ -157,6 +163,7 @@ CudaDevice::~CudaDevice() {
   for (auto& stream : streams_) {
     if (stream) CUDA_WARN(cudaStreamSynchronize(stream->handle()));
   }
+  gated_.reset();  // the gate closes, then its flags go
 }
 
 Stream& CudaDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
@@ -177,6 +184,11 @@ void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& 
   if (bytes == 0) return;
   CudaStream& cuda = as_cuda(stream);
   use_device(ordinal_);
+  if (gated_ &&
+      (cuda.kind() == StreamKind::kDeviceToHost || cuda.kind() == StreamKind::kHostToDevice)) {
+    gated_->copy(dst, src, bytes, cuda.kind() == StreamKind::kHostToDevice, cuda.handle());
+    return;
+  }
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda.handle()));
 }
 
