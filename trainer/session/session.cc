@@ -234,16 +234,21 @@ void Session::attach_link_ledger() {
   }
   Stream& compute = device_->stream(StreamKind::kCompute);
   if (device_->backend() == Backend::kCuda) {
-    // NCCL broadcasts device memory: the name goes through it.
+    // NCCL broadcasts device memory: the name goes through it (and through pinned host memory,
+    // whose copies are ordered on the stream), before any step has run.
     char* host = static_cast<char*>(device_->pinned().allocate(name.size()));
-    void* staged = device_->memory().allocate(name.size(), "link ledger name");
-    std::copy(name.begin(), name.end(), host);
-    device_->copy_async(staged, host, name.size(), compute);
-    comm_->broadcast(staged, name.size(), 0, compute).order_before(compute);
-    device_->copy_async(host, staged, name.size(), compute);
-    compute.synchronize();
-    std::copy_n(host, name.size(), name.begin());
-    device_->memory().release(staged);
+    try {
+      DeviceBuffer staged(device_->memory(), name.size(), "link ledger name");
+      std::copy(name.begin(), name.end(), host);
+      device_->copy_async(staged.data(), host, name.size(), compute);
+      comm_->broadcast(staged.data(), name.size(), 0, compute).order_before(compute);
+      device_->copy_async(host, staged.data(), name.size(), compute);
+      compute.synchronize();
+      std::copy_n(host, name.size(), name.begin());
+    } catch (...) {
+      device_->pinned().deallocate(host, name.size());
+      throw;
+    }
     device_->pinned().deallocate(host, name.size());
   } else {
     comm_->broadcast(name.data(), name.size(), 0, compute).wait();
