@@ -39,7 +39,6 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
                                        options.ordinal, count),
                            "use an ordinal below the device count, or set device.backend=cpu");
   }
-  if (options.gate) GatedCopies::ask_for_hardware_queues();
   return std::make_unique<CudaDevice>(options);
 }
 

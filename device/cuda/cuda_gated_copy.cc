@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <new>
 
 #include <fmt/format.h>
@@ -25,10 +24,9 @@ namespace ferry::cuda {
 // means the driver hands out the v2 entry points and the GPU can map host memory (the flags live
 // in pinned host memory that the GPU reads and writes over PCIe). The waits compare cyclically
 // (CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0), as seq_reached() does.
-
-void GatedCopies::ask_for_hardware_queues() {
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
-}
+// A held stream holds up only the work behind it: the device's four streams fit the driver's
+// default eight hardware queues, so no other stream shares its queue (and a token is only ever
+// held by a chunk whose stream is at its gate, so a hold always ends).
 
 namespace {
 

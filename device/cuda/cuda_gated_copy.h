@@ -25,13 +25,6 @@ class GatedCopies {
   // the streams have drained.
   ~GatedCopies();
   GatedCopies(const GatedCopies&) = delete;
-  // Note [Hardware queues for gated streams]
-  // A gated stream waits on host words while the other streams go on. Streams beyond the GPU's
-  // hardware queues share them, and a waiting stream would then hold up the work queued behind
-  // it (a false dependency that could deadlock the node's ranks), so a gated device asks for more
-  // queues (CUDA_DEVICE_MAX_CONNECTIONS=32) than its four streams and NCCL's use, unless the user
-  // set it. The driver reads it when the GPU's context is created: call this before.
-  static void ask_for_hardware_queues();
   GatedCopies& operator=(const GatedCopies&) = delete;
 
   // Enqueues a copy of `bytes` on `stream` (the copy stream of its direction): chunked and gated
