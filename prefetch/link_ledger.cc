@@ -512,7 +512,8 @@ uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
     for (int l : arbitrated) {
       const Token& k = s_->tokens[l][d];
       // A granted chunk's flow progresses on the ledger's clock whatever its rank's threads do;
-      // only one that carries nothing (a link of zero speed) can hold a token forever.
+      // only one that carries nothing (a link of zero speed) can hold a token forever, or a held
+      // chunk whose hardware never reports it done.
       const bool stalled =
           std::any_of(std::begin(s_->flows), std::end(s_->flows), [&](const FlowSlot& f) {
             return f.used && f.id == k.flow && ((!f.done && f.rate <= 0) || f.held);

@@ -212,6 +212,21 @@ std::vector<char> pattern(size_t n, int seed) {
   return v;
 }
 
+// The ledger side (Note [Held chunks]): a held chunk keeps its tokens past its modelled time,
+// until finish(); an ordinary chunk's tokens free when the model has carried it.
+TEST_F(Gatekeeper, AHeldChunkKeepsItsTokensUntilFinished) {
+  const auto kH = TransferDirection::kToHost;
+  const uint64_t held = ledger_->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0, /*held=*/true);
+  std::this_thread::sleep_for(5ms);  // 1000 bytes at 1000 GB/s: long through in the model
+  EXPECT_FALSE(uplink_free(kH, 0.05)) << "the held chunk's token was freed by the model";
+  ledger_->finish(held);
+  EXPECT_TRUE(uplink_free(kH));
+  const uint64_t plain = ledger_->acquire(0, kH, {0, 2}, {0, 2}, 1000, 0);
+  std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(uplink_free(kH)) << "an ordinary chunk kept its token past its bytes";
+  ledger_->wait_flow(plain);
+}
+
 TEST_F(Gatekeeper, OpensEveryChunkInOrderAndTheDataLands) {
   auto gate = make(0, 1000);
   FakeDevice dev(gate);
