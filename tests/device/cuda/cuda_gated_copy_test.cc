@@ -27,6 +27,7 @@ class ManualGate : public CopyGate {
   explicit ManualGate(uint64_t chunk) : chunk_(chunk) {}
   void bind(std::shared_ptr<GateSignals> signals) override { signals_ = std::move(signals); }
   GateTicket enqueue(bool to_device, uint64_t bytes) override {
+    if (!signals_) return {};  // closed: not gated
     const int d = to_device ? 1 : 0;
     GateTicket t{next_[d], static_cast<uint32_t>((bytes + chunk_ - 1) / chunk_), chunk_};
     next_[d] += t.chunks;
@@ -84,6 +85,11 @@ TEST(CudaGatedCopy, AGateHoldsTheStreamUntilItOpensChunkByChunk) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present";
   auto gate = std::make_shared<ManualGate>(1 * kMiB);
   std::unique_ptr<Device> device = create_device(gated_options(gate));
+  // Whatever fails below, every gate opens before the device drains its streams.
+  struct OpenAtExit {
+    ManualGate& gate;
+    ~OpenAtExit() { gate.close(); }
+  } open_at_exit{*gate};
   const uint64_t n = 4 * kMiB;
   {
     PinnedBytes src(*device, n, 1), back(*device, n, 2);
