@@ -2,6 +2,8 @@
 // take its tokens from the ledger, open its gate, wait for its done word, free the tokens.
 #include "prefetch/link_gatekeeper.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -117,13 +119,17 @@ void LinkGatekeeper::open_gate(int dir, uint32_t seq) {
 }
 
 template <typename Ready>
-void LinkGatekeeper::wait_for(int dir, Ready ready) {
+void LinkGatekeeper::wait_for(int dir, Ready ready, double first_nap_s, bool back_off) {
   using Clock = std::chrono::steady_clock;
+  const auto seconds = [](double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  if (first_nap_s > 0 && !ready()) std::this_thread::sleep_for(seconds(first_nap_s));
   const auto start = Clock::now();
-  const auto spin = std::chrono::duration<double>(options_.spin_s);
-  const auto nap =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.sleep_s));
-  const auto check_every = std::chrono::duration<double>(options_.check_s);
+  const auto spin = seconds(options_.spin_s);
+  const auto most = seconds(std::max(options_.max_sleep_s, options_.sleep_s));
+  const auto check_every = seconds(options_.check_s);
+  auto nap = seconds(options_.sleep_s);
   auto checked = start;
   for (;;) {
     if (ready()) return;
@@ -135,10 +141,13 @@ void LinkGatekeeper::wait_for(int dir, Ready ready) {
       checked = now;
     }
     std::this_thread::sleep_for(nap);
+    if (back_off) nap = std::min(nap * 2, most);
   }
 }
 
 void LinkGatekeeper::run(int dir) {
+  // Naps of tens of us want a timer slack below the default 50 us (Note [Polling the flags]).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   Lane& lane = lanes_[dir];
   for (;;) {
     Copy copy;
@@ -174,7 +183,8 @@ void LinkGatekeeper::serve(int dir, const Copy& copy, LinkLedger& ledger) {
   for (uint32_t i = 0; i < copy.chunks; ++i) {
     const uint32_t seq = copy.first_seq + i;
     const uint64_t length = std::min(copy.chunk_bytes, copy.bytes - offset);
-    wait_for(dir, [&] { return seq_reached(signals_->arrived(dir), seq); });
+    wait_for(
+        dir, [&] { return seq_reached(signals_->arrived(dir), seq); }, 0, /*back_off=*/true);
     // The deadline counts from the copy's start: the moment the stream reaches it.
     if (i == 0) deadline = LinkLedger::now() + copy.deadline_s;
     const uint64_t flow =
@@ -182,7 +192,11 @@ void LinkGatekeeper::serve(int dir, const Copy& copy, LinkLedger& ledger) {
                        chunk_latest_start(deadline, copy.bytes - offset, rate), /*held=*/true);
     try {
       open_gate(dir, seq);
-      wait_for(dir, [&] { return seq_reached(signals_->done(dir), seq); });
+      // Note [Polling the flags]: most of the chunk's time alone on the path, then short naps.
+      const double alone_s = static_cast<double>(length) / rate;
+      wait_for(
+          dir, [&] { return seq_reached(signals_->done(dir), seq); },
+          0.8 * alone_s - options_.spin_s, /*back_off=*/false);
     } catch (...) {
       ledger.abandon(flow);
       throw;

@@ -34,6 +34,15 @@ namespace ferry {
 // Events that compute waits on are enqueued as before; they simply complete once the gated
 // chunks before them have moved.
 
+// Note [Polling the flags]
+// The host learns of a chunk's arrival and completion by reading words the GPU writes, so the
+// gatekeeper polls: a short busy loop catches the next chunk of a transfer (its arrival follows
+// the previous chunk's done at once), then sleeps. An arrival may be far off (the stream waits
+// for compute), so those naps grow to max_sleep_s (a few thousand wake-ups a second per
+// direction, not tens of thousands); a chunk's done word is first awaited by sleeping through
+// most of the chunk's time alone on the path, then with short naps, so a token is held only a
+// few tens of us past the chunk's real end.
+
 struct LinkGateOptions {
   int rank = 0;           // for the ledger's records and error messages
   std::vector<int> path;  // the ledger's link ids the rank's copies cross (GPU side first)
@@ -42,9 +51,11 @@ struct LinkGateOptions {
   std::vector<int> arbitrated;
   double path_gbps = 0;  // the path's bottleneck, for chunks' latest starts (0: 1000 GB/s)
   uint64_t chunk_bytes = 4ull << 20;
-  double spin_s = 20e-6;   // a flag is re-read in a busy loop this long, then
-  double sleep_s = 50e-6;  // with sleeps of this long between reads
-  double check_s = 1e-3;   // and the device is asked for failures this often
+  // Note [Polling the flags]
+  double spin_s = 20e-6;        // a flag is re-read in a busy loop this long, then
+  double sleep_s = 50e-6;       // with sleeps of this long between reads, doubling up to
+  double max_sleep_s = 200e-6;  // this while a chunk has not arrived;
+  double check_s = 1e-3;        // and the device is asked for failures this often
 };
 
 class LinkGatekeeper : public CopyGate, public TransferAnnouncer {
@@ -92,8 +103,9 @@ class LinkGatekeeper : public CopyGate, public TransferAnnouncer {
 
   void run(int dir);
   void serve(int dir, const Copy& copy, LinkLedger& ledger);
+  // Returns once ready(); first sleeps `first_nap_s`; naps grow to max_sleep_s when `back_off`.
   template <typename Ready>
-  void wait_for(int dir, Ready ready);
+  void wait_for(int dir, Ready ready, double first_nap_s, bool back_off);
   void open_gate(int dir, uint32_t seq);
   void fail(std::exception_ptr error);
   void open_all_locked();  // mu_ held
