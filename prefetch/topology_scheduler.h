@@ -14,18 +14,18 @@ namespace ferry {
 
 class TopologyLinkScheduler : public LinkScheduler {
  public:
-  explicit TopologyLinkScheduler(std::shared_ptr<TransferAnnouncer> emulator)
-      : emulator_(std::move(emulator)) {}
+  explicit TopologyLinkScheduler(std::shared_ptr<TransferAnnouncer> arbiter)
+      : arbiter_(std::move(arbiter)) {}
   std::string_view name() const override { return "topology"; }
   void before_copy(const TransferRequest& request, Stream&) override {
-    emulator_->announce(request);
+    arbiter_->announce(request);
   }
   void after_copy(const TransferRequest& request, Stream&) override {
-    emulator_->withdraw(request.direction);
+    arbiter_->withdraw(request.direction);
   }
 
  private:
-  std::shared_ptr<TransferAnnouncer> emulator_;
+  std::shared_ptr<TransferAnnouncer> arbiter_;
 };
 
 }  // namespace ferry
