@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/copy_pacer.h"
+#include "prefetch/link_announcer.h"
 #include "prefetch/link_ledger.h"
 #include "prefetch/link_scheduler.h"
 
@@ -31,7 +32,7 @@ struct LinkEmulationOptions {
   uint64_t chunk_bytes = 4ull << 20;
 };
 
-class LinkEmulator : public CopyPacer {
+class LinkEmulator : public CopyPacer, public TransferAnnouncer {
  public:
   explicit LinkEmulator(LinkEmulationOptions options);
 
@@ -42,8 +43,8 @@ class LinkEmulator : public CopyPacer {
 
   // The link scheduler announces the transfer whose copy is enqueued next in its direction, so
   // that copy carries its deadline. A copy nobody announced (inputs, parameters) has none.
-  void announce(const TransferRequest& request);
-  void withdraw(TransferDirection direction);
+  void announce(const TransferRequest& request) override;
+  void withdraw(TransferDirection direction) override;
 
   uint64_t enqueue(bool to_device, uint64_t bytes) override;
   void carry(uint64_t ticket, const std::function<void(uint64_t, uint64_t)>& move) override;

@@ -34,10 +34,17 @@ namespace ferry {
 // until its predicted finish or one slice, whichever is first, and looks again; it leaves when the
 // ledger says its bytes are through.
 
+// Note [Held chunks]
+// On a real GPU the bytes move on the hardware, not in the model: a chunk acquired `held` keeps
+// its tokens after its fluid flow is through (the flow stops taking a share then) until its mover
+// calls finish() on the GPU's word that the copy is done, so two chunks never overlap on an
+// arbitrated link-direction whatever the real rate. A held token counts as stalled for the token
+// timeout: a GPU chunk that holds a link that long is an error.
+
 namespace {
 
 constexpr uint64_t kMagic = 0x6665727279'6c6e6bULL;  // "ferrylnk"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: held chunks, 256 claims
 constexpr int kBins = 1024;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -52,6 +59,7 @@ struct FlowSlot {
   int32_t dir = 0;
   int32_t n_links = 0;
   int32_t links[LinkLedger::kMaxPath] = {};
+  int32_t held = 0;  // Note [Held chunks]
   uint64_t id = 0;
   double remaining = 0;  // bytes
   double rate = 0;       // bytes/s
@@ -67,6 +75,7 @@ struct ClaimSlot {
   int32_t links[LinkLedger::kMaxPath] = {};
   int32_t n_path = 0;  // the links its flow crosses
   int32_t path[LinkLedger::kMaxPath] = {};
+  int32_t held = 0;  // Note [Held chunks]
   uint64_t bytes = 0;
   uint64_t flow = 0;  // once granted
   uint64_t id = 0;    // also its arrival order
@@ -211,7 +220,7 @@ void free_tokens(Shared* s) {
       if (k.flow == 0) continue;
       bool live = false;
       for (const FlowSlot& f : s->flows)
-        if (f.used && !f.done && f.id == k.flow) live = true;
+        if (f.used && (!f.done || f.held) && f.id == k.flow) live = true;
       if (!live) k = Token{};
     }
   }
@@ -242,6 +251,7 @@ bool grant_waiting(Shared* s, double t) {
   for (size_t i : grant(waiting, busy)) {
     ClaimSlot& c = *slots[i];
     FlowSlot& f = start_flow(s, c.rank, c.pid, c.dir, c.path, c.n_path, c.bytes);
+    f.held = c.held;
     c.granted = 1;
     c.flow = f.id;
     for (int j = 0; j < c.n_links; ++j)
@@ -455,7 +465,7 @@ void LinkLedger::wait_flow(uint64_t flow) {
 
 uint64_t LinkLedger::claim(int rank, TransferDirection direction,
                            const std::vector<int>& arbitrated, const std::vector<int>& path,
-                           uint64_t bytes, double latest_start) {
+                           uint64_t bytes, double latest_start, bool held) {
   if (path.size() > static_cast<size_t>(kMaxPath) ||
       arbitrated.size() > static_cast<size_t>(kMaxPath)) {
     throw ConfigError(
@@ -479,6 +489,7 @@ uint64_t LinkLedger::claim(int rank, TransferDirection direction,
     std::copy(arbitrated.begin(), arbitrated.end(), c.links);
     c.n_path = static_cast<int32_t>(path.size());
     std::copy(path.begin(), path.end(), c.path);
+    c.held = held ? 1 : 0;
     c.bytes = bytes;
     c.id = s_->next_id++;
     c.latest_start = latest_start;
@@ -538,10 +549,12 @@ uint64_t LinkLedger::await_grant(uint64_t claim) {
       const int l = mine->links[i];
       const Token& k = s_->tokens[l][d];
       // A granted chunk's flow progresses on the ledger's clock whatever its rank's threads do;
-      // only one that carries nothing (a link of zero speed) can hold a token forever.
-      const bool stalled = std::any_of(
-          std::begin(s_->flows), std::end(s_->flows),
-          [&](const FlowSlot& f) { return f.used && !f.done && f.id == k.flow && f.rate <= 0; });
+      // only one that carries nothing (a link of zero speed) can hold a token forever, or a held
+      // chunk whose hardware never reports it done.
+      const bool stalled =
+          std::any_of(std::begin(s_->flows), std::end(s_->flows), [&](const FlowSlot& f) {
+            return f.used && f.id == k.flow && ((!f.done && f.rate <= 0) || f.held);
+          });
       if (k.flow != 0 && stalled && t - k.since > options_.token_timeout_s) {
         const Token held = k;
         mine->used = 0;
@@ -557,8 +570,8 @@ uint64_t LinkLedger::await_grant(uint64_t claim) {
 
 uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
                              const std::vector<int>& arbitrated, const std::vector<int>& path,
-                             uint64_t bytes, double latest_start) {
-  return await_grant(claim(rank, direction, arbitrated, path, bytes, latest_start));
+                             uint64_t bytes, double latest_start, bool held) {
+  return await_grant(claim(rank, direction, arbitrated, path, bytes, latest_start, held));
 }
 
 void LinkLedger::withdraw(uint64_t claim) {

@@ -87,19 +87,25 @@ class LinkLedger {
   // through, so a copy thread that wakes late (or a rank that hangs) never holds a link. A copy
   // claims its next chunk while the current one moves (Note [Chunk pipelining] in
   // link_emulator.cc), so the hand-off between its chunks costs no link time.
+  // `held` (a real GPU's chunk, Note [Held chunks] in link_ledger.cc): the chunk keeps its tokens
+  // after the fluid model has carried its bytes, until finish(); it is not waited on.
   uint64_t claim(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
-                 const std::vector<int>& path, uint64_t bytes, double latest_start);
+                 const std::vector<int>& path, uint64_t bytes, double latest_start,
+                 bool held = false);
   // Blocks until `claim` is granted; returns its flow for wait_flow(). Throws LinkArbiterError
   // when a needed token's chunk has carried nothing for the timeout (a link of zero speed); the
   // claims and flows of processes that died are dropped.
   uint64_t await_grant(uint64_t claim);
   // claim() then await_grant().
   uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
-                   const std::vector<int>& path, uint64_t bytes, double latest_start);
+                   const std::vector<int>& path, uint64_t bytes, double latest_start,
+                   bool held = false);
   // Cancels a claim; if it was granted already, its flow ends now and frees its tokens.
   void withdraw(uint64_t claim);
   // Ends a flow now, carried or not (its mover failed), freeing its tokens.
   void abandon(uint64_t flow);
+  // Ends a held flow whose chunk the hardware reports moved, freeing its tokens.
+  void finish(uint64_t flow) { abandon(flow); }
 
   // Per-link measurements so far.
   std::vector<LinkUsage> usage() const;

@@ -150,6 +150,11 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
     const int priority = kind == StreamKind::kCompute ? least : greatest;
     streams_[static_cast<int>(kind)] = std::make_unique<CudaStream>(kind, ordinal_, priority);
   }
+  if (options.gate) {
+    gated_ = std::make_unique<GatedCopies>(
+        ordinal_, options.gate, streams_[static_cast<int>(StreamKind::kDeviceToHost)]->handle(),
+        streams_[static_cast<int>(StreamKind::kHostToDevice)]->handle());
+  }
 }
 
 CudaDevice::~CudaDevice() {
@@ -157,6 +162,7 @@ CudaDevice::~CudaDevice() {
   for (auto& stream : streams_) {
     if (stream) CUDA_WARN(cudaStreamSynchronize(stream->handle()));
   }
+  gated_.reset();  // the gate closes, then its flags go
 }
 
 Stream& CudaDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
@@ -177,6 +183,11 @@ void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& 
   if (bytes == 0) return;
   CudaStream& cuda = as_cuda(stream);
   use_device(ordinal_);
+  if (gated_ &&
+      (cuda.kind() == StreamKind::kDeviceToHost || cuda.kind() == StreamKind::kHostToDevice)) {
+    gated_->copy(dst, src, bytes, cuda.kind() == StreamKind::kHostToDevice, cuda.handle());
+    return;
+  }
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda.handle()));
 }
 

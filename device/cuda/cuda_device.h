@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "device/cuda/cuda_gated_copy.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/cuda_stream.h"
 #include "device/device.h"
@@ -62,7 +63,8 @@ class CudaDevice : public Device {
   std::unique_ptr<Event> create_timing_event() override;
   double elapsed_ms(Event& start, Event& end) override;
   // cudaMemcpyAsync(cudaMemcpyDefault) on `stream`, a stream of this device. Host memory must
-  // be pinned (pinned()) for the copy to be asynchronous.
+  // be pinned (pinned()) for the copy to be asynchronous. With a gate (DeviceOptions::gate), a
+  // copy on a copy stream the gate chooses is chunked, each chunk held until its gate opens.
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
   Kernels& kernels() override { return kernels_; }
   // cudaStreamSynchronize on each of the four streams.
@@ -83,6 +85,7 @@ class CudaDevice : public Device {
   CudaPinnedAllocator pinned_;
   CudaKernels kernels_;
   std::unique_ptr<CudaStream> streams_[4];  // indexed by StreamKind
+  std::unique_ptr<GatedCopies> gated_;      // with DeviceOptions::gate; freed once streams drain
 };
 
 }  // namespace ferry::cuda

@@ -64,13 +64,11 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   // server it stands in for one, to emulate that GPU's link.
   options.use_gpus = config.device.backend == Backend::kCuda || (!live && !topology.gpus().empty());
   const bool emulate = config.device.backend == Backend::kCpu && !live;
-  if (config.topology.scheduler == LinkSchedulerKind::kTopology && !emulate) {
+  if (config.topology.scheduler == LinkSchedulerKind::kTopology && !emulate &&
+      config.device.backend != Backend::kCuda) {
     throw ConfigError(
-        config.device.backend == Backend::kCuda
-            ? "topology.scheduler: topology arbitrates the emulated links of CPU ranks; it is not "
-              "built for cuda yet"
-            : "topology.scheduler: topology needs topology.file (the server whose links the CPU "
-              "ranks emulate)",
+        "topology.scheduler: topology needs topology.file (the server whose links the CPU ranks "
+        "emulate) or device.backend=cuda",
         "use topology.scheduler=fifo, or set topology.file with device.backend=cpu");
   }
   const auto bindings = [&] {

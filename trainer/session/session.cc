@@ -2,6 +2,7 @@
 #include "trainer/session/session.h"
 
 #include "prefetch/link_capacities.h"
+#include "prefetch/link_gatekeeper.h"
 #include "prefetch/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
@@ -126,10 +127,32 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     emulator_ = std::make_shared<LinkEmulator>(e);
     d.pacer = emulator_;
   }
-  if (arbitrate && !emulator_) {
+  if (arbitrate && d.backend == Backend::kCuda) {
+    // A GPU rank's real copies cross its GPU's real path: chunks are held on the copy streams
+    // until the node's ledger grants them, at the links' own capacities (Note [Gating a GPU copy
+    // stream] in prefetch/link_gatekeeper.h); the ledger is attached once the communicator exists.
+    if (!placement_.links || placement_.link_ids.empty() || placement_.link_gbps <= 0) {
+      throw ConfigError(
+          "topology.scheduler: topology needs this rank's GPU and its PCIe path to host memory, "
+          "which the topology (" +
+              placement_.source + ") does not show",
+          "set topology.file to the server's description, or use topology.scheduler=fifo");
+    }
+    LinkGateOptions g;
+    g.rank = ranks.rank;
+    g.path = placement_.link_ids;
+    g.arbitrated = arbitrated_links(link_capacities(*placement_.links), g.path,
+                                    TransferDirection::kToHost);  // the same both ways
+    g.path_gbps = placement_.link_gbps;
+    g.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
+    gatekeeper_ = std::make_shared<LinkGatekeeper>(g);
+    d.gate = gatekeeper_;
+  }
+  if (arbitrate && !emulator_ && !gatekeeper_) {
     throw ConfigError(
-        "topology.scheduler: topology arbitrates the shared-link emulation, which this run does "
-        "not have (it needs CPU ranks on a topology.file with GPUs, and device.copy_gbps 0)",
+        "topology.scheduler: topology arbitrates the links of GPU ranks (device.backend=cuda) or "
+        "the shared-link emulation of CPU ranks, which this run does not have (it needs a "
+        "topology.file with GPUs, and device.copy_gbps 0)",
         "use topology.scheduler=fifo, or unset device.copy_gbps");
   }
   device_ = create_device(d);
@@ -169,9 +192,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     }
   }
   exec.seed = config.run.seed;
-  if (arbitrate && emulator_) {
-    std::shared_ptr<LinkEmulator> emulator = emulator_;
-    exec.scheduler = [emulator] { return std::make_unique<TopologyLinkScheduler>(emulator); };
+  if (arbitrate) {
+    std::shared_ptr<TransferAnnouncer> arbiter = emulator_;
+    if (gatekeeper_) arbiter = gatekeeper_;
+    exec.scheduler = [arbiter] { return std::make_unique<TopologyLinkScheduler>(arbiter); };
   }
   const std::string name = config.model.name;
   const int64_t classes = config.model.classes;
@@ -182,7 +206,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       },
       exec);
   comm_ = create_communicator(comm_choice(config.comm.backend), *device_, ranks);
-  if (emulator_) attach_link_ledger();
+  if (emulator_ || gatekeeper_) attach_link_ledger();
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
   const PersistentBytes bytes = store_->bytes();
@@ -208,13 +232,36 @@ void Session::attach_link_ledger() {
     const std::string n = LinkLedger::unique_name();
     std::copy_n(n.begin(), std::min(n.size(), name.size() - 1), name.begin());
   }
-  comm_->broadcast(name.data(), name.size(), 0, device_->stream(StreamKind::kCompute)).wait();
+  Stream& compute = device_->stream(StreamKind::kCompute);
+  if (device_->backend() == Backend::kCuda) {
+    // NCCL broadcasts device memory: the name goes through it (and through pinned host memory,
+    // whose copies are ordered on the stream), before any step has run.
+    char* host = static_cast<char*>(device_->pinned().allocate(name.size()));
+    try {
+      DeviceBuffer staged(device_->memory(), name.size(), "link ledger name");
+      std::copy(name.begin(), name.end(), host);
+      device_->copy_async(staged.data(), host, name.size(), compute);
+      comm_->broadcast(staged.data(), name.size(), 0, compute).order_before(compute);
+      device_->copy_async(host, staged.data(), name.size(), compute);
+      compute.synchronize();
+      std::copy_n(host, name.size(), name.begin());
+    } catch (...) {
+      device_->pinned().deallocate(host, name.size());
+      throw;
+    }
+    device_->pinned().deallocate(host, name.size());
+  } else {
+    comm_->broadcast(name.data(), name.size(), 0, compute).wait();
+  }
+  name.back() = '\0';
   const std::string ledger_name(name.data());
   std::shared_ptr<LinkLedger> ledger;
   if (ranks_.local_rank == 0) {
     std::vector<LedgerLink> links;
-    const std::vector<LinkCapacity> capacities = link_capacities(
-        *placement_.links, config_.topology.duplex_factor, config_.topology.emulation_scale);
+    // Emulated links are stretched by the emulation's scale; a GPU's are its own.
+    const std::vector<LinkCapacity> capacities =
+        link_capacities(*placement_.links, config_.topology.duplex_factor,
+                        emulator_ ? config_.topology.emulation_scale : 1.0);
     for (const Link& l : placement_.links->links()) {
       links.push_back(LedgerLink{l.name, capacities[static_cast<size_t>(l.id)]});
     }
@@ -224,12 +271,19 @@ void Session::attach_link_ledger() {
   if (ranks_.local_rank != 0) ledger = LinkLedger::open(ledger_name);
   comm_->barrier();
   if (ranks_.local_rank == 0) LinkLedger::unlink(ledger_name);
-  emulator_->attach(std::move(ledger));
+  if (emulator_) {
+    emulator_->attach(std::move(ledger));
+  } else {
+    gatekeeper_->attach(std::move(ledger));
+  }
 }
 
 std::vector<LinkUsage> Session::link_usage() const {
-  if (!emulator_ || !emulator_->ledger()) return {};
-  return emulator_->ledger()->usage();
+  std::shared_ptr<LinkLedger> ledger = emulator_     ? emulator_->ledger()
+                                       : gatekeeper_ ? gatekeeper_->ledger()
+                                                     : nullptr;
+  if (!ledger) return {};
+  return ledger->usage();
 }
 
 GradientBuckets& Session::buckets(int64_t batch) {

@@ -13,6 +13,7 @@
 #include "comm/ranks.h"
 #include "device/device.h"
 #include "prefetch/link_emulator.h"
+#include "prefetch/link_gatekeeper.h"
 #include "trainer/config/config.h"
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
@@ -70,6 +71,8 @@ class Session {
   RankInfo ranks_;
   Placement placement_;
   std::shared_ptr<LinkEmulator> emulator_;  // CPU ranks on topology.file; outlives the device
+  // GPU ranks under the topology scheduler; outlives the device, which drains through it.
+  std::shared_ptr<LinkGatekeeper> gatekeeper_;
   std::unique_ptr<Device> device_;
   Graph graph_;
   std::unique_ptr<ParameterStore> store_;

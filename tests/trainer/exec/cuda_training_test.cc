@@ -2,8 +2,8 @@
 // trains 20 steps on CUDA with the loss trajectory of the CPU backend from the same initial
 // weights, within 1e-3 relative (TF32 off); (2) on the GPU every offload policy (vdnn-conv,
 // vdnn-all, auto with and without recomputation) gives losses bitwise equal to none's, in poison
-// mode with deterministic kernels, and the measured device peak equals the planned one. Skips
-// without a GPU.
+// mode with deterministic kernels, and the measured device peak equals the planned one; (3) so
+// does vdnn-all under the topology scheduler (gated copy streams). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,6 +115,25 @@ TEST_F(CudaTraining, EveryOffloadPolicyGivesTheSameLossesOnTheGpu) {
     EXPECT_EQ(run.measured_peak, run.planned_peak);
     EXPECT_LE(run.measured_peak, c.memory.budget);
   }
+}
+
+// The topology scheduler on the GPU: vdnn-all's offloads and prefetches cross the copy streams in
+// gated chunks (1 MiB, so a transfer takes several), granted by the link gatekeeper through the
+// node's ledger of the described server; the losses stay bitwise those of none.
+TEST_F(CudaTraining, TheTopologySchedulerGatesCopiesWithoutChangingTheLosses) {
+  const Config base =
+      with_cuda_keys(small_config("resnet18_cifar", 4, Backend::kCuda), /*deterministic=*/true);
+  const TrainRun reference = train_steps(base, 6);
+  Config c = base;
+  c.memory.policy = MemoryPolicy::kVdnnAll;
+  c.memory.debug_poison = true;
+  c.topology.file = std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml";
+  c.topology.scheduler = LinkSchedulerKind::kTopology;
+  c.topology.chunk_mb = 1;
+  const TrainRun run = train_steps(c, 6);
+  expect_bitwise_equal(run.losses, reference.losses, "vdnn-all under topology");
+  EXPECT_GT(run.offload_bytes, 0u) << "the plan moved nothing";
+  EXPECT_EQ(run.measured_peak, run.planned_peak);
 }
 
 }  // namespace
