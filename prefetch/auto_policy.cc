@@ -223,7 +223,22 @@ bool settle(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
     if (excess >= limit) break;
     limit -= excess;
   }
-  timing = tight;
+  // Fragmentation did not shrink by the excess: search the largest allowance that lays out
+  // within budget (an allowance of 0 is the tight timing, which does).
+  uint64_t lo = 0, hi = limit;
+  std::vector<OffloadTiming> best = tight;
+  for (int probe = 0; probe < 10 && hi - lo > (1u << 20); ++probe) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    std::vector<OffloadTiming> trial = relax(m, d, tight, o.cost, mid);
+    plans = stretches(m, d, trial);
+    if (layout_plans(m.tape, plans) <= arena_budget) {
+      lo = mid;
+      best = std::move(trial);
+    } else {
+      hi = mid;
+    }
+  }
+  timing = std::move(best);
   plans = stretches(m, d, timing);
   layout_plans(m.tape, plans);
   return true;

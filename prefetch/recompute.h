@@ -25,7 +25,7 @@ struct RecomputeChain {
 // that stay available (its producer is not recomputable, or the chain would be too long).
 // `saved` marks tensors that backward reads (they are kept or fetched back).
 RecomputeChain recompute_chain(const Tape& tape, const Liveness& live, int target,
-                               const std::vector<bool>& saved, int max_steps = 3);
+                               const std::vector<bool>& saved, int max_steps = 4);
 
 // The chains that rebuild every tensor of `dropped` (each one recompute_chain accepts alone),
 // one per target in the order the backward pass first needs them. A chain that reaches a
