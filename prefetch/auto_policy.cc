@@ -21,8 +21,7 @@ struct Candidate {
   int tensor = -1;
   bool recompute = false;
   uint64_t bytes = 0;
-  double cost = 0;          // predicted seconds added per step
-  double offload_cost = 0;  // the same, offloaded
+  double cost = 0;  // predicted seconds added per step
   // Input-tape steps whose memory it frees (estimate); -1: from its liveness.
   int free_from = -1, free_to = -1;
 };
@@ -68,7 +67,6 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
                        prefix[static_cast<size_t>(tl.last_forward_use) + 1];
     Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - gap)};
-    c.offload_cost = c.cost;
     if (allow_recompute) {
       // Alone, from kept (or fetched) inputs: the steps its rebuild adds. Chains of several
       // dropped tensors run each step once (recompute_chains), so these costs add up.
@@ -95,7 +93,6 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const double idle =
         prefix[static_cast<size_t>(gap.needed_at)] - prefix[static_cast<size_t>(gap.release_at)];
     Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
-    c.offload_cost = c.cost;
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;
     out.push_back(std::move(c));
