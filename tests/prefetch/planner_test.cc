@@ -327,8 +327,9 @@ TEST(Recompute, ChainsOfDroppedTensorsRunEachConvolutionOnce) {
 }
 
 // Plan invariants hold on a tape with conv recompute, the rebuilt conv output and its in-place
-// ReLU share memory, and the convolution's workspace is live at the recompute step.
-TEST(Recompute, ConvolutionWorkspaceIsPlannedAtItsRecomputeStep) {
+// ReLU share memory, the convolution's workspace is live at the recompute step, and a rebuild
+// is chosen only where it costs less than the copies.
+TEST(Recompute, ConvolutionRebuildsAreChosenByCostWithTheirWorkspacePlanned) {
   const Tape t = vgg_block();
   PlanOptions o;
   o.policy = MemoryPolicy::kAuto;
@@ -356,6 +357,12 @@ TEST(Recompute, ConvolutionWorkspaceIsPlannedAtItsRecomputeStep) {
     EXPECT_TRUE(ws_live) << "conv1's workspace has no memory at its recompute step";
   }
   EXPECT_GT(conv_recomputes, 0);
+  // By cost: where the copies hide in their idle gap (cost 0), offloading beats any rebuild.
+  o.cost.link_gbps = 1e6;
+  const MemoryPlan fast = plan_memory(t, o);
+  check_invariants(fast);
+  EXPECT_EQ(fast.recompute_flops, 0.0);
+  EXPECT_GT(fast.offload_bytes, 0u);
 }
 
 TEST(Planner, AutoRecomputesConvolutionsWhenCopiesCannotHide) {
