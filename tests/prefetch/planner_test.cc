@@ -355,6 +355,15 @@ TEST(Recompute, ConvolutionRebuildsAreChosenByCostWithTheirWorkspacePlanned) {
     for (const Residency& r : p.tensors[6].residency)
       ws_live = ws_live || (r.begin <= static_cast<int>(s) && static_cast<int>(s) <= r.end);
     EXPECT_TRUE(ws_live) << "conv1's workspace has no memory at its recompute step";
+    // relu1 runs again next, in place: the rebuilt b takes over a's memory.
+    const int relu = static_cast<int>(s) + 1;
+    ASSERT_EQ(p.tape.steps[static_cast<size_t>(relu)].name, "relu1");
+    const Residency& a = p.tensors[1].residency.back();
+    const Residency& b = p.tensors[2].residency.back();
+    EXPECT_EQ(a.end, relu);
+    EXPECT_TRUE(a.handed_on);
+    EXPECT_EQ(b.begin, relu);
+    EXPECT_EQ(a.offset, b.offset);
   }
   EXPECT_GT(conv_recomputes, 0);
   // By cost: where the copies hide in their idle gap (cost 0), offloading beats any rebuild.
