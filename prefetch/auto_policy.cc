@@ -1,8 +1,9 @@
 // The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
 // activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
-// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time).
-// Cheapest bytes go first until the plan fits; then each prefetch is moved as early, and each
-// release as late, as the budget allows, so copies land before they are needed.
+// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time, a
+// convolution's included). Cheapest bytes go first until the plan fits; then each prefetch is
+// moved as early, and each release as late, as the budget allows, so copies land before they
+// are needed. With memory.recompute the plan is never predicted slower than without it.
 #include <algorithm>
 #include <numeric>
 
@@ -19,12 +20,31 @@ namespace {
 struct Candidate {
   int tensor = -1;
   bool recompute = false;
-  RecomputeChain chain;
   uint64_t bytes = 0;
   double cost = 0;  // predicted seconds added per step
   // Input-tape steps whose memory it frees (estimate); -1: from its liveness.
   int free_from = -1, free_to = -1;
 };
+
+// Cheapest seconds per byte first; among equals, the larger first.
+bool cheaper(const Candidate& a, const Candidate& b) {
+  const double ca = a.cost / static_cast<double>(a.bytes);
+  const double cb = b.cost / static_cast<double>(b.bytes);
+  if (ca != cb) return ca < cb;
+  return a.bytes > b.bytes;
+}
+
+std::vector<bool> saved_mask(const Tape& input, const Liveness& live) {
+  std::vector<bool> mask(input.tensors.size(), false);
+  for (int t : saved_tensors(input, live, false)) mask[static_cast<size_t>(t)] = true;
+  return mask;
+}
+
+// The chains that rebuild d.dropped.
+void derive_chains(const Tape& input, const Liveness& live, const std::vector<bool>& saved,
+                   Decisions& d) {
+  d.recompute = recompute_chains(input, live, d.dropped, saved);
+}
 
 std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
   std::vector<double> t(tape.steps.size());
@@ -34,9 +54,8 @@ std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
 
 std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o,
                                   bool allow_recompute) {
-  std::vector<int> saved = saved_tensors(input, live, false);
-  std::vector<bool> saved_mask(input.tensors.size(), false);
-  for (int t : saved) saved_mask[static_cast<size_t>(t)] = true;
+  const std::vector<int> saved = saved_tensors(input, live, false);
+  const std::vector<bool> saved_mask = ::ferry::planner::saved_mask(input, live);
   const std::vector<double> times = step_times(input, o.cost);
   std::vector<double> prefix(times.size() + 1, 0.0);
   std::partial_sum(times.begin(), times.end(), prefix.begin() + 1);
@@ -47,20 +66,21 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
     const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
                        prefix[static_cast<size_t>(tl.last_forward_use) + 1];
-    Candidate c{t, false, {}, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - gap)};
+    Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - gap)};
     if (allow_recompute) {
-      RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
+      // Alone, from kept (or fetched) inputs: the steps its rebuild adds. Chains of several
+      // dropped tensors run each step once (recompute_chains), so these costs add up.
+      const RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
       if (!chain.steps.empty()) {
         double rebuild = 0;
         for (int s : chain.steps) rebuild += times[static_cast<size_t>(s)];
         if (rebuild < c.cost) {
           c.recompute = true;
           c.cost = rebuild;
-          c.chain = std::move(chain);
         }
       }
     }
-    out.push_back(std::move(c));
+    out.push_back(c);
   }
   // Gradients that wait across a stretch of backward (a residual block's skip gradient) can be
   // offloaded over their idle gap too.
@@ -72,17 +92,12 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
     const double idle =
         prefix[static_cast<size_t>(gap.needed_at)] - prefix[static_cast<size_t>(gap.release_at)];
-    Candidate c{t, false, {}, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
+    Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;
     out.push_back(std::move(c));
   }
-  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
-    const double ca = a.cost / static_cast<double>(a.bytes);
-    const double cb = b.cost / static_cast<double>(b.bytes);
-    if (ca != cb) return ca < cb;
-    return a.bytes > b.bytes;
-  });
+  std::stable_sort(out.begin(), out.end(), cheaper);
   return out;
 }
 
@@ -151,7 +166,8 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
   d = {};
   std::vector<TensorPlan> none = stretches(materialize(input, live, d), d, {});
   std::vector<uint64_t> estimate = live_bytes(input, none);
-  std::vector<bool> taken(input.tensors.size(), false);  // decided, or needed by a chain
+  std::vector<bool> taken(input.tensors.size(), false);
+  const std::vector<bool> saved = saved_mask(input, live);
   const std::vector<Candidate> all = candidates(input, live, o, allow_recompute);
   for (size_t i = 0; i < all.size(); ++i) {
     const Candidate& c = all[i];
@@ -163,11 +179,7 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
       free_to = c.free_to + 1;  // offloads below take one step off for the early fetch
     }
     if (c.recompute) {
-      bool clash = false;
-      for (int t : c.chain.temps) clash = clash || taken[static_cast<size_t>(t)];
-      if (clash) continue;
-      for (int t : c.chain.temps) taken[static_cast<size_t>(t)] = true;
-      d.recompute.push_back(c.chain);
+      d.dropped.push_back(c.tensor);
     } else {
       d.offload.push_back(c.tensor);
       free_to -= 1;  // fetched one step ahead
@@ -177,6 +189,7 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
     for (int s = free_from; s <= free_to; ++s) estimate[static_cast<size_t>(s)] -= size;
     const bool last = i + 1 == all.size();
     if (*std::max_element(estimate.begin(), estimate.end()) <= arena_budget || last) {
+      derive_chains(input, live, saved, d);
       if (fits(false) || fits(true)) return true;
     }
   }
@@ -207,7 +220,22 @@ bool settle(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
     if (excess >= limit) break;
     limit -= excess;
   }
-  timing = tight;
+  // Fragmentation did not shrink by the excess: search the largest allowance that lays out
+  // within budget (an allowance of 0 is the tight timing, which does).
+  uint64_t lo = 0, hi = limit;
+  std::vector<OffloadTiming> best = tight;
+  for (int probe = 0; probe < 10 && hi - lo > (1u << 20); ++probe) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    std::vector<OffloadTiming> trial = relax(m, d, tight, o.cost, mid);
+    plans = stretches(m, d, trial);
+    if (layout_plans(m.tape, plans) <= arena_budget) {
+      lo = mid;
+      best = std::move(trial);
+    } else {
+      hi = mid;
+    }
+  }
+  timing = std::move(best);
   plans = stretches(m, d, timing);
   layout_plans(m.tape, plans);
   return true;
@@ -259,28 +287,38 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
     return true;
   };
   // Keep resident, or (with memory.recompute) rebuild instead of copying.
-  std::vector<bool> saved_mask(input.tensors.size(), false);
-  for (int t : saved_tensors(input, live, false)) saved_mask[static_cast<size_t>(t)] = true;
+  const std::vector<bool> saved = saved_mask(input, live);
   for (size_t i = 0; i < order.size() && i < kTries; ++i) {
     Decisions trial = d;
     trial.offload.erase(std::find(trial.offload.begin(), trial.offload.end(), order[i]));
     if (try_decisions(trial) || !o.recompute) continue;
-    RecomputeChain chain = recompute_chain(input, live, order[i], saved_mask);
-    if (chain.steps.empty()) continue;
-    bool clash = false;
-    for (const RecomputeChain& c : trial.recompute) {
-      for (int t : chain.temps) {
-        clash =
-            clash || c.target == t || std::find(c.temps.begin(), c.temps.end(), t) != c.temps.end();
-      }
-    }
-    for (int t : chain.temps)
-      clash =
-          clash || std::find(trial.offload.begin(), trial.offload.end(), t) != trial.offload.end();
-    if (clash) continue;
-    trial.recompute.push_back(std::move(chain));
+    if (recompute_chain(input, live, order[i], saved).steps.empty()) continue;
+    trial.dropped.push_back(order[i]);
+    derive_chains(input, live, saved, trial);
     try_decisions(trial);
   }
+}
+
+// One auto plan: the greedy (recomputing where `recompute`), settled, then (keep_unhidden) the
+// copies the link cannot hide reconsidered. False when the greedy cannot fit the budget; then
+// `d`, `m` and `plans` hold the tightest plan it tried.
+bool plan_once(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
+               bool recompute, Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
+               std::vector<TensorPlan>& plans) {
+  const auto fits = [&](bool jit) {
+    m = materialize(input, live, d);
+    timing = base_timing(m, d, jit);
+    plans = stretches(m, d, timing);
+    return layout_plans(m.tape, plans) <= arena_budget;
+  };
+  if (!greedy(input, live, o, arena_budget, recompute, d, fits)) return false;
+  settle(input, live, o, arena_budget, d, m, timing, plans);
+  if (o.keep_unhidden) {
+    PlanOptions po = o;
+    po.recompute = recompute;
+    keep_unhidden(input, live, po, arena_budget, d, m, timing, plans);
+  }
+  return true;
 }
 
 }  // namespace
@@ -297,13 +335,29 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   d = {};
   if (fits(false)) return;  // everything resident fits
 
-  // Recomputing keeps a chain's inputs and temporaries on device, so when the cheapest mix
-  // cannot fit, search again offloading only (which frees the most memory).
-  bool fitted = greedy(input, live, o, arena_budget, o.recompute, d, fits);
-  if (!fitted && o.recompute) fitted = greedy(input, live, o, arena_budget, false, d, fits);
+  // Note [Recompute is never slower]
+  // Recomputing keeps a chain's inputs on device and adds compute; offloading only frees the
+  // most memory and may hide its copies. With memory.recompute both plans are made and the one
+  // the cost model predicts faster is kept (offload only on a tie), so turning recompute on
+  // never makes auto's predicted step slower, and a budget that offloading alone meets fits.
+  bool fitted = plan_once(input, live, o, arena_budget, false, d, m, timing, plans);
+  if (o.recompute) {
+    Decisions rd;
+    Materialized rm;
+    std::vector<OffloadTiming> rtiming;
+    std::vector<TensorPlan> rplans;
+    if (plan_once(input, live, o, arena_budget, true, rd, rm, rtiming, rplans) &&
+        (!fitted ||
+         predicted_step(rm, rplans, o.cost) < predicted_step(m, plans, o.cost) * (1 - 1e-9))) {
+      fitted = true;
+      d = std::move(rd);
+      m = std::move(rm);
+      timing = std::move(rtiming);
+      plans = std::move(rplans);
+    }
+  }
   if (!fitted) {
-    // Every candidate taken: report what the tightest plan needs.
-    fits(true);
+    // Every candidate offloaded: report what the tightest plan needs.
     const uint64_t arena = layout_plans(m.tape, plans);
     throw ConfigError(
         fmt::format("memory.policy auto cannot fit memory.budget {}: with every saved activation "
@@ -315,9 +369,6 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
                     format_bytes(arena + o.persistent.total()),
                     o.recompute ? "" : ", set memory.recompute=true"));
   }
-
-  settle(input, live, o, arena_budget, d, m, timing, plans);
-  if (o.keep_unhidden) keep_unhidden(input, live, o, arena_budget, d, m, timing, plans);
 }
 
 }  // namespace ferry::planner

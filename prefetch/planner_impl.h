@@ -11,8 +11,9 @@ namespace ferry::planner {
 
 // What a policy decided, in input-tape terms.
 struct Decisions {
-  std::vector<RecomputeChain> recompute;
-  std::vector<int> offload;  // tensors
+  std::vector<int> dropped;               // saved tensors to rebuild in backward
+  std::vector<RecomputeChain> recompute;  // the chains that rebuild them (recompute_chains)
+  std::vector<int> offload;               // tensors
 };
 
 // Per offloaded tensor of a planned tape (steps of the planned tape): the copy to host starts

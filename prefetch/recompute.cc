@@ -4,33 +4,82 @@
 #include <algorithm>
 #include <map>
 
+#include "common/error.h"
+
 namespace ferry {
 
-RecomputeChain recompute_chain(const Tape& tape, const Liveness& live, int target,
-                               const std::vector<bool>& saved, int max_steps) {
+namespace {
+
+// The chain back from `target` to tensors for which `available` holds (and the inputs). Empty
+// when a producer is not a recomputable forward step, when a tensor to rebuild is a step's aux
+// state (a recompute writes scratch in its place), or past `max_steps` (< 0: no limit).
+template <typename Available>
+RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
+                           const Available& available, int max_steps) {
   RecomputeChain chain;
   chain.target = target;
   std::vector<int> pending = {target};
   while (!pending.empty()) {
     const int t = pending.back();
     pending.pop_back();
+    if (tape.tensors[static_cast<size_t>(t)].kind == TapeTensorKind::kAux) return {};
     const int p = live.tensors[static_cast<size_t>(t)].produced;
     if (p < 0) return {};
     const TapeStep& step = tape.steps[static_cast<size_t>(p)];
     if (step.phase != StepPhase::kForward || !step.recomputable) return {};
+    if (t != target && std::find(chain.temps.begin(), chain.temps.end(), t) == chain.temps.end())
+      chain.temps.push_back(t);
     if (std::find(chain.steps.begin(), chain.steps.end(), p) != chain.steps.end()) continue;
     if (static_cast<int>(chain.steps.size()) == max_steps) return {};
     chain.steps.push_back(p);
     chain.flops += step.flops;
-    if (t != target) chain.temps.push_back(t);
     for (int in : step.reads) {
       const TapeTensorKind kind = tape.tensors[static_cast<size_t>(in)].kind;
-      if (saved[static_cast<size_t>(in)] || kind == TapeTensorKind::kInput) continue;
+      if (kind == TapeTensorKind::kInput || available(in)) continue;
       pending.push_back(in);  // not kept: rebuild it too
     }
   }
   std::sort(chain.steps.begin(), chain.steps.end());
   return chain;
+}
+
+}  // namespace
+
+RecomputeChain recompute_chain(const Tape& tape, const Liveness& live, int target,
+                               const std::vector<bool>& saved, int max_steps) {
+  return build_chain(
+      tape, live, target, [&](int t) { return saved[static_cast<size_t>(t)]; }, max_steps);
+}
+
+std::vector<RecomputeChain> recompute_chains(const Tape& tape, const Liveness& live,
+                                             const std::vector<int>& dropped,
+                                             const std::vector<bool>& saved) {
+  std::vector<int> order = dropped;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return live.tensors[static_cast<size_t>(a)].first_backward_use <
+           live.tensors[static_cast<size_t>(b)].first_backward_use;
+  });
+  std::vector<bool> is_dropped(tape.tensors.size(), false), rebuilt(tape.tensors.size(), false);
+  for (int t : dropped) is_dropped[static_cast<size_t>(t)] = true;
+  std::vector<RecomputeChain> out;
+  for (int t : order) {
+    if (rebuilt[static_cast<size_t>(t)]) continue;  // an earlier chain rebuilt it
+    // A dropped tensor is available once an earlier chain has rebuilt it.
+    RecomputeChain chain = build_chain(
+        tape, live, t,
+        [&](int u) {
+          return saved[static_cast<size_t>(u)] &&
+                 (!is_dropped[static_cast<size_t>(u)] || rebuilt[static_cast<size_t>(u)]);
+        },
+        -1);
+    FERRY_ASSERT(!chain.steps.empty(), "a dropped tensor that cannot be rebuilt");
+    rebuilt[static_cast<size_t>(t)] = true;
+    for (int u : chain.temps) {
+      if (is_dropped[static_cast<size_t>(u)]) rebuilt[static_cast<size_t>(u)] = true;
+    }
+    out.push_back(std::move(chain));
+  }
+  return out;
 }
 
 Tape insert_recompute(const Tape& tape, const Liveness& live,

@@ -38,7 +38,7 @@ struct TapeStep {
   std::vector<int> reads;
   std::vector<int> writes;
   double flops = 0;
-  bool recomputable = false;  // its forward may run again in backward (ReLU, BN, pooling)
+  bool recomputable = false;  // its forward may run again in backward (ReLU, BN, pool, conv)
   // (read, write) tensor pairs the step computes in place: when the read tensor dies at this
   // step, the write may take over its memory.
   std::vector<std::pair<int, int>> alias;

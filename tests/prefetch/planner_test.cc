@@ -1,7 +1,7 @@
 // The planner on real model tapes (lowered with the CPU kernels' workspace sizes) and on
 // hand-built ones: policies order as expected, plans keep their invariants, the lower bound
 // is enforced with a useful message, auto meets its budget near the bound, recompute chains
-// rebuild only what is safe.
+// (through convolutions too) rebuild only what is safe, and recompute never slows auto down.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -220,16 +220,16 @@ TEST(Planner, PlansVgg16AtBatch256AndResnet152AtBatch128Quickly) {
 }
 
 TEST(Recompute, ChainsStopAtKeptTensorsAndInsertBeforeTheFirstBackwardUse) {
-  // load x; f1: a = conv(x); f2: b = bn(a) [recomputable]; f3: c = relu(b) [recomputable];
-  // f4: d = conv(c); backward: b4 reads c, d; b3 reads c; b2 reads a.
+  // load x; f1: a = conv(x); f2: b = bn(a); f3: c = relu(b); f4: d = conv(c) (all
+  // recomputable); backward: b4 reads c, d; b3 reads c; b2 reads a.
   Tape t;
   t.tensors = {
       {"x", 4096, TapeTensorKind::kInput}, {"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}};
   t.steps = {{StepPhase::kLoad, -1, "load", "load", {}, {0}},
-             {StepPhase::kForward, 0, "conv1", "conv2d", {0}, {1}},
+             {StepPhase::kForward, 0, "conv1", "conv2d", {0}, {1}, 0, true},
              {StepPhase::kForward, 1, "bn1", "batchnorm2d", {1}, {2}, 0, true},
              {StepPhase::kForward, 2, "relu1", "relu", {2}, {3}, 0, true},
-             {StepPhase::kForward, 3, "conv2", "conv2d", {3}, {4}},
+             {StepPhase::kForward, 3, "conv2", "conv2d", {3}, {4}, 0, true},
              {StepPhase::kBackward, 3, "conv2", "conv2d", {3, 4}, {}},
              {StepPhase::kBackward, 2, "relu1", "relu", {3}, {}},
              {StepPhase::kBackward, 1, "bn1", "batchnorm2d", {1}, {}},
@@ -239,8 +239,19 @@ TEST(Recompute, ChainsStopAtKeptTensorsAndInsertBeforeTheFirstBackwardUse) {
   const RecomputeChain chain = recompute_chain(t, live, 3, saved);
   EXPECT_EQ(chain.steps, (std::vector<int>{2, 3}));  // bn then relu
   EXPECT_EQ(chain.temps, (std::vector<int>{2}));
-  EXPECT_TRUE(recompute_chain(t, live, 4, saved).steps.empty()) << "conv is not recomputable";
+  // A convolution rebuilds its output from its kept input: one step.
+  EXPECT_EQ(recompute_chain(t, live, 4, saved).steps, (std::vector<int>{4}));
+  EXPECT_TRUE(recompute_chain(t, live, 4, saved).temps.empty());
+  // When its input is not kept either, the chain goes back through it (conv2 <- relu1 <- bn1),
+  // within max_steps.
+  const std::vector<bool> c_dropped = {true, true, false, false, true};
+  EXPECT_EQ(recompute_chain(t, live, 4, c_dropped).steps, (std::vector<int>{2, 3, 4}));
+  EXPECT_TRUE(recompute_chain(t, live, 4, c_dropped, 2).steps.empty()) << "chain too long";
   EXPECT_TRUE(recompute_chain(t, live, 3, saved, 1).steps.empty()) << "chain too long";
+  // A step that is not recomputable ends every chain through it.
+  Tape frozen = t;
+  frozen.steps[4].recomputable = false;
+  EXPECT_TRUE(recompute_chain(frozen, live, 4, saved).steps.empty());
   std::vector<int> origin;
   const Tape out = insert_recompute(t, live, {chain}, origin);
   ASSERT_EQ(out.steps.size(), t.steps.size() + 2);
@@ -252,6 +263,152 @@ TEST(Recompute, ChainsStopAtKeptTensorsAndInsertBeforeTheFirstBackwardUse) {
   EXPECT_EQ(origin[6], 3);
   EXPECT_EQ(origin[7], 5);
   EXPECT_EQ(out.steps[6].writes, (std::vector<int>{3}));
+}
+
+// A VGG block: x -> conv1 (workspace w) -> a -(relu1, in place)-> b -> conv2 -> c -(relu2, in
+// place)-> d -> conv3 -> e. Backward: conv3 reads d; relu2 reads d; conv2 reads b; relu1 reads b;
+// conv1 reads x.
+Tape vgg_block() {
+  Tape t;
+  t.tensors = {{"x", 4096, TapeTensorKind::kInput},
+               {"a", 8192},
+               {"b", 8192},
+               {"c", 8192},
+               {"d", 8192},
+               {"e", 4096},
+               {"w", 4096, TapeTensorKind::kWorkspace}};
+  t.steps = {{StepPhase::kLoad, -1, "load", "load", {}, {0}},
+             {StepPhase::kForward, 0, "conv1", "conv2d", {0}, {1, 6}, 1e6, true},
+             {StepPhase::kForward, 1, "relu1", "relu", {1}, {2}, 0, true, {{1, 2}}},
+             {StepPhase::kForward, 2, "conv2", "conv2d", {2}, {3}, 1e6, true},
+             {StepPhase::kForward, 3, "relu2", "relu", {3}, {4}, 0, true, {{3, 4}}},
+             {StepPhase::kForward, 4, "conv3", "conv2d", {4}, {5}, 1e6, true},
+             {StepPhase::kBackward, 4, "conv3", "conv2d", {4, 5}, {}},
+             {StepPhase::kBackward, 3, "relu2", "relu", {4}, {}},
+             {StepPhase::kBackward, 2, "conv2", "conv2d", {2}, {}},
+             {StepPhase::kBackward, 1, "relu1", "relu", {2}, {}},
+             {StepPhase::kBackward, 0, "conv1", "conv2d", {0}, {}}};
+  return t;
+}
+
+TEST(Recompute, ChainsOfDroppedTensorsRunEachConvolutionOnce) {
+  const Tape t = vgg_block();
+  const Liveness live = analyse_liveness(t);
+  const std::vector<bool> saved = {true, false, true, false, true, true, false};
+  // Alone, d rebuilds from the kept b: conv2 then relu2 in place over c.
+  const RecomputeChain d_alone = recompute_chain(t, live, 4, saved);
+  EXPECT_EQ(d_alone.steps, (std::vector<int>{3, 4}));
+  EXPECT_EQ(d_alone.temps, (std::vector<int>{3}));
+  // b and d both dropped: d's chain (needed first) rebuilds b on the way, which then stays for
+  // its own backward uses; b gets no chain of its own.
+  const std::vector<RecomputeChain> chains = recompute_chains(t, live, {2, 4}, saved);
+  ASSERT_EQ(chains.size(), 1u);
+  EXPECT_EQ(chains[0].target, 4);
+  EXPECT_EQ(chains[0].steps, (std::vector<int>{1, 2, 3, 4}));
+  std::vector<int> temps = chains[0].temps;
+  std::sort(temps.begin(), temps.end());
+  EXPECT_EQ(temps, (std::vector<int>{1, 2, 3}));
+  // The recompute steps write the chain's tensors and the convolution's workspace.
+  std::vector<int> origin;
+  const Tape out = insert_recompute(t, live, chains, origin);
+  ASSERT_EQ(out.steps.size(), t.steps.size() + 4);
+  for (int s = 6; s < 10; ++s)
+    EXPECT_EQ(out.steps[static_cast<size_t>(s)].phase, StepPhase::kRecompute);
+  EXPECT_EQ(out.steps[6].name, "conv1");
+  EXPECT_EQ(out.steps[6].writes, (std::vector<int>{1, 6}));
+  EXPECT_EQ(out.steps[8].name, "conv2");
+  EXPECT_EQ(out.steps[9].alias, (std::vector<std::pair<int, int>>{{3, 4}}));
+  // Only b dropped: its own chain, before conv2's backward.
+  const std::vector<RecomputeChain> b_only = recompute_chains(t, live, {2}, saved);
+  ASSERT_EQ(b_only.size(), 1u);
+  EXPECT_EQ(b_only[0].steps, (std::vector<int>{1, 2}));
+  // The order of `dropped` does not matter.
+  EXPECT_EQ(recompute_chains(t, live, {4, 2}, saved)[0].steps, chains[0].steps);
+}
+
+// Plan invariants hold on a tape with conv recompute, the rebuilt conv output and its in-place
+// ReLU share memory, the convolution's workspace is live at the recompute step, and a rebuild
+// is chosen only where it costs less than the copies.
+TEST(Recompute, ConvolutionRebuildsAreChosenByCostWithTheirWorkspacePlanned) {
+  const Tape t = vgg_block();
+  PlanOptions o;
+  o.policy = MemoryPolicy::kAuto;
+  o.recompute = true;
+  o.cost.link_gbps = 1e-6;  // copies cannot hide: rebuilding is cheaper
+  const MemoryPlan none = [&] {
+    PlanOptions n = o;
+    n.policy = MemoryPolicy::kNone;
+    return plan_memory(t, n);
+  }();
+  o.budget = none.peak_bytes() - 1;
+  const MemoryPlan p = plan_memory(t, o);
+  check_invariants(p);
+  EXPECT_LE(p.peak_bytes(), o.budget);
+  EXPECT_GT(p.recompute_flops, 0);
+  int conv_recomputes = 0;
+  for (size_t s = 0; s < p.tape.steps.size(); ++s) {
+    const TapeStep& st = p.tape.steps[s];
+    if (st.phase != StepPhase::kRecompute || st.op != "conv2d") continue;
+    ++conv_recomputes;
+    if (st.name != "conv1") continue;
+    bool ws_live = false;
+    for (const Residency& r : p.tensors[6].residency)
+      ws_live = ws_live || (r.begin <= static_cast<int>(s) && static_cast<int>(s) <= r.end);
+    EXPECT_TRUE(ws_live) << "conv1's workspace has no memory at its recompute step";
+    // relu1 runs again next, in place: the rebuilt b takes over a's memory.
+    const int relu = static_cast<int>(s) + 1;
+    ASSERT_EQ(p.tape.steps[static_cast<size_t>(relu)].name, "relu1");
+    const Residency& a = p.tensors[1].residency.back();
+    const Residency& b = p.tensors[2].residency.back();
+    EXPECT_EQ(a.end, relu);
+    EXPECT_TRUE(a.handed_on);
+    EXPECT_EQ(b.begin, relu);
+    EXPECT_EQ(a.offset, b.offset);
+  }
+  EXPECT_GT(conv_recomputes, 0);
+  // By cost: where the copies hide in their idle gap (cost 0), offloading beats any rebuild.
+  o.cost.link_gbps = 1e6;
+  const MemoryPlan fast = plan_memory(t, o);
+  check_invariants(fast);
+  EXPECT_EQ(fast.recompute_flops, 0.0);
+  EXPECT_GT(fast.offload_bytes, 0u);
+}
+
+TEST(Planner, AutoRecomputesConvolutionsWhenCopiesCannotHide) {
+  const ModelTape m = model_tape("vgg11_cifar", 16);
+  const MemoryPlan all = plan(m, MemoryPolicy::kVdnnAll);
+  const MemoryPlan none = plan(m, MemoryPolicy::kNone);
+  const uint64_t budget = all.peak_bytes() + (none.peak_bytes() - all.peak_bytes()) / 2;
+  const MemoryPlan slow = plan(m, MemoryPolicy::kAuto, budget, true, 0.001);
+  check_invariants(slow);
+  EXPECT_LE(slow.peak_bytes(), budget);
+  int conv_recomputes = 0;
+  for (size_t s = 0; s < slow.tape.steps.size(); ++s) {
+    const TapeStep& st = slow.tape.steps[s];
+    if (st.phase == StepPhase::kRecompute && st.op == "conv2d") ++conv_recomputes;
+  }
+  EXPECT_GT(conv_recomputes, 0);
+}
+
+TEST(Planner, RecomputeNeverPredictsASlowerStep) {
+  for (const char* name : {"vgg11_cifar", "resnet18_cifar"}) {
+    const ModelTape m = model_tape(name, 16);
+    const MemoryPlan all = plan(m, MemoryPolicy::kVdnnAll);
+    const MemoryPlan none = plan(m, MemoryPolicy::kNone);
+    for (double f : {0.1, 0.5, 0.9}) {
+      const uint64_t budget =
+          all.peak_bytes() +
+          static_cast<uint64_t>(f * static_cast<double>(none.peak_bytes() - all.peak_bytes()));
+      for (double gbps : {0.01, 1.0, 12.0}) {
+        const MemoryPlan off = plan(m, MemoryPolicy::kAuto, budget, false, gbps);
+        const MemoryPlan rec = plan(m, MemoryPolicy::kAuto, budget, true, gbps);
+        check_invariants(rec);
+        EXPECT_LE(rec.peak_bytes(), budget);
+        EXPECT_LE(rec.prediction.step_seconds, off.prediction.step_seconds * (1 + 1e-9))
+            << name << " budget fraction " << f << " at " << gbps << " GB/s";
+      }
+    }
+  }
 }
 
 }  // namespace

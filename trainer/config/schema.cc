@@ -241,7 +241,8 @@ std::vector<KeySpec> build_schema() {
       size(FERRY_CONFIG_KEY(memory, budget), 0, "Device bytes the plan may use; 0 = device.memory.",
            "device.memory", "<= device.memory"),
       flag(FERRY_CONFIG_KEY(memory, recompute),
-           "auto: may recompute cheap activations (ReLU, BN, pooling) instead of keeping them."),
+           "auto: may drop activations and rebuild them in backward (ReLU, BN, pooling, add, "
+           "convolutions, linear layers) where that is predicted faster than copying them."),
       size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
       real(FERRY_CONFIG_KEY(memory, link_gbps), at_least(0),
            "Host<->device GB/s the planner assumes when costing offloads; 0 = measured "

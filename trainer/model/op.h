@@ -57,7 +57,10 @@ class Op {
   virtual OpCost cost() const = 0;
   // Scratch bytes a pass needs (io.ws). Asked once per graph, at planning time.
   virtual uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training) const { return 0; }
-  // Cheap enough to run again in backward instead of keeping its outputs (ReLU, BN, pooling).
+  // May run again in backward to rebuild its outputs (ReLU, BN, pooling, add, flatten,
+  // convolutions, linear):
+  // deterministic, and with update_buffers off it leaves persistent state alone. Whether it is
+  // worth it is the planner's cost decision.
   virtual bool recomputable() const { return false; }
   // Pairs whose memory the pass may share when the first dies at this step (in place):
   // forward (input i, output j); backward (grad_output i, grad_input j). The kernels must be

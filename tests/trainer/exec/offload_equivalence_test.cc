@@ -1,9 +1,9 @@
 // Offload changes nothing: 10 training steps of resnet18_cifar and vgg11_cifar under
-// vdnn-conv, vdnn-all and auto at a tight budget (with and without recomputation) give a loss
-// trajectory bitwise equal to the one under none. Every run but the reference is in poison
-// mode, where device space that the plan says is not resident holds NaN: had any kernel read
-// a tensor the plan had moved away, the losses would differ. Each run's measured device
-// high-water mark equals its planned peak and stays within its budget.
+// vdnn-conv, vdnn-all and auto at a tight budget (with and without recomputation, convolutions
+// recomputed included) give a loss trajectory bitwise equal to the one under none. Every run but
+// the reference is in poison mode, where device space that the plan says is not resident holds NaN:
+// had any kernel read a tensor the plan had moved away, the losses would differ. Each run's
+// measured device high-water mark equals its planned peak and stays within its budget.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -73,6 +73,27 @@ TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
     EXPECT_LE(run.measured_peak, c.memory.budget);
     EXPECT_LT(run.planned_peak, reference.planned_peak);
   }
+}
+
+// Recomputing convolutions (a conv output rebuilt from its kept or fetched input, then its
+// ReLU in place over it) gives the forward's bits: at a tight budget where copies look slow,
+// auto drops conv outputs, and the losses stay bitwise equal to none's in poison mode.
+TEST_P(OffloadEquivalence, RecomputedConvolutionsGiveTheSameLosses) {
+  const Config base = small_config(GetParam(), 2);
+  constexpr int kSteps = 4;
+  const TrainRun reference = train_steps(base, kSteps);
+  Config c = base;
+  c.memory.policy = MemoryPolicy::kAuto;
+  c.memory.debug_poison = true;
+  c.memory.recompute = true;
+  c.memory.budget = tight_budget(base, true);
+  c.memory.link_gbps = 0.001;
+  const TrainRun run = train_steps(c, kSteps);
+  expect_bitwise_equal(run.losses, reference.losses, "auto (conv recompute)");
+  EXPECT_GT(run.conv_recomputes, 0) << "no convolution was recomputed";
+  EXPECT_EQ(run.measured_peak, run.planned_peak);
+  EXPECT_LE(run.measured_peak, c.memory.budget);
+  EXPECT_LT(run.planned_peak, reference.planned_peak);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OffloadEquivalence,

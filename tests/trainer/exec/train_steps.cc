@@ -29,6 +29,10 @@ TrainRun train_steps(const Config& c, int steps) {
   run.planned_peak = program.plan.peak_bytes();
   run.offload_bytes = program.plan.offload_bytes;
   run.recompute_flops = program.plan.recompute_flops;
+  for (const TapeStep& s : program.plan.tape.steps) {
+    if (s.phase == StepPhase::kRecompute && (s.op == "conv2d" || s.op == "linear"))
+      ++run.conv_recomputes;
+  }
   for (int step = 1; step <= steps; ++step) {
     Batch batch = loader.next();
     session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,

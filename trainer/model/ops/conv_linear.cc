@@ -24,6 +24,9 @@ class Conv2dOp : public Op {
     return s + fmt::format(", {}->{}", g_.c, g_.k);
   }
   SavedSet saved() const override { return {.inputs = 1}; }
+  // Runs again with the same geometry, hence the same algorithm and workspace (the plan keeps
+  // its forward workspace for the recompute step): the same bits from the same input and weights.
+  bool recomputable() const override { return true; }
   OpCost cost() const override {
     const double macs = static_cast<double>(g_.n) * g_.k * g_.out_h() * g_.out_w() *
                         (g_.c / g_.groups) * g_.r * g_.s;
@@ -62,6 +65,7 @@ class LinearOp : public Op {
   std::string_view kind() const override { return "linear"; }
   std::string describe() const override { return fmt::format("{}->{}", g_.k, g_.n); }
   SavedSet saved() const override { return {.inputs = 1}; }
+  bool recomputable() const override { return true; }
   OpCost cost() const override {
     const double macs = static_cast<double>(g_.m) * g_.n * g_.k;
     return {2 * macs, 4 * macs};

@@ -40,6 +40,7 @@ class AddOp : public Op {
     return {{0, 0}};
   }
   OpCost cost() const override { return {static_cast<double>(n_), 0}; }
+  bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(AddForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0])}, s);
   }
@@ -63,6 +64,7 @@ class FlattenOp : public Op {
   std::string_view kind() const override { return "flatten"; }
   SavedSet saved() const override { return {}; }
   OpCost cost() const override { return {0, 0}; }
+  bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(CopyDevice{n_ * sizeof(float), io.inputs[0], io.outputs[0]}, s);
   }
