@@ -112,6 +112,17 @@ std::vector<OffloadTiming> base_timing(const Materialized& m, const Decisions& d
   return timing;
 }
 
+// Lays `d` out with vDNN's timings (or just-in-time fetches when `jit`) into m, timing and
+// plans; true when the layout's peak is within `arena_budget`.
+bool lay_out(const Tape& input, const Liveness& live, const Decisions& d, bool jit,
+             uint64_t arena_budget, Materialized& m, std::vector<OffloadTiming>& timing,
+             std::vector<TensorPlan>& plans) {
+  m = materialize(input, live, d);
+  timing = base_timing(m, d, jit);
+  plans = stretches(m, d, timing);
+  return layout_plans(m.tape, plans) <= arena_budget;
+}
+
 // Moves fetches earlier and releases later, within `limit` live bytes per step, toward the
 // points where the cost model says the copies are hidden.
 std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
@@ -306,10 +317,7 @@ bool plan_once(const Tape& input, const Liveness& live, const PlanOptions& o, ui
                bool recompute, Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
                std::vector<TensorPlan>& plans) {
   const auto fits = [&](bool jit) {
-    m = materialize(input, live, d);
-    timing = base_timing(m, d, jit);
-    plans = stretches(m, d, timing);
-    return layout_plans(m.tape, plans) <= arena_budget;
+    return lay_out(input, live, d, jit, arena_budget, m, timing, plans);
   };
   if (!greedy(input, live, o, arena_budget, recompute, d, fits)) return false;
   settle(input, live, o, arena_budget, d, m, timing, plans);
@@ -327,10 +335,7 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
                Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
                std::vector<TensorPlan>& plans) {
   const auto fits = [&](bool jit) {
-    m = materialize(input, live, d);
-    timing = base_timing(m, d, jit);
-    plans = stretches(m, d, timing);
-    return layout_plans(m.tape, plans) <= arena_budget;
+    return lay_out(input, live, d, jit, arena_budget, m, timing, plans);
   };
   d = {};
   if (fits(false)) return;  // everything resident fits

@@ -20,16 +20,9 @@
 
 namespace ferry {
 
-struct LinkEmulationOptions {
-  int rank = 0;           // for the ledger's records and error messages
-  std::vector<int> path;  // the ledger's link ids this rank's copies cross (GPU side first)
-  // The links of `path` whose tokens a chunk takes: those one chunk can fill (capacity at most
-  // the path's bottleneck). A wider link (a root complex summing its ports) is shared by the
-  // fluid model alone, so arbitration never leaves it idle. Empty: the whole path.
-  std::vector<int> arbitrated;
+struct LinkEmulationOptions : LinkPathOptions {
   double solo_gbps = 0;    // the path's emulated bottleneck: pacing before a ledger is attached
   bool arbitrate = false;  // topology scheduler: chunks wait for link-direction tokens
-  uint64_t chunk_bytes = 4ull << 20;
 };
 
 class LinkEmulator : public CopyPacer, public TransferAnnouncer {

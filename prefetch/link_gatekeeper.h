@@ -43,14 +43,8 @@ namespace ferry {
 // most of the chunk's time alone on the path, then with short naps, so a token is held only a
 // few tens of us past the chunk's real end.
 
-struct LinkGateOptions {
-  int rank = 0;           // for the ledger's records and error messages
-  std::vector<int> path;  // the ledger's link ids the rank's copies cross (GPU side first)
-  // The links of `path` whose tokens a chunk takes (LinkEmulationOptions::arbitrated); empty:
-  // the whole path.
-  std::vector<int> arbitrated;
+struct LinkGateOptions : LinkPathOptions {
   double path_gbps = 0;  // the path's bottleneck, for chunks' latest starts (0: 1000 GB/s)
-  uint64_t chunk_bytes = 4ull << 20;
   // Note [Polling the flags]
   double spin_s = 20e-6;        // a flag is re-read in a busy loop this long, then
   double sleep_s = 50e-6;       // with sleeps of this long between reads, doubling up to

@@ -93,6 +93,18 @@ CommBackendChoice comm_choice(CommBackend b) {
   return CommBackendChoice::kAuto;
 }
 
+// The rank's copy path through the node's ledger: its GPU's links, the ones a chunk takes
+// tokens on (the same both ways), and the chunk size.
+LinkPathOptions link_path(const Config& config, const RankInfo& ranks, const Placement& placement) {
+  LinkPathOptions o;
+  o.rank = ranks.rank;
+  o.path = placement.link_ids;
+  o.arbitrated = arbitrated_links(link_capacities(*placement.links), o.path,
+                                  TransferDirection::kToHost);
+  o.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
+  return o;
+}
+
 }  // namespace
 
 Session::Session(const Config& config, const RankInfo& ranks, bool training)
@@ -117,13 +129,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     // ledger (attached once the communicator exists); link time is stretched by the scale.
     d.copy_gbps = placement_.link_gbps / config.topology.emulation_scale;
     LinkEmulationOptions e;
-    e.rank = ranks.rank;
-    e.path = placement_.link_ids;
-    e.arbitrated = arbitrated_links(link_capacities(*placement_.links), e.path,
-                                    TransferDirection::kToHost);  // the same both ways
+    static_cast<LinkPathOptions&>(e) = link_path(config, ranks, placement_);
     e.solo_gbps = d.copy_gbps;
     e.arbitrate = arbitrate;
-    e.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
     emulator_ = std::make_shared<LinkEmulator>(e);
     d.pacer = emulator_;
   }
@@ -139,12 +147,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
           "set topology.file to the server's description, or use topology.scheduler=fifo");
     }
     LinkGateOptions g;
-    g.rank = ranks.rank;
-    g.path = placement_.link_ids;
-    g.arbitrated = arbitrated_links(link_capacities(*placement_.links), g.path,
-                                    TransferDirection::kToHost);  // the same both ways
+    static_cast<LinkPathOptions&>(g) = link_path(config, ranks, placement_);
     g.path_gbps = placement_.link_gbps;
-    g.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
     gatekeeper_ = std::make_shared<LinkGatekeeper>(g);
     d.gate = gatekeeper_;
   }
