@@ -135,6 +135,14 @@ int run_plan(const PlanArgs& args) {
     aware = a.contention_aware;
     link_why = fmt::format("{:.2f} GB/s for rank 0 of {} on {}: {}", a.gbps, server.bindings.size(),
                            server.topology.name(), a.why);
+    // CPU ranks on a described server emulate its links slowed by the scale, as training does.
+    const bool emulated = config.device.backend == Backend::kCpu &&
+                          config.device.copy_gbps == 0 && args.hardware.empty();
+    if (emulated && config.topology.emulation_scale != 1.0) {
+      cost.link_gbps = a.gbps / config.topology.emulation_scale;
+      link_why = fmt::format("{:.4g} GB/s emulated (topology.emulation_scale {:g}) from {}",
+                             cost.link_gbps, config.topology.emulation_scale, link_why);
+    }
   }
   planner.set_cost(cost);
   planner.set_contention_aware(aware);

@@ -121,6 +121,15 @@ TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("link: 49.00 GB/s: h100-pcie5's own link"), std::string::npos)
       << e.output;
+  // CPU ranks emulating the server plan against its links slowed by the scale, as they train.
+  e = run(in_source(trainer()) + " plan configs/quickstart.yaml" +
+          " topology.file=configs/topologies/dgx1-like.yaml topology.emulation_scale=100"
+          " topology.scheduler=topology memory.policy=auto");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("link: 0.07877 GB/s emulated (topology.emulation_scale 100) from 7.88 "
+                          "GB/s for rank 0 of 8 on dgx1-like: contention-aware"),
+            std::string::npos)
+      << e.output;
 }
 
 }  // namespace
