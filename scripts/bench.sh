@@ -7,7 +7,10 @@
 #   5. imagefolder loader images/s vs torchvision's DataLoader with PIL (2 workers each)
 #   6. emulated DGX-1-like server, 4 ranks: topology / fifo link scheduler step time, and the
 #      simulator's prediction of each (trainer simulate --emulated on the run's trace)
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology]   (default all)
+#   7. the same server under a memory budget: topology + contention-aware auto against fifo +
+#      oblivious auto (recompute on for both), step time and what each plan moved
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware]
+#        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
@@ -130,5 +133,47 @@ for sched in ("fifo", "topology"):
     j = json.load(open(f"{out}/topo_{sched}_1/links.json"))
     worst = max((p / c, l["name"]) for l in j["links"] for p, c in zip(l["peak_gbps"], l["capacity_gbps"]) if c > 0)
     print(f"  {sched}: busiest link {worst[1]} at {100 * worst[0]:.0f}% of capacity (peak over {j['bin_s'] * 1000:.0f} ms bins)")
+PY
+fi
+
+if [[ $what == all || $what == aware ]]; then
+  # Four CPU ranks stand in for GPUs 0-3 of the DGX-1-like server, two under each switch, with
+  # links slowed 100x: resnet18_cifar at batch 32 needs 283 MiB all resident, the budget is
+  # 200 MiB. Oblivious auto (fifo) plans as if each GPU had its switch uplink to itself;
+  # contention-aware auto (topology) plans against half of it and rebuilds what that cannot hide.
+  scale="${FERRY_BENCH_EMULATION_SCALE:-100}"
+  echo "== 7. emulated DGX-1-like, 4 ranks, resnet18_cifar batch 32, memory.budget 200MiB, auto with recompute, emulation_scale $scale: topology + aware / fifo + oblivious (median of steps 3-6, 2 alternating runs) =="
+  cfg=$(step_config resnet18_cifar 32)
+  for rep in 1 2; do
+    for sched in fifo topology; do
+      rm -rf "$out/aware_${sched}_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
+        run.log_every=1 run.dir="$out/aware_${sched}_$rep" memory.policy=auto \
+        memory.budget=200MiB memory.recompute=true device.threads=1 \
+        topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
+        topology.emulation_scale="$scale" > "$out/aware_${sched}_$rep.log" 2>&1
+    done
+  done
+  /usr/bin/python3 - "$out" <<'PY'
+import json, re, statistics, sys
+out = sys.argv[1]
+def step_s(sched):
+    times = []
+    for rep in (1, 2):
+        rows = [json.loads(l) for l in open(f"{out}/aware_{sched}_{rep}/metrics.jsonl")]
+        times += [32 * 4 / r["samples_per_s"] for r in rows if r["step"] >= 3]
+    return statistics.median(times), times
+def plan_line(sched):
+    # The plan the trainer printed at start (rank 0's log line with the policy's totals).
+    for line in open(f"{out}/aware_{sched}_1.log"):
+        if re.search(r"\bplan\b.*offload", line):
+            return line.strip()
+    return "?"
+f, fr = step_s("fifo")
+t, tr = step_s("topology")
+print(f"fifo + oblivious auto {f:.3f}s  topology + aware auto {t:.3f}s  ratio {f / t:.2f}x faster"
+      f"   steps: fifo {', '.join(f'{x:.3f}' for x in fr)}; topology {', '.join(f'{x:.3f}' for x in tr)}")
+for sched in ("fifo", "topology"):
+    print(f"  {sched}: {plan_line(sched)}")
 PY
 fi
