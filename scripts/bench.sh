@@ -31,6 +31,23 @@ YAML
   echo "$f"
 }
 
+# emulated_runs NAME CONFIG SCALE [key=value...]: 4 CPU ranks standing in for GPUs 0-3 of the
+# DGX-1-like server, 6 steps, under fifo and topology, two alternating runs each, into
+# $out/NAME_<scheduler>_<rep> (logs beside them).
+emulated_runs() {
+  local name=$1 cfg=$2 scale=$3
+  shift 3
+  for rep in 1 2; do
+    for sched in fifo topology; do
+      rm -rf "$out/${name}_${sched}_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
+        run.log_every=1 run.dir="$out/${name}_${sched}_$rep" device.threads=1 \
+        topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
+        topology.emulation_scale="$scale" "$@" > "$out/${name}_${sched}_$rep.log" 2>&1
+    done
+  done
+}
+
 if [[ $what == all || $what == pytorch ]]; then
   echo "== 1. training step vs PyTorch ($threads threads, batch 64; median of 3 alternating runs) =="
   for model in resnet18_cifar vgg11_cifar; do
@@ -90,17 +107,8 @@ if [[ $what == all || $what == topology ]]; then
   # on the GPUs (see README "Topology-aware scheduling").
   scale="${FERRY_BENCH_EMULATION_SCALE:-400}"
   echo "== 6. emulated DGX-1-like, 4 ranks, vgg11_cifar batch 16 vdnn-all, emulation_scale $scale: topology / fifo step time (median of steps 3-6, 2 alternating runs; step 2 traced for the simulator) =="
-  cfg=$(step_config vgg11_cifar 16)
-  for rep in 1 2; do
-    for sched in fifo topology; do
-      rm -rf "$out/topo_${sched}_$rep"
-      mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
-        run.log_every=1 run.dir="$out/topo_${sched}_$rep" memory.policy=vdnn-all device.threads=1 \
-        run.trace=true 'run.trace_steps=[2,2]' \
-        topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
-        topology.emulation_scale="$scale" > "$out/topo_${sched}_$rep.log" 2>&1
-    done
-  done
+  emulated_runs topo "$(step_config vgg11_cifar 16)" "$scale" memory.policy=vdnn-all \
+    run.trace=true 'run.trace_steps=[2,2]'
   /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, subprocess, sys
 out = sys.argv[1]
@@ -143,17 +151,8 @@ if [[ $what == all || $what == aware ]]; then
   # contention-aware auto (topology) plans against half of it and rebuilds what that cannot hide.
   scale="${FERRY_BENCH_EMULATION_SCALE:-100}"
   echo "== 7. emulated DGX-1-like, 4 ranks, resnet18_cifar batch 32, memory.budget 200MiB, auto with recompute, emulation_scale $scale: topology + aware / fifo + oblivious (median of steps 3-6, 2 alternating runs) =="
-  cfg=$(step_config resnet18_cifar 32)
-  for rep in 1 2; do
-    for sched in fifo topology; do
-      rm -rf "$out/aware_${sched}_$rep"
-      mpirun -np 4 --oversubscribe --bind-to none build/trainer train "$cfg" run.steps=6 \
-        run.log_every=1 run.dir="$out/aware_${sched}_$rep" memory.policy=auto \
-        memory.budget=200MiB memory.recompute=true device.threads=1 \
-        topology.file=configs/topologies/dgx1-like.yaml topology.scheduler=$sched \
-        topology.emulation_scale="$scale" > "$out/aware_${sched}_$rep.log" 2>&1
-    done
-  done
+  emulated_runs aware "$(step_config resnet18_cifar 32)" "$scale" memory.policy=auto \
+    memory.budget=200MiB memory.recompute=true
   /usr/bin/python3 - "$out" <<'PY'
 import json, re, statistics, sys
 out = sys.argv[1]
