@@ -119,9 +119,11 @@ struct PoolGeom {
 
   int64_t out_h() const { return out_size(h, kh, stride_h, pad_h); }
   int64_t out_w() const { return out_size(w, kw, stride_w, pad_w); }
+  // PyTorch's rule, with division rounding down (a kernel wider than the padded input gives no
+  // window in floor mode, so check_pool_geom rejects it as PyTorch does).
   int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p) const {
-    int64_t span = in + 2 * p - k;
-    int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    const int64_t span = in + 2 * p - k + (ceil_mode ? s - 1 : 0);
+    int64_t out = (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
     // The last window must start inside the input or the left padding.
     if (ceil_mode && (out - 1) * s >= in + p) --out;
     return out;

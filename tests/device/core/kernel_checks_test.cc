@@ -50,6 +50,28 @@ TEST(KernelChecks, ConvolutionKernelMustFitThePaddedInputUnderAStride) {
   check_conv_geom(g, "conv_forward");
 }
 
+TEST(KernelChecks, PoolingWindowsFollowPyTorchWhenTheKernelIsWiderThanTheInput) {
+  // torch.nn.functional.max_pool2d on 2x2 with kernel 3, stride 2: "Output size is too small"
+  // without padding or ceil mode; one output row with either.
+  PoolGeom g;
+  g.h = g.w = 2;
+  g.kh = g.kw = 3;
+  g.stride_h = g.stride_w = 2;
+  EXPECT_EQ(g.out_h(), 0);
+  EXPECT_THROW(check_pool_geom(g, "max_pool_forward"), ConfigError);
+  g.ceil_mode = true;
+  EXPECT_EQ(g.out_h(), 1);
+  check_pool_geom(g, "max_pool_forward");
+  g.ceil_mode = false;
+  g.pad_h = g.pad_w = 1;
+  EXPECT_EQ(g.out_h(), 1);
+  check_pool_geom(g, "max_pool_forward");
+  // Stride 1, kernel 3 on 2 rows: no window either.
+  g.pad_h = g.pad_w = 0;
+  g.stride_h = g.stride_w = 1;
+  EXPECT_EQ(g.out_h(), 0);
+}
+
 TEST(KernelChecks, OptimizerAndDropoutArguments) {
   EXPECT_EQ(error_text<ConfigError>([] { check_sgd_update(SgdUpdate{.n = -2}); }),
             "sgd_update: negative element count -2");
