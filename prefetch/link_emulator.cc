@@ -91,7 +91,8 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   // it, which is when the plan issues it (the host enqueues a whole step ahead).
   const double deadline = LinkLedger::now() + t.deadline_s;
   const double rate = options_.solo_gbps > 0 ? options_.solo_gbps * 1e9 : 1e12;
-  const std::vector<int>& tokens = options_.arbitrated.empty() ? options_.path : options_.arbitrated;
+  const std::vector<int>& tokens =
+      options_.arbitrated.empty() ? options_.path : options_.arbitrated;
   auto claim_at = [&](uint64_t offset) {
     return ledger->claim(options_.rank, t.direction, tokens, options_.path,
                          std::min(options_.chunk_bytes, t.bytes - offset),

@@ -44,7 +44,7 @@ namespace ferry {
 namespace {
 
 constexpr uint64_t kMagic = 0x6665727279'6c6e6bULL;  // "ferrylnk"
-constexpr uint32_t kVersion = 2;  // 2: held chunks, 256 claims
+constexpr uint32_t kVersion = 2;                     // 2: held chunks, 256 claims
 constexpr int kBins = 1024;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

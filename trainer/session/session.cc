@@ -99,8 +99,8 @@ LinkPathOptions link_path(const Config& config, const RankInfo& ranks, const Pla
   LinkPathOptions o;
   o.rank = ranks.rank;
   o.path = placement.link_ids;
-  o.arbitrated = arbitrated_links(link_capacities(*placement.links), o.path,
-                                  TransferDirection::kToHost);
+  o.arbitrated =
+      arbitrated_links(link_capacities(*placement.links), o.path, TransferDirection::kToHost);
   o.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
   return o;
 }

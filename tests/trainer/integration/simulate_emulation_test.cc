@@ -91,7 +91,7 @@ TEST(SimulateEmulation, PredictsTheEmulatedStepTimeWithin15Percent) {
       }
     }
     EXPECT_LE(std::abs(best_error), 0.15) << scheduler << ": measured " << best_measured
-                                           << " s, simulated " << best_predicted << " s";
+                                          << " s, simulated " << best_predicted << " s";
     // The check can fail: links twice as fast (half the emulation scale) miss by far more.
     const double fast = simulated_step_seconds(dir, "topology.emulation_scale=150");
     EXPECT_GT(std::abs(fast - best_measured) / best_measured, 0.3) << scheduler << ": " << fast;
