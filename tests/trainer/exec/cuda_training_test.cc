@@ -79,42 +79,9 @@ TEST_F(CudaTraining, EveryOffloadPolicyGivesTheSameLossesOnTheGpu) {
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
 
-  struct Variant {
-    std::string name;
-    MemoryPolicy policy;
-    bool tight;
-    bool recompute;
-  };
-  const std::vector<Variant> variants = {
-      {"none (poisoned)", MemoryPolicy::kNone, false, false},
-      {"vdnn-conv", MemoryPolicy::kVdnnConv, false, false},
-      {"vdnn-all", MemoryPolicy::kVdnnAll, false, false},
-      {"auto (tight budget)", MemoryPolicy::kAuto, true, false},
-      {"auto (tight budget, recompute)", MemoryPolicy::kAuto, true, true},
-  };
-  for (const Variant& v : variants) {
-    SCOPED_TRACE(v.name);
-    Config c = base;
-    c.memory.policy = v.policy;
-    c.memory.debug_poison = true;
-    c.memory.recompute = v.recompute;
-    if (v.tight) {
-      c.memory.budget = tight_budget(base, v.recompute);
-      if (v.recompute) c.memory.link_gbps = 0.001;  // copies look slow: auto recomputes
-    }
-    const TrainRun run = train_steps(c, 10);
-    expect_bitwise_equal(run.losses, reference.losses, v.name);
-    if (v.policy != MemoryPolicy::kNone) {
-      EXPECT_GT(run.offload_bytes + static_cast<uint64_t>(run.recompute_flops), 0u)
-          << "the plan moved nothing";
-      EXPECT_LT(run.planned_peak, reference.planned_peak);
-    }
-    if (v.recompute) {
-      EXPECT_GT(run.recompute_flops, 0) << "nothing was recomputed";
-    }
-    EXPECT_EQ(run.measured_peak, run.planned_peak);
-    EXPECT_LE(run.measured_peak, c.memory.budget);
-  }
+  std::vector<PolicyVariant> variants = offload_policy_variants();
+  variants.insert(variants.begin(), {"none (poisoned)", MemoryPolicy::kNone, false, false});
+  expect_policies_train_alike(base, reference, variants);
 }
 
 // The topology scheduler on the GPU: vdnn-all's offloads and prefetches cross the copy streams in

@@ -38,41 +38,7 @@ TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
 
-  struct Variant {
-    std::string name;
-    MemoryPolicy policy;
-    bool tight;
-    bool recompute;
-  };
-  const std::vector<Variant> variants = {
-      {"vdnn-conv", MemoryPolicy::kVdnnConv, false, false},
-      {"vdnn-all", MemoryPolicy::kVdnnAll, false, false},
-      {"auto (tight budget)", MemoryPolicy::kAuto, true, false},
-      {"auto (tight budget, recompute)", MemoryPolicy::kAuto, true, true},
-  };
-  for (const Variant& v : variants) {
-    Config c = base;
-    c.memory.policy = v.policy;
-    c.memory.debug_poison = true;
-    c.memory.recompute = v.recompute;
-    if (v.tight) {
-      c.memory.budget = tight_budget(base, v.recompute);
-      // The planner is told the link is this slow: hiding copies looks impossible, so auto
-      // prefers recomputing (the copies themselves still run at full speed).
-      if (v.recompute) c.memory.link_gbps = 0.001;
-    }
-    const TrainRun run = train_steps(c, 10);
-    SCOPED_TRACE(v.name);
-    expect_bitwise_equal(run.losses, reference.losses, v.name);
-    EXPECT_GT(run.offload_bytes + static_cast<uint64_t>(run.recompute_flops), 0u)
-        << "the plan moved nothing";
-    if (v.recompute) {
-      EXPECT_GT(run.recompute_flops, 0) << "nothing was recomputed";
-    }
-    EXPECT_EQ(run.measured_peak, run.planned_peak);
-    EXPECT_LE(run.measured_peak, c.memory.budget);
-    EXPECT_LT(run.planned_peak, reference.planned_peak);
-  }
+  expect_policies_train_alike(base, reference, offload_policy_variants());
 }
 
 // Recomputing convolutions (a conv output rebuilt from its kept or fetched input, then its

@@ -66,4 +66,42 @@ void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>&
   }
 }
 
+std::vector<PolicyVariant> offload_policy_variants() {
+  return {
+      {"vdnn-conv", MemoryPolicy::kVdnnConv, false, false},
+      {"vdnn-all", MemoryPolicy::kVdnnAll, false, false},
+      {"auto (tight budget)", MemoryPolicy::kAuto, true, false},
+      {"auto (tight budget, recompute)", MemoryPolicy::kAuto, true, true},
+  };
+}
+
+void expect_policies_train_alike(const Config& base, const TrainRun& reference,
+                                 const std::vector<PolicyVariant>& variants) {
+  for (const PolicyVariant& v : variants) {
+    SCOPED_TRACE(v.name);
+    Config c = base;
+    c.memory.policy = v.policy;
+    c.memory.debug_poison = true;
+    c.memory.recompute = v.recompute;
+    if (v.tight) {
+      c.memory.budget = tight_budget(base, v.recompute);
+      // The planner is told the link is this slow: hiding copies looks impossible, so auto
+      // prefers recomputing (the copies themselves still run at full speed).
+      if (v.recompute) c.memory.link_gbps = 0.001;
+    }
+    const TrainRun run = train_steps(c, static_cast<int>(reference.losses.size()));
+    expect_bitwise_equal(run.losses, reference.losses, v.name);
+    if (v.policy != MemoryPolicy::kNone) {
+      EXPECT_GT(run.offload_bytes + static_cast<uint64_t>(run.recompute_flops), 0u)
+          << "the plan moved nothing";
+      EXPECT_LT(run.planned_peak, reference.planned_peak);
+    }
+    if (v.recompute) {
+      EXPECT_GT(run.recompute_flops, 0) << "nothing was recomputed";
+    }
+    EXPECT_EQ(run.measured_peak, run.planned_peak);
+    EXPECT_LE(run.measured_peak, c.memory.budget);
+  }
+}
+
 }  // namespace ferry

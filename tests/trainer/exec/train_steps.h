@@ -32,4 +32,23 @@ uint64_t tight_budget(const Config& c, bool recompute);
 void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b,
                           const std::string& what);
 
+// One memory policy the offload-equivalence tests train under: at `base`'s budget or a tight
+// one, with or without recomputation.
+struct PolicyVariant {
+  std::string name;
+  MemoryPolicy policy = MemoryPolicy::kNone;
+  bool tight = false;
+  bool recompute = false;
+};
+
+// vdnn-conv, vdnn-all, auto at a tight budget, and auto at a tight budget with recompute.
+std::vector<PolicyVariant> offload_policy_variants();
+
+// Trains each variant of `base` for as many steps as `reference` has losses, in poison mode,
+// and expects the losses bitwise equal to the reference's, the measured peak equal to the
+// planned one and within budget; a variant that offloads plans a lower peak than the reference
+// and moves or rebuilds something, and one with recompute rebuilds something.
+void expect_policies_train_alike(const Config& base, const TrainRun& reference,
+                                 const std::vector<PolicyVariant>& variants);
+
 }  // namespace ferry
