@@ -199,7 +199,7 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   rep.hardware = server.profile ? server.profile->name
                  : emulated     ? "CPU emulation measured in " + o.emulated_run
                                 : "config cost model";
-  // Until topology.scheduler takes `topology` in this branch, --scheduler names it.
+  // --scheduler overrides the config's topology.scheduler.
   const bool topology = o.scheduler == "topology" || scheduler_name(config) == "topology";
   rep.scheduler = topology ? "topology" : scheduler_name(config);
   rep.policy = config.memory.policy;
@@ -227,8 +227,8 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   in.trace = o.trace;
   std::map<double, MemoryPlan> plans;  // by assumed link rate
   for (size_t r = 0; r < n; ++r) {
-    // Until topology.scheduler takes `topology` in this branch, --scheduler topology stands for
-    // it: auto then plans contention-aware as the config would.
+    // Under --scheduler topology, auto plans contention-aware, as the config's
+    // topology.scheduler: topology makes it do in training (unless --planning says otherwise).
     std::optional<bool> aware = o.contention_aware;
     if (!aware && topology && config.memory.policy == MemoryPolicy::kAuto) aware = true;
     const AssumedLink a = assumed_link(config, server.links, static_cast<int>(r), aware);
