@@ -136,8 +136,7 @@ int run_plan(const PlanArgs& args) {
     link_why = fmt::format("{:.2f} GB/s for rank 0 of {} on {}: {}", a.gbps, server.bindings.size(),
                            server.topology.name(), a.why);
     // CPU ranks on a described server emulate its links slowed by the scale, as training does.
-    const bool emulated = config.device.backend == Backend::kCpu && config.device.copy_gbps == 0 &&
-                          args.hardware.empty();
+    const bool emulated = emulates_server_links(config) && args.hardware.empty();
     if (emulated && config.topology.emulation_scale != 1.0) {
       cost.link_gbps = a.gbps / config.topology.emulation_scale;
       link_why = fmt::format("{:.4g} GB/s emulated (topology.emulation_scale {:g}) from {}",

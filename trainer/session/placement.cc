@@ -103,6 +103,11 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   return p;
 }
 
+bool emulates_server_links(const Config& config) {
+  return config.device.backend == Backend::kCpu && config.device.copy_gbps == 0 &&
+         !config.topology.file.empty();
+}
+
 std::function<void(void*, uint64_t)> host_memory_placement(const Placement& placement) {
   if (!placement.live || placement.binding.numa < 0) return {};
   return [live = placement.live, numa = placement.binding.numa](void* addr, uint64_t bytes) {

@@ -40,6 +40,10 @@ struct Placement {
 // take a GPU. Call before creating the device, so its threads inherit the binding.
 Placement place_this_rank(const Config& config, const RankInfo& ranks);
 
+// True when `config`'s CPU ranks stand in for the GPUs of its topology.file, their copies
+// crossing that server's links slowed by topology.emulation_scale (device.copy_gbps unset).
+bool emulates_server_links(const Config& config);
+
 // DeviceOptions::place_host_memory for this rank: on the live machine with topology.bind, binds
 // each pinned host block to the rank's NUMA node (the GPU's) before its first touch, where the
 // OS can bind memory areas (Note [Pinned pages on a NUMA node] in device/host_pages.h); empty

@@ -121,8 +121,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     d.threads = placement_.bound ? static_cast<int>(placement_.binding.cpus.size())
                                  : std::max(1, cores / std::max(1, ranks.local_size));
   }
-  const bool emulate_link = d.backend == Backend::kCpu && d.copy_gbps == 0 &&
-                            !config.topology.file.empty() && placement_.link_gbps > 0;
+  const bool emulate_link = emulates_server_links(config) && placement_.link_gbps > 0;
   const bool arbitrate = config.topology.scheduler == LinkSchedulerKind::kTopology;
   if (emulate_link) {
     // The rank's copies cross its GPU's path, shared with the node's other ranks through the
