@@ -24,14 +24,14 @@ std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Devi
     choice = cuda ? CommBackendChoice::kNccl : CommBackendChoice::kMpi;
   }
   if (choice == CommBackendChoice::kMpi && cuda) {
-    throw UnsupportedError(
+    throw ConfigError(
         fmt::format("comm.backend is mpi but the device is {}: the mpi backend reduces host "
                     "memory and cannot read CUDA device memory",
                     device.name()),
         "set comm.backend to nccl (or auto) for device.backend=cuda");
   }
   if (choice == CommBackendChoice::kNccl && !cuda) {
-    throw UnsupportedError(
+    throw ConfigError(
         fmt::format("comm.backend is nccl but the device is {}: NCCL needs CUDA device memory",
                     device.name()),
         "set comm.backend to mpi (or auto) for device.backend=cpu");

@@ -49,6 +49,13 @@ OutOfMemoryError::OutOfMemoryError(Where where, std::string label, uint64_t requ
       requested_(requested),
       resident_(std::move(resident)) {}
 
+int exit_code_for(const std::exception& error) {
+  const bool user = dynamic_cast<const ConfigError*>(&error) != nullptr ||
+                    dynamic_cast<const DataError*>(&error) != nullptr ||
+                    dynamic_cast<const OutOfMemoryError*>(&error) != nullptr;
+  return user ? 2 : 1;
+}
+
 void assert_fail(const char* cond, const std::string& msg, const char* file, int line) {
   std::fprintf(stderr, "ferry: internal error: %s (%s) at %s:%d\n", msg.c_str(), cond, file, line);
   std::abort();

@@ -68,6 +68,11 @@ class OutOfMemoryError : public Error {
   std::vector<ResidentBlock> resident_;
 };
 
+// The exit code for an error that ends the program: 2 when the user's input is at fault and
+// changing it fixes the run (ConfigError, DataError, and OutOfMemoryError, which says the config
+// asks for more memory than it gives), 1 for everything else.
+int exit_code_for(const std::exception& error);
+
 }  // namespace ferry
 
 // Internal invariant: prints the condition and message, then aborts. Not for user errors.

@@ -47,8 +47,8 @@ class NcclDeviceTest : public ::testing::Test {
 TEST_F(NcclDeviceTest, MpiWithACudaDeviceIsRefusedWithAHint) {
   try {
     create_communicator(CommBackendChoice::kMpi, *device_, RankInfo{});
-    FAIL() << "no UnsupportedError";
-  } catch (const UnsupportedError& e) {
+    FAIL() << "no ConfigError (a config mistake: exit 2)";
+  } catch (const ConfigError& e) {
     EXPECT_NE(e.hint().find("nccl"), std::string::npos) << e.hint();
   }
   EXPECT_EQ(create_communicator(CommBackendChoice::kAuto, *device_, RankInfo{})->backend_name(),

@@ -5,6 +5,7 @@
 #include "trainer/checkpoint/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -104,6 +105,27 @@ void AtomicFileWriter::commit() {
     throw DataError(
         fmt::format("wrote '{}' but fsync of its directory failed: {}", path_, std::strerror(err)));
   }
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos) continue;
+    const std::string digits = name.substr(at + 5);
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code remove_ec;
+    if (fs::remove(entry.path(), remove_ec)) removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 }  // namespace ferry

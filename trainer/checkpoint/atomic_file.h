@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -38,5 +39,10 @@ class AtomicFileWriter {
   size_t written_ = 0;
   bool committed_ = false;
 };
+
+// Removes the `<name>.tmp.<pid>` files in `dir` whose writer process is gone (a writer killed
+// before its commit leaves one behind); returns their paths. A temp file of a live process, or
+// whose pid cannot be read, is kept.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 
 }  // namespace ferry

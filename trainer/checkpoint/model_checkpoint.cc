@@ -1,6 +1,7 @@
 // Mapping the parameter store to and from safetensors files.
 #include "trainer/checkpoint/model_checkpoint.h"
 
+#include <charconv>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -14,7 +15,11 @@ namespace {
 
 constexpr const char* kFormat = "ferry-checkpoint-1";
 
-int64_t metadata_int(const SafetensorsFile& file, const std::string& key) {
+// Steps, epochs and batches beyond this are not a run's (2^53: exact in every JSON reader).
+constexpr int64_t kMaxCount = int64_t{1} << 53;
+
+// The text of metadata `key`; DataError when it is missing.
+const std::string& metadata_text(const SafetensorsFile& file, const std::string& key) {
   auto it = file.metadata().find(key);
   if (it == file.metadata().end()) {
     throw DataError(
@@ -22,12 +27,46 @@ int64_t metadata_int(const SafetensorsFile& file, const std::string& key) {
         "checkpoint.resume needs a file written by ferry; use model.init_from to "
         "start from weights alone");
   }
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
+  return it->second;
+}
+
+// Metadata `key` as a T; DataError unless all of its text is a T.
+template <class T>
+T metadata_number(const SafetensorsFile& file, const std::string& key) {
+  T value = 0;
+  const std::string& text = metadata_text(file, key);
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || err != std::errc() || end != text.data() + text.size()) {
     throw DataError(
-        fmt::format("{}: metadata '{}' is not an integer: '{}'", file.source(), key, it->second));
+        fmt::format("{}: metadata '{}' is not an integer: '{}'", file.source(), key, text),
+        "the checkpoint is corrupt; resume from an earlier one");
   }
+  return value;
+}
+
+// A count (step, epoch, batch): in [0, 2^53].
+int64_t metadata_count(const SafetensorsFile& file, const std::string& key) {
+  const int64_t value = metadata_number<int64_t>(file, key);
+  if (value < 0 || value > kMaxCount) {
+    throw DataError(
+        fmt::format("{}: metadata '{}' is {}, outside [0, 2^53]", file.source(), key, value),
+        "the checkpoint is corrupt; resume from an earlier one");
+  }
+  return value;
+}
+
+// A file this version can resume: its "format" is ours.
+void check_format(const SafetensorsFile& file) {
+  auto it = file.metadata().find("format");
+  const std::string format = it == file.metadata().end() ? "" : it->second;
+  if (format == kFormat) return;
+  throw DataError(
+      format.empty()
+          ? fmt::format("{}: not a ferry checkpoint (no 'format' in its metadata)", file.source())
+          : fmt::format("{}: checkpoint format '{}' is not the '{}' this version reads",
+                        file.source(), format, kFormat),
+      "checkpoint.resume needs a file written by this version of ferry; use model.init_from to "
+      "start from weights alone");
 }
 
 void copy_into(const SafetensorsEntry& entry, const ParameterStore::Entry& target,
@@ -119,11 +158,12 @@ void load_weights(const std::string& path, ParameterStore& store) {
 TrainingState load_checkpoint(const std::string& path, ParameterStore& store,
                               const std::vector<std::string>& slot_names) {
   const SafetensorsFile file = read_safetensors(path);
+  check_format(file);
   TrainingState state;
-  state.step = metadata_int(file, "step");
-  state.epoch = metadata_int(file, "epoch");
-  state.batch_in_epoch = metadata_int(file, "batch_in_epoch");
-  state.seed = static_cast<uint64_t>(metadata_int(file, "seed"));
+  state.step = metadata_count(file, "step");
+  state.epoch = metadata_count(file, "epoch");
+  state.batch_in_epoch = metadata_count(file, "batch_in_epoch");
+  state.seed = metadata_number<uint64_t>(file, "seed");
   if (auto it = file.metadata().find("model"); it != file.metadata().end())
     state.model = it->second;
   load_model_tensors(file, store);

@@ -20,7 +20,7 @@ struct PlanArgs {
   std::vector<std::string> overrides;
   std::string policy;    // "" = memory.policy, "all" = every policy
   std::string hardware;  // a hardware profile's cost model instead of the config's
-  int gpus = 0;          // ranks sharing the topology's links (0: one per GPU)
+  int gpus = 0;          // ranks sharing the topology's links (0, not given: one per GPU)
   bool max_batch = false;
   bool json = false;
   bool explain = false;  // list what fills the arena at each plan's fullest step
@@ -34,10 +34,10 @@ struct SimulateArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::string topology;   // "" = topology.file
-  int gpus = 0;           // 0 = every GPU of the topology
+  int gpus = 0;           // 0 (not given) = every GPU of the topology
   std::string hardware;   // "" = the config's cost model
   std::string scheduler;  // "" = topology.scheduler
-  double chunk_mb = -1;   // -1: topology.chunk_mb
+  double chunk_mb = 0;    // 0: topology.chunk_mb (given: [0.0625, 1024], checked by the CLI)
   std::string planning;   // "", "aware" or "oblivious"
   bool json = false;
   std::string trace;     // Chrome trace file, "" = none
@@ -46,8 +46,8 @@ struct SimulateArgs {
 
 struct InfoArgs {
   std::string model;
-  int64_t classes = 0;
-  std::string input;  // "C,H,W"
+  int64_t classes = 0;  // 0 (not given) = the model's
+  std::string input;    // "C,H,W"
   bool json = false;
 };
 

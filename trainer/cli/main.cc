@@ -1,6 +1,7 @@
-// `trainer`: the command line. Subcommands train, eval, plan and info; every error a user can
-// cause ends in one line saying what is wrong and one saying what to change, with exit code 2
-// (bad input) or 1 (a failure while running).
+// `trainer`: the command line. Subcommands train, eval, plan, simulate, info and config; every
+// error a user can cause, command-line parse errors included, ends in one line saying what is
+// wrong and one saying what to change, with exit code 2 (bad input: exit_code_for) or 1 (a
+// failure while running).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -43,8 +44,10 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--hardware", plan.hardware,
                        "plan with a hardware profile's rates: a name (h100-pcie5, v100-pcie3, "
                        "a100-pcie4) or a YAML file");
-  plan_cmd->add_option("--gpus", plan.gpus,
-                       "with topology.file: ranks sharing its links (default: one per GPU)");
+  plan_cmd
+      ->add_option("--gpus", plan.gpus,
+                   "with topology.file: ranks sharing its links (default: one per GPU)")
+      ->check(CLI::Range(1, 4096));
   plan_cmd->add_flag("--max-batch", plan.max_batch,
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");
@@ -69,7 +72,8 @@ int main(int argc, char** argv) {
   CLI::App* info_cmd =
       app.add_subcommand("info", "Print a model's layers: trainer info --model NAME");
   info_cmd->add_option("--model", info.model, "model name (omit to list the zoo)");
-  info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)");
+  info_cmd->add_option("--classes", info.classes, "number of classes (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
   info_cmd->add_flag("--json", info.json, "print JSON");
 
@@ -81,14 +85,18 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("config", sim.config, "YAML experiment config")->required();
   sim_cmd->add_option("overrides", sim.overrides, "key=value overrides");
   sim_cmd->add_option("--topology", sim.topology, "topology file (default: topology.file)");
-  sim_cmd->add_option("--gpus", sim.gpus, "GPUs (ranks) to simulate (default: every GPU)");
+  sim_cmd->add_option("--gpus", sim.gpus, "GPUs (ranks) to simulate (default: every GPU)")
+      ->check(CLI::Range(1, 4096));
   sim_cmd->add_option("--hardware", sim.hardware,
                       "hardware profile: h100-pcie5, v100-pcie3, a100-pcie4 or a YAML file "
                       "(default: the config's cost model)");
   sim_cmd->add_option("--scheduler", sim.scheduler,
                       "fifo or topology (default: topology.scheduler)");
-  sim_cmd->add_option("--chunk-mb", sim.chunk_mb,
-                      "topology scheduler chunk size in MiB (default: topology.chunk_mb)");
+  sim_cmd
+      ->add_option("--chunk-mb", sim.chunk_mb,
+                   "topology scheduler chunk size in MiB, in [0.0625, 1024] as topology.chunk_mb "
+                   "(default: topology.chunk_mb)")
+      ->check(CLI::Range(0.0625, 1024.0));
   sim_cmd->add_option("--planning", sim.planning,
                       "aware or oblivious: how auto plans the link, whatever the scheduler "
                       "(default: aware under topology, oblivious under fifo)");
@@ -100,8 +108,14 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Like every other user error: one line, a hint, exit 2.
+    return report_error(ConfigError(e.what(),
+                                    "'trainer --help' lists the subcommands, "
+                                    "'trainer SUBCOMMAND --help' their options"),
+                        2);
   }
 
   // train runs as one rank of a job (mpirun, or alone); a failure on a rank ends the job.
@@ -111,12 +125,8 @@ int main(int argc, char** argv) {
     try {
       ranks = init_ranks();
       code = run_train(train, ranks);
-    } catch (const ConfigError& e) {
-      return fail_job(ranks, e, 2);
-    } catch (const DataError& e) {
-      return fail_job(ranks, e, 2);
     } catch (const std::exception& e) {
-      return fail_job(ranks, e, 1);
+      return fail_job(ranks, e, exit_code_for(e));
     }
     finalize_ranks();
     return code;
@@ -130,12 +140,8 @@ int main(int argc, char** argv) {
     if (*sim_cmd) return run_simulate(sim);
     if (*info_cmd) return run_info(info);
     if (*config_cmd) return run_config(check, reference);
-  } catch (const ConfigError& e) {
-    return report_error(e, 2);
-  } catch (const DataError& e) {
-    return report_error(e, 2);
   } catch (const Error& e) {
-    return report_error(e, 1);
+    return report_error(e, exit_code_for(e));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -70,6 +70,7 @@ struct RunConfig {
   int64_t log_every = 10;                    // >= 1
   bool trace = false;                        // Chrome trace of the steps in trace_steps
   std::array<int64_t, 2> trace_steps{2, 3};  // [first, last], 1 <= first <= last
+  bool overwrite = false;  // a fresh run may replace another run's checkpoints in dir
   bool operator==(const RunConfig&) const = default;
 };
 

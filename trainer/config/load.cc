@@ -259,6 +259,12 @@ void Loader::check_cross_keys(const Config& c) const {
         fmt::format("run.trace_steps: first step must be <= last step, got [{}, {}]{}",
                     c.run.trace_steps[0], c.run.trace_steps[1], given_at("run.trace_steps")),
         "write run.trace_steps as [first, last], e.g. [2, 3]");
+  if (c.run.trace && c.run.trace_steps[0] > c.run.steps)
+    throw ConfigError(
+        fmt::format("run.trace_steps: starts at step {}, after the last step (run.steps={}), so "
+                    "nothing would be traced{}",
+                    c.run.trace_steps[0], c.run.steps, given_at("run.trace_steps")),
+        "set run.trace_steps within [1, run.steps], or run.trace=false");
 }
 
 bool has_yaml_extension(const std::string& name) {
@@ -300,13 +306,21 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   if (!in)
     throw ConfigError(fmt::format("cannot read config file '{}': {}", path, std::strerror(errno)),
                       kHint);
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Configs are a few KiB: read at most the cap and one byte more, so that /dev/zero or a
+  // 200 MB file is one error instead of gigabytes of YAML nodes.
+  constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad())
     throw ConfigError(fmt::format("cannot read config file '{}': read error", path), kHint);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw ConfigError(
+        fmt::format("config file '{}' is larger than 1 MiB: not an experiment config", path),
+        kHint);
   std::string stem = std::filesystem::path(path).stem().string();
   if (stem.empty()) stem = "default";
-  return parse(text.str(), overrides, path, stem);
+  return parse(text, overrides, path, stem);
 }
 
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,

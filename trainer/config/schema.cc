@@ -152,6 +152,9 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(run, trace), "Write a Chrome-trace JSON per rank to the run dir."),
       int_tuple(FERRY_CONFIG_KEY(run, trace_steps), at_least(1), "[first, last]",
                 "Steps (from 1, inclusive) that the trace covers; first <= last."),
+      flag(FERRY_CONFIG_KEY(run, overwrite),
+           "A fresh run (no checkpoint.resume) whose checkpoint.dir holds another run's "
+           "checkpoints deletes them and starts over; false = such a run is refused."),
       // model
       text(FERRY_CONFIG_KEY(model, name),
            "Model zoo name, e.g. resnet18_cifar, vgg11_cifar, lenet5, resnet50.", "", true),
@@ -169,7 +172,8 @@ std::vector<KeySpec> build_schema() {
            "training folder. Required for all three."),
       text(FERRY_CONFIG_KEY(data, labels),
            "idx: the labels file; \"\" = derived from data.path by the loader."),
-      integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1), "Samples per step, per rank."),
+      integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1),
+              "Samples per step, per rank."),
       flag(FERRY_CONFIG_KEY(data, shuffle),
            "Shuffle every epoch (seeded); false keeps file order."),
       real_list(FERRY_CONFIG_KEY(data, mean), unbounded(),
@@ -184,12 +188,12 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
       text(FERRY_CONFIG_KEY(data, val_path),
            "imagefolder: the folder trainer eval reads; \"\" = data.path."),
-      integer(FERRY_CONFIG_KEY(data, workers), at_least(1),
+      integer(FERRY_CONFIG_KEY(data, workers), closed(1, 256),
               "Loader threads that read, decode, augment and normalise the samples of a batch."),
-      integer(FERRY_CONFIG_KEY(data, crop), at_least(0),
+      integer(FERRY_CONFIG_KEY(data, crop), closed(0, 16384),
               "imagefolder: side of the training random-resized crop and of the evaluation "
               "center crop; 0 = model.input's H and W (nonzero: must equal both)."),
-      integer(FERRY_CONFIG_KEY(data, resize), at_least(1),
+      integer(FERRY_CONFIG_KEY(data, resize), closed(1, 16384),
               "imagefolder eval: resize the short side to this before the center crop."),
       flag(FERRY_CONFIG_KEY(data, skip_bad),
            "imagefolder: an unreadable image is skipped with a warning (replaced by the next "
@@ -216,7 +220,7 @@ std::vector<KeySpec> build_schema() {
       choice(FERRY_CONFIG_KEY(device, backend), "Device backend."),
       size(FERRY_CONFIG_KEY(device, memory), 1,
            "Device-memory capacity; allocations beyond it are out-of-memory errors."),
-      integer(FERRY_CONFIG_KEY(device, threads), at_least(0),
+      integer(FERRY_CONFIG_KEY(device, threads), closed(0, 1024),
               "cpu: threads for kernels; 0 = every core."),
       real(FERRY_CONFIG_KEY(device, copy_gbps), at_least(0),
            "cpu: emulated host<->device link bandwidth in GB/s; 0 = unlimited."),
@@ -258,7 +262,7 @@ std::vector<KeySpec> build_schema() {
       // comm
       choice(FERRY_CONFIG_KEY(comm, backend),
              "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),
-      real(FERRY_CONFIG_KEY(comm, bucket_mb), above(0), "Gradient bucket size in MiB."),
+      real(FERRY_CONFIG_KEY(comm, bucket_mb), closed(0.001, 16384), "Gradient bucket size in MiB."),
       flag(FERRY_CONFIG_KEY(comm, overlap),
            "Reduce each bucket while backward continues; false = after backward."),
       // topology
@@ -276,7 +280,7 @@ std::vector<KeySpec> build_schema() {
       real(FERRY_CONFIG_KEY(topology, emulation_scale), open_closed(0, 1e6),
            "cpu ranks on topology.file: multiplier on emulated link time (CPU step time / GPU "
            "step time keeps compute:link ratios)."),
-      real(FERRY_CONFIG_KEY(topology, chunk_mb), open_closed(0, 1024),
+      real(FERRY_CONFIG_KEY(topology, chunk_mb), closed(0.0625, 1024),
            "topology scheduler: transfers cross the links in chunks of this many MiB. On a GPU "
            "each chunk costs a host hand-off (a few us to tens of us): 16-64 MiB keeps that "
            "small (a 4 MiB chunk moves in ~80 us at 50 GB/s)."),

@@ -29,6 +29,8 @@ struct Range {
 inline Range unbounded() { return {}; }
 inline Range at_least(double lo) { return {lo, std::nullopt, false, false}; }
 inline Range above(double lo) { return {lo, std::nullopt, true, false}; }
+// [lo, hi]
+inline Range closed(double lo, double hi) { return {lo, hi, false, false}; }
 // [lo, hi)
 inline Range closed_open(double lo, double hi) { return {lo, hi, false, true}; }
 // (lo, hi]

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/strings.h"
 #include "trainer/data/read_file.h"
@@ -16,8 +17,11 @@ namespace ferry {
 
 namespace data_detail {
 
-std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
-                               const std::string& hint) {
+namespace {
+
+// `path` opened for reading at its end, after checking it is a regular file.
+std::ifstream open_at_end(const std::string& path, const std::string& what,
+                          const std::string& hint) {
   // Only a regular file: a directory opens as a stream whose size reads as 2^63 - 1.
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
@@ -27,14 +31,41 @@ std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
   if (!in) {
     throw DataError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)), hint);
   }
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  return in;
+}
+
+std::vector<uint8_t> read_prefix(std::ifstream& in, size_t n, const std::string& path,
+                                 const std::string& what, const std::string& hint) {
+  std::vector<uint8_t> bytes(n);
   in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    throw DataError(fmt::format("cannot read {} '{}' ({} bytes)", what, path, size), hint);
+  if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n))) {
+    throw DataError(fmt::format("cannot read {} '{}' ({} bytes)", what, path, n), hint);
   }
   return bytes;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
+                               const std::string& hint, uint64_t max_bytes) {
+  std::ifstream in = open_at_end(path, what, hint);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
+  if (static_cast<uint64_t>(size) > max_bytes) {
+    throw DataError(
+        fmt::format("{} '{}' is {}, more than the {} one such file may hold", what, path,
+                    format_bytes(static_cast<uint64_t>(size)), format_bytes(max_bytes)),
+        hint);
+  }
+  return read_prefix(in, static_cast<size_t>(size), path, what, hint);
+}
+
+std::vector<uint8_t> read_file_head(const std::string& path, size_t n, const std::string& what,
+                                    const std::string& hint) {
+  std::ifstream in = open_at_end(path, what, hint);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
+  return read_prefix(in, std::min(n, static_cast<size_t>(size)), path, what, hint);
 }
 
 bool is_gzip(const std::vector<uint8_t>& bytes) {

@@ -36,6 +36,11 @@ class Dataset {
   virtual std::vector<std::string> take_warnings() const { return {}; }
   // Samples whose file could not be read and was skipped so far.
   virtual int64_t skipped() const { return 0; }
+  // Whether sample `index` was found unreadable (and so replaced by another) so far.
+  virtual bool unreadable(int64_t index) const {
+    (void)index;
+    return false;
+  }
   // One line for logs, e.g. "cifar10 'data/cifar' (50000 x (3, 32, 32), 10 classes)".
   virtual std::string describe() const = 0;
 };

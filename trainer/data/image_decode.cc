@@ -84,19 +84,43 @@ JpegFrame find_jpeg_frame(const uint8_t* d, size_t size) {
   return frame;
 }
 
-// One TurboJPEG decompressor per thread, made on first use.
-struct TjDecompressor {
-  tjhandle handle = tjInitDecompress();
-  ~TjDecompressor() {
-    if (handle != nullptr) tjDestroy(handle);
+// Note [One decompressor per thread, discarded after any error]
+// Each loader thread reuses one TurboJPEG decompressor. libjpeg keeps state in it between calls,
+// and an error can leave that state mid-stream: the next file on the thread then fails with
+// "two SOI markers" or "truncated file" although it is good. So a decode leases the thread's
+// decompressor, and a lease that ends without a clean decode (an error, a warning, an exception)
+// destroys it; the next decode on the thread makes a fresh one.
+class DecompressorLease {
+ public:
+  DecompressorLease() {
+    if (slot() == nullptr) slot() = tjInitDecompress();
+    if (slot() == nullptr) throw Error("TurboJPEG: cannot create a decompressor (out of memory?)");
   }
-};
+  ~DecompressorLease() {
+    if (clean_) return;
+    tjDestroy(slot());
+    slot() = nullptr;
+  }
+  DecompressorLease(const DecompressorLease&) = delete;
+  DecompressorLease& operator=(const DecompressorLease&) = delete;
 
-tjhandle thread_decompressor() {
-  thread_local TjDecompressor d;
-  if (d.handle == nullptr) throw Error("TurboJPEG: cannot create a decompressor (out of memory?)");
-  return d.handle;
-}
+  tjhandle get() const { return slot(); }
+  // Every call on the decompressor returned 0: it may serve the thread's next file.
+  void clean() { clean_ = true; }
+
+ private:
+  struct Holder {
+    tjhandle handle = nullptr;
+    ~Holder() {
+      if (handle != nullptr) tjDestroy(handle);
+    }
+  };
+  static tjhandle& slot() {
+    thread_local Holder holder;
+    return holder.handle;
+  }
+  bool clean_ = false;
+};
 
 // PIL's CMYK -> RGB (R = (255 - K) - C * (255 - K) / 255, with its rounding), from the inverted
 // (Adobe) values libjpeg returns: c' = 255 - C, k' = 255 - K.
@@ -118,10 +142,12 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
     fail(name, fmt::format("a JPEG with {} colour components is not supported", frame.components));
   }
   check_dimensions(frame.width, frame.height, size, name, limits);
-  tjhandle tj = thread_decompressor();
+  DecompressorLease lease;  // Note [One decompressor per thread, discarded after any error]
+  tjhandle tj = lease.get();
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   unsigned char* buf = const_cast<unsigned char*>(data);
   const unsigned long len = static_cast<unsigned long>(size);
+  bool warned = false;  // a call returned non-zero but the decode goes on
   if (tjDecompressHeader3(tj, buf, len, &width, &height, &subsampling, &colorspace) == 0) {
     // A header cut short before its scan reads as "tables only": no image size.
     if (width == 0 || height == 0) fail(name, "truncated file (the headers are incomplete)");
@@ -132,6 +158,8 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
   } else if (std::strstr(tjGetErrorStr2(tj), "subsampling") == nullptr) {
     // TurboJPEG 2.1 refuses unusual sampling factors here though it decodes them.
     fail(name, tjGetErrorStr2(tj));
+  } else {
+    warned = true;
   }
   width = frame.width;
   height = frame.height;
@@ -144,6 +172,7 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
   std::vector<uint8_t> decoded(static_cast<size_t>(width) * static_cast<size_t>(height) * channels);
   if (tjDecompress2(tj, buf, len, decoded.data(), width, static_cast<int>(width * channels), height,
                     pixel_format, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
+    warned = true;
     const std::string message = tjGetErrorStr2(tj);
     if (tjGetErrorCode(tj) != TJERR_WARNING) fail(name, message);
     // Warnings about corrupt entropy data still give an image (as in PIL); running out of
@@ -152,6 +181,7 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name,
       fail(name, "truncated file (" + message + ")");
     }
   }
+  if (!warned) lease.clean();
   if (!cmyk) {
     image.pixels = std::move(decoded);
     return image;

@@ -26,6 +26,9 @@ struct DecodeLimits {
   // claims far more pixels than the data could code is corrupt (deflate expands at most
   // 1032:1; a JPEG block costs at least a bit or two).
   int64_t max_pixels_per_byte = 2048;
+  // Bytes of one image file at most (default 1 GiB: a 16384 x 16384 RGB PNG stored uncompressed
+  // is 768 MiB); a larger file is refused before it is read.
+  uint64_t max_file_bytes = uint64_t{1} << 30;
 };
 
 enum class ImageFormat { kUnknown, kJpeg, kPng };

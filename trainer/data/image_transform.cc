@@ -10,6 +10,8 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "device/counter_rng.h"
 
@@ -107,11 +109,18 @@ CropBox random_resized_crop_box(int width, int height, uint64_t key,
 bool random_flip(uint64_t key) { return draw(key, kFlipDraw) < 0.5; }
 
 std::pair<int, int> resized_size(int width, int height, int short_side) {
-  if (width <= height) {
-    return {short_side,
-            static_cast<int>(static_cast<double>(int64_t{short_side} * height) / width)};
+  const bool tall = width <= height;
+  const int64_t lo = tall ? width : height, hi = tall ? height : width;
+  const double longer = static_cast<double>(int64_t{short_side} * hi) / static_cast<double>(lo);
+  if (short_side > kMaxResizedSide || !(longer <= static_cast<double>(kMaxResizedSide))) {
+    throw DataError(fmt::format("resizing its {}x{} pixels to a short side of {} would make a "
+                                "side of {:.0f} pixels, more than {}",
+                                width, height, short_side, std::max<double>(longer, short_side),
+                                kMaxResizedSide),
+                    "lower data.resize, or set data.skip_bad=true to skip such images");
   }
-  return {static_cast<int>(static_cast<double>(int64_t{short_side} * width) / height), short_side};
+  const int l = static_cast<int>(longer);
+  return tall ? std::make_pair(short_side, l) : std::make_pair(l, short_side);
 }
 
 void resample(const RgbImage& src, CropBox box, int out_width, int out_height, CropBox window,

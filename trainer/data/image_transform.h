@@ -33,7 +33,9 @@ CropBox random_resized_crop_box(int width, int height, uint64_t key,
 bool random_flip(uint64_t key);
 
 // torchvision Resize(short_side)'s output (width, height): the shorter side becomes short_side,
-// the longer int(short_side * long / short).
+// the longer int(short_side * long / short). DataError when a side would exceed
+// kMaxResizedSide (a 1 x 10,000,000 image resized to 256: PIL could not allocate it either).
+constexpr int64_t kMaxResizedSide = int64_t{1} << 20;
 std::pair<int, int> resized_size(int width, int height, int short_side);
 
 // Resamples `box` of `src` to out_width x out_height and writes the rectangle `window` of that

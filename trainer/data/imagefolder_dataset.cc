@@ -6,6 +6,7 @@
 // change a batch.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 #include <system_error>
@@ -104,11 +105,13 @@ class ImageFolderDataset : public Dataset {
       const int64_t i = (index + tries) % size();
       if (o_.skip_bad && is_bad(i)) continue;
       try {
-        const std::vector<uint8_t> bytes = data_detail::read_file(
-            files_[static_cast<size_t>(i)], "image", "check the file's permissions");
-        const RgbImage image =
-            decode_image(bytes.data(), bytes.size(), files_[static_cast<size_t>(i)], o_.limits);
-        transform(image, i, epoch, pixels);
+        const std::string& path = files_[static_cast<size_t>(i)];
+        const RgbImage image = read_image(path);
+        try {
+          transform(image, i, epoch, pixels);
+        } catch (const DataError& e) {
+          throw DataError(fmt::format("image '{}': {}", path, e.what()), e.hint());
+        }
         return labels_[static_cast<size_t>(i)];
       } catch (const DataError& e) {
         if (!o_.skip_bad) throw;
@@ -117,6 +120,8 @@ class ImageFolderDataset : public Dataset {
     }
     throw DataError(fmt::format("imagefolder '{}': no image could be read", o_.path), kLayoutHint);
   }
+
+  bool unreadable(int64_t index) const override { return is_bad(index); }
 
   std::vector<std::string> take_warnings() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -148,17 +153,37 @@ class ImageFolderDataset : public Dataset {
                pixels);
   }
 
+  // The signature is checked before the file is read, and its size before it is allocated.
+  RgbImage read_image(const std::string& path) const {
+    constexpr const char* kHint = "check the file's permissions, or set data.skip_bad=true";
+    const std::vector<uint8_t> head = data_detail::read_file_head(path, 8, "image", kHint);
+    if (sniff_image_format(head.data(), head.size()) == ImageFormat::kUnknown) {
+      return decode_image(head.data(), head.size(), path, o_.limits);  // throws, naming why
+    }
+    const std::vector<uint8_t> bytes =
+        data_detail::read_file(path, "image", kHint, o_.limits.max_file_bytes);
+    return decode_image(bytes.data(), bytes.size(), path, o_.limits);
+  }
+
   bool is_bad(int64_t i) const {
     std::lock_guard<std::mutex> lock(mu_);
     return bad_.count(i) != 0;
   }
+  // A class whose every file is unreadable would train and evaluate without a single sample
+  // of its own: that is an error, not a skip.
   void mark_bad(int64_t i, const std::string& why) const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (bad_.insert(i).second) {
-      warnings_.push_back(
-          fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped "
-                      "so far",
-                      files_[static_cast<size_t>(i)], why, bad_.size()));
+    if (!bad_.insert(i).second) return;
+    warnings_.push_back(
+        fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped so far",
+                    files_[static_cast<size_t>(i)], why, bad_.size()));
+    const int32_t label = labels_[static_cast<size_t>(i)];
+    const int64_t in_class = std::count(labels_.begin(), labels_.end(), label);
+    if (++bad_per_class_[label] == in_class) {
+      throw DataError(
+          fmt::format("imagefolder '{}': class '{}' has no readable image (all {} skipped)",
+                      o_.path, classes_[static_cast<size_t>(label)], in_class),
+          "replace its images, or remove the class folder (every subfolder is a class)");
     }
   }
 
@@ -168,6 +193,7 @@ class ImageFolderDataset : public Dataset {
   std::vector<int32_t> labels_;
   mutable std::mutex mu_;
   mutable std::set<int64_t> bad_;
+  mutable std::map<int32_t, int64_t> bad_per_class_;
   mutable std::vector<std::string> warnings_;
 };
 

@@ -30,9 +30,19 @@ std::vector<TensorId> Graph::saved_by(const Node& node) const {
 }
 
 GraphBuilder::GraphBuilder(const Shape& input, int64_t classes) : classes_(classes) {
-  if (input.rank() != 4 || input.numel() <= 0) {
+  if (input.rank() != 4 || input[0] < 1 || input[1] < 1 || input[2] < 1 || input[3] < 1) {
     throw ConfigError(
         fmt::format("model input must be (N, C, H, W) with positive sizes, got {}", input.str()));
+  }
+  // Element counts of every tensor are int64: keep the batch far from overflowing them.
+  constexpr int64_t kMaxElements = int64_t{1} << 48;
+  int64_t elements = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (input[i] > kMaxElements / elements) {
+      throw ConfigError(fmt::format("a batch of {} holds more than 2^48 values", input.str()),
+                        "lower data.batch_size (per rank) or model.input");
+    }
+    elements *= input[i];
   }
   graph_.input_ = add_tensor("input", {input, DType::kF32}, TensorRole::kInput);
   graph_.labels_ = add_tensor("labels", {Shape{input[0]}, DType::kI32}, TensorRole::kLabel);

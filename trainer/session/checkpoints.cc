@@ -2,6 +2,7 @@
 #include "trainer/session/checkpoints.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -29,8 +30,11 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
     }
     const std::string digits =
         name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    out.emplace_back(std::stoll(digits), entry.path().string());
+    // Not ours unless the whole middle is a step number that fits (step_9999...9 is skipped).
+    int64_t step = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (digits.empty() || err != std::errc() || end != digits.data() + digits.size()) continue;
+    out.emplace_back(step, entry.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -8,9 +8,9 @@
 
 namespace ferry {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, bool fresh) : path_(path) {
   if (path.empty()) return;
-  out_.open(path, std::ios::app);
+  out_.open(path, fresh ? std::ios::trunc : std::ios::app);
   if (!out_) throw DataError("cannot open metrics file " + path, "check run.dir is writable");
 }
 

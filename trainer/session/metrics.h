@@ -25,8 +25,9 @@ struct StepReport {
 
 class MetricsLog {
  public:
-  // Opens (appends to) `path`; "" logs to the console only.
-  explicit MetricsLog(const std::string& path);
+  // Opens `path`: appends (a resumed run) or starts it anew (`fresh`); "" logs to the console
+  // only.
+  MetricsLog(const std::string& path, bool fresh);
   void write(const StepReport& report, const nlohmann::json& extra = {});
 
  private:

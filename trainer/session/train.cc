@@ -1,4 +1,4 @@
-// The train and eval loops.
+// The training loop.
 //
 // Note [No host wait inside a step]
 // A training step only enqueues work: the batch's buffers go back to the loader after an event
@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -23,8 +23,10 @@
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
+#include "trainer/session/data_setup.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/rank_log.h"
+#include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -32,67 +34,6 @@ namespace ferry {
 namespace fs = std::filesystem;
 
 namespace {
-
-// `evaluation`: an image folder reads data.val_path (when set) with the evaluation transform.
-std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
-                                                       bool evaluation = false) {
-  DatasetSpec spec;
-  spec.source = std::string(to_string(config.data.source));
-  spec.path = config.data.path;
-  if (evaluation && config.data.source == DataSource::kImageFolder &&
-      !config.data.val_path.empty()) {
-    spec.path = config.data.val_path;
-  }
-  spec.augment = !evaluation;
-  spec.resize = config.data.resize;
-  spec.skip_bad = config.data.skip_bad;
-  spec.labels_path = config.data.labels;
-  spec.image_shape = Shape{config.model.input[0], config.model.input[1], config.model.input[2]};
-  spec.classes = config.model.classes;
-  spec.samples = config.data.samples;
-  spec.seed = config.data.seed >= 0 ? static_cast<uint64_t>(config.data.seed) : config.run.seed;
-  std::shared_ptr<const Dataset> dataset = open_dataset(spec);
-  if (dataset->image_shape() != spec.image_shape) {
-    throw ConfigError(fmt::format("the dataset's images are {} but model.input is [{}, {}, {}]",
-                                  dataset->image_shape().str(), config.model.input[0],
-                                  config.model.input[1], config.model.input[2]),
-                      "set model.input to the dataset's (C, H, W)");
-  }
-  if (dataset->classes() > config.model.classes) {
-    throw ConfigError(fmt::format("the dataset has {} classes but model.classes is {}",
-                                  dataset->classes(), config.model.classes));
-  }
-  return dataset;
-}
-
-LoaderOptions loader_options(const Config& config, Device& device) {
-  LoaderOptions o;
-  o.batch_size = config.data.batch_size;
-  o.shuffle = config.data.shuffle;
-  o.seed = config.run.seed;
-  o.mean.assign(config.data.mean.begin(), config.data.mean.end());
-  o.stddev.assign(config.data.std.begin(), config.data.std.end());
-  o.drop_last = config.data.drop_last;
-  o.workers = static_cast<int>(config.data.workers);
-  o.allocator = &device.pinned();
-  return o;
-}
-
-// Rows of `logits` (n, k) whose label's logit is among the 5 largest; a logit equal to the
-// label's counts as larger when its class index is lower.
-int64_t top5_correct(const float* logits, const int32_t* labels, int64_t n, int64_t k) {
-  int64_t correct = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = logits + i * k;
-    const float mine = row[labels[i]];
-    int64_t above = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      if (row[j] > mine || (row[j] == mine && j < labels[i])) ++above;
-    }
-    if (above < 5) ++correct;
-  }
-  return correct;
-}
 
 void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data) {
   const RankInfo& ranks = session.ranks();
@@ -132,12 +73,6 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
       profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
       plan.prediction.step_seconds, plan.prediction.stall_seconds);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
 }
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the
@@ -192,7 +127,7 @@ void report_timing(RankLog& log, Session& session, const Config& config,
                          {"h2d_gbps", p->h2d_gbps}, {"seconds", p->seconds},
                          {"cache", p->cache_path}};
   }
-  write_text((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
+  write_run_file((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 // An event after everything enqueued on the compute stream so far.
@@ -241,14 +176,14 @@ void write_link_usage(const Config& config, const std::vector<LinkUsage>& usage,
                       {"directions", {"to_host", "to_device"}},
                       {"links", links}};
   const std::string path = (fs::path(config.run.dir) / "links.json").string();
-  write_text(path, j.dump(2) + "\n");
+  write_run_file(path, j.dump(2) + "\n");
   if (busiest) {
     log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
               100 * busiest_ratio, path);
   }
 }
 
-TrainResult run(const Config& config, Session& session, RankLog& log) {
+TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start) {
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
   auto dataset = open_configured_dataset(config);
@@ -259,18 +194,25 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
   if (ranks.size > 1) lo.drop_last = true;
 
   TrainingState state{0, 0, 0, config.run.seed, config.model.name};
-  const std::string resume = resolve_resume(config.checkpoint.resume, config.checkpoint.dir);
-  if (!resume.empty()) {
-    state = load_checkpoint(resume, session.store(), session.optimizer_slot_names());
+  for (const std::string& note : start.notes) log.line(note);
+  if (!start.resume.empty()) {
+    state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names());
+    if (state.step > config.run.steps) {
+      throw ConfigError(fmt::format("checkpoint.resume: '{}' is at step {}, past run.steps={}",
+                                    start.resume, state.step, config.run.steps),
+                        fmt::format("set run.steps above {} to train on from it", state.step));
+    }
     session.optimizer().set_steps_taken(state.step);
     lo.start = LoaderPosition{state.epoch, state.batch_in_epoch};
-    log.print("resumed  {} at step {}", resume, state.step);
+    log.print("resumed  {} at step {}{}", start.resume, state.step,
+              state.step == config.run.steps ? " = run.steps: nothing left to train" : "");
   }
   DataLoader loader(dataset, lo);
   print_banner(log, session, config, *dataset);
 
   const LrSchedule schedule = lr_schedule(config);
-  MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "");
+  MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
+                     /*fresh=*/start.resume.empty());
   TrainResult result;
   double interval_loss = 0, interval_correct = 0, interval_samples = 0;
   int64_t interval_steps = 0;
@@ -361,8 +303,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
       interval_steps = 0;
       interval_start = now;
     }
-    if (config.checkpoint.every > 0 && step % config.checkpoint.every == 0 && ranks.is_root()) {
-      fs::create_directories(config.checkpoint.dir);
+    if (checkpointing && ranks.is_root()) {
       const LoaderPosition next = loader.position();
       const std::string path = checkpoint_path(config.checkpoint.dir, step);
       save_checkpoint(
@@ -389,80 +330,27 @@ TrainResult run(const Config& config, Session& session, RankLog& log) {
 }  // namespace
 
 TrainResult train(const Config& config, const RankInfo& ranks) {
+  // Note [Who owns a run directory]: every check before any training time is spent.
+  ensure_writable_dir(config.run.dir, "run.dir");
+  std::optional<RunDirLock> lock;
+  if (ranks.is_root()) lock.emplace(config.run.dir);
+  const RunStart start = prepare_run_start(config, /*owner=*/ranks.is_root());
   RankLog log(ranks, config.run.dir);
   const std::string resolved = to_yaml(config);
   log.line(resolved);
-  if (ranks.is_root()) write_text((fs::path(config.run.dir) / "config.yaml").string(), resolved);
+  if (ranks.is_root())
+    write_run_file((fs::path(config.run.dir) / "config.yaml").string(), resolved);
   Session session(config, ranks, /*training=*/true);
   try {
-    return run(config, session, log);
+    return run(config, session, log, start);
   } catch (const std::exception& e) {
     // The log file keeps it; the console gets it once, from fail_job (here or in main).
     log.file_line(fmt::format("error: {}", e.what()));
     // The session is still alive: end the job before unwinding could wait on a collective the
     // other ranks never join (Note [Ending a job on one rank's failure]).
-    if (ranks.size > 1) fail_job(ranks, e, dynamic_cast<const ConfigError*>(&e) ? 2 : 1);
+    if (ranks.size > 1) fail_job(ranks, e, exit_code_for(e));
     throw;
   }
-}
-
-EvalResult evaluate(const Config& config) {
-  fs::create_directories(config.run.dir);
-  Config c = config;
-  if (c.model.init_from.empty()) {
-    const auto all = list_checkpoints(c.checkpoint.dir);
-    if (all.empty()) {
-      throw ConfigError("nothing to evaluate: model.init_from is empty and checkpoint.dir (" +
-                            c.checkpoint.dir + ") holds no checkpoint",
-                        "set model.init_from to a weights file, or train first");
-    }
-    c.model.init_from = all.back().second;
-  }
-  Session session(c, RankInfo{}, /*training=*/false);
-  // The logits stay readable after each batch, for top-5 accuracy.
-  const std::string logits = session.graph().tensor(session.graph().logits()).name;
-  session.executor().keep_alive({logits});
-  auto dataset = open_configured_dataset(c, /*evaluation=*/true);
-  LoaderOptions lo = loader_options(c, session.device());
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.epochs = 1;
-  DataLoader loader(dataset, lo);
-  std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
-              c.model.init_from.c_str());
-  double loss_sum = 0;
-  int64_t correct = 0, correct5 = 0, samples = 0;
-  const int64_t classes = c.model.classes;
-  while (Batch batch = loader.next()) {
-    if (batch.size() == 0) continue;
-    for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, false, 0);
-    const StepMetrics m = session.metrics();
-    const std::vector<std::byte> out = session.executor().read_activation(logits);
-    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),
-                 "logits of an unexpected size");
-    correct5 += top5_correct(reinterpret_cast<const float*>(out.data()), batch.labels(),
-                             batch.size(), classes);
-    loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size());
-    correct += m.correct;
-    samples += batch.size();
-  }
-  for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
-  if (dataset->skipped() > 0) {
-    std::printf("data     %lld unreadable image%s skipped (data.skip_bad)\n",
-                static_cast<long long>(dataset->skipped()), dataset->skipped() == 1 ? "" : "s");
-  }
-  const double denom = static_cast<double>(std::max<int64_t>(samples, 1));
-  EvalResult r{loss_sum / denom, static_cast<double>(correct) / denom,
-               static_cast<double>(correct5) / denom, samples};
-  nlohmann::json j = {
-      {"loss", r.loss},       {"accuracy", r.accuracy}, {"top5_accuracy", r.top5_accuracy},
-      {"samples", r.samples}, {"model", c.model.name},  {"weights", c.model.init_from}};
-  write_text((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
-  std::printf("eval     loss %.4f  accuracy %.4f  top-5 %.4f  samples %lld  -> %s\n", r.loss,
-              r.accuracy, r.top5_accuracy, static_cast<long long>(r.samples),
-              (fs::path(c.run.dir) / "eval.json").c_str());
-  return r;
 }
 
 }  // namespace ferry

@@ -143,6 +143,12 @@ TEST_F(AtomicFileTest, WriterKilledMidWriteKeepsPreviousFile) {
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(files[1].rfind("ck.safetensors.tmp.", 0), 0u) << files[1];
   EXPECT_EQ(fs::file_size(path(files[1])), 64u << 10);
+  // The writer is dead: its temp file is stale and goes; a live writer's stays.
+  const std::string live = path("other.safetensors.tmp." + std::to_string(::getpid()));
+  std::ofstream(live) << "in progress";
+  const std::vector<std::string> removed = remove_stale_temp_files(dir_.string());
+  EXPECT_EQ(removed, std::vector<std::string>{path(files[1])});
+  EXPECT_EQ(listing(), (std::vector<std::string>{"ck.safetensors", fs::path(live).filename()}));
 }
 
 }  // namespace

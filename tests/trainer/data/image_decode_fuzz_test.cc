@@ -154,5 +154,32 @@ TEST(ImageDecodeFuzz, HeadersSplicedOntoOtherBodies) {
   }
 }
 
+// Every mutated file is followed, on the same thread, by the good seeds: each must still decode
+// to its own pixels (Note [One decompressor per thread, discarded after any error]).
+TEST(ImageDecodeFuzz, GoodFilesStillDecodeAfterBadOnesOnTheSameThread) {
+  const auto all = seeds();
+  std::vector<std::vector<uint8_t>> expected;
+  for (const auto& s : all) expected.push_back(decode_image(s.data(), s.size(), "seed").pixels);
+  for (size_t s = 0; s < all.size(); ++s) {
+    for (uint64_t trial = 0; trial < 150; ++trial) {
+      std::vector<uint8_t> m = all[s];
+      const uint64_t key = counter_hash(s * 7919 + 5, trial);
+      const uint64_t r = counter_hash(key, 1);
+      const size_t at = static_cast<size_t>(r % std::min<size_t>(m.size(), 300));
+      m[at] = static_cast<uint8_t>(r >> 40);
+      if (trial % 3 == 0) m.resize(m.size() * (counter_hash(key, 2) % 100) / 100);
+      try {
+        decode_image(m.data(), m.size(), "bad.bin");
+      } catch (const DataError&) {
+      }
+      for (size_t g = 0; g < all.size(); ++g) {
+        const RgbImage im = decode_image(all[g].data(), all[g].size(), "good.bin");
+        ASSERT_EQ(im.pixels, expected[g])
+            << "seed " << g << " after seed " << s << " trial " << trial;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry

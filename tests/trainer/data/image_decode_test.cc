@@ -16,6 +16,7 @@ namespace {
 using testing::encode_jpeg;
 using testing::encode_png;
 using testing::error_of;
+using testing::jpeg_claiming;
 using testing::pattern;
 
 double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -153,6 +154,25 @@ TEST(ImageDecode, UnknownAndEmptyFilesAreRejected) {
               decode({'G', 'I', 'F', '8', '9', 'a', 0, 0}, "x.png");
             }).find("neither a JPEG nor a PNG"),
             std::string::npos);
+}
+
+// Note [One decompressor per thread, discarded after any error]: a bad JPEG must not make the
+// thread's next good one fail ("two SOI markers" after a 65535-pixel-wide header, "truncated"
+// after a file cut after its headers).
+TEST(ImageDecode, ABadJpegDoesNotPoisonTheNextGoodOneOnItsThread) {
+  const auto good = encode_jpeg(pattern(48, 40, 3), 48, 40, TJPF_RGB);
+  const RgbImage expected = decode(good);
+  const auto wide = jpeg_claiming(1, 65535);
+  size_t sos = 0;
+  for (size_t i = 2; i + 1 < good.size() && sos == 0; ++i) {
+    if (good[i] == 0xFF && good[i + 1] == 0xDA) sos = i;
+  }
+  ASSERT_GT(sos, 0u);
+  const std::vector<uint8_t> headers_only(good.begin(), good.begin() + sos + 20);
+  for (const auto* bad : {&wide, &headers_only}) {
+    EXPECT_FALSE(error_of<DataError>([&] { decode(*bad, "bad.jpg"); }).empty());
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(decode(good, "good.jpg").pixels, expected.pixels) << i;
+  }
 }
 
 TEST(ImageDecode, AbsurdDimensionsAreRefusedBeforeAllocating) {

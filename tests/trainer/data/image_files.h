@@ -51,6 +51,19 @@ inline std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& pixels, int 
   return out;
 }
 
+// A 16x16 colour JPEG whose SOF0 frame header is patched to claim height x width pixels.
+inline std::vector<uint8_t> jpeg_claiming(int height, int width) {
+  auto jpeg = encode_jpeg(pattern(16, 16, 3), 16, 16, TJPF_RGB);
+  for (size_t i = 2; i + 9 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
+      jpeg[i + 5] = static_cast<uint8_t>(height >> 8), jpeg[i + 6] = static_cast<uint8_t>(height);
+      jpeg[i + 7] = static_cast<uint8_t>(width >> 8), jpeg[i + 8] = static_cast<uint8_t>(width);
+      return jpeg;
+    }
+  }
+  throw std::runtime_error("jpeg_claiming: no SOF0 marker");
+}
+
 namespace detail {
 inline void png_write_data(png_structp png, png_bytep data, size_t n) {
   auto* out = static_cast<std::vector<uint8_t>*>(png_get_io_ptr(png));

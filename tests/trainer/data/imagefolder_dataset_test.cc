@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 using testing::encode_jpeg;
 using testing::encode_png;
 using testing::error_of;
+using testing::jpeg_claiming;
 using testing::pattern;
 using testing::TempDir;
 using testing::write_bytes;
@@ -118,6 +120,85 @@ TEST(ImageFolder, ATruncatedJpegIsAClearErrorOrASkipWithSkipBad) {
   ds->sample(3, 1, px.data());
   EXPECT_TRUE(ds->take_warnings().empty()) << "each bad file is reported once";
   EXPECT_EQ(ds->skipped(), 1);
+}
+
+// Issue 15's repro: 25 good 48x40 JPEGs per class and one whose header claims 1 x 65535 pixels,
+// read by one loader thread. Only the bad file is skipped (it used to poison the thread's
+// decoder, so every later good file failed too); evaluation counts and scores only readable
+// images, exactly as over the folder without the bad file.
+TEST(ImageFolder, OneBadJpegSkipsOnlyItselfAndEvalScoresOnlyReadableImages) {
+  TempDir dir;
+  for (const char* c : {"cat", "dog"}) {
+    fs::create_directories(dir.path() / "train" / c);
+    fs::create_directories(dir.path() / "clean" / c);
+    for (int i = 0; i < 25; ++i) {
+      const auto jpeg =
+          encode_jpeg(pattern(48, 40, 3, i + (c[0] == 'd' ? 50 : 0)), 48, 40, TJPF_RGB);
+      for (const char* set : {"train", "clean"}) {
+        write_bytes((dir.path() / set / c / fmt::format("{:02d}.jpg", i + 1)).string(), jpeg);
+      }
+    }
+  }
+  write_bytes((dir.path() / "train" / "cat" / "00_bad.jpg").string(), jpeg_claiming(1, 65535));
+  ImageFolderOptions o = options(dir.path() / "train", false);
+  o.skip_bad = true;
+  std::shared_ptr<const Dataset> ds = load_imagefolder_dataset(o);
+  ASSERT_EQ(ds->size(), 51);
+  LoaderOptions lo;
+  lo.batch_size = 8;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.epochs = 1;
+  lo.workers = 1;
+  {
+    DataLoader loader(ds, lo);
+    while (Batch b = loader.next()) {
+    }
+  }
+  EXPECT_EQ(ds->skipped(), 1);
+  EXPECT_TRUE(ds->unreadable(0));
+  EXPECT_FALSE(ds->unreadable(1));
+
+  const std::string run_dir = (dir.path() / "run").string();
+  const std::string yaml = "run: {steps: 2, dir: " + run_dir +
+                           "}\n"
+                           "model: {name: mlp, classes: 2, input: [3, 16, 16]}\n"
+                           "data: {source: imagefolder, path: " +
+                           (dir.path() / "clean").string() +
+                           ", batch_size: 8, resize: 18, workers: 1}\n"
+                           "checkpoint: {every: 2}\n"
+                           "device: {memory: 256MiB, threads: 1}\n"
+                           "topology: {bind: false}\n";
+  train(parse_config_text(yaml), RankInfo{});
+  const EvalResult clean = evaluate(parse_config_text(yaml));
+  const EvalResult skipping = evaluate(parse_config_text(
+      yaml, {"data.path=" + (dir.path() / "train").string(), "data.skip_bad=true"}));
+  EXPECT_EQ(clean.samples, 50);
+  EXPECT_EQ(skipping.samples, 50);
+  EXPECT_EQ(skipping.accuracy, clean.accuracy);
+  EXPECT_NEAR(skipping.loss, clean.loss, 1e-5 * std::abs(clean.loss));
+}
+
+TEST(ImageFolder, AClassWithNoReadableImageIsAnErrorEvenWithSkipBad) {
+  TempDir dir;
+  write_folder(dir.path());
+  fs::create_directories(dir.path() / "empty_inside");
+  write_bytes((dir.path() / "empty_inside" / "x.jpg").string(), jpeg_claiming(1, 65535));
+  write_bytes((dir.path() / "empty_inside" / "y.png").string(), {'n', 'o', 'p', 'e'});
+  ImageFolderOptions o = options(dir.path(), true);
+  o.skip_bad = true;
+  const auto ds = load_imagefolder_dataset(o);
+  std::vector<float> px(3 * 24 * 24);
+  std::string e;
+  for (int64_t i = 0; i < ds->size() && e.empty(); ++i) {
+    try {
+      ds->sample(i, 0, px.data());
+    } catch (const DataError& error) {
+      e = error.what();
+    }
+  }
+  EXPECT_NE(e.find("class 'empty_inside' has no readable image (all 2 skipped)"), std::string::npos)
+      << e;
 }
 
 // Every batch of `epochs` epochs, images and labels concatenated.

@@ -90,9 +90,9 @@ TEST(TopologyEmulation, BadTopologyInputIsOneErrorNamingTheKey) {
   const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
                            " run.steps=1 memory.policy=vdnn-all topology.file=";
   expect_config_error(run(base + dgx1() + " topology.chunk_mb=0"),
-                      "topology.chunk_mb: must be in (0, 1024], got 0");
+                      "topology.chunk_mb: must be in [0.0625, 1024], got 0");
   expect_config_error(run(base + dgx1() + " topology.chunk_mb=5000"),
-                      "topology.chunk_mb: must be in (0, 1024], got 5000");
+                      "topology.chunk_mb: must be in [0.0625, 1024], got 5000");
   expect_config_error(run(base + dgx1() + " topology.duplex_factor=0"),
                       "topology.duplex_factor: must be in (0, 1]");
   // A link of zero speed.

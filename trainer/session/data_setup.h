@@ -1,0 +1,22 @@
+// The config's dataset and loader, as training and evaluation open them.
+#pragma once
+
+#include <memory>
+
+#include "device/device.h"
+#include "trainer/config/config.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/loader.h"
+
+namespace ferry {
+
+// The dataset the data.* keys describe; `evaluation`: an image folder reads data.val_path (when
+// set) with the evaluation transform. ConfigError when its images or classes do not fit
+// model.input and model.classes.
+std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
+                                                       bool evaluation = false);
+
+// The loader options the config gives, with batch buffers in the device's pinned memory.
+LoaderOptions loader_options(const Config& config, Device& device);
+
+}  // namespace ferry

@@ -1,0 +1,148 @@
+// Run directory ownership: a lock file, writability probes and the fresh-run check.
+//
+// Note [Who owns a run directory]
+// A run directory holds one run's story: its config, logs, metrics.jsonl and checkpoints. Two
+// jobs writing into one interleave all of it, and a fresh run into the folder of an older one
+// used to prune the older run's checkpoints by step order (deleting its own) and append to its
+// metrics. So: rank 0 holds an flock on <run.dir>/.lock for the whole run (a second job is
+// refused, naming the first one's pid; the kernel releases the lock when a job dies); a fresh
+// run (no checkpoint.resume) into a checkpoint.dir that holds checkpoints is refused unless
+// run.overwrite says to start over (Hugging Face's overwrite_output_dir), and then the old
+// checkpoints are deleted; a fresh run starts metrics.jsonl anew, a resumed one appends.
+#include "trainer/session/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "trainer/checkpoint/atomic_file.h"
+#include "trainer/session/checkpoints.h"
+
+namespace ferry {
+
+namespace fs = std::filesystem;
+
+void ensure_writable_dir(const std::string& dir, const std::string& key) {
+  const std::string hint = fmt::format("set {} to a folder this user can write", key);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw ConfigError(fmt::format("{}: cannot create the folder '{}': {}", key, dir,
+                                  ec ? ec.message() : "a file of that name is in the way"),
+                      hint);
+  }
+  const std::string probe = (fs::path(dir) / fmt::format(".write-probe.{}", ::getpid())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw ConfigError(
+        fmt::format("{}: cannot write in the folder '{}': {}", key, dir, std::strerror(err)), hint);
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void write_run_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    throw DataError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)),
+                    "check that run.dir is writable and its disk is not full");
+  }
+}
+
+RunDirLock::RunDirLock(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    throw ConfigError(fmt::format("run.dir: cannot create '{}': {}", path, std::strerror(err)),
+                      "set run.dir to a folder this user can write");
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    throw ConfigError(fmt::format("run.dir '{}' is in use by another job{}", dir,
+                                  pid.empty() ? std::string() : fmt::format(" (pid {})", pid)),
+                      "wait for that job to end, or give this one another run.dir");
+  }
+  const std::string mine = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, mine.data(), mine.size(), 0) != static_cast<ssize_t>(mine.size())) {
+    // The lock holds without the pid; only the message of a refused job loses it.
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+namespace {
+
+// Deletes every step_<N>.safetensors of `dir`; returns how many.
+size_t delete_checkpoints(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& [step, path] : list_checkpoints(dir)) {
+    std::error_code ec;
+    if (fs::remove(path, ec)) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+RunStart prepare_run_start(const Config& config, bool owner) {
+  RunStart start;
+  const CheckpointConfig& ck = config.checkpoint;
+  if (config.run.overwrite && !ck.resume.empty()) {
+    throw ConfigError(fmt::format("run.overwrite=true starts over, but checkpoint.resume='{}' "
+                                  "continues a run",
+                                  ck.resume),
+                      "set one of them: run.overwrite=false to resume, or checkpoint.resume=\"\" "
+                      "to start over");
+  }
+  const bool writes_checkpoints = ck.every > 0;
+  if (owner && (writes_checkpoints || fs::exists(ck.dir))) {
+    if (writes_checkpoints) ensure_writable_dir(ck.dir, "checkpoint.dir");
+    for (const std::string& path : remove_stale_temp_files(ck.dir)) {
+      start.notes.push_back(fmt::format("removed  {} (left by a writer that died)", path));
+    }
+  }
+  start.resume = resolve_resume(ck.resume, ck.dir);
+  if (ck.resume == "latest" && start.resume.empty()) {
+    start.notes.push_back(fmt::format(
+        "resume   checkpoint.resume=latest: no checkpoint in '{}' yet, starting fresh", ck.dir));
+  }
+  if (!owner || !start.resume.empty()) return start;
+  const auto existing = list_checkpoints(ck.dir);
+  if (existing.empty()) return start;
+  if (!config.run.overwrite) {
+    throw ConfigError(
+        fmt::format("checkpoint.dir '{}' holds another run's checkpoints ({} of them, steps {} to "
+                    "{}), and this run starts fresh",
+                    ck.dir, existing.size(), existing.front().first, existing.back().first),
+        "set checkpoint.resume=latest to continue that run, run.overwrite=true to delete them "
+        "and start over, or another run.dir");
+  }
+  const size_t n = delete_checkpoints(ck.dir);
+  start.notes.push_back(
+      fmt::format("overwrite deleted {} checkpoint{} of an earlier run in '{}' "
+                  "(run.overwrite)",
+                  n, n == 1 ? "" : "s", ck.dir));
+  return start;
+}
+
+}  // namespace ferry
