@@ -35,7 +35,14 @@ DeviceOptions device_options(const Config& config) {
   d.conv_tf32 = config.device.tf32;
   d.matmul_tf32 = config.device.tf32_matmul;
   d.deterministic = config.device.deterministic;
-  const uint64_t budget = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
+  d.algorithms = config.device.algorithms;
+  // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
+  // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
+  // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm
+  // per geometry per process] in device/cuda/algorithm_cache.h).
+  const uint64_t budget = config.memory.budget > 0 && !config.device.deterministic
+                              ? config.memory.budget
+                              : config.device.memory;
   d.workspace_limit = std::min(config.memory.workspace_limit, budget / 8);
   return d;
 }

@@ -87,7 +87,8 @@ class Session {
 // Maps the config's memory.* keys to planner options.
 PlanOptions plan_options(const Config& config);
 // The config's device.* keys and the kernels' workspace limit (memory.workspace_limit, at most
-// an eighth of memory.budget); ordinal 0, threads as configured.
+// an eighth of memory.budget, or of device.memory when device.deterministic); ordinal 0,
+// threads as configured.
 DeviceOptions device_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
 LrSchedule lr_schedule(const Config& config);
