@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/copy_gate.h"
 #include "device/copy_pacer.h"
@@ -85,6 +86,9 @@ class Device {
 // Whether this build has `backend`, and (cuda) whether a device is present.
 bool backend_built(Backend backend);
 int cuda_device_count();
+// The PCI bus id of each CUDA device, by ordinal, as cudaDeviceGetPCIBusId writes it
+// ("0000:3B:00.0"); empty without the CUDA backend or a GPU.
+std::vector<std::string> cuda_pci_bus_ids();
 
 // The kernels of options.backend without a device (no memory reserved): for planning, which
 // asks kernels for workspace sizes. Throws UnsupportedError when that backend was not built.

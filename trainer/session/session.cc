@@ -120,7 +120,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       build_model(config.model.name, input_shape(config.data.batch_size), config.model.classes);
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
-  d.ordinal = placement_.binding.gpu.value_or(ranks.local_rank);
+  // Note [A rank's GPU by PCI bus id] in placement.cc.
+  d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));
   d.place_host_memory = host_memory_placement(placement_);
   if (d.threads == 0 && d.backend == Backend::kCpu) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
