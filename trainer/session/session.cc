@@ -174,6 +174,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   optimizer_ = std::make_unique<Optimizer>(opt);
   ExecutorOptions exec;
   exec.plan = plan_options(config);
+  // train() drains the staged metrics at least every run.log_every steps.
+  exec.metrics_steps = static_cast<size_t>(std::max<int64_t>(config.run.log_every, 1));
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
   if (config.memory.measure && training) {
     // Plan with this device's own times (Note [Measured step times]), cached in run.dir.
