@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/event_recycler.h"
 
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0), "ncclAvg needs NCCL 2.10 or newer");
 
@@ -86,7 +87,7 @@ bool stream_idle(cudaStream_t stream) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Device& device, const RankInfo& ranks) : device_(device), ranks_(ranks) {
+  NcclCommunicator(Device& device, const RankInfo& ranks) : ranks_(ranks) {
     if (device.backend() != Backend::kCuda) {
       throw UnsupportedError(
           fmt::format("the nccl communicator needs a cuda device, got {}", device.name()),
@@ -115,6 +116,13 @@ class NcclCommunicator final : public Communicator {
                          ncclGetErrorString(status));
           }
         });
+    // Note [No CUDA event per collective]: the ordering event is reused (a stream wait captures
+    // the record it sees when enqueued), and completion events come back for reuse once every
+    // CommWork of their last collective is gone.
+    produced_ = device.create_event();
+    done_events_ = std::make_shared<EventRecycler>([ordinal = ordinal_, watchdog = watchdog_] {
+      return std::make_unique<CollectiveDone>(ordinal, watchdog);
+    });
     // This rank failing elsewhere (fail_job) aborts the communicator before MPI_Abort.
     fault_action_ = std::make_unique<ScopedFaultAction>(
         [watchdog = watchdog_] { watchdog->abort("this rank failed (fail_job)"); });
@@ -182,16 +190,15 @@ class NcclCommunicator final : public Communicator {
     watchdog_->throw_if_failed("a collective after an abort");
     cuda::use_device(ordinal_);
     if (&after != stream_) {
-      std::unique_ptr<Event> produced = device_.create_event();
-      after.record(*produced);
-      stream_->wait(*produced);  // captured now; the event may be destroyed after
+      after.record(*produced_);
+      stream_->wait(*produced_);  // captured now: the next collective may record it again
     }
     const cudaStream_t stream = stream_->handle();
     auto span = std::make_shared<CommSpanRecord>();
     stamp(stream, stamp_start, span);
     issue(stream);
     stamp(stream, stamp_end, span);
-    std::shared_ptr<Event> done = std::make_shared<CollectiveDone>(ordinal_, watchdog_);
+    std::shared_ptr<Event> done = done_events_->take();
     stream_->record(*done);
     return CommWork(std::move(done), std::move(span));
   }
@@ -203,12 +210,13 @@ class NcclCommunicator final : public Communicator {
     owned.release();  // the callback deletes it
   }
 
-  Device& device_;
   RankInfo ranks_;
   cuda::CudaStream* stream_ = nullptr;
   int ordinal_ = 0;
   ncclComm_t comm_ = nullptr;
   std::shared_ptr<CommWatchdog> watchdog_;  // polls comm_; shared with the CollectiveDone events
+  std::unique_ptr<Event> produced_;         // orders a collective after the caller's stream
+  std::shared_ptr<EventRecycler> done_events_;
   std::unique_ptr<ScopedFaultAction> fault_action_;
 };
 
