@@ -42,6 +42,9 @@ struct DeviceOptions {
   uint64_t workspace_limit = uint64_t{64} << 20;  // most scratch bytes one kernel may ask for
   // cuda: how convolution algorithms are chosen; offline planning takes the heuristics.
   AlgorithmSearch algorithms = AlgorithmSearch::kTimed;
+  // cuda: where choices persist across processes (Note [Timed choices across processes] in
+  // device/cuda/algorithm_cache.h); empty: they live for the process only.
+  std::string algorithm_file;
   // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
   std::shared_ptr<CopyPacer> pacer;
   // cuda: when set, copies on the copy streams are chunked and each chunk waits for the gate

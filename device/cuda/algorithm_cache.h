@@ -10,6 +10,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "device/device.h"
 
@@ -24,8 +28,17 @@ namespace ferry::cuda {
 // scratch). The key holds everything that may change the choice: the GPU, the pass, the
 // geometry, TF32, determinism, how algorithms are chosen and the workspace limit. The session
 // keeps the limit independent of memory.budget in deterministic runs (device_options), so runs
-// of different budgets share their choices. Across processes (a resumed run) only
-// device.algorithms=heuristic repeats the choice, as PyTorch's deterministic && !benchmark.
+// of different budgets share their choices. Across processes (a resumed run) the heuristics
+// repeat their choice by themselves (device.algorithms=heuristic, as PyTorch's deterministic &&
+// !benchmark); timed choices repeat through a file (Note [Timed choices across processes]).
+//
+// Note [Timed choices across processes]
+// With DeviceOptions::algorithm_file set (the session sets it for deterministic runs with timed
+// search: one file per rank in run.dir), every choice made by timing is appended to the file, one
+// line per key, and the file is loaded before the first choice of a process, so a resumed run
+// takes the algorithms of the run it resumes instead of timing again. The file's first line names
+// cuDNN's version and the GPU; a file with another first line is ignored (its algorithm ids may
+// mean nothing there), and a line that does not parse is skipped.
 struct ConvAlgorithmKey {
   int ordinal = 0;  // the GPU, in this process's CUDA enumeration
   int pass = 0;     // forward, backward data, backward filter
@@ -51,17 +64,29 @@ struct ConvAlgorithm {
   bool operator==(const ConvAlgorithm&) const = default;
 };
 
+// One line of an algorithm file: "conv <key fields> -> <algo> <math_type> <workspace> <timed>".
+std::string format_choice_line(const ConvAlgorithmKey& key, const ConvAlgorithm& choice);
+// The key and choice of a line format_choice_line wrote; nullopt for any other text.
+std::optional<std::pair<ConvAlgorithmKey, ConvAlgorithm>> parse_choice_line(std::string_view line);
+
 class ConvAlgorithmCache {
  public:
   // The choice of `key`: the cached one, or choose() now (its exception propagates and nothing
-  // is cached). Choices are made one at a time, so two devices never time at once.
-  ConvAlgorithm get(const ConvAlgorithmKey& key, const std::function<ConvAlgorithm()>& choose);
+  // is cached). Choices are made one at a time, so two devices never time at once. With a
+  // `file`, a choice made now is appended to it (`header` first when the file is new or empty);
+  // a file that cannot be written is reported on stderr once and the choice still holds.
+  ConvAlgorithm get(const ConvAlgorithmKey& key, const std::function<ConvAlgorithm()>& choose,
+                    const std::string& file = {}, const std::string& header = {});
+  // Adds the choices in `file` whose keys have none yet, when its first line is `header`;
+  // returns how many. An absent file adds nothing.
+  size_t load(const std::string& file, const std::string& header);
   // How many keys have a choice.
   size_t size() const;
 
  private:
   mutable std::mutex mutex_;
   std::map<ConvAlgorithmKey, ConvAlgorithm> choices_;
+  bool warned_ = false;  // an unwritable file is reported once
 };
 
 // The one cache of this process.

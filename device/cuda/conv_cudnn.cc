@@ -326,9 +326,22 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
   cudnnHandle_t h = handle();
   auto plan = std::make_unique<ConvPlan>();
   describe_plan(*plan, g, options_.conv_tf32);
-  // Note [One algorithm per geometry per process] (algorithm_cache.h): chosen once per key.
-  const ConvAlgorithm chosen =
-      process_conv_algorithms().get(conv_algorithm_key(options_, p, g), [&] {
+  // Note [One algorithm per geometry per process] (algorithm_cache.h): chosen once per key. The
+  // key holds the limit of this choice: options_.workspace_limit when sized, or less for a
+  // launch never sized, which chooses within the workspace it was given.
+  ConvAlgorithmKey algorithm_key = conv_algorithm_key(options_, p, g);
+  algorithm_key.workspace_limit = limit;
+  if (!options_.algorithm_file.empty() && file_header_.empty()) {
+    // Note [Timed choices across processes]: the choices of the run this one resumes.
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.ordinal));
+    file_header_ = fmt::format("# ferry conv algorithms v1: cuDNN {}, {}", cudnnGetVersion(),
+                               static_cast<const char*>(prop.name));
+    process_conv_algorithms().load(options_.algorithm_file, file_header_);
+  }
+  const ConvAlgorithm chosen = process_conv_algorithms().get(
+      algorithm_key,
+      [&] {
         switch (pass) {
           case Pass::kForward:
             return choose<ForwardOps>(h, *plan, g, limit, options_, p);
@@ -338,7 +351,8 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
             break;
         }
         return choose<BackwardFilterOps>(h, *plan, g, limit, options_, p);
-      });
+      },
+      options_.algorithm_file, file_header_);
   CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv.get(),
                                           static_cast<cudnnMathType_t>(chosen.math_type)));
   plan->algo = chosen.algo;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -68,6 +69,7 @@ class CudnnConv {
   DeviceOptions options_;
   std::mutex mutex_;  // guards the handle (its stream) and the plan cache
   cudnnContext* handle_ = nullptr;
+  std::string file_header_;  // of options_.algorithm_file, once loaded
   std::map<std::array<int64_t, 13>, std::unique_ptr<ConvPlan>> plans_;
 };
 

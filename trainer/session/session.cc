@@ -47,6 +47,17 @@ DeviceOptions device_options(const Config& config) {
   return d;
 }
 
+std::string conv_algorithm_file(const Config& config, int rank) {
+  const DeviceConfig& d = config.device;
+  if (d.backend != Backend::kCuda || !d.deterministic || d.algorithms != AlgorithmSearch::kTimed ||
+      config.run.dir.empty()) {
+    return "";
+  }
+  return (std::filesystem::path(config.run.dir) /
+          ("conv_algorithms.rank" + std::to_string(rank) + ".txt"))
+      .string();
+}
+
 OptimizerOptions optimizer_options(const Config& config) {
   OptimizerOptions o;
   o.kind = config.optim.name;
@@ -123,6 +134,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   // Note [A rank's GPU by PCI bus id] in placement.cc.
   d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));
   d.place_host_memory = host_memory_placement(placement_);
+  d.algorithm_file = conv_algorithm_file(config, ranks.rank);
   if (d.threads == 0 && d.backend == Backend::kCpu) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());

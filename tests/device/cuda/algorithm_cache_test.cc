@@ -1,10 +1,16 @@
 // The process-wide cache of convolution algorithm choices (issue 16, defect 1): a key's first
-// choice is every later one's, a failed choice is not kept, and the key holds exactly the options
-// that may change a choice. Runs without a GPU (the cache is pure C++); that CudnnConv takes its
-// algorithms from it is shown only on a GPU (CudaTraining's bitwise policy comparisons).
+// choice is every later one's, a failed choice is not kept, the key holds exactly the options
+// that may change a choice, and timed choices written to a file are the choices of a later
+// process that loads it (a resumed run). Runs without a GPU (the cache is pure C++); that CudnnConv
+// takes its algorithms from it is shown only on a GPU (CudaTraining's bitwise policy comparisons).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 
 #include "device/cuda/algorithm_cache.h"
 #include "device/device.h"
@@ -85,6 +91,64 @@ TEST(ConvAlgorithmCache, TheKeyHoldsWhatMayChangeAChoiceAndNothingElse) {
   o.copy_gbps = 5;
   o.threads = 3;
   EXPECT_EQ(conv_algorithm_key(o, 0, geometry()), base);
+}
+
+TEST(ConvAlgorithmCache, AChoiceLineReadsBackAsItWasWritten) {
+  ConvGeom g = geometry();
+  g.groups = 4;
+  g.stride_h = 2;
+  DeviceOptions o = options();
+  o.algorithms = AlgorithmSearch::kHeuristic;
+  o.ordinal = 3;
+  const ConvAlgorithmKey key = conv_algorithm_key(o, 2, g);
+  const ConvAlgorithm choice{.algo = 5, .math_type = 2, .workspace = 123456789, .timed = true};
+  const auto back = parse_choice_line(format_choice_line(key, choice));
+  ASSERT_TRUE(back.has_value()) << format_choice_line(key, choice);
+  EXPECT_EQ(back->first, key);
+  EXPECT_EQ(back->second, choice);
+  EXPECT_FALSE(parse_choice_line("").has_value());
+  EXPECT_FALSE(parse_choice_line("conv 0 1 2").has_value());
+  EXPECT_FALSE(parse_choice_line(format_choice_line(key, choice) + " 7").has_value());
+}
+
+// Note [Timed choices across processes]: a second cache (a new process, the resumed run) that
+// loads the file takes the first one's choices without choosing; another GPU or cuDNN (another
+// header) takes none.
+TEST(ConvAlgorithmCache, AResumedProcessTakesTheChoicesOfTheFile) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("ferry-algorithms-" + std::to_string(::getpid())) / "rank0.txt")
+                               .string();
+  std::filesystem::remove_all(std::filesystem::path(file).parent_path());
+  const std::string header = "# ferry conv algorithms v1: cuDNN 90300, NVIDIA H100";
+  const ConvAlgorithmKey key = conv_algorithm_key(options(), 0, geometry());
+  const ConvAlgorithmKey other = conv_algorithm_key(options(), 1, geometry());
+  {
+    ConvAlgorithmCache first;
+    EXPECT_EQ(first
+                  .get(
+                      key, [] { return ConvAlgorithm{.algo = 1, .timed = true}; }, file, header)
+                  .algo,
+              1);
+    first.get(
+        other, [] { return ConvAlgorithm{.algo = 4, .workspace = 64, .timed = true}; }, file,
+        header);
+  }
+  ConvAlgorithmCache resumed;
+  EXPECT_EQ(resumed.load(file, header), 2u);
+  int calls = 0;
+  const auto timing_again = [&] {
+    ++calls;
+    return ConvAlgorithm{.algo = 7, .timed = true};  // a second timing ranks another first
+  };
+  EXPECT_EQ(resumed.get(key, timing_again, file, header).algo, 1);
+  EXPECT_EQ(resumed.get(other, timing_again, file, header).workspace, 64u);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(resumed.load(file, header), 0u) << "loading again adds nothing";
+
+  ConvAlgorithmCache elsewhere;
+  EXPECT_EQ(elsewhere.load(file, "# ferry conv algorithms v1: cuDNN 90100, NVIDIA A100"), 0u);
+  EXPECT_EQ(elsewhere.load(file + ".absent", header), 0u);
+  std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
 TEST(ConvAlgorithmCache, TheProcessHasOneCache) {

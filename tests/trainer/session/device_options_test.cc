@@ -63,6 +63,20 @@ TEST(DeviceOptions, AlgorithmsKeyChoosesHowAlgorithmsAreChosen) {
   EXPECT_THROW(parse_config_text("device: {algorithms: fastest}\n"), ConfigError);
 }
 
+TEST(DeviceOptions, OnlyDeterministicTimedRunsKeepTheirAlgorithmsInRunDir) {
+  const std::string run = "run: {dir: /tmp/r}\n";
+  const Config timed = parse_config_text(run + "device: {backend: cuda, deterministic: true}\n");
+  EXPECT_EQ(conv_algorithm_file(timed, 3), "/tmp/r/conv_algorithms.rank3.txt");
+  EXPECT_EQ(
+      conv_algorithm_file(parse_config_text(run + "device: {backend: cuda, deterministic: true, "
+                                                  "algorithms: heuristic}\n"),
+                          0),
+      "")
+      << "heuristics repeat by themselves";
+  EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {backend: cuda}\n"), 0), "");
+  EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {deterministic: true}\n"), 0), "");
+}
+
 TEST(OfflinePlanner, ACudaPlanWithoutAGpuModelsTheWorkspaces) {
   const Config cpu = parse_config_text("model: {name: lenet5}\n");
   EXPECT_FALSE(OfflinePlanner(cpu).substituted());
