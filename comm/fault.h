@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <string>
 
 #include "comm/ranks.h"
@@ -39,12 +40,32 @@ namespace ferry {
 //   return 0;
 
 // Prints "error: <message>" and "hint: <hint>" (when not empty) to stderr, prefixed with the
-// rank when size > 1; then under MPI ends the job (abort_job(code), never returns), otherwise
-// returns `code`. `code` should be non-zero (0 becomes 1 under MPI).
+// rank when size > 1; runs the fault actions (ScopedFaultAction); then under MPI ends the job
+// (abort_job(code), never returns), otherwise returns `code`. `code` should be non-zero (0 becomes
+// 1 under MPI).
 int fail_job(const RankInfo& ranks, const std::string& message, const std::string& hint, int code);
 
 // The same for a caught exception: its what(), and its hint() when it is a ferry::Error.
 int fail_job(const RankInfo& ranks, const std::exception& error, int code);
+
+// An action fail_job runs before it ends the job, registered for the lifetime of this object:
+// a communicator whose collectives could block the process's exit aborts them (NCCL:
+// ncclCommAbort; Note [Ending a job when a collective cannot finish] in comm/comm_watchdog.h).
+// Actions run on fail_job's thread, at most once each, newest first; one that throws is
+// reported and the rest still run.
+class ScopedFaultAction {
+ public:
+  explicit ScopedFaultAction(std::function<void()> action);
+  ~ScopedFaultAction();
+  ScopedFaultAction(const ScopedFaultAction&) = delete;
+  ScopedFaultAction& operator=(const ScopedFaultAction&) = delete;
+
+ private:
+  std::function<void()> action_;
+};
+
+// Runs (and unregisters) every registered fault action; fail_job calls it.
+void run_fault_actions();
 
 // "rank 1 of 4: " when size > 1, "" otherwise: a prefix for per-rank console lines.
 std::string rank_prefix(const RankInfo& ranks);

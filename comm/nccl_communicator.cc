@@ -2,23 +2,30 @@
 // that rank 0 draws and broadcasts over MPI; collectives run on the device's comm stream after
 // a cudaStreamWaitEvent on the caller's stream. Invariant: every NCCL call of this
 // communicator is issued from the thread that calls its methods, in the same order on every
-// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h).
+// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h);
+// the only exceptions are the watchdog's ncclCommGetAsyncError and ncclCommAbort (Note [Ending
+// a job when a collective cannot finish] in comm/comm_watchdog.h).
 #include <mpi.h>
 #include <nccl.h>
 
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "comm/backends.h"
+#include "comm/comm_watchdog.h"
+#include "comm/fault.h"
 #include "comm/mpi_check.h"
 #include "comm/nccl_check.h"
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/event_recycler.h"
 
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0), "ncclAvg needs NCCL 2.10 or newer");
 
@@ -40,9 +47,47 @@ void CUDART_CB stamp_end(void* user) {
   delete record;
 }
 
+// NCCL's asynchronous error on `comm`, "" while it has none.
+std::string async_error(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t status = ncclCommGetAsyncError(comm, &async);
+  if (status != ncclSuccess) {
+    return fmt::format("ncclCommGetAsyncError failed: {}", ncclGetErrorString(status));
+  }
+  if (async == ncclSuccess || async == ncclInProgress) return "";
+  const char* detail = ncclGetLastError(comm);
+  return fmt::format("NCCL reported {}{}{}", ncclGetErrorString(async),
+                     detail != nullptr && *detail != '\0' ? ": " : "",
+                     detail != nullptr ? detail : "");
+}
+
+// The completion of one collective. Waiting on it polls (the event and NCCL's health) instead of
+// blocking in cudaEventSynchronize, so a collective that cannot finish ends in an abort and a
+// LibraryError rather than a hang. A stream waits on it as on any CudaEvent.
+class CollectiveDone final : public cuda::CudaEvent {
+ public:
+  CollectiveDone(int ordinal, std::shared_ptr<CommWatchdog> watchdog)
+      : cuda::CudaEvent(ordinal), watchdog_(std::move(watchdog)) {}
+  void synchronize() override {
+    watchdog_->wait([this] { return ready(); }, "waiting for a collective");
+  }
+
+ private:
+  std::shared_ptr<CommWatchdog> watchdog_;
+};
+
+// Whether `stream` has finished its work; a CUDA error on it throws.
+bool stream_idle(cudaStream_t stream) {
+  const cudaError_t status = cudaStreamQuery(stream);
+  if (status == cudaErrorNotReady) return false;
+  if (status != cudaSuccess)
+    cuda::throw_cuda_error(status, "cudaStreamQuery(stream)", __FILE__, __LINE__);
+  return true;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Device& device, const RankInfo& ranks) : device_(device), ranks_(ranks) {
+  NcclCommunicator(Device& device, const RankInfo& ranks) : ranks_(ranks) {
     if (device.backend() != Backend::kCuda) {
       throw UnsupportedError(
           fmt::format("the nccl communicator needs a cuda device, got {}", device.name()),
@@ -61,11 +106,47 @@ class NcclCommunicator final : public Communicator {
     }
     cuda::use_device(ordinal_);
     NCCL_CHECK(ncclCommInitRank(&comm_, ranks.size, id, ranks.rank));
+    watchdog_ = std::make_shared<CommWatchdog>(
+        "NCCL", [comm = comm_] { return async_error(comm); },
+        [comm = comm_, ordinal = ordinal_] {
+          (void)cudaSetDevice(ordinal);
+          const ncclResult_t status = ncclCommAbort(comm);
+          if (status != ncclSuccess) {
+            std::fprintf(stderr, "ferry: warning: ncclCommAbort failed: %s\n",
+                         ncclGetErrorString(status));
+          }
+        });
+    // Note [No CUDA event per collective]: the ordering event is reused (a stream wait captures
+    // the record it sees when enqueued), and completion events come back for reuse once every
+    // CommWork of their last collective is gone.
+    produced_ = device.create_event();
+    done_events_ = std::make_shared<EventRecycler>([ordinal = ordinal_, watchdog = watchdog_] {
+      return std::make_unique<CollectiveDone>(ordinal, watchdog);
+    });
+    // This rank failing elsewhere (fail_job) aborts the communicator before MPI_Abort.
+    fault_action_ = std::make_unique<ScopedFaultAction>(
+        [watchdog = watchdog_] { watchdog->abort("this rank failed (fail_job)"); });
   }
 
+  // A clean end drains the comm stream (polling the health) and destroys the communicator. An
+  // aborted communicator is gone already; one destroyed while an exception unwinds, or whose
+  // drain fails, is aborted instead: its peers may never join what is still queued.
   ~NcclCommunicator() override {
+    fault_action_.reset();
     CUDA_WARN(cudaSetDevice(ordinal_));
-    CUDA_WARN(cudaStreamSynchronize(stream_->handle()));
+    bool clean = std::uncaught_exceptions() == 0 && !watchdog_->aborted();
+    if (clean) {
+      try {
+        watchdog_->wait([this] { return stream_idle(stream_->handle()); }, "ncclCommDestroy");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ferry: warning: the NCCL comm stream did not drain: %s\n", e.what());
+        clean = false;
+      }
+    }
+    if (!clean) watchdog_->abort("the communicator was destroyed during a failure");
+    const bool aborted = watchdog_->aborted();
+    watchdog_->stop();  // never asks comm_ again
+    if (aborted) return;
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) {
       std::fprintf(stderr, "ferry: warning: ncclCommDestroy failed during cleanup: %s\n",
@@ -97,25 +178,27 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    stream_->synchronize();  // the collectives issued before have completed here
+    cuda::use_device(ordinal_);
+    // The collectives issued before have completed here (or the communicator was aborted).
+    watchdog_->wait([this] { return stream_idle(stream_->handle()); }, "barrier");
     if (ranks_.size > 1 && mpi_active()) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   }
 
  private:
   template <typename Issue>
   CommWork launch(Stream& after, Issue issue) {
+    watchdog_->throw_if_failed("a collective after an abort");
     cuda::use_device(ordinal_);
     if (&after != stream_) {
-      std::unique_ptr<Event> produced = device_.create_event();
-      after.record(*produced);
-      stream_->wait(*produced);  // captured now; the event may be destroyed after
+      after.record(*produced_);
+      stream_->wait(*produced_);  // captured now: the next collective may record it again
     }
     const cudaStream_t stream = stream_->handle();
     auto span = std::make_shared<CommSpanRecord>();
     stamp(stream, stamp_start, span);
     issue(stream);
     stamp(stream, stamp_end, span);
-    std::shared_ptr<Event> done = device_.create_event();
+    std::shared_ptr<Event> done = done_events_->take();
     stream_->record(*done);
     return CommWork(std::move(done), std::move(span));
   }
@@ -127,11 +210,14 @@ class NcclCommunicator final : public Communicator {
     owned.release();  // the callback deletes it
   }
 
-  Device& device_;
   RankInfo ranks_;
   cuda::CudaStream* stream_ = nullptr;
   int ordinal_ = 0;
   ncclComm_t comm_ = nullptr;
+  std::shared_ptr<CommWatchdog> watchdog_;  // polls comm_; shared with the CollectiveDone events
+  std::unique_ptr<Event> produced_;         // orders a collective after the caller's stream
+  std::shared_ptr<EventRecycler> done_events_;
+  std::unique_ptr<ScopedFaultAction> fault_action_;
 };
 
 }  // namespace

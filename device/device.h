@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/copy_gate.h"
 #include "device/copy_pacer.h"
@@ -18,6 +19,13 @@
 namespace ferry {
 
 enum class Backend { kCpu, kCuda };
+
+// How the cuda backend chooses a convolution's algorithm (device.algorithms): kTimed runs every
+// candidate once (cudnnFind) and keeps the fastest; kHeuristic takes cuDNN's heuristic ranking
+// (cudnnGet*_v7) and runs nothing, so the choice is the same in every process (PyTorch's
+// choice under deterministic && !benchmark). Either way the filters of Note [Choosing
+// convolution algorithms] (device/cuda/conv_cudnn.h) apply.
+enum class AlgorithmSearch { kTimed, kHeuristic };
 
 std::string_view backend_name(Backend b);
 
@@ -32,9 +40,11 @@ struct DeviceOptions {
   bool matmul_tf32 = false;    // device.tf32_matmul: linear layers may use TF32 tensor cores
   bool deterministic = false;  // device.deterministic: bitwise-repeatable kernels
   uint64_t workspace_limit = uint64_t{64} << 20;  // most scratch bytes one kernel may ask for
-  // cuda: choose convolution algorithms by timing them (cudnnFind); false = by cuDNN's
-  // heuristics, which run nothing (offline planning).
-  bool time_algorithms = true;
+  // cuda: how convolution algorithms are chosen; offline planning takes the heuristics.
+  AlgorithmSearch algorithms = AlgorithmSearch::kTimed;
+  // cuda: where choices persist across processes (Note [Timed choices across processes] in
+  // device/cuda/algorithm_cache.h); empty: they live for the process only.
+  std::string algorithm_file;
   // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
   std::shared_ptr<CopyPacer> pacer;
   // cuda: when set, copies on the copy streams are chunked and each chunk waits for the gate
@@ -79,6 +89,9 @@ class Device {
 // Whether this build has `backend`, and (cuda) whether a device is present.
 bool backend_built(Backend backend);
 int cuda_device_count();
+// The PCI bus id of each CUDA device, by ordinal, as cudaDeviceGetPCIBusId writes it
+// ("0000:3B:00.0"); empty without the CUDA backend or a GPU.
+std::vector<std::string> cuda_pci_bus_ids();
 
 // The kernels of options.backend without a device (no memory reserved): for planning, which
 // asks kernels for workspace sizes. Throws UnsupportedError when that backend was not built.

@@ -30,6 +30,14 @@ int cuda_device_count() {
 #endif
 }
 
+std::vector<std::string> cuda_pci_bus_ids() {
+#if FERRY_HAVE_CUDA
+  return cuda::pci_bus_ids();
+#else
+  return {};
+#endif
+}
+
 std::unique_ptr<Kernels> create_kernels(const DeviceOptions& options) {
   if (options.backend == Backend::kCpu) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());

@@ -6,7 +6,8 @@
 #   .gpubundle/run scripts/gpu-check.sh
 # It also packs compute-sanitizer (for the memcheck row), taken from PyPI's
 # nvidia-cuda-sanitizer-api wheel of CUDA 13.0, as .gpubundle/sanitizer.tar.xz; gpu-check.sh
-# unpacks it when the GPU machine has none. --no-sanitizer leaves it out.
+# unpacks it when the GPU machine has none. --no-sanitizer leaves it out. The bundle's `run`
+# replaces a stale unpacked bundle on a reused machine (scripts/gpu-bundle-refresh.sh).
 # Usage: scripts/gpu-bundle.sh [--no-sanitizer] [BUILD_DIR]   (default build; configured here
 # if needed, with CUDA on). GPU_BUNDLE names the packing tool when ../shared is elsewhere.
 set -euo pipefail
@@ -48,6 +49,8 @@ done
 (cd "$stage" && "$tool" "${bins[@]}")
 rm -rf .gpubundle
 mv "$stage/.gpubundle" .gpubundle
+# The tool's `run` would keep a stale bundle on a reused GPU machine: make it replace one.
+"$root/scripts/gpu-bundle-refresh.sh" .gpubundle/run
 if $sanitizer; then
   wheels=$stage/wheels
   if pip download --quiet --no-deps "nvidia-cuda-sanitizer-api==13.0.*" -d "$wheels" 2>&1; then

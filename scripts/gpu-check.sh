@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The one-command GPU check. On a machine with an NVIDIA GPU, from the tree's root, through the
-# bundle that scripts/gpu-bundle.sh built on the development machine:
+# The one-command GPU check, made to fit one 10-minute GPU loan. On a machine with an NVIDIA
+# GPU, from the tree's root, through the bundle that scripts/gpu-bundle.sh built on the
+# development machine:
 #   .gpubundle/run scripts/gpu-check.sh
-# It runs every CUDA test binary in the bundle (the op parity suites and the training tests,
-# one row per training test: CUDA/CPU loss parity and bitwise offload), compute-sanitizer
-# memcheck on 3 steps of resnet18_cifar under vdnn-all, and the benchmark
-# (scripts/gpu-bench.sh), then prints one table: test, result (PASS, FAIL, SKIP, INFO), figure.
+# First the first-look probes (what cuDNN's Find and heuristics report under FMA math, the
+# gated copies under a short timeout), then every CUDA test binary in the bundle (the op parity
+# suites and the training tests, one row per training test: CUDA/CPU loss parity and bitwise
+# offload), compute-sanitizer memcheck on 3 steps of resnet18_cifar under vdnn-all with the
+# heuristics' algorithms (device.algorithms=heuristic: the sanitizer never times every
+# algorithm), and the benchmark (scripts/gpu-bench.sh); then one table: test, result (PASS,
+# FAIL, SKIP, INFO), figure. Every row runs under its own `timeout` (a hung row is a FAIL that
+# says so, and the next row runs) and every SKIP and FAIL says why.
 # Exit status: 0 all ran and passed, 1 something failed, 77 no GPU here (nothing run).
-# The whole check keeps to FERRY_CHECK_BUDGET_S seconds (default 570): each stage gets at most
-# what is left, and a stage that finds too little left is a SKIP row.
+# The whole check keeps to FERRY_CHECK_BUDGET_S seconds (default 540, 9 minutes) counted from
+# FERRY_CHECK_T0 (the bundle's `run` sets it before unpacking, so unpacking counts): each row
+# gets at most its own cap and what is left, and a row that finds too little left is a SKIP.
 # FERRY_CHECK_NO_BENCH=1 leaves the benchmark out; FERRY_CHECK_FORCE=1 runs everything even
 # where no GPU is seen (to try the script itself: the tests then skip or fail). Logs:
 # /tmp/ferry-gpu-check/.
@@ -19,11 +25,11 @@ rm -rf "$out"
 mkdir -p "$out"
 rows=$out/rows.tsv
 : > "$rows"
-start=$(date +%s)
+start=${FERRY_CHECK_T0:-$(date +%s)}
 
 row() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$rows"; }
 
-budget=${FERRY_CHECK_BUDGET_S:-570}
+budget=${FERRY_CHECK_BUDGET_S:-540}
 left() { echo $((budget - ($(date +%s) - start))); }
 # The time a stage may take: at most `cap` seconds and what is left of the budget; 0 when less
 # than a minimum is left.
@@ -66,9 +72,10 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohea
   head -n 1)
 echo "gpu-check: ${gpu:-no GPU seen (FERRY_CHECK_FORCE=1)}; logs in $out"
 
-# A gtest binary: one row (or one per test case with --per-test).
-gtest() {  # label, binary, [--per-test]
-  local label=$1 bin=$2 per_test=${3:-}
+# A gtest binary: one row (or one per test case with --per-test), under its own timeout of at
+# most `cap` seconds (SIGKILL 5 s after SIGTERM, so a hung CUDA call cannot hold the row).
+gtest() {  # label, binary, cap, [--per-test], [gtest filter]
+  local label=$1 bin=$2 cap=$3 per_test=${4:-} filter=${5:-*}
   if [[ ! -x $bin ]]; then
     row "$label" SKIP "$bin is not in the bundle (not built on this branch)"
     return
@@ -76,20 +83,26 @@ gtest() {  # label, binary, [--per-test]
   local name
   name=$(basename "$bin")
   local t0=$SECONDS limit
-  limit=$(allow 300)
+  limit=$(allow "$cap")
   if ((limit == 0)); then
     row "$label" SKIP "out of the ${budget}s budget"
     return
   fi
-  timeout "$limit" "$bin" --gtest_output="json:$out/$name.json" > "$out/$name.log" 2>&1
+  timeout -k 5 "$limit" "$bin" --gtest_filter="$filter" --gtest_output="json:$out/$name.json" \
+    > "$out/$name.log" 2>&1
   local rc=$?
-  python3 - "$out/$name.json" "$label" "$rc" "$((SECONDS - t0))" "$per_test" >> "$rows" <<'PY'
+  python3 - "$out/$name.json" "$label" "$rc" "$((SECONDS - t0))" "$per_test" "$out/$name.log" \
+    >> "$rows" <<'PY'
 import json, sys
 path, label, rc, secs, per_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+# gtest's JSON may omit why a test skipped: the log has "file:line: Skipped" then the reason.
+log = open(sys.argv[6], errors="replace").read().splitlines() if len(sys.argv) > 6 else []
+skip_reason = next((log[i + 1].strip() for i in range(len(log) - 1)
+                    if log[i].endswith(": Skipped") and log[i + 1].strip()), "")
 try:
     suites = json.load(open(path))["testsuites"]
 except Exception:
-    why = "timed out" if rc in (124, 137) else f"exit {rc}, no gtest report"
+    why = "timed out (its own timeout)" if rc in (124, 137) else f"exit {rc}, no gtest report"
     print(f"{label}\tFAIL\t{why} ({secs}s)")
     sys.exit()
 cases = [(s["name"] + "." + t["name"], t) for s in suites for t in s["testsuite"]]
@@ -99,7 +112,8 @@ def state(t):
     return "SKIP" if t.get("result") == "SKIPPED" else "PASS"
 def first_line(t):
     msgs = [f["failure"] for f in t.get("failures", [])] + [t.get("skipped_message", "")]
-    return next((m.strip().splitlines()[-1] for m in msgs if m.strip()), "")
+    line = next((m.strip().splitlines()[-1] for m in msgs if m.strip()), "")
+    return line or (skip_reason if state(t) == "SKIP" else "")
 if per_test:
     for name, t in cases:
         s = state(t)
@@ -122,16 +136,40 @@ print(f"{label}\t{result}\t{fig}")
 PY
 }
 
-# Every CUDA test binary the bundle holds, the known ones first with their role.
-gtest "cuda device" build/tests/cuda_device_test
-gtest "op parity (cuDNN conv, cuBLAS linear)" build/tests/cuda_conv_linear_test
-gtest "op parity (other kernels)" build/tests/cuda_kernel_parity_test
-gtest "training on the GPU" build/tests/cuda_training_test --per-test
-gtest "nccl" build/tests/comm_nccl_test
+# First-look probes: the facts the rest depends on, cheap, under short timeouts.
+# 1. What Find and the heuristics report under FMA math (Note [Choosing convolution algorithms]).
+probe=build/tests/cuda_find_probe_test
+if [[ ! -x $probe ]]; then
+  row "probe: cuDNN Find math types" SKIP "$probe is not in the bundle"
+else
+  timeout -k 5 "$(allow 60 10)" "$probe" > "$out/find_probe.log" 2>&1
+  rc=$?
+  summary=$(sed -n 's/^find-probe: \([a-z-]*\) \([a-z]*\): \([0-9]* ok, [0-9]* fma, [0-9]* fma+det\).*/\1 \2: \3/p' \
+    "$out/find_probe.log" | paste -sd ';' | cut -c 1-300)
+  if grep -q '\[  SKIPPED \]' "$out/find_probe.log"; then
+    row "probe: cuDNN Find math types" SKIP "$(grep -m 1 -o 'no CUDA device present' "$out/find_probe.log")"
+  elif ((rc == 0)); then
+    row "probe: cuDNN Find math types" PASS "$summary"
+  else
+    row "probe: cuDNN Find math types" FAIL "exit $rc${summary:+: $summary}"
+  fi
+fi
+# 2. The gated copies (host-memory polling of the gate flags; a VM where it does not work hangs
+# here for at most a minute instead of eating the budget).
+gtest "probe: gated copy streams" build/tests/cuda_gated_copy_test 60
+
+# Every CUDA test binary the bundle holds, the known ones first with their role and cap.
+gtest "cuda device" build/tests/cuda_device_test 60
+gtest "conv algorithm cache" build/tests/cuda_algorithm_cache_test 20
+gtest "op parity (cuDNN conv, cuBLAS linear)" build/tests/cuda_conv_linear_test 120
+gtest "op parity (other kernels)" build/tests/cuda_kernel_parity_test 60
+gtest "training on the GPU" build/tests/cuda_training_test 200 --per-test
+gtest "nccl" build/tests/comm_nccl_test 60
 for bin in build/tests/*cuda*_test; do
   case $(basename "$bin") in
-    cuda_device_test | cuda_conv_linear_test | cuda_kernel_parity_test | cuda_training_test) ;;
-    *) [[ -x $bin ]] && gtest "cuda $(basename "$bin")" "$bin" ;;
+    cuda_device_test | cuda_conv_linear_test | cuda_kernel_parity_test | cuda_training_test | \
+      cuda_find_probe_test | cuda_gated_copy_test | cuda_algorithm_cache_test) ;;
+    *) [[ -x $bin ]] && gtest "cuda $(basename "$bin")" "$bin" 60 ;;
   esac
 done
 
@@ -149,24 +187,28 @@ if [[ -z $sanitizer && -f .gpubundle/sanitizer.tar.xz ]]; then
   tar xJf .gpubundle/sanitizer.tar.xz -C /tmp/ferry-sanitizer &&
     sanitizer=/tmp/ferry-sanitizer/sanitizer/bin/compute-sanitizer
 fi
-label="memcheck resnet18_cifar vdnn-all 3 steps"
+label="memcheck resnet18_cifar vdnn-all 3 steps (heuristic algorithms)"
 if [[ -z $sanitizer || ! -x $sanitizer ]]; then
   row "$label" SKIP "compute-sanitizer not found (PATH, /usr/local/cuda/bin, nvidia wheels)"
 elif [[ ! -x build/trainer ]]; then
   row "$label" SKIP "build/trainer is not in the bundle"
-elif (($(allow 240 60) == 0)); then
+elif (($(allow 180 60) == 0)); then
   row "$label" SKIP "out of the ${budget}s budget"
 else
   t0=$SECONDS
-  timeout "$(allow 240 60)" "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
+  # device.algorithms=heuristic: cuDNN ranks the algorithms without running them, so memcheck
+  # instruments only the kernels training runs, not every candidate of every geometry.
+  timeout -k 5 "$(allow 180 60)" "$sanitizer" --tool memcheck --error-exitcode 9 --print-limit 20 \
     build/trainer train configs/quickstart.yaml model.name=resnet18_cifar device.backend=cuda \
-    device.memory=4GiB memory.policy=vdnn-all memory.measure=false data.batch_size=32 \
-    run.steps=3 run.log_every=1 checkpoint.every=0 run.dir="$out/memcheck" \
+    device.memory=4GiB device.algorithms=heuristic memory.policy=vdnn-all memory.measure=false \
+    data.batch_size=32 run.steps=3 run.log_every=1 checkpoint.every=0 run.dir="$out/memcheck" \
     > "$out/memcheck.log" 2>&1
   rc=$?
   summary=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$out/memcheck.log" | tail -n 1)
   if [[ $rc -eq 0 && $summary == "ERROR SUMMARY: 0 errors" ]]; then
     row "$label" PASS "$summary ($((SECONDS - t0))s)"
+  elif ((rc == 124 || rc == 137)); then
+    row "$label" FAIL "timed out (its own timeout) after $((SECONDS - t0))s${summary:+, $summary}"
   else
     row "$label" FAIL "exit $rc, ${summary:-no summary}: $(grep -m 1 -iE 'invalid|error' "$out/memcheck.log" |
       cut -c 1-100)"
@@ -178,11 +220,12 @@ if [[ ${FERRY_CHECK_NO_BENCH:-0} != 1 ]]; then
   if ((limit == 0)); then
     row "benchmark" SKIP "out of the ${budget}s budget"
   else
-    FERRY_BENCH_DIR=$out/bench FERRY_BENCH_STEPS=${FERRY_BENCH_STEPS:-6} timeout "$limit" \
+    FERRY_BENCH_DIR=$out/bench FERRY_BENCH_STEPS=${FERRY_BENCH_STEPS:-6} timeout -k 5 "$limit" \
       scripts/gpu-bench.sh --rows > /dev/null 2> "$out/bench.log"
     rc=$?
     cat "$out/bench/rows.tsv" >> "$rows" 2> /dev/null
-    ((rc == 124)) && row "benchmark" SKIP "stopped at the ${budget}s budget; rows above are complete"
+    ((rc == 124 || rc == 137)) &&
+      row "benchmark" SKIP "stopped at the ${budget}s budget; rows above are complete"
     [[ -s $out/bench/rows.tsv ]] ||
       row "benchmark" FAIL "scripts/gpu-bench.sh wrote no rows (see $out/bench.log)"
   fi

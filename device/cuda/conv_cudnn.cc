@@ -15,6 +15,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "device/cuda/algorithm_cache.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
 #include "device/kernel_checks.h"
@@ -69,11 +70,28 @@ const char* pass_name(int pass) {
   return kNames[pass];
 }
 
-// cudaMalloc'd scratch for finding algorithms, zeroed, freed at scope end. ok() is false when the
-// GPU had no room (not an error: the caller falls back to heuristics).
+// A private non-blocking stream for a timed search, destroyed at scope end: Find and its scratch
+// fills never touch the legacy default stream, and never wait for (or hold up) the device's own
+// streams.
+class SearchStream {
+ public:
+  SearchStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~SearchStream() {
+    if (stream_ != nullptr) CUDA_WARN(cudaStreamDestroy(stream_));
+  }
+  SearchStream(const SearchStream&) = delete;
+  SearchStream& operator=(const SearchStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// cudaMalloc'd scratch for finding algorithms, zeroed on `stream`, freed at scope end. ok() is
+// false when the GPU had no room (not an error: the caller falls back to heuristics).
 class DeviceScratch {
  public:
-  explicit DeviceScratch(uint64_t bytes) {
+  DeviceScratch(uint64_t bytes, cudaStream_t stream) {
     if (bytes == 0) return;
     const cudaError_t status = cudaMalloc(&ptr_, bytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -84,7 +102,7 @@ class DeviceScratch {
     if (status != cudaSuccess)
       throw_cuda_error(status, "cudaMalloc(&ptr_, bytes)", __FILE__, __LINE__);
     // Timing on zeros: no NaN or denormal slow paths in the measurements.
-    CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, nullptr));
+    CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, stream));
   }
   ~DeviceScratch() {
     if (ptr_ != nullptr) CUDA_WARN(cudaFree(ptr_));
@@ -206,37 +224,42 @@ struct BackwardFilterOps {
 
 constexpr uint64_t kMinFindWorkspace = uint64_t{1} << 20;
 
-// Chooses p.algo, p.workspace and p's math type: the first (fastest, or best by heuristics)
-// result that passes the filters of Note [Choosing convolution algorithms].
+// The first (fastest, or best by heuristics) result that passes the filters of Note [Choosing
+// convolution algorithms]. Leaves p's math type at the chosen algorithm's.
 template <typename Ops>
-void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
-            const DeviceOptions& options, int pass) {
+ConvAlgorithm choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
+                     const DeviceOptions& options, int pass) {
   const int max_count = Ops::max_count(h);
   std::vector<typename Ops::Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
   int got = 0;
-  const uint64_t f = sizeof(float);
-  const bool time = options.time_algorithms;
-  DeviceScratch x(time ? static_cast<uint64_t>(g.n * g.c * g.h * g.w) * f : 0);
-  DeviceScratch w(time ? static_cast<uint64_t>(g.k * (g.c / g.groups) * g.r * g.s) * f : 0);
-  DeviceScratch y(time ? static_cast<uint64_t>(g.n * g.k * g.out_h() * g.out_w()) * f : 0);
   bool timed = false;
-  if (time && x.ok() && w.ok() && y.ok()) {
-    // The most workspace the GPU can give, up to the limit: Find skips algorithms needing more.
-    uint64_t ws_bytes = limit;
-    std::unique_ptr<DeviceScratch> ws;
-    while (ws_bytes > 0) {
-      ws = std::make_unique<DeviceScratch>(ws_bytes);
-      if (ws->ok()) break;
-      ws_bytes = ws_bytes / 2 >= kMinFindWorkspace ? ws_bytes / 2 : 0;
+  if (options.algorithms == AlgorithmSearch::kTimed) {
+    const uint64_t f = sizeof(float);
+    SearchStream stream;
+    DeviceScratch x(static_cast<uint64_t>(g.n * g.c * g.h * g.w) * f, stream.get());
+    DeviceScratch w(static_cast<uint64_t>(g.k * (g.c / g.groups) * g.r * g.s) * f, stream.get());
+    DeviceScratch y(static_cast<uint64_t>(g.n * g.k * g.out_h() * g.out_w()) * f, stream.get());
+    if (x.ok() && w.ok() && y.ok()) {
+      // The most workspace the GPU can give, up to the limit: Find skips algorithms needing more.
+      uint64_t ws_bytes = limit;
+      std::unique_ptr<DeviceScratch> ws;
+      while (ws_bytes > 0) {
+        ws = std::make_unique<DeviceScratch>(ws_bytes, stream.get());
+        if (ws->ok()) break;
+        ws_bytes = ws_bytes / 2 >= kMinFindWorkspace ? ws_bytes / 2 : 0;
+      }
+      cudaStream_t bound = nullptr;
+      CUDNN_CHECK(cudnnGetStream(h, &bound));
+      CUDNN_CHECK(cudnnSetStream(h, stream.get()));  // after the scratch fills, on its stream
+      const cudnnStatus_t status =
+          Ops::find(h, p, x.get(), w.get(), y.get(), max_count, &got, perf.data(),
+                    ws_bytes > 0 ? ws->get() : nullptr, ws_bytes);
+      CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      CUDNN_CHECK(cudnnSetStream(h, bound));  // never left bound to a destroyed stream
+      // A failed search (cuDNN could not run its candidates here) leaves the heuristics.
+      timed = status == CUDNN_STATUS_SUCCESS;
+      if (timed) limit = std::min(limit, ws_bytes);
     }
-    CUDNN_CHECK(cudnnSetStream(h, nullptr));  // the legacy stream: after the scratch memsets
-    const cudnnStatus_t status =
-        Ops::find(h, p, x.get(), w.get(), y.get(), max_count, &got, perf.data(),
-                  ws_bytes > 0 ? ws->get() : nullptr, ws_bytes);
-    CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    // A failed search (cuDNN could not run its candidates here) leaves the heuristics.
-    timed = status == CUDNN_STATUS_SUCCESS;
-    if (timed) limit = std::min(limit, ws_bytes);
   }
   if (!timed) {
     got = 0;
@@ -253,9 +276,10 @@ void choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t limit,
     if (Ops::workspace(h, p, static_cast<int>(r.algo), &bytes) != CUDNN_STATUS_SUCCESS) continue;
     const uint64_t need = std::max<uint64_t>(bytes, r.memory);
     if (need > limit) continue;
-    p.algo = static_cast<int>(r.algo);
-    p.workspace = need;
-    return;
+    return ConvAlgorithm{.algo = static_cast<int>(r.algo),
+                         .math_type = static_cast<int>(r.mathType),
+                         .workspace = need,
+                         .timed = timed};
   }
   throw UnsupportedError(
       fmt::format("{}: cuDNN has no algorithm for {} within {} of workspace{}{} ({} of {} "
@@ -302,17 +326,37 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
   cudnnHandle_t h = handle();
   auto plan = std::make_unique<ConvPlan>();
   describe_plan(*plan, g, options_.conv_tf32);
-  switch (pass) {
-    case Pass::kForward:
-      choose<ForwardOps>(h, *plan, g, limit, options_, p);
-      break;
-    case Pass::kBackwardData:
-      choose<BackwardDataOps>(h, *plan, g, limit, options_, p);
-      break;
-    case Pass::kBackwardFilter:
-      choose<BackwardFilterOps>(h, *plan, g, limit, options_, p);
-      break;
+  // Note [One algorithm per geometry per process] (algorithm_cache.h): chosen once per key. The
+  // key holds the limit of this choice: options_.workspace_limit when sized, or less for a
+  // launch never sized, which chooses within the workspace it was given.
+  ConvAlgorithmKey algorithm_key = conv_algorithm_key(options_, p, g);
+  algorithm_key.workspace_limit = limit;
+  if (!options_.algorithm_file.empty() && file_header_.empty()) {
+    // Note [Timed choices across processes]: the choices of the run this one resumes.
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.ordinal));
+    file_header_ = fmt::format("# ferry conv algorithms v1: cuDNN {}, {}", cudnnGetVersion(),
+                               static_cast<const char*>(prop.name));
+    process_conv_algorithms().load(options_.algorithm_file, file_header_);
   }
+  const ConvAlgorithm chosen = process_conv_algorithms().get(
+      algorithm_key,
+      [&] {
+        switch (pass) {
+          case Pass::kForward:
+            return choose<ForwardOps>(h, *plan, g, limit, options_, p);
+          case Pass::kBackwardData:
+            return choose<BackwardDataOps>(h, *plan, g, limit, options_, p);
+          case Pass::kBackwardFilter:
+            break;
+        }
+        return choose<BackwardFilterOps>(h, *plan, g, limit, options_, p);
+      },
+      options_.algorithm_file, file_header_);
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv.get(),
+                                          static_cast<cudnnMathType_t>(chosen.math_type)));
+  plan->algo = chosen.algo;
+  plan->workspace = chosen.workspace;
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 

@@ -1,6 +1,6 @@
 // Convolutions on cuDNN's descriptor API: forward (+ bias by cudnnAddTensor), backward data,
 // backward filter (+ bias by cudnnConvolutionBackwardBias), any groups, strides and padding.
-// Invariant: each (pass, geometry) runs one algorithm, chosen once and cached; the workspace
+// Invariant: each (pass, geometry) runs one algorithm, chosen once per process; the workspace
 // it is launched with is the one workspace_bytes() reported for that geometry.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -22,17 +23,20 @@ namespace ferry::cuda {
 struct ConvPlan;  // descriptors, algorithm and workspace of one (pass, geometry)
 
 // Note [Choosing convolution algorithms]
-// The first query of a geometry (workspace_bytes, or a launch that was never sized) times every
-// algorithm with cudnnFind*AlgorithmEx on scratch buffers of the real sizes, allocated with
-// cudaMalloc outside the device block and freed right after, and keeps the fastest that
+// The first query of a geometry in the process (workspace_bytes, or a launch that was never
+// sized; Note [One algorithm per geometry per process] in algorithm_cache.h) chooses. Under
+// DeviceOptions::algorithms = kTimed it times every algorithm with cudnnFind*AlgorithmEx on a
+// private non-blocking stream and scratch buffers of the real sizes, allocated with cudaMalloc
+// outside the device block and freed right after, and keeps the fastest that
 //  - needs at most DeviceOptions::workspace_limit bytes (a launch never sized: also at most the
 //    workspace it was given),
 //  - reports CUDNN_DETERMINISTIC when DeviceOptions::deterministic, and
 //  - ran with CUDNN_FMA_MATH when TF32 is off (Note [TF32 and determinism], cuda_kernels.h).
 // Its workspace is then fixed: the planner lays it out in the arena, so the plan's peak holds
-// the real bytes. When the scratch cannot be allocated (the GPU is nearly full), or
-// DeviceOptions::time_algorithms is false (offline planning), cuDNN's heuristics
-// (cudnnGet*Algorithm_v7) choose under the same filters without running anything.
+// the real bytes. Under kHeuristic (device.algorithms=heuristic, offline planning), or when the
+// scratch cannot be allocated (the GPU is nearly full), cuDNN's heuristics
+// (cudnnGet*Algorithm_v7) choose under the same filters without running anything: the first
+// ranked algorithm that passes, as PyTorch does under deterministic && !benchmark.
 
 class CudnnConv {
  public:
@@ -65,6 +69,7 @@ class CudnnConv {
   DeviceOptions options_;
   std::mutex mutex_;  // guards the handle (its stream) and the plan cache
   cudnnContext* handle_ = nullptr;
+  std::string file_header_;  // of options_.algorithm_file, once loaded
   std::map<std::array<int64_t, 13>, std::unique_ptr<ConvPlan>> plans_;
 };
 

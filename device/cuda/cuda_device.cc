@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include <fmt/format.h>
 
@@ -30,6 +31,17 @@ int device_count() {
   // No driver (cudaErrorInsufficientDriver) or no GPU (cudaErrorNoDevice) means none present.
   // Either is an initialisation failure that every later runtime call reports again.
   return status == cudaSuccess ? count : 0;
+}
+
+std::vector<std::string> pci_bus_ids() {
+  std::vector<std::string> ids;
+  const int count = device_count();
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    char id[32] = {};  // "00000000:3B:00.0" and its terminator fit
+    CUDA_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), ordinal));
+    ids.emplace_back(id);
+  }
+  return ids;
 }
 
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
@@ -156,6 +168,21 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
         streams_[static_cast<int>(StreamKind::kHostToDevice)]->handle());
   }
 }
+
+// Note [CudaDevice member order] in cuda_device.h: what is bound to a stream dies before it.
+// offsetof on a class with virtual functions is conditionally supported; GCC and Clang compute
+// it for classes without virtual bases, which is all this check needs.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+void CudaDevice::check_member_order() {
+  static_assert(offsetof(CudaDevice, block_) < offsetof(CudaDevice, streams_),
+                "the device block must outlive the streams (declare block_ before streams_)");
+  static_assert(offsetof(CudaDevice, streams_) < offsetof(CudaDevice, gated_),
+                "the gated copies use the copy streams (declare gated_ after streams_)");
+  static_assert(offsetof(CudaDevice, streams_) < offsetof(CudaDevice, kernels_),
+                "cuDNN/cuBLAS handles are bound to the streams (declare kernels_ after streams_)");
+}
+#pragma GCC diagnostic pop
 
 CudaDevice::~CudaDevice() {
   // Drain every stream before the block (and the streams) go; members then die in reverse.

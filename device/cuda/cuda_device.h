@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/cuda/cuda_gated_copy.h"
 #include "device/cuda/cuda_kernels.h"
@@ -16,6 +17,9 @@ namespace ferry::cuda {
 
 // Number of CUDA devices present; 0 when there is no driver or no GPU.
 int device_count();
+
+// cudaDeviceGetPCIBusId of each device, by ordinal; empty when there is none.
+std::vector<std::string> pci_bus_ids();
 
 // A CudaDevice for options.ordinal. Throws UnsupportedError when that GPU is not present,
 // OutOfMemoryError when device.memory bytes cannot be reserved on it.
@@ -77,15 +81,23 @@ class CudaDevice : public Device {
     int ordinal;
     void operator()(void* ptr) const;
   };
+  // Holds the static_asserts of Note [CudaDevice member order]; never called.
+  static void check_member_order();
 
+  // Note [CudaDevice member order]
+  // Members are destroyed in reverse order of declaration, so everything that uses a stream is
+  // declared after streams_: the gated copies enqueue on the copy streams, and the kernels' cuDNN
+  // and cuBLAS handles are bound to whichever stream launched last (cudnnDestroy and
+  // cublasDestroy may synchronise it). The block is declared first: it is freed last, after
+  // every stream has drained. A static_assert in cuda_device.cc keeps this order.
   int ordinal_;
   std::string name_;
   std::unique_ptr<void, BlockFree> block_;  // the one cudaMalloc, freed last
   std::unique_ptr<DeviceHeap> heap_;
   CudaPinnedAllocator pinned_;
-  CudaKernels kernels_;
   std::unique_ptr<CudaStream> streams_[4];  // indexed by StreamKind
   std::unique_ptr<GatedCopies> gated_;      // with DeviceOptions::gate; freed once streams drain
+  CudaKernels kernels_;                     // handles bound to streams_: destroyed before them
 };
 
 }  // namespace ferry::cuda

@@ -11,6 +11,7 @@
 #include "comm/communicator.h"
 #include "comm/nccl_check.h"
 #include "common/error.h"
+#include "device/cuda/cuda_stream.h"
 #include "device/device.h"
 
 namespace ferry {
@@ -62,9 +63,12 @@ TEST_F(NcclDeviceTest, OneRankAllReduceAndBroadcastKeepTheData) {
   DeviceBuffer buffer(device_->memory(), n * sizeof(float), "data");
   std::vector<float> host(n);
   for (int i = 0; i < n; ++i) host[i] = 0.5f * static_cast<float>(i);
-  ASSERT_EQ(cudaMemcpy(buffer.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-            cudaSuccess);
   Stream& compute = device_->stream(StreamKind::kCompute);
+  const cudaStream_t compute_handle = cuda::as_cuda(compute).handle();
+  // On the compute stream the collective is ordered after (never the legacy default stream).
+  ASSERT_EQ(cudaMemcpyAsync(buffer.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                            compute_handle),
+            cudaSuccess);
   CommWork work = comm->all_reduce_mean(static_cast<float*>(buffer.data()), n, compute);
   work.order_before(compute);
   compute.synchronize();
@@ -73,8 +77,10 @@ TEST_F(NcclDeviceTest, OneRankAllReduceAndBroadcastKeepTheData) {
   EXPECT_LE(work.span()->start_ns, work.span()->end_ns);
   comm->broadcast(buffer.data(), n * sizeof(float), 0, compute).wait();
   std::vector<float> back(n);
-  ASSERT_EQ(cudaMemcpy(back.data(), buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost,
+                            compute_handle),
             cudaSuccess);
+  compute.synchronize();
   EXPECT_EQ(back, host);
   comm->barrier();
 }

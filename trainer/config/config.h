@@ -126,6 +126,7 @@ struct DeviceConfig {
   bool tf32 = true;                     // cuda: convolutions may use TF32 (PyTorch's default)
   bool tf32_matmul = false;             // cuda: linear layers may use TF32 (PyTorch's default)
   bool deterministic = false;           // cuda: only bitwise-repeatable cuDNN algorithms
+  AlgorithmSearch algorithms = AlgorithmSearch::kTimed;  // cuda: timed (cudnnFind) | heuristic
   bool operator==(const DeviceConfig&) const = default;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 // Choices that name a lower layer's concept reuse its enum: device.backend (Backend),
+// device.algorithms (AlgorithmSearch),
 // optim.name and optim.schedule (OptimizerKind, ScheduleKind), memory.policy (MemoryPolicy).
 #include "device/device.h"
 #include "prefetch/policy.h"
@@ -53,6 +54,11 @@ template <>
 struct EnumNames<Backend> {
   static constexpr std::array<std::pair<Backend, std::string_view>, 2> kNames{
       {{Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}}};
+};
+template <>
+struct EnumNames<AlgorithmSearch> {
+  static constexpr std::array<std::pair<AlgorithmSearch, std::string_view>, 2> kNames{
+      {{AlgorithmSearch::kTimed, "timed"}, {AlgorithmSearch::kHeuristic, "heuristic"}}};
 };
 template <>
 struct EnumNames<MemoryPolicy> {

@@ -229,7 +229,14 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(device, tf32_matmul),
            "cuda: linear layers may use TF32 tensor cores; false = FP32, PyTorch's default."),
       flag(FERRY_CONFIG_KEY(device, deterministic),
-           "cuda: only cuDNN algorithms with bitwise-repeatable results."),
+           "cuda: only cuDNN algorithms with bitwise-repeatable results, one choice per "
+           "convolution for the whole process, and a workspace limit that memory.budget does not "
+           "change."),
+      choice(FERRY_CONFIG_KEY(device, algorithms),
+             "cuda: how convolution algorithms are chosen: timed runs each candidate once "
+             "(cudnnFind) and keeps the fastest; heuristic takes cuDNN's ranking and runs nothing, "
+             "so every process (a resumed run too) gets the same ones, as PyTorch's deterministic "
+             "mode."),
       // checkpoint
       text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
            "<run.dir>/checkpoints"),

@@ -23,7 +23,9 @@
 // which the next step overwrites. stage_metrics copies them, on the compute stream, into the
 // next entry of a pinned ring (chunks that are never moved or freed while the executor lives),
 // so the host may run steps ahead; drain_metrics synchronizes the compute stream once and
-// reads every staged entry. The trainer drains on logging steps only.
+// reads every staged entry. The trainer drains on logging steps only, and the ring is allocated
+// up front for that many steps (ExecutorOptions::metrics_steps): pinning memory mid-run
+// (cudaHostAlloc) may synchronise the device, the stall this note exists to avoid.
 #include "trainer/exec/executor.h"
 
 #include <algorithm>
@@ -47,7 +49,14 @@ Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
       host_pool_(device.pinned(), options.host_limit ? options.host_limit : UINT64_MAX),
       upload_done_(device.create_event()),
       transfers_(device,
-                 options.scheduler ? options.scheduler() : std::make_unique<FifoLinkScheduler>()) {}
+                 options.scheduler ? options.scheduler() : std::make_unique<FifoLinkScheduler>()) {
+  const size_t chunks =
+      (std::max<size_t>(options.metrics_steps, 1) + kMetricsChunk - 1) / kMetricsChunk;
+  for (size_t i = 0; i < chunks; ++i) {
+    metric_chunks_.push_back(
+        static_cast<StepMetrics*>(device.pinned().allocate(kMetricsChunk * sizeof(StepMetrics))));
+  }
+}
 
 Executor::~Executor() {
   try {

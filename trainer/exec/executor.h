@@ -84,6 +84,9 @@ struct ExecutorOptions {
   uint64_t host_limit = 0;  // pinned host pool cap (memory.host_limit)
   bool poison = false;      // memory.debug_poison: NaN-fill device space not resident
   uint64_t seed = 0;        // run.seed: per-step randomness
+  // The most steps staged between two drains (run.log_every): the pinned ring of Note [Metrics
+  // without a host wait] is allocated for them when the executor is built, never mid-run.
+  size_t metrics_steps = 256;
 };
 
 class Executor {
@@ -112,6 +115,8 @@ class Executor {
   void stage_metrics(uint64_t step);
   std::vector<StagedMetrics> drain_metrics();
   size_t staged_metrics() const { return staged_steps_.size(); }
+  // Steps the pinned ring holds without growing (at least ExecutorOptions::metrics_steps).
+  size_t metrics_capacity() const { return metric_chunks_.size() * kMetricsChunk; }
 
   // Keeps the named activations alive to the end of each step, so read_activation() can
   // fetch them (tests, debugging). Call before the first program is planned.
@@ -164,7 +169,8 @@ class Executor {
   StepMetrics host_metrics_;
   static constexpr size_t kMetricsChunk = 256;
   // Pinned chunks of kMetricsChunk StepMetrics each, filled in staging order; never moved, so
-  // a copy in flight keeps its target (grown by a chunk, never by a wait).
+  // a copy in flight keeps its target. Allocated for options.metrics_steps at construction;
+  // grown by a chunk (never by a wait) only when a caller stages more between drains.
   std::vector<StepMetrics*> metric_chunks_;
   std::vector<uint64_t> staged_steps_;
   std::vector<std::string> keep_alive_;

@@ -6,6 +6,7 @@
 #include "common/error.h"
 
 #include "topology/binding.h"
+#include "topology/bus_ids.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
 #include "topology/load.h"
@@ -70,6 +71,36 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
         "topology.scheduler: topology needs topology.file (the server whose links the CPU ranks "
         "emulate) or device.backend=cuda",
         "use topology.scheduler=fifo, or set topology.file with device.backend=cpu");
+  }
+  // Note [A rank's GPU by PCI bus id]
+  // On the live machine local rank r drives CUDA device r, and the topology's GPU at the same
+  // PCI bus id gives its NUMA node and link path: hwloc lists every GPU in PCI order, while CUDA
+  // may enumerate fastest first and CUDA_VISIBLE_DEVICES hides some, so hwloc's index is not an
+  // ordinal.
+  const bool match_cuda =
+      live && config.device.backend == Backend::kCuda && !topology.gpus().empty();
+  const std::vector<std::string> bus_ids =
+      match_cuda ? cuda_pci_bus_ids() : std::vector<std::string>{};
+  if (!bus_ids.empty()) {
+    if (ranks.local_size > static_cast<int>(bus_ids.size())) {
+      throw ConfigError(fmt::format("{} local ranks but CUDA shows only {} GPU(s)",
+                                    ranks.local_size, bus_ids.size()),
+                        "run at most one rank per visible GPU (see CUDA_VISIBLE_DEVICES)");
+    }
+    std::vector<PciAddress> addrs;
+    for (const PciEndpoint& gpu : topology.gpus()) addrs.push_back(gpu.addr);
+    const std::vector<int> of_cuda = topology_gpus_of_cuda(addrs, bus_ids);
+    for (int r = 0; r < ranks.local_size; ++r) {
+      if (of_cuda[static_cast<size_t>(r)] < 0) {
+        throw ConfigError(
+            fmt::format("CUDA device {} (PCI {}) is not among the {} GPU(s) hwloc shows", r,
+                        bus_ids[static_cast<size_t>(r)], topology.gpus().size()),
+            "check that hwloc sees PCI devices (its PCI plugin, HWLOC_PLUGINS_PATH), or set "
+            "topology.file to the server's description");
+      }
+      options.gpus.push_back(of_cuda[static_cast<size_t>(r)]);
+    }
+    p.cuda_ordinal = ranks.local_rank;
   }
   const auto bindings = [&] {
     try {

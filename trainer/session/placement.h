@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct Placement {
   std::vector<int> link_ids;  // that path as ids into `links`
   // Every link of the topology (the node's shared link ledger); null when the rank drives no GPU.
   std::shared_ptr<const LinkMap> links;
+  // The CUDA ordinal of binding.gpu, matched by PCI bus id between hwloc and CUDA (live machine,
+  // cuda backend); nullopt elsewhere, where the GPU index stands for the ordinal.
+  std::optional<int> cuda_ordinal;
   // The live machine, kept to bind pinned host blocks (topology.bind); null on a described
   // server or with topology.bind false.
   std::shared_ptr<const HwlocTopology> live;

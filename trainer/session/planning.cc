@@ -55,7 +55,8 @@ CostModel cost_model(const Config& config) {
 
 OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(cost_model(config)) {
   DeviceOptions d = device_options(config);
-  d.time_algorithms = false;  // a plan is asked for many batch sizes: heuristics, no timing
+  // A plan is asked for many batch sizes: heuristics, no timing.
+  d.algorithms = AlgorithmSearch::kHeuristic;
   const bool cuda_absent = d.backend == Backend::kCuda && cuda_device_count() <= d.ordinal;
   if (backend_built(d.backend) && !cuda_absent) kernels_ = create_kernels(d);
   if (!kernels_ || !kernels_->supports(kernel_kind<ConvForward>(), DType::kF32)) {

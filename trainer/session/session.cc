@@ -35,9 +35,27 @@ DeviceOptions device_options(const Config& config) {
   d.conv_tf32 = config.device.tf32;
   d.matmul_tf32 = config.device.tf32_matmul;
   d.deterministic = config.device.deterministic;
-  const uint64_t budget = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
+  d.algorithms = config.device.algorithms;
+  // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
+  // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
+  // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm
+  // per geometry per process] in device/cuda/algorithm_cache.h).
+  const uint64_t budget = config.memory.budget > 0 && !config.device.deterministic
+                              ? config.memory.budget
+                              : config.device.memory;
   d.workspace_limit = std::min(config.memory.workspace_limit, budget / 8);
   return d;
+}
+
+std::string conv_algorithm_file(const Config& config, int rank) {
+  const DeviceConfig& d = config.device;
+  if (d.backend != Backend::kCuda || !d.deterministic || d.algorithms != AlgorithmSearch::kTimed ||
+      config.run.dir.empty()) {
+    return "";
+  }
+  return (std::filesystem::path(config.run.dir) /
+          ("conv_algorithms.rank" + std::to_string(rank) + ".txt"))
+      .string();
 }
 
 OptimizerOptions optimizer_options(const Config& config) {
@@ -113,8 +131,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       build_model(config.model.name, input_shape(config.data.batch_size), config.model.classes);
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
-  d.ordinal = placement_.binding.gpu.value_or(ranks.local_rank);
+  // Note [A rank's GPU by PCI bus id] in placement.cc.
+  d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));
   d.place_host_memory = host_memory_placement(placement_);
+  d.algorithm_file = conv_algorithm_file(config, ranks.rank);
   if (d.threads == 0 && d.backend == Backend::kCpu) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -166,6 +186,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   optimizer_ = std::make_unique<Optimizer>(opt);
   ExecutorOptions exec;
   exec.plan = plan_options(config);
+  // train() drains the staged metrics at least every run.log_every steps.
+  exec.metrics_steps = static_cast<size_t>(std::max<int64_t>(config.run.log_every, 1));
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
   if (config.memory.measure && training) {
     // Plan with this device's own times (Note [Measured step times]), cached in run.dir.

@@ -87,8 +87,13 @@ class Session {
 // Maps the config's memory.* keys to planner options.
 PlanOptions plan_options(const Config& config);
 // The config's device.* keys and the kernels' workspace limit (memory.workspace_limit, at most
-// an eighth of memory.budget); ordinal 0, threads as configured.
+// an eighth of memory.budget, or of device.memory when device.deterministic); ordinal 0,
+// threads as configured.
 DeviceOptions device_options(const Config& config);
+// Where a deterministic run with timed search keeps rank `rank`'s convolution algorithms, so a
+// resumed run takes them (Note [Timed choices across processes] in
+// device/cuda/algorithm_cache.h): <run.dir>/conv_algorithms.rank<R>.txt; "" for any other run.
+std::string conv_algorithm_file(const Config& config, int rank);
 OptimizerOptions optimizer_options(const Config& config);
 LrSchedule lr_schedule(const Config& config);
 

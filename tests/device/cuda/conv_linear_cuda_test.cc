@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
+#include "device/cuda/cuda_stream.h"
 #include "device/device.h"
 #include "tests/device/cpu/kernel_test_util.h"
 
@@ -74,23 +75,29 @@ class Gpu {
 
   Kernels& kernels() { return device_->kernels(); }
   Stream& stream() { return device_->stream(StreamKind::kCompute); }
+  cudaStream_t handle() { return cuda::as_cuda(stream()).handle(); }
 
+  // Every transfer is ordered on the compute stream, the stream the kernels run on, and waited
+  // for: never the legacy default stream, which ferry's non-blocking streams do not wait for.
   const float* upload(const std::vector<float>& v) {
     float* p = output(v.size());
-    CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpyAsync(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, handle()));
+    stream().synchronize();  // v is pageable: the copy has read it only once the stream is idle
     return p;
   }
   // Device floats filled with NaN (all bits set), so an element a kernel leaves alone shows.
   float* output(size_t n) {
     void* p = device_->memory().allocate(std::max<size_t>(n, 1) * sizeof(float), "test");
     owned_.push_back(p);
-    CUDA_CHECK(cudaMemset(p, 0xff, std::max<size_t>(n, 1) * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(p, 0xff, std::max<size_t>(n, 1) * sizeof(float), handle()));
     return static_cast<float*>(p);
   }
   std::vector<float> download(const float* p, size_t n) {
     device_->synchronize();
     std::vector<float> v(n);
-    CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, handle()));
+    stream().synchronize();
     return v;
   }
   // Launches `args` with exactly the workspace the kernels ask for, and waits.

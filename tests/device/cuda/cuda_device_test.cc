@@ -237,6 +237,7 @@ TEST_F(CudaDeviceTest, DeviceSynchronizeWaitsForEveryStream) {
   device_->synchronize();
   // A plain cudaMemcpy on the legacy default stream does not wait for our non-blocking streams,
   // so this sees the whole upload only if synchronize() waited for it.
+  // ferry-lint: legacy-stream-ok (this test is about exactly that)
   ASSERT_EQ(cudaMemcpy(back.data(), buffer.data(), src.bytes(), cudaMemcpyDeviceToHost),
             cudaSuccess);
   size_t bad = 0;

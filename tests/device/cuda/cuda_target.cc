@@ -6,6 +6,7 @@
 
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
+#include "device/cuda/cuda_stream.h"
 #include "device/device.h"
 #include "tests/device/cuda/parity_target.h"
 
@@ -21,28 +22,37 @@ class CudaTarget : public ParityTarget {
     device_ = create_device(options);
   }
   ~CudaTarget() override {
+    device_->synchronize();
     for (void* p : blocks_) CUDA_WARN(cudaFree(p));
   }
+  // Fills and copies are ordered on the compute stream the kernels run on, then waited for:
+  // never the legacy default stream, which the device's non-blocking streams do not wait for
+  // (and a pageable cudaMemcpy may return before its DMA has landed).
   void* alloc(size_t bytes) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
     blocks_.push_back(p);
-    CUDA_CHECK(cudaMemset(p, 0xff, bytes == 0 ? 1 : bytes));
+    CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes == 0 ? 1 : bytes, handle()));
+    compute().synchronize();
     return p;
   }
   void copy_in(void* dst, const void* host, size_t bytes) override {
-    CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, handle()));
+    compute().synchronize();
   }
   void copy_out(void* host, const void* src, size_t bytes) override {
-    CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, handle()));
+    compute().synchronize();
   }
   void launch(const KernelArgs& args) override {
-    Stream& s = device_->stream(StreamKind::kCompute);
-    device_->kernels().launch(args, s);
-    s.synchronize();
+    device_->kernels().launch(args, compute());
+    compute().synchronize();
   }
 
  private:
+  Stream& compute() { return device_->stream(StreamKind::kCompute); }
+  cudaStream_t handle() { return cuda::as_cuda(compute()).handle(); }
+
   std::unique_ptr<Device> device_;
   std::vector<void*> blocks_;
 };

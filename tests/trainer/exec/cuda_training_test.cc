@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "tests/common/source_root.h"
 #include "tests/trainer/exec/train_steps.h"
 #include "trainer/config/config.h"
 #include "trainer/data/dataset.h"
@@ -94,7 +95,8 @@ TEST_F(CudaTraining, TheTopologySchedulerGatesCopiesWithoutChangingTheLosses) {
   Config c = base;
   c.memory.policy = MemoryPolicy::kVdnnAll;
   c.memory.debug_poison = true;
-  c.topology.file = std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml";
+  // Found from where the binary runs (the bundle's tree on the GPU machine), not the build's path.
+  c.topology.file = test::source_file("configs/topologies/dgx1-like.yaml");
   c.topology.scheduler = LinkSchedulerKind::kTopology;
   c.topology.chunk_mb = 1;
   const TrainRun run = train_steps(c, 6);

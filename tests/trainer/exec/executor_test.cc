@@ -45,5 +45,33 @@ TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
   EXPECT_EQ(built, 3);  // the eval program, and nothing more
 }
 
+// Issue 16: the pinned metrics ring is allocated when the executor is built, for as many steps
+// as are staged between drains (run.log_every), so staging never pins memory mid-run (a
+// cudaHostAlloc there may synchronise the device; it used to happen every 256 staged steps).
+TEST(Executor, TheMetricsRingIsAllocatedUpFrontForTheStepsBetweenDrains) {
+  DeviceOptions o;
+  o.memory = 256 << 20;
+  auto device = create_device(o);
+  const Graph graph = build_golden_net(kGoldenBatch);
+  ParameterStore store(*device, graph, 1);
+  store.initialize(graph, 0);
+  ExecutorOptions options;
+  options.metrics_steps = 300;
+  Executor exec(
+      *device, store, [](int64_t n) { return build_golden_net(n); }, options);
+  const size_t capacity = exec.metrics_capacity();
+  EXPECT_GE(capacity, 300u) << "allocated before the first step";
+  std::vector<float> images(kGoldenBatch * kGoldenChannels * kGoldenSize * kGoldenSize, 0.5f);
+  std::vector<int32_t> labels(kGoldenBatch, 1);
+  exec.enqueue({images.data(), labels.data(), kGoldenBatch}, true, 1);
+  for (uint64_t step = 1; step <= 300; ++step) exec.stage_metrics(step);
+  EXPECT_EQ(exec.metrics_capacity(), capacity) << "staging 300 steps grew the ring";
+  const std::vector<StagedMetrics> staged = exec.drain_metrics();
+  ASSERT_EQ(staged.size(), 300u);
+  EXPECT_EQ(staged.back().step, 300u);
+  EXPECT_EQ(staged.front().loss, staged.back().loss);  // the same batch's loss, staged 300 times
+  EXPECT_TRUE(std::isfinite(staged.front().loss));
+}
+
 }  // namespace
 }  // namespace ferry

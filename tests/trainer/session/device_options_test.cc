@@ -2,6 +2,10 @@
 // and the offline planner create kernels with; a cuda plan without a GPU models its workspaces.
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "common/error.h"
+
 #include "device/device.h"
 #include "trainer/config/config.h"
 #include "trainer/session/planning.h"
@@ -17,7 +21,7 @@ TEST(DeviceOptions, DefaultsFollowPyTorch) {
   EXPECT_TRUE(d.conv_tf32);
   EXPECT_FALSE(d.matmul_tf32);
   EXPECT_FALSE(d.deterministic);
-  EXPECT_TRUE(d.time_algorithms);
+  EXPECT_EQ(d.algorithms, AlgorithmSearch::kTimed);
   EXPECT_EQ(d.workspace_limit, 256 * kMiB);  // 4 GiB device: the key, not budget / 8
 }
 
@@ -39,6 +43,38 @@ TEST(DeviceOptions, WorkspaceLimitIsAtMostAnEighthOfTheBudget) {
   EXPECT_EQ(device_options(c).workspace_limit, 25 * kMiB);
   c = parse_config_text("device: {memory: 64MiB}\n");  // budget = device.memory
   EXPECT_EQ(device_options(c).workspace_limit, 8 * kMiB);
+}
+
+// Issue 16, defect 1: the workspace limit is part of every convolution's algorithm choice and
+// sizes cuBLAS's workspace, so in deterministic mode a tighter memory.budget must not change it
+// (the offload-equivalence runs compare budgets bit for bit).
+TEST(DeviceOptions, DeterministicWorkspaceLimitDoesNotDependOnTheBudget) {
+  const std::string base = "device: {backend: cuda, memory: 1GiB, deterministic: true}\n";
+  const DeviceOptions full = device_options(parse_config_text(base));
+  const DeviceOptions tight =
+      device_options(parse_config_text(base + "memory: {budget: 200MiB}\n"));
+  EXPECT_EQ(tight.workspace_limit, full.workspace_limit);
+  EXPECT_EQ(full.workspace_limit, 128 * kMiB);  // an eighth of device.memory
+}
+
+TEST(DeviceOptions, AlgorithmsKeyChoosesHowAlgorithmsAreChosen) {
+  const Config c = parse_config_text("device: {backend: cuda, algorithms: heuristic}\n");
+  EXPECT_EQ(device_options(c).algorithms, AlgorithmSearch::kHeuristic);
+  EXPECT_THROW(parse_config_text("device: {algorithms: fastest}\n"), ConfigError);
+}
+
+TEST(DeviceOptions, OnlyDeterministicTimedRunsKeepTheirAlgorithmsInRunDir) {
+  const std::string run = "run: {dir: /tmp/r}\n";
+  const Config timed = parse_config_text(run + "device: {backend: cuda, deterministic: true}\n");
+  EXPECT_EQ(conv_algorithm_file(timed, 3), "/tmp/r/conv_algorithms.rank3.txt");
+  EXPECT_EQ(
+      conv_algorithm_file(parse_config_text(run + "device: {backend: cuda, deterministic: true, "
+                                                  "algorithms: heuristic}\n"),
+                          0),
+      "")
+      << "heuristics repeat by themselves";
+  EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {backend: cuda}\n"), 0), "");
+  EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {deterministic: true}\n"), 0), "");
 }
 
 TEST(OfflinePlanner, ACudaPlanWithoutAGpuModelsTheWorkspaces) {
