@@ -48,7 +48,7 @@ struct DeviceOptions {
   // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
   std::shared_ptr<CopyPacer> pacer;
   // cuda: when set, copies on the copy streams are chunked and each chunk waits for the gate
-  // (the topology scheduler on real GPUs, prefetch/link_gatekeeper.h). Empty: plain copies.
+  // (the topology scheduler on real GPUs, links/link_gatekeeper.h). Empty: plain copies.
   std::shared_ptr<CopyGate> gate;
   // Places each new pinned host block [addr, addr + bytes) before its pages are first touched:
   // the session binds them to the GPU's NUMA node (Note [Pinned pages on a NUMA node] in

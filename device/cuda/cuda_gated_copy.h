@@ -1,5 +1,5 @@
 // Gated copies on a GPU's copy streams (Note [Gating a GPU copy stream] in
-// prefetch/link_gatekeeper.h): per chunk, stream memory operations on pinned, mapped host words
+// links/link_gatekeeper.h): per chunk, stream memory operations on pinned, mapped host words
 // mark its arrival, hold the stream until the host opens its gate, and mark it done after the
 // copy. Invariant: the flags outlive every operation that touches them (the owner drains the
 // streams, then close()s the gate, then frees them), and the CUDA driver is reached only through

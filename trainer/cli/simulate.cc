@@ -18,7 +18,7 @@ namespace ferry {
 
 namespace {
 
-double utilisation(const SimLink& l, const SimLinkStats& s, double seconds) {
+double utilisation(const NamedLink& l, const SimLinkStats& s, double seconds) {
   if (seconds <= 0) return 0;
   const double out = s.to_host_bytes / (l.capacity.to_host_gbps * 1e9 * seconds);
   const double in = s.to_device_bytes / (l.capacity.to_device_gbps * 1e9 * seconds);
@@ -58,7 +58,7 @@ int run_simulate(const SimulateArgs& args) {
   if (args.json) {
     nlohmann::json links = nlohmann::json::array();
     for (size_t l = 0; l < rep.input.links.size(); ++l) {
-      const SimLink& link = rep.input.links[l];
+      const NamedLink& link = rep.input.links[l];
       const SimLinkStats& s = res.links[l];
       links.push_back(
           {{"name", link.name},
@@ -128,7 +128,7 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("\n%-44s %16s %12s %12s %7s\n", "link", "GB/s out/in", "to host", "to device",
               "util");
   for (size_t l = 0; l < rep.input.links.size(); ++l) {
-    const SimLink& link = rep.input.links[l];
+    const NamedLink& link = rep.input.links[l];
     const SimLinkStats& s = res.links[l];
     std::printf("%-44s %7.2f/%-8.2f %12s %12s %6.1f%%\n", link.name.c_str(),
                 link.capacity.to_host_gbps, link.capacity.to_device_gbps,

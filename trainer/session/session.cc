@@ -1,9 +1,9 @@
 // Building a run from its config.
 #include "trainer/session/session.h"
 
-#include "prefetch/link_capacities.h"
-#include "prefetch/link_gatekeeper.h"
-#include "prefetch/topology_scheduler.h"
+#include "links/link_capacities.h"
+#include "links/link_gatekeeper.h"
+#include "links/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/planning.h"
@@ -157,7 +157,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   if (arbitrate && d.backend == Backend::kCuda) {
     // A GPU rank's real copies cross its GPU's real path: chunks are held on the copy streams
     // until the node's ledger grants them, at the links' own capacities (Note [Gating a GPU copy
-    // stream] in prefetch/link_gatekeeper.h); the ledger is attached once the communicator exists.
+    // stream] in links/link_gatekeeper.h); the ledger is attached once the communicator exists.
     if (!placement_.links || placement_.link_ids.empty() || placement_.link_gbps <= 0) {
       throw ConfigError(
           "topology.scheduler: topology needs this rank's GPU and its PCIe path to host memory, "
@@ -282,13 +282,13 @@ void Session::attach_link_ledger() {
   const std::string ledger_name(name.data());
   std::shared_ptr<LinkLedger> ledger;
   if (ranks_.local_rank == 0) {
-    std::vector<LedgerLink> links;
+    std::vector<NamedLink> links;
     // Emulated links are stretched by the emulation's scale; a GPU's are its own.
     const std::vector<LinkCapacity> capacities =
         link_capacities(*placement_.links, config_.topology.duplex_factor,
                         emulator_ ? config_.topology.emulation_scale : 1.0);
     for (const Link& l : placement_.links->links()) {
-      links.push_back(LedgerLink{l.name, capacities[static_cast<size_t>(l.id)]});
+      links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
     }
     ledger = LinkLedger::create(ledger_name, links);
   }

@@ -11,7 +11,7 @@
 
 #include "comm/bucket_plan.h"
 #include "common/error.h"
-#include "prefetch/link_capacities.h"
+#include "links/link_capacities.h"
 #include "topology/load.h"
 #include "trainer/config/enums.h"
 #include "trainer/model/zoo/zoo.h"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "prefetch/hardware_profile.h"
-#include "prefetch/node_links.h"
-#include "prefetch/node_sim.h"
+#include "sim/hardware_profile.h"
+#include "sim/node_links.h"
+#include "sim/node_sim.h"
 #include "prefetch/plan.h"
 #include "topology/model.h"
 #include "trainer/config/config.h"

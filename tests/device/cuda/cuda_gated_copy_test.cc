@@ -13,7 +13,7 @@
 
 #include "device/cuda/cuda_device.h"
 #include "device/device.h"
-#include "prefetch/link_gatekeeper.h"
+#include "links/link_gatekeeper.h"
 
 namespace ferry {
 namespace {

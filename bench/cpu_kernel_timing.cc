@@ -1,0 +1,169 @@
+// bench_cpu_kernel_timing: times the CPU kernels on the shapes of resnet18_cifar / vgg11_cifar at
+// batch 64 (best of several runs after a warm-up); cpu_kernel_timing_torch.py times the
+// same operations in PyTorch for comparison. Usage: bench_cpu_kernel_timing [threads] [reps] [cpu]
+// With "cpu", times are process CPU time rather than wall time: with 1 thread on a busy machine
+// that measures the kernel's own work, unaffected by time slicing.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/cpu/cpu_kernels.h"
+
+namespace ferry {
+namespace {
+
+int g_reps = 10;
+bool g_cpu_clock = false;
+
+double now_ms() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double best_ms(const std::function<void()>& f) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < g_reps; ++r) {
+    const double t0 = now_ms();
+    f();
+    best = std::min(best, now_ms() - t0);
+  }
+  return best;
+}
+
+// Runs `args` with exactly the workspace it asks for.
+template <typename Args>
+std::function<void()> runner(cpu::CpuKernels& k, Args args, std::vector<char>& ws) {
+  ws.resize(k.workspace_bytes(args));
+  args.ws = Workspace{ws.data(), ws.size()};
+  return [&k, args] { k.run(args); };
+}
+
+void time_conv(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw, int64_t kout, int64_t r,
+               int64_t stride, int64_t pad) {
+  ConvGeom g;
+  g.n = n, g.c = c, g.h = g.w = hw, g.k = kout, g.r = g.s = r;
+  g.stride_h = g.stride_w = stride, g.pad_h = g.pad_w = pad;
+  auto x = random_floats(n * c * hw * hw, 1), w = random_floats(kout * c * r * r, 2);
+  auto dy = random_floats(n * kout * g.out_h() * g.out_w(), 3);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size());
+  std::vector<char> ws1, ws2, ws3;
+  const double f = best_ms(runner(k, ConvForward{g, x.data(), w.data(), nullptr, y.data()}, ws1));
+  const double d = best_ms(runner(k, ConvBackwardData{g, dy.data(), w.data(), dx.data()}, ws2));
+  const double b =
+      best_ms(runner(k, ConvBackwardWeights{g, x.data(), dy.data(), dw.data(), nullptr}, ws3));
+  std::printf(
+      "conv %3ld->%3ld %2ldx%-2ld k%ld s%ld   fwd %8.3f  bwd_data %8.3f  bwd_weights %8.3f ms\n", c,
+      kout, hw, hw, r, stride, f, d, b);
+}
+
+void time_batchnorm_relu(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
+  const BatchNormGeom g{n, c, hw * hw, 1e-5f};
+  const int64_t size = n * c * hw * hw;
+  auto x = random_floats(size, 4), dy = random_floats(size, 5);
+  std::vector<float> y(size), dx(size), gamma(c, 1.0f), beta(c, 0.0f), rm(c, 0.0f), rv(c, 1.0f);
+  std::vector<float> mean(c), var(c), dg(c), db(c);
+  const double f = best_ms([&] {
+    k.run(BatchNormForwardTraining{g, 0.1f, x.data(), gamma.data(), beta.data(), y.data(),
+                                   rm.data(), rv.data(), mean.data(), var.data()});
+  });
+  const double b = best_ms([&] {
+    k.run(BatchNormBackward{g, x.data(), dy.data(), gamma.data(), mean.data(), var.data(),
+                            dx.data(), dg.data(), db.data()});
+  });
+  const double rf = best_ms([&] { k.run(ReluForward{size, x.data(), y.data()}); });
+  const double rb = best_ms([&] { k.run(ReluBackward{size, y.data(), dy.data(), dx.data()}); });
+  const double acc = best_ms([&] { k.run(Accumulate{size, x.data(), y.data()}); });
+  std::printf(
+      "bn   %3ld %2ldx%-2ld   fwd %8.3f  bwd %8.3f | relu fwd %7.3f bwd %7.3f | accumulate %7.3f "
+      "ms\n",
+      c, hw, hw, f, b, rf, rb, acc);
+}
+
+void time_maxpool(cpu::CpuKernels& k, int64_t n, int64_t c, int64_t hw) {
+  PoolGeom g;
+  g.n = n, g.c = c, g.h = g.w = hw, g.kh = g.kw = 2, g.stride_h = g.stride_w = 2;
+  auto x = random_floats(n * c * hw * hw, 6);
+  auto dy = random_floats(n * c * g.out_h() * g.out_w(), 7);
+  std::vector<float> y(dy.size()), dx(x.size());
+  const double f = best_ms([&] { k.run(PoolForward{g, x.data(), y.data()}); });
+  const double b = best_ms([&] {
+    k.run(PoolBackward{g, x.data(), y.data(), dy.data(), dx.data()});
+  });
+  std::printf("maxpool 2x2 %3ld %2ldx%-2ld   fwd %8.3f  bwd %8.3f ms\n", c, hw, hw, f, b);
+}
+
+void time_tail(cpu::CpuKernels& k) {
+  const LinearGeom g{64, 512, 10};
+  auto x = random_floats(g.m * g.k, 8), w = random_floats(g.n * g.k, 9);
+  auto dy = random_floats(g.m * g.n, 10), b = random_floats(g.n, 11);
+  std::vector<float> y(g.m * g.n), dx(x.size()), dw(w.size()), db(g.n);
+  std::vector<char> ws1, ws2, ws3;
+  const double f =
+      best_ms(runner(k, LinearForward{g, x.data(), w.data(), b.data(), y.data()}, ws1));
+  const double d = best_ms(runner(k, LinearBackwardData{g, dy.data(), w.data(), dx.data()}, ws2));
+  const double bw =
+      best_ms(runner(k, LinearBackwardWeights{g, x.data(), dy.data(), dw.data(), db.data()}, ws3));
+  std::printf("linear 512->10      fwd %8.3f  bwd_data %8.3f  bwd_weights %8.3f ms\n", f, d, bw);
+
+  const int64_t n = 11'173'962;  // resnet18_cifar's parameters
+  auto p = random_floats(n, 12), grad = random_floats(n, 13);
+  std::vector<float> buf(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  const double sgd = best_ms([&] {
+    k.run(SgdUpdate{n, 0.1f, 0.9f, 5e-4f, false, p.data(), grad.data(), buf.data()});
+  });
+  const double adamw = best_ms([&] {
+    k.run(AdamWUpdate{n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, p.data(), grad.data(), m.data(),
+                      v.data()});
+  });
+  std::printf("optimizer 11.2M     sgd(momentum, wd) %8.3f  adamw %8.3f ms\n", sgd, adamw);
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  if (argc > 2) ferry::g_reps = std::atoi(argv[2]);
+  ferry::g_cpu_clock = argc > 3 && std::string(argv[3]) == "cpu";
+  omp_set_num_threads(threads);
+  ferry::cpu::CpuKernels k(threads);
+  std::printf("threads %d, best of %d, %s time\n", threads, ferry::g_reps,
+              ferry::g_cpu_clock ? "process CPU" : "wall");
+  ferry::time_conv(k, 64, 3, 32, 64, 3, 1, 1);
+  ferry::time_conv(k, 64, 64, 32, 64, 3, 1, 1);
+  ferry::time_conv(k, 64, 64, 32, 128, 3, 2, 1);
+  ferry::time_conv(k, 64, 64, 32, 128, 1, 2, 0);
+  ferry::time_conv(k, 64, 128, 16, 128, 3, 1, 1);
+  ferry::time_conv(k, 64, 256, 8, 256, 3, 1, 1);
+  ferry::time_conv(k, 64, 512, 4, 512, 3, 1, 1);
+  ferry::time_batchnorm_relu(k, 64, 64, 32);
+  ferry::time_batchnorm_relu(k, 64, 128, 16);
+  ferry::time_batchnorm_relu(k, 64, 512, 4);
+  ferry::time_maxpool(k, 64, 64, 32);
+  ferry::time_maxpool(k, 64, 256, 8);
+  ferry::time_tail(k);
+  return 0;
+}

@@ -1,0 +1,39 @@
+// Hardware profiles: what one GPU model computes and moves, for planning and simulating servers
+// this machine is not (`--hardware NAME|FILE`). A profile gives the planner's CostModel (per-op
+// rates) and the GPU's host-link rate per direction with its duplex factor. Invariant: every
+// rate of a loaded profile is finite and > 0, and duplex_factor is in (0, 1].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "prefetch/cost_model.h"
+#include "links/link_share.h"
+
+namespace ferry {
+
+struct HardwareProfile {
+  std::string name;    // "h100-pcie5"
+  std::string gpu;     // "NVIDIA H100 80GB HBM3"
+  std::string source;  // the file it was read from
+  uint64_t device_memory = 0;
+  CostModel cost;             // link_gbps: the slower direction of the GPU's own link
+  LinkCapacity gpu_link;      // the GPU's own host link as measured (GB/s per direction)
+  bool duplex_given = false;  // the file states link.duplex_factor (else gpu_link has 1.0)
+  double nominal_gbps = 0;    // that link's raw rate per direction
+  // The share of a PCIe link's raw rate copies reach, per direction (gpu_link / nominal).
+  double efficiency(TransferDirection d) const;
+};
+
+// The shipped profiles' names (configs/hardware/*.yaml), sorted.
+std::vector<std::string> hardware_profile_names();
+
+// Loads `name_or_file`: a path ending in .yaml/.yml, or a shipped profile's name, looked up in
+// configs/hardware/ under the working directory and then under the source tree. Throws
+// ConfigError naming `key` (e.g. "--hardware") for an unknown name, or the file and key for a
+// malformed profile.
+HardwareProfile load_hardware_profile(const std::string& name_or_file,
+                                      const std::string& key = "--hardware");
+
+}  // namespace ferry

@@ -1,0 +1,461 @@
+// The node simulator's event loop. Between two events (a step ends, a copy or chunk lands, a hop
+// of a bucket's all-reduce ends) every flow moves at its max-min fair rate; each event then
+// starts what became possible at that instant (steps whose waits are met, the next copy on a
+// stream, the chunks the arbiter grants, the next bucket), and the rates are shared again.
+#include "sim/node_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "links/arbiter_policy.h"
+#include "links/link_capacities.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int dir_index(TransferDirection d) { return d == TransferDirection::kToHost ? 0 : 1; }
+
+struct RankState {
+  int next_step = 0;
+  bool running = false;
+  double step_end = 0;
+  double waiting_since = -1;
+  std::vector<double> prefix;  // prefix sums of step times
+  std::vector<std::vector<size_t>> issued_after, waited_before;
+  std::vector<bool> issued, done;
+  std::vector<double> remaining;   // bytes of each transfer still to move
+  std::vector<double> first_byte;  // when each transfer started moving
+  std::deque<size_t> queue[2];     // issued, not done, per direction; head is the active one
+  bool chunk_active[2] = {false, false};
+  bool finished = false;
+  double finish_time = 0;
+  double max_rate[2] = {kInf, kInf};  // bottleneck of its path per direction, alone
+  // Per direction: the links of the path whose tokens a chunk takes under the topology
+  // scheduler, those one chunk can fill (capacity at most the path's bottleneck), as the
+  // emulation's arbiter does. A wider link (a root complex) is shared by the fluid rule alone.
+  std::vector<int> arbitrated[2];
+};
+
+// A flow in flight: a copy (or one chunk of it) of one rank, or one hop of a bucket.
+struct Active {
+  bool hop = false;
+  int rank = -1;  // copy: owner; hop: index in the ring
+  int dir = 0;
+  size_t transfer = 0;
+  double remaining = 0;  // bytes of this flow (the chunk, the whole copy, or the hop)
+  double rate = 0;
+};
+
+}  // namespace
+
+NodeSimResult simulate_node(const NodeSimInput& in) {
+  const size_t n_links = in.links.size();
+  const size_t n_ranks = in.ranks.size();
+  for (const SimRank& r : in.ranks) {
+    for (int l : r.path) {
+      if (l < 0 || static_cast<size_t>(l) >= n_links)
+        throw std::invalid_argument(
+            fmt::format("{}: path names link {} of {}", r.name, l, n_links));
+    }
+  }
+  for (const SimHop& h : in.ring) {
+    for (const auto* part : {&h.up, &h.down})
+      for (int l : *part)
+        if (l < 0 || static_cast<size_t>(l) >= n_links)
+          throw std::invalid_argument(fmt::format("ring hop names link {} of {}", l, n_links));
+  }
+  const auto capacity = [&](int l, int dir) {
+    const LinkCapacity& c = in.links[static_cast<size_t>(l)].capacity;
+    return dir == 0 ? c.to_host_gbps : c.to_device_gbps;
+  };
+  const auto check_positive = [&](const std::vector<int>& path, int dir) {
+    for (int l : path)
+      if (!(capacity(l, dir) > 0))
+        throw std::invalid_argument(fmt::format("link '{}' has no capacity {}",
+                                                in.links[static_cast<size_t>(l)].name,
+                                                dir == 0 ? "to host" : "to device"));
+  };
+
+  std::vector<LinkCapacity> caps(n_links);
+  for (size_t l = 0; l < n_links; ++l) caps[l] = in.links[l].capacity;
+
+  NodeSimResult res;
+  res.ranks.resize(n_ranks);
+  res.links.resize(n_links);
+  std::vector<RankState> st(n_ranks);
+  for (size_t r = 0; r < n_ranks; ++r) {
+    const SimRank& rank = in.ranks[r];
+    RankState& s = st[r];
+    const size_t steps = rank.step_seconds.size();
+    s.prefix.assign(steps + 1, 0.0);
+    for (size_t i = 0; i < steps; ++i) s.prefix[i + 1] = s.prefix[i] + rank.step_seconds[i];
+    s.issued_after.resize(steps + 1);
+    s.waited_before.resize(steps + 1);
+    const size_t nt = rank.transfers.size();
+    s.issued.assign(nt, false);
+    s.done.assign(nt, false);
+    s.remaining.resize(nt);
+    s.first_byte.assign(nt, -1);
+    for (size_t i = 0; i < nt; ++i) {
+      const SimTransfer& t = rank.transfers[i];
+      const int after = std::clamp(t.issue_after, -1, static_cast<int>(steps) - 1);
+      s.issued_after[static_cast<size_t>(after + 1)].push_back(i);
+      if (t.wait_before >= 0 && static_cast<size_t>(t.wait_before) < steps)
+        s.waited_before[static_cast<size_t>(t.wait_before)].push_back(i);
+      s.remaining[i] = static_cast<double>(t.bytes);
+    }
+    for (int d = 0; d < 2; ++d) {
+      if (nt > 0 && !rank.path.empty()) check_positive(rank.path, d);
+      for (int l : rank.path) s.max_rate[d] = std::min(s.max_rate[d], capacity(l, d));
+      s.arbitrated[d] = arbitrated_links(
+          caps, rank.path, d == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice);
+    }
+    res.ranks[r].compute_seconds = s.prefix[steps];
+  }
+  const bool reduce = n_ranks > 1 && !in.ring.empty();
+  if (reduce) {
+    if (in.ring.size() != n_ranks)
+      throw std::invalid_argument(
+          fmt::format("ring has {} hops for {} ranks", in.ring.size(), n_ranks));
+    for (const SimHop& h : in.ring) {
+      check_positive(h.up, 0);
+      check_positive(h.down, 1);
+    }
+  }
+  const double hop_share =
+      reduce ? 2.0 * static_cast<double>(n_ranks - 1) / static_cast<double>(n_ranks) : 0.0;
+  size_t next_bucket = 0;
+  bool bucket_running = false;
+  const auto buckets_done = [&] { return !reduce || next_bucket == in.buckets.size(); };
+
+  std::vector<Active> active;
+  double now = 0;
+  uint64_t seq = 0;
+  std::vector<uint64_t> claim_seq;  // per rank and direction: when its head first claimed
+  claim_seq.assign(n_ranks * 2, 0);
+  std::vector<bool> claimed(n_ranks * 2, false);
+
+  const auto issue = [&](size_t r, size_t i) {
+    RankState& s = st[r];
+    if (s.issued[i]) return;
+    s.issued[i] = true;
+    const int d = in.ranks[r].transfers[i].to_host ? 0 : 1;
+    if (s.remaining[i] <= 0) {
+      s.done[i] = true;
+      return;
+    }
+    s.queue[d].push_back(i);
+  };
+  for (size_t r = 0; r < n_ranks; ++r)
+    for (size_t i : st[r].issued_after[0]) issue(r, i);
+
+  const auto update_step = [&](size_t r) {
+    const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
+    return in.update_step >= 0 && in.update_step < steps ? in.update_step : steps - 1;
+  };
+  const auto span = [&](int track, double b, double e, std::string name, bool stall) {
+    if (in.trace && e > b) res.spans.push_back({track, b, e, std::move(name), stall});
+  };
+
+  for (int guard = 0;; ++guard) {
+    // 1. Everything that can happen at `now`, until nothing changes.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n_ranks; ++r) {
+        RankState& s = st[r];
+        const SimRank& rank = in.ranks[r];
+        const int steps = static_cast<int>(rank.step_seconds.size());
+        if (s.running && s.step_end <= now) {
+          s.running = false;
+          for (size_t i : s.issued_after[static_cast<size_t>(s.next_step) + 1]) issue(r, i);
+          ++s.next_step;
+          changed = true;
+        }
+        if (s.running || s.finished) continue;
+        if (s.next_step >= steps) {
+          s.finished = true;
+          s.finish_time = now;
+          changed = true;
+          continue;
+        }
+        bool ready = true;
+        for (size_t i : s.waited_before[static_cast<size_t>(s.next_step)]) {
+          if (!s.issued[i]) {
+            issue(r, i);  // issued and waited for at the same point
+            changed = true;
+          }
+          ready = ready && s.done[i];
+        }
+        if (s.next_step == update_step(r)) ready = ready && buckets_done();
+        if (!ready) {
+          if (s.waiting_since < 0) s.waiting_since = now;
+          continue;
+        }
+        if (s.waiting_since >= 0) {
+          res.ranks[r].stall_seconds += now - s.waiting_since;
+          span(static_cast<int>(3 * r), s.waiting_since, now, "stall", true);
+          s.waiting_since = -1;
+        }
+        const double t = rank.step_seconds[static_cast<size_t>(s.next_step)];
+        span(static_cast<int>(3 * r), now, now + t,
+             static_cast<size_t>(s.next_step) < rank.step_names.size()
+                 ? rank.step_names[static_cast<size_t>(s.next_step)]
+                 : fmt::format("step {}", s.next_step),
+             false);
+        s.running = true;
+        s.step_end = now + t;
+        changed = true;
+      }
+    }
+    // 2. Copies: fifo starts each stream's head whole; topology asks the arbiter for chunks.
+    std::vector<ChunkClaim> claims;
+    std::vector<std::pair<size_t, int>> claim_of;
+    for (size_t r = 0; r < n_ranks; ++r) {
+      RankState& s = st[r];
+      for (int d = 0; d < 2; ++d) {
+        if (s.chunk_active[d] || s.queue[d].empty()) continue;
+        const size_t i = s.queue[d].front();
+        if (!in.topology_scheduler) {
+          active.push_back({false, static_cast<int>(r), d, i, s.remaining[i], 0});
+          s.chunk_active[d] = true;
+          if (s.first_byte[i] < 0) s.first_byte[i] = now;
+          continue;
+        }
+        const size_t key = r * 2 + static_cast<size_t>(d);
+        if (!claimed[key]) {
+          claimed[key] = true;
+          claim_seq[key] = seq++;
+        }
+        // Slack: when compute will reach the step that waits, less the time the rest of the
+        // copy needs alone on its path.
+        const SimTransfer& t = in.ranks[r].transfers[i];
+        const int w = t.wait_before;
+        const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
+        double reach = kInf;  // nothing waits for it: it may go last
+        if (w >= 0 && w < steps) {
+          const int from = s.next_step + (s.running ? 1 : 0);  // the next step to start
+          const double base = s.running ? s.step_end : now;
+          reach = w <= from ? (w < from ? now : base)
+                            : base + s.prefix[static_cast<size_t>(w)] -
+                                  s.prefix[static_cast<size_t>(from)];
+        }
+        ChunkClaim c;
+        c.rank = static_cast<int>(r);
+        c.direction = d == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice;
+        c.links = s.arbitrated[d];
+        // Least laxity first, as the emulation's arbiter (Note [Why least laxity]).
+        c.slack_s = reach == kInf ? 1e30
+                                  : chunk_latest_start(reach, static_cast<uint64_t>(s.remaining[i]),
+                                                       s.max_rate[d] * 1e9) -
+                                        now;
+        c.seq = claim_seq[key];
+        claims.push_back(std::move(c));
+        claim_of.emplace_back(r, d);
+      }
+    }
+    if (!claims.empty()) {
+      std::vector<LinkDirection> busy;
+      for (const Active& a : active) {
+        if (a.hop) continue;
+        for (int l : st[static_cast<size_t>(a.rank)].arbitrated[a.dir])
+          busy.push_back(
+              {l, a.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
+      }
+      for (size_t g : grant(claims, busy)) {
+        const auto [r, d] = claim_of[g];
+        RankState& s = st[r];
+        const size_t i = s.queue[d].front();
+        const double chunk = std::min(s.remaining[i], static_cast<double>(in.chunk_bytes));
+        active.push_back({false, static_cast<int>(r), d, i, chunk, 0});
+        s.chunk_active[d] = true;
+        claimed[r * 2 + static_cast<size_t>(d)] = false;
+        if (s.first_byte[i] < 0) s.first_byte[i] = now;
+      }
+    }
+    // 3. The next bucket, once every rank has produced it and the previous one is reduced.
+    if (reduce && !bucket_running && next_bucket < in.buckets.size()) {
+      const SimBucket& b = in.buckets[next_bucket];
+      bool ready = true;
+      for (size_t r = 0; r < n_ranks; ++r) ready = ready && st[r].next_step > b.ready_after;
+      if (ready) {
+        const double bytes = hop_share * static_cast<double>(b.bytes);
+        for (size_t h = 0; h < n_ranks; ++h)
+          active.push_back({true, static_cast<int>(h), 0, 0, bytes, 0});
+        bucket_running = true;
+        res.allreduce_bytes += bytes;
+        if (bytes <= 0) {
+          active.erase(
+              std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.hop; }),
+              active.end());
+          bucket_running = false;
+          ++next_bucket;
+          continue;
+        }
+      }
+    }
+
+    // 4. Rates: copies and each hop (up one path, down the other) share the links max-min
+    // fairly.
+    std::vector<Flow> flows;
+    std::vector<std::pair<size_t, size_t>> flow_span(active.size());  // into `flows`
+    for (size_t a = 0; a < active.size(); ++a) {
+      const Active& x = active[a];
+      flow_span[a].first = flows.size();
+      if (!x.hop) {
+        flows.push_back({in.ranks[static_cast<size_t>(x.rank)].path,
+                         x.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
+      } else {
+        // One flow up its sender's links and down its receiver's: each link's own side.
+        const SimHop& h = in.ring[static_cast<size_t>(x.rank)];
+        Flow f{h.up, TransferDirection::kToHost, {}};
+        f.links.insert(f.links.end(), h.down.begin(), h.down.end());
+        f.link_directions.assign(h.up.size(), TransferDirection::kToHost);
+        f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+        if (!f.links.empty()) flows.push_back(std::move(f));
+      }
+      flow_span[a].second = flows.size();
+    }
+    const std::vector<double> rates = fair_share_rates(caps, flows);
+    double next = kInf;
+    for (size_t a = 0; a < active.size(); ++a) {
+      double r = kInf;
+      for (size_t f = flow_span[a].first; f < flow_span[a].second; ++f) r = std::min(r, rates[f]);
+      active[a].rate = r;  // GB/s
+      const double t = r == kInf ? now : now + active[a].remaining / (r * 1e9);
+      next = std::min(next, t);
+    }
+    for (size_t r = 0; r < n_ranks; ++r)
+      if (st[r].running) next = std::min(next, st[r].step_end);
+    if (in.trace) {
+      std::vector<double> use(n_links * 2, 0.0);
+      for (size_t a = 0; a < active.size(); ++a) {
+        for (size_t f = flow_span[a].first; f < flow_span[a].second; ++f)
+          for (size_t i = 0; i < flows[f].links.size(); ++i)
+            use[static_cast<size_t>(flows[f].links[i]) * 2 +
+                static_cast<size_t>(dir_index(link_direction(flows[f], i)))] +=
+                active[a].rate == kInf ? 0 : active[a].rate;
+      }
+      for (size_t l = 0; l < n_links; ++l)
+        res.samples.push_back({static_cast<int>(l), now, use[l * 2], use[l * 2 + 1]});
+    }
+    if (next == kInf) {
+      bool all = buckets_done();
+      for (const RankState& s : st) all = all && s.finished;
+      if (all) break;
+      throw std::logic_error("node simulation deadlocked: compute waits for a copy never issued");
+    }
+    if (guard > 50'000'000) throw std::logic_error("node simulation does not end");
+
+    // 5. Advance to `next`: move bytes, account them on the links, end what lands.
+    const double dt = next - now;
+    std::vector<bool> link_busy(n_links, false);
+    for (size_t a = 0; a < active.size(); ++a) {
+      Active& x = active[a];
+      const double rate = x.rate;
+      const double t_end = rate == kInf ? now : now + x.remaining / (rate * 1e9);
+      const double moved = t_end <= next ? x.remaining : rate * 1e9 * dt;
+      x.remaining = t_end <= next ? 0 : std::max(0.0, x.remaining - moved);
+      for (size_t f = flow_span[a].first; f < flow_span[a].second; ++f) {
+        for (size_t i = 0; i < flows[f].links.size(); ++i) {
+          const int l = flows[f].links[i];
+          SimLinkStats& ls = res.links[static_cast<size_t>(l)];
+          (link_direction(flows[f], i) == TransferDirection::kToHost ? ls.to_host_bytes
+                                                                     : ls.to_device_bytes) += moved;
+          link_busy[static_cast<size_t>(l)] = true;
+        }
+      }
+      if (!x.hop) {
+        RankState& s = st[static_cast<size_t>(x.rank)];
+        s.remaining[x.transfer] -= moved;
+        res.ranks[static_cast<size_t>(x.rank)].copy_bytes += moved;
+      }
+    }
+    for (size_t l = 0; l < n_links; ++l)
+      if (link_busy[l]) res.links[l].busy_seconds += dt;
+    now = next;
+    bool hops_left = false;
+    for (const Active& x : active) hops_left = hops_left || (x.hop && x.remaining > 0);
+    std::vector<Active> keep;
+    for (Active& x : active) {
+      if (x.remaining > 0) {
+        keep.push_back(x);
+        continue;
+      }
+      if (x.hop) continue;
+      RankState& s = st[static_cast<size_t>(x.rank)];
+      s.chunk_active[x.dir] = false;
+      if (in.topology_scheduler && s.remaining[x.transfer] > 0.5)
+        continue;  // more chunks of this copy to claim
+      s.remaining[x.transfer] = 0;
+      s.done[x.transfer] = true;
+      s.queue[x.dir].pop_front();
+      const SimTransfer& t = in.ranks[static_cast<size_t>(x.rank)].transfers[x.transfer];
+      span(3 * x.rank + 1 + x.dir, s.first_byte[x.transfer], now,
+           fmt::format("{} {}", t.to_host ? "offload" : "prefetch", t.bytes), false);
+    }
+    active = std::move(keep);
+    if (bucket_running && !hops_left) {
+      bucket_running = false;
+      ++next_bucket;
+    }
+  }
+
+  double stall = 0;
+  for (size_t r = 0; r < n_ranks; ++r) {
+    res.ranks[r].step_seconds = st[r].finish_time;
+    res.step_seconds = std::max(res.step_seconds, st[r].finish_time);
+    stall += res.ranks[r].stall_seconds;
+  }
+  res.stall_seconds = n_ranks ? stall / static_cast<double>(n_ranks) : 0;
+  return res;
+}
+
+std::string chrome_trace(const NodeSimInput& in, const NodeSimResult& res) {
+  std::string out = "{\"traceEvents\":[\n";
+  bool first = true;
+  const auto add = [&](const std::string& e) {
+    out += first ? "" : ",\n";
+    out += e;
+    first = false;
+  };
+  const int link_pid = static_cast<int>(in.ranks.size());
+  for (size_t r = 0; r < in.ranks.size(); ++r) {
+    add(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"{}"}}}})", r,
+                    in.ranks[r].name));
+    static constexpr const char* kThreads[] = {"compute", "to host", "to device"};
+    for (int t = 0; t < 3; ++t)
+      add(fmt::format(
+          R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", r, t,
+          kThreads[t]));
+  }
+  add(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"links"}}}})",
+                  link_pid));
+  for (const SimSpan& s : res.spans) {
+    add(fmt::format(
+        R"({{"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"name":"{}","cat":"{}"}})",
+        s.track / 3, s.track % 3, s.begin * 1e6, (s.end - s.begin) * 1e6, s.name,
+        s.stall ? "stall" : (s.track % 3 == 0 ? "compute" : "copy")));
+  }
+  std::vector<std::pair<double, double>> last(in.links.size(), {-1, -1});
+  for (const SimLinkSample& s : res.samples) {
+    auto& l = last[static_cast<size_t>(s.link)];
+    if (l.first == s.to_host_gbps && l.second == s.to_device_gbps) continue;
+    l = {s.to_host_gbps, s.to_device_gbps};
+    add(fmt::format(
+        R"({{"ph":"C","pid":{},"ts":{:.3f},"name":"{}","args":{{"to_host_gbps":{:.4f},"to_device_gbps":{:.4f}}}}})",
+        link_pid, s.at * 1e6, in.links[static_cast<size_t>(s.link)].name, s.to_host_gbps,
+        s.to_device_gbps));
+  }
+  out += "\n],\"displayTimeUnit\":\"ms\"}\n";
+  return out;
+}
+
+}  // namespace ferry

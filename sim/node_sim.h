@@ -1,0 +1,95 @@
+// The node simulator: one training step of every rank of a node on a virtual clock. Compute runs
+// each rank's planned tape; copies queue on one stream per direction per rank and cross the
+// links of the rank's path, which concurrent copies and all-reduce traffic share max-min fairly
+// (link_share.h, the emulation's rule); under the topology scheduler copies go in chunks granted
+// by the arbiter (arbiter_policy.h, the real scheduler's rule). Pure and deterministic: the same
+// inputs give the same result, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "prefetch/cost_model.h"
+#include "links/link_share.h"
+#include "prefetch/tape.h"
+
+namespace ferry {
+
+// One gradient bucket: ready on every rank once compute has finished step `ready_after`.
+struct SimBucket {
+  uint64_t bytes = 0;
+  int ready_after = 0;
+};
+
+// A ring all-reduce hop from one rank to the next: `up` links carry it towards the host
+// (kToHost), `down` links away from it (kToDevice).
+struct SimHop {
+  std::vector<int> up;
+  std::vector<int> down;
+};
+
+struct SimRank {
+  std::string name;                     // "GPU0"
+  std::vector<double> step_seconds;     // per step of the planned tape
+  std::vector<std::string> step_names;  // for the trace (may be empty)
+  std::vector<SimTransfer> transfers;   // issued in this order per direction
+  std::vector<int> path;                // links a host<->device copy crosses
+};
+
+struct NodeSimInput {
+  std::vector<NamedLink> links;
+  std::vector<SimRank> ranks;
+  std::vector<SimBucket> buckets;     // in launch order; all-reduced when ranks.size() > 1
+  std::vector<SimHop> ring;           // hop r: rank r to rank r+1 (mod n); empty: no traffic
+  int update_step = -1;               // the step that waits for every bucket (-1: the last)
+  bool topology_scheduler = false;    // chunked, arbitrated copies; else fifo
+  uint64_t chunk_bytes = 4ull << 20;  // topology.chunk_mb's default
+  bool trace = false;                 // record spans for the Chrome trace
+};
+
+struct SimSpan {
+  int track = 0;  // rank r: 3r compute, 3r+1 to-host copies, 3r+2 to-device copies
+  double begin = 0, end = 0;
+  std::string name;
+  bool stall = false;
+};
+
+// Utilisation of each link over time: one sample per change, per direction (GB/s in use).
+struct SimLinkSample {
+  int link = 0;
+  double at = 0;
+  double to_host_gbps = 0, to_device_gbps = 0;
+};
+
+struct SimLinkStats {
+  double to_host_bytes = 0, to_device_bytes = 0;
+  double busy_seconds = 0;  // time some flow crosses it, either direction
+};
+
+struct SimRankStats {
+  double step_seconds = 0;     // the rank's compute finishes its tape
+  double compute_seconds = 0;  // sum of its step times
+  double stall_seconds = 0;    // compute waiting for copies or the all-reduce
+  double copy_bytes = 0;
+};
+
+struct NodeSimResult {
+  double step_seconds = 0;     // the slowest rank, all-reduce included
+  double stall_seconds = 0;    // the mean over ranks
+  double allreduce_bytes = 0;  // per rank sent
+  std::vector<SimRankStats> ranks;
+  std::vector<SimLinkStats> links;
+  std::vector<SimSpan> spans;
+  std::vector<SimLinkSample> samples;
+};
+
+// Runs one step. Throws std::invalid_argument on a path or hop naming no link, or on a link
+// with a non-positive capacity that some flow crosses.
+NodeSimResult simulate_node(const NodeSimInput& input);
+
+// A Chrome trace (JSON text): one process per GPU with compute and copy threads, one counter
+// track per link with its GB/s per direction.
+std::string chrome_trace(const NodeSimInput& input, const NodeSimResult& result);
+
+}  // namespace ferry

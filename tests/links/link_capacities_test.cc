@@ -1,0 +1,46 @@
+// From the DGX-1-like topology to the link-share model: a GPU's copy path crosses its own link,
+// its switch's uplink and its root complex (and the inter-socket link for memory on the other
+// socket); the scheduler arbitrates only the links one chunk can fill; scale and duplex apply.
+#include "links/link_capacities.h"
+
+#include <gtest/gtest.h>
+
+#include "topology/load.h"
+
+namespace ferry {
+namespace {
+
+constexpr auto kH = TransferDirection::kToHost;
+
+LinkMap dgx1() {
+  return LinkMap(
+      load_topology(std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml"));
+}
+
+TEST(LinkCapacities, Dgx1PathsShareSwitchUplinksAndArbitrateWhatOneChunkFills) {
+  const LinkMap map = dgx1();
+  const auto caps = link_capacities(map, 0.85, 100);
+  ASSERT_EQ(caps.size(), map.links().size());
+  for (const Link& l : map.links()) {
+    EXPECT_DOUBLE_EQ(caps[static_cast<size_t>(l.id)].to_host_gbps, l.gbps / 100);
+    EXPECT_DOUBLE_EQ(caps[static_cast<size_t>(l.id)].duplex_factor, 0.85);
+  }
+  const CopyPath p0 = copy_path(map, caps, 0, 0);
+  const CopyPath p1 = copy_path(map, caps, 1, 0);
+  ASSERT_EQ(p0.links.size(), 3u);  // gpu-uplink, switch-uplink, root-complex
+  EXPECT_EQ(map.link(p0.links[0]).kind, LinkKind::kGpuUplink);
+  EXPECT_EQ(map.link(p0.links[1]).kind, LinkKind::kSwitchUplink);
+  EXPECT_EQ(map.link(p0.links[2]).kind, LinkKind::kRootComplex);
+  EXPECT_EQ(LinkMap::shared(p0.links, p1.links),
+            (std::vector<int>{p0.links[1], p0.links[2]}));  // GPUs 0 and 1 share a switch
+  EXPECT_NEAR(p0.to_host_gbps, 0.15754, 1e-4);
+  // The root complex sums its two switches: one chunk cannot fill it, so it is not arbitrated.
+  EXPECT_EQ(arbitrated_links(caps, p0.links, kH), (std::vector<int>{p0.links[0], p0.links[1]}));
+  // Pinned memory on the other socket adds the inter-socket link.
+  const CopyPath far = copy_path(map, caps, 0, 1);
+  ASSERT_EQ(far.links.size(), 4u);
+  EXPECT_EQ(map.link(far.links[3]).kind, LinkKind::kInterSocket);
+}
+
+}  // namespace
+}  // namespace ferry
