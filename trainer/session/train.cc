@@ -19,6 +19,7 @@
 
 #include "comm/fault.h"
 #include "common/bytes.h"
+#include "common/file_write.h"
 #include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
@@ -135,9 +136,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
 }
 
 void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw DataError("cannot write " + path, "check run.dir is writable");
+  write_file(path, text, "check that run.dir is writable and its disk has space");
 }
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the

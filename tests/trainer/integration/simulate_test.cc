@@ -108,6 +108,30 @@ TEST(Simulate, BadInputIsOneErrorWithExitCode2) {
   EXPECT_NE(e.output.find("--chunk-mb"), std::string::npos) << e.output;
 }
 
+// A trace, or the report itself, that cannot be written is an error naming the file and the
+// reason, exit 2: never exit 0 with a cut file.
+TEST(Simulate, AFullDiskIsAnErrorWithExitCode2) {
+  Exit e = run(simulate("--gpus 2 --trace /dev/full"));
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: cannot write /dev/full: No space left on device"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("hint: --trace: give a path"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("trace: /dev/full"), std::string::npos) << "no success line";
+  e = run(simulate("--gpus 2 --trace /nonexistent-dir/t.json"));
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("cannot write /nonexistent-dir/t.json: No such file or directory"),
+            std::string::npos)
+      << e.output;
+  // The JSON report on a full standard output (stdout alone to /dev/full: run() folds the
+  // subshell's stderr into its pipe).
+  e = run("(" + simulate("--gpus 2 --json") + " >/dev/full)");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: cannot write standard output: No space left on device"),
+            std::string::npos)
+      << e.output;
+}
+
 TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
   const std::string plan =
       in_source(trainer()) + " plan " + config("vgg16") + " --hardware v100-pcie3";
