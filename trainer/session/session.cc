@@ -208,7 +208,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
         return build_model(name, input_shape(batch), classes);
       },
       exec);
-  comm_ = create_communicator(comm_choice(config.comm.backend), *device_, ranks);
+  comm_ =
+      create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (emulator_ || gatekeeper_) attach_link_ledger();
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
