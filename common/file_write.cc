@@ -19,6 +19,9 @@ namespace {
 constexpr const char* kDefaultHint =
     "check that the disk has space and the directory is writable, or write to another path";
 
+constexpr const char* kStdoutHint =
+    "standard output went to a full disk or a closed pipe: redirect it to a file with space";
+
 [[noreturn]] void fail(const std::string& path, int error, const std::string& hint) {
   throw DataError(
       fmt::format("cannot write {}: {}", path, error != 0 ? std::strerror(error) : "write error"),
@@ -56,11 +59,12 @@ void check_stream(std::ostream& out, const std::string& path, const std::string&
 
 void check_stdout(const std::string& hint) {
   // A write that failed inside printf left errno behind (most likely its own): keep it.
-  if (std::ferror(stdout)) fail("standard output", errno, hint);
+  if (std::ferror(stdout)) fail("standard output", errno, hint.empty() ? kStdoutHint : hint);
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;
   const int error = errno;
-  if (!flushed || std::ferror(stdout)) fail("standard output", error, hint);
+  if (!flushed || std::ferror(stdout))
+    fail("standard output", error, hint.empty() ? kStdoutHint : hint);
 }
 
 }  // namespace ferry

@@ -18,9 +18,6 @@ namespace ferry {
 
 namespace {
 
-constexpr const char* kStdoutHint =
-    "the report went to a full disk or a closed pipe: redirect it to a file with space";
-
 double utilisation(const SimLink& l, const SimLinkStats& s, double seconds) {
   if (seconds <= 0) return 0;
   const double out = s.to_host_bytes / (l.capacity.to_host_gbps * 1e9 * seconds);
@@ -108,7 +105,7 @@ int run_simulate(const SimulateArgs& args) {
                                 {"ranks", ranks},
                                 {"links", links}};
     std::printf("%s\n", out.dump(2).c_str());
-    check_stdout(kStdoutHint);
+    check_stdout();
     return 0;
   }
   std::printf("simulate: %s, batch %lld per GPU, %zu GPUs of %s, hardware %s\n",
@@ -143,7 +140,7 @@ int run_simulate(const SimulateArgs& args) {
                 100 * utilisation(link, s, step));
   }
   if (!args.trace.empty()) std::printf("\ntrace: %s\n", args.trace.c_str());
-  check_stdout(kStdoutHint);
+  check_stdout();
   return 0;
 }
 

@@ -148,6 +148,17 @@ TEST(Simulate, AFullDiskIsAnErrorWithExitCode2) {
   EXPECT_NE(e.output.find("error: cannot write standard output: No space left on device"),
             std::string::npos)
       << e.output;
+  // The other commands that print a report or JSON.
+  for (const std::string command :
+       {" info --model lenet5 --json", " config configs/quickstart.yaml",
+        " plan configs/quickstart.yaml --json", " plan configs/quickstart.yaml"}) {
+    e = run("(" + in_source(trainer()) + command + " >/dev/full)");
+    EXPECT_EQ(e.code, 2) << command << "\n" << e.output;
+    EXPECT_NE(e.output.find("error: cannot write standard output: No space left on device"),
+              std::string::npos)
+        << command << "\n"
+        << e.output;
+  }
 }
 
 TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
