@@ -35,6 +35,8 @@ constexpr double kArrivalReadSeconds = 1.0;
 // How long a rank that timed out waits before it reports, when a lower rank that did arrive will
 // report the same stall: one message per stall, unless the reporter itself cannot end the job.
 constexpr double kReporterGraceSeconds = 3.0;
+// What the watchdog calls the communicator's creation (MPI_Comm_dup, the arrivals window).
+constexpr const char* kCreation = "communicator creation";
 
 // Note [Waiting for a non-blocking collective]
 // MpiWait::kNonblocking only (the default calls the blocking collective, which spins inside
@@ -66,13 +68,17 @@ class MpiCommunicator final : public Communicator {
     }
     stream_ = dynamic_cast<cpu::CpuStream*>(&device.stream(StreamKind::kComm));
     FERRY_ASSERT(stream_ != nullptr, "a cpu device's comm stream is a CpuStream");
+    if (timeout_s > 0) {
+      watchdog_ = std::make_unique<CollectiveWatchdog>(
+          timeout_s, [this](const CollectiveWatchdog::Stalled& s) { report_stall(s); });
+      watchdog_->begin(kCreation, 0);  // collective too: a rank may never come
+    }
     // A communicator of our own: our collectives never match anyone else's on MPI_COMM_WORLD.
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-    if (timeout_s > 0) {
+    if (watchdog_) {
       arrivals_ = std::make_unique<MpiArrivals>(comm_);
-      watchdog_ = std::make_unique<CollectiveWatchdog>(
-          timeout_s, [this](const CollectiveWatchdog::Stalled& s) { report_stall(s); });
+      watchdog_->end();
     }
   }
 
@@ -178,6 +184,28 @@ class MpiCommunicator final : public Communicator {
 
   // On the watchdog's thread: names the ranks that did not arrive and ends the job.
   void report_stall(const CollectiveWatchdog::Stalled& stalled) {
+    const std::vector<int> named = stalled.sequence > 0 ? late_ranks(stalled) : std::vector<int>{};
+    fail_job(ranks_,
+             fmt::format("comm.timeout_s: {}{} waited {:.1f} s (timeout {:g} s): {}", stalled.what,
+                         stalled.sequence > 0 ? fmt::format(" #{}", stalled.sequence) : "",
+                         stalled.waited_s, watchdog_->timeout_s(), who_),
+             fmt::format("{}; raise comm.timeout_s if a step can take longer, or set it to 0 "
+                         "to turn the watchdog off",
+                         named.empty() ? std::string("check every rank's log")
+                                       : fmt::format("check what {} is doing (stopped, hung, in a "
+                                                     "debugger, out of memory?)",
+                                                     rank_list(named))),
+             1);
+  }
+
+  // Reads the arrivals of collective `stalled.sequence`: sets who_ (which ranks are late, for
+  // the message) and returns them. When a lower rank did arrive, first waits while that rank
+  // reports the same stall and ends the job: one message per stall.
+  std::vector<int> late_ranks(const CollectiveWatchdog::Stalled& stalled) {
+    if (!arrivals_->available()) {
+      who_ = "which ranks did not arrive is unknown (MPI could not make a one-sided window)";
+      return {};
+    }
     const std::vector<std::optional<int64_t>> seen = arrivals_->read_all(kArrivalReadSeconds);
     std::vector<int> missing, silent;
     std::string last_seen;
@@ -194,34 +222,18 @@ class MpiCommunicator final : public Communicator {
         reporter = std::min(reporter, r);
       }
     }
-    if (reporter != ranks_.rank && arrivals_->available()) {
-      // A lower rank that arrived reports the same stall and ends the job: one message.
+    if (reporter != ranks_.rank)
       std::this_thread::sleep_for(std::chrono::duration<double>(kReporterGraceSeconds));
-    }
-    std::string who;
+    who_.clear();
     if (!missing.empty())
-      who = fmt::format("{} did not arrive ({})", rank_list(missing), last_seen);
+      who_ = fmt::format("{} did not arrive ({})", rank_list(missing), last_seen);
     if (!silent.empty()) {
-      who += fmt::format("{}{} did not answer (stopped or hung)", who.empty() ? "" : "; ",
-                         rank_list(silent));
+      who_ += fmt::format("{}{} did not answer (stopped or hung)", who_.empty() ? "" : "; ",
+                          rank_list(silent));
     }
-    if (!arrivals_->available()) {
-      who = "which ranks did not arrive is unknown (MPI could not make a one-sided window)";
-    } else if (who.empty()) {
-      who = "every rank arrived, but the collective did not complete (an MPI transport stall?)";
-    }
-    const std::vector<int> named = missing.empty() ? silent : missing;
-    fail_job(
-        ranks_,
-        fmt::format("comm.timeout_s: {} #{} waited {:.1f} s (timeout {:g} s): {}", stalled.what,
-                    stalled.sequence, stalled.waited_s, watchdog_->timeout_s(), who),
-        fmt::format("{}; raise comm.timeout_s if a step can take longer, or set it to 0 "
-                    "to turn the watchdog off",
-                    named.empty() ? std::string("check every rank's log")
-                                  : fmt::format("check what {} is doing (stopped, hung, in a "
-                                                "debugger, out of memory?)",
-                                                rank_list(named))),
-        1);
+    if (who_.empty())
+      who_ = "every rank arrived, but the collective did not complete (an MPI transport stall?)";
+    return missing.empty() ? silent : missing;
   }
 
   // Enqueues `body` on the comm stream after the work enqueued on `after` so far, stamping its
@@ -251,6 +263,9 @@ class MpiCommunicator final : public Communicator {
   int64_t sequence_ = 0;  // collectives issued so far; comm thread only
   std::unique_ptr<MpiArrivals> arrivals_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // null: comm.timeout_s is 0
+  // The late ranks in words; set by the watchdog's thread only. Before the communicator exists
+  // (sequence 0) nothing can say which rank did not come.
+  std::string who_ = "a rank did not join, and which one is unknown before the communicator exists";
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // A 2-rank job in which rank 1 stops itself (SIGSTOP) while rank 0 waits in an all-reduce that
 // rank 1 never joins, with a 2 s watchdog. The test (expect_abort.cmake) checks that the job
 // ends by itself, soon, non-zero, with one message from rank 0 naming rank 1.
-// Usage: comm_stall_program [blocking|nonblocking]
+// Usage: comm_stall_program [blocking|nonblocking|creation]; creation: rank 1 stops before the
+// communicator exists, so rank 0 waits in its creation.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Communicator> comm;
   try {
     ranks = init_ranks();
+    if (argc > 1 && std::strcmp(argv[1], "creation") == 0 && ranks.rank == 1) raise(SIGSTOP);
     device = create_device({.backend = Backend::kCpu, .memory = 64 << 20, .threads = 1});
     comm = detail::make_mpi_communicator(
         *device, ranks, nonblocking ? detail::MpiWait::kNonblocking : detail::MpiWait::kBlocking,
