@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/backends.h"
 #include "comm/fault.h"
@@ -32,6 +33,9 @@ constexpr int64_t kMaxCount = INT_MAX / 2 + 1;  // 2^30: a multiple of every ele
 
 // How long a rank whose collective timed out waits for the others' arrival slots.
 constexpr double kArrivalReadSeconds = 1.0;
+// Heartbeats (MpiArrivals::kBeatSeconds) between the two reads of the arrivals: a rank whose
+// counter did not move in that time is not running.
+constexpr double kBeatsToWait = 6;
 // How long a rank that timed out waits before it reports, when a lower rank that did arrive will
 // report the same stall: one message per stall, unless the reporter itself cannot end the job.
 constexpr double kReporterGraceSeconds = 3.0;
@@ -198,42 +202,60 @@ class MpiCommunicator final : public Communicator {
              1);
   }
 
-  // Reads the arrivals of collective `stalled.sequence`: sets who_ (which ranks are late, for
-  // the message) and returns them. When a lower rank did arrive, first waits while that rank
-  // reports the same stall and ends the job: one message per stall.
+  // Reads the arrivals of collective `stalled.sequence` twice, some heartbeats apart: sets who_
+  // (the late ranks in words, for the message) and returns them. A rank is late when it has not
+  // entered the collective, when it entered it but stopped running (its heartbeat stands still),
+  // or when its slot cannot be read. When a lower rank is in the collective and running, first
+  // waits while that rank reports the same stall and ends the job: one message per stall.
   std::vector<int> late_ranks(const CollectiveWatchdog::Stalled& stalled) {
     if (!arrivals_->available()) {
       who_ = "which ranks did not arrive is unknown (MPI could not make a one-sided window)";
       return {};
     }
-    const std::vector<std::optional<int64_t>> seen = arrivals_->read_all(kArrivalReadSeconds);
-    std::vector<int> missing, silent;
-    std::string last_seen;
+    const auto before = arrivals_->read_all(kArrivalReadSeconds);
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(kBeatsToWait * MpiArrivals::kBeatSeconds));
+    const auto after = arrivals_->read_all(kArrivalReadSeconds);
+    std::vector<int> missing, frozen, silent, late;
+    std::string where;
     int reporter = ranks_.rank;
     for (int r = 0; r < ranks_.size; ++r) {
-      const std::optional<int64_t>& s = seen[static_cast<size_t>(r)];
+      const auto i = static_cast<size_t>(r);
       if (r == ranks_.rank) continue;
-      if (!s) {
+      if (!after[i]) {
         silent.push_back(r);
-      } else if (*s < stalled.sequence) {
+        continue;
+      }
+      const bool running = !before[i] || before[i]->beats != after[i]->beats;
+      if (after[i]->sequence < stalled.sequence) {
         missing.push_back(r);
-        last_seen += fmt::format("{}rank {} is at #{}", last_seen.empty() ? "" : ", ", r, *s);
+        where += fmt::format("{}rank {} is at #{}{}", where.empty() ? "" : ", ", r,
+                             after[i]->sequence, running ? "" : " and not running");
+      } else if (!running) {
+        frozen.push_back(r);
       } else {
         reporter = std::min(reporter, r);
       }
     }
     if (reporter != ranks_.rank)
       std::this_thread::sleep_for(std::chrono::duration<double>(kReporterGraceSeconds));
-    who_.clear();
+    std::vector<std::string> parts;
     if (!missing.empty())
-      who_ = fmt::format("{} did not arrive ({})", rank_list(missing), last_seen);
-    if (!silent.empty()) {
-      who_ += fmt::format("{}{} did not answer (stopped or hung)", who_.empty() ? "" : "; ",
-                          rank_list(silent));
+      parts.push_back(fmt::format("{} did not arrive ({})", rank_list(missing), where));
+    if (!frozen.empty()) {
+      parts.push_back(fmt::format("{} arrived but stopped running inside it (no heartbeat)",
+                                  rank_list(frozen)));
     }
-    if (who_.empty())
-      who_ = "every rank arrived, but the collective did not complete (an MPI transport stall?)";
-    return missing.empty() ? silent : missing;
+    if (!silent.empty())
+      parts.push_back(fmt::format("{} did not answer (stopped or hung)", rank_list(silent)));
+    who_ = parts.empty()
+               ? "every rank arrived and is running, but the collective did not complete (an MPI "
+                 "transport stall?)"
+               : fmt::format("{}", fmt::join(parts, "; "));
+    for (const auto* group : {&missing, &frozen, &silent})
+      late.insert(late.end(), group->begin(), group->end());
+    std::sort(late.begin(), late.end());
+    return late;
   }
 
   // Enqueues `body` on the comm stream after the work enqueued on `after` so far, stamping its

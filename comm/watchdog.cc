@@ -6,6 +6,12 @@
 #include "common/error.h"
 
 namespace ferry {
+namespace {
+
+// A wake-up this late after its deadline means the process was not running.
+constexpr std::chrono::seconds kSuspended{1};
+
+}  // namespace
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_s, OnTimeout on_timeout)
     : timeout_(timeout_s), on_timeout_(std::move(on_timeout)) {
@@ -55,6 +61,13 @@ void CollectiveWatchdog::run() {
     const bool moved_on =
         cv_.wait_until(lock, deadline, [&] { return stop_ || !active_ || started_ != timed; });
     if (moved_on || Clock::now() < deadline) continue;  // re-time whatever is in flight now
+    if (Clock::now() - deadline > kSuspended) {
+      // Woken long after the deadline: this process itself was stopped (SIGSTOP, a debugger),
+      // which says nothing about the other ranks. Time the collective again from now; the job
+      // that stopped us is usually about to kill us (Open MPI continues a process to end it).
+      since_ = Clock::now();
+      continue;
+    }
     const Stalled stalled{what_, sequence_,
                           std::chrono::duration<double>(Clock::now() - since_).count()};
     lock.unlock();

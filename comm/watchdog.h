@@ -21,8 +21,14 @@ namespace ferry {
 // flight and, past comm.timeout_s, ends the job through fail_job (MPI_Abort). The blocking MPI
 // collectives (the default, the fastest: comm/backends.h) cannot be given a deadline, so the
 // watchdog is a separate thread rather than a deadline in a polling loop. To name the ranks that
-// did not arrive, each rank posts the sequence number of the collective it enters where the
-// others can read it without its help (comm/mpi_arrivals.h).
+// did not arrive, each rank posts the sequence number of the collective it enters, and beats a
+// heartbeat counter from a thread of its own, where the others can read both without its help
+// (comm/mpi_arrivals.h): a rank is late when it has not entered the collective, or entered it and
+// stopped running (a stopped process's comm thread may be ahead of its host thread). The lowest
+// rank that is in the collective and running reports; the others wait a little, so one message
+// names the late ranks. A watchdog that wakes long after its deadline was itself stopped and
+// times its collective again rather than blame the others (Open MPI continues a stopped rank to
+// kill it).
 
 class CollectiveWatchdog {
  public:

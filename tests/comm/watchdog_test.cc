@@ -4,6 +4,10 @@
 #include "comm/watchdog.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -72,6 +76,37 @@ TEST(CollectiveWatchdog, TimesEachCollectiveFromItsOwnStart) {
   EXPECT_EQ(f.what, "barrier");
   EXPECT_EQ(f.sequence, 2);
   w.end();
+}
+
+// A process stopped past its deadline and then continued (Open MPI continues a stopped rank to
+// kill it) times its collective again instead of firing at once: the stop was its own, not the
+// other ranks' fault. It still fires if the collective then stays stuck for the timeout.
+TEST(CollectiveWatchdog, AStoppedAndContinuedProcessTimesItsCollectiveAgain) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    CollectiveWatchdog w(0.5,
+                         [&](const CollectiveWatchdog::Stalled&) { (void)!write(fds[1], "F", 1); });
+    w.begin("all-reduce", 1);
+    std::this_thread::sleep_for(10s);
+    _exit(0);
+  }
+  close(fds[1]);
+  const auto fired_within = [&](std::chrono::milliseconds wait) {
+    pollfd p{fds[0], POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(wait.count())) == 1;
+  };
+  std::this_thread::sleep_for(100ms);
+  kill(child, SIGSTOP);  // past the 0.5 s deadline by more than a second
+  std::this_thread::sleep_for(1800ms);
+  kill(child, SIGCONT);
+  EXPECT_FALSE(fired_within(250ms)) << "fired at once after being continued";
+  EXPECT_TRUE(fired_within(2000ms)) << "never fired for a collective still stuck";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(fds[0]);
 }
 
 }  // namespace
