@@ -94,8 +94,11 @@ CommBackendChoice parse_comm_backend(std::string_view text);
 // CPU device, or nccl in a build without NCCL; LibraryError when MPI or NCCL fails.
 // The device and (under MPI) MPI must outlive the communicator; destroy it before
 // finalize_ranks(). Collective: every rank calls it with the same choice.
+// timeout_s > 0 (comm.timeout_s): with the mpi backend, a rank that waits longer than this in
+// one collective ends the job through fail_job, naming the ranks that did not arrive (Note [The
+// collective watchdog] in comm/watchdog.h). The nccl backend has no watchdog yet and ignores it.
 std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Device& device,
-                                                  const RankInfo& ranks);
+                                                  const RankInfo& ranks, double timeout_s = 0);
 
 // Whether this build has the NCCL backend.
 bool nccl_built();

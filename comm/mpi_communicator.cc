@@ -2,18 +2,26 @@
 // task on the device's comm stream (a worker thread), ordered after the caller's stream by an
 // event, so the host never blocks and backward keeps running while gradients are reduced.
 // Invariant: only the comm stream's thread calls MPI on this communicator's MPI_Comm, so
-// collectives are issued in one order on every rank (MPI requires it per communicator).
+// collectives are issued in one order on every rank (MPI requires it per communicator), each
+// numbered by its place in that order and, with a timeout, watched (Note [The collective
+// watchdog] in comm/watchdog.h).
 #include <mpi.h>
 
 #include <algorithm>
 #include <climits>
 #include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/backends.h"
+#include "comm/fault.h"
+#include "comm/mpi_arrivals.h"
 #include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 #include "common/error.h"
 #include "device/cpu/cpu_stream.h"
 
@@ -22,6 +30,17 @@ namespace {
 
 // MPI counts are int: longer buffers go in pieces of this many elements.
 constexpr int64_t kMaxCount = INT_MAX / 2 + 1;  // 2^30: a multiple of every element size
+
+// How long a rank whose collective timed out waits for the others' arrival slots.
+constexpr double kArrivalReadSeconds = 1.0;
+// Heartbeats (MpiArrivals::kBeatSeconds) between the two reads of the arrivals: a rank whose
+// counter did not move in that time is not running.
+constexpr double kBeatsToWait = 6;
+// How long a rank that timed out waits before it reports, when a lower rank that did arrive will
+// report the same stall: one message per stall, unless the reporter itself cannot end the job.
+constexpr double kReporterGraceSeconds = 3.0;
+// What the watchdog calls the communicator's creation (MPI_Comm_dup, the arrivals window).
+constexpr const char* kCreation = "communicator creation";
 
 // Note [Waiting for a non-blocking collective]
 // MpiWait::kNonblocking only (the default calls the blocking collective, which spins inside
@@ -40,7 +59,7 @@ void wait_request(MPI_Request& request) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(Device& device, const RankInfo& ranks, MpiWait wait)
+  MpiCommunicator(Device& device, const RankInfo& ranks, MpiWait wait, double timeout_s)
       : device_(device), ranks_(ranks), wait_(wait) {
     if (device.backend() != Backend::kCpu) {
       throw UnsupportedError(
@@ -53,9 +72,18 @@ class MpiCommunicator final : public Communicator {
     }
     stream_ = dynamic_cast<cpu::CpuStream*>(&device.stream(StreamKind::kComm));
     FERRY_ASSERT(stream_ != nullptr, "a cpu device's comm stream is a CpuStream");
+    if (timeout_s > 0) {
+      watchdog_ = std::make_unique<CollectiveWatchdog>(
+          timeout_s, [this](const CollectiveWatchdog::Stalled& s) { report_stall(s); });
+      watchdog_->begin(kCreation, 0);  // collective too: a rank may never come
+    }
     // A communicator of our own: our collectives never match anyone else's on MPI_COMM_WORLD.
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    if (watchdog_) {
+      arrivals_ = std::make_unique<MpiArrivals>(comm_);
+      watchdog_->end();
+    }
   }
 
   ~MpiCommunicator() override {
@@ -64,7 +92,11 @@ class MpiCommunicator final : public Communicator {
     } catch (...) {
       // A failed collective was reported to whoever waited on it; nothing more to do here.
     }
-    if (mpi_active()) MPI_Comm_free(&comm_);
+    watchdog_.reset();
+    if (mpi_active()) {
+      arrivals_.reset();  // collective, as the communicator's destruction
+      MPI_Comm_free(&comm_);
+    }
   }
 
   const RankInfo& ranks() const override { return ranks_; }
@@ -76,14 +108,16 @@ class MpiCommunicator final : public Communicator {
     return launch(after, [this, data, count, ranks] {
       for (int64_t offset = 0; offset < count; offset += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, count - offset));
-        if (wait_ == MpiWait::kBlocking) {
-          MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_));
-        } else {
-          MPI_Request request;
-          MPI_CHECK(
-              MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_, &request));
-          wait_request(request);
-        }
+        watched("all-reduce", [&] {
+          if (wait_ == MpiWait::kBlocking) {
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_));
+          } else {
+            MPI_Request request;
+            MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_,
+                                     &request));
+            wait_request(request);
+          }
+        });
       }
       // Every rank holds the same sum bits, so every rank gets the same quotient bits. For a
       // power-of-two rank count x * (1/n) is exactly x / n, and cheaper.
@@ -108,31 +142,122 @@ class MpiCommunicator final : public Communicator {
     return launch(after, [this, base, total, root] {
       for (int64_t offset = 0; offset < total; offset += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, total - offset));
-        if (wait_ == MpiWait::kBlocking) {
-          MPI_CHECK(MPI_Bcast(base + offset, n, MPI_BYTE, root, comm_));
-        } else {
-          MPI_Request request;
-          MPI_CHECK(MPI_Ibcast(base + offset, n, MPI_BYTE, root, comm_, &request));
-          wait_request(request);
-        }
+        watched("broadcast", [&] {
+          if (wait_ == MpiWait::kBlocking) {
+            MPI_CHECK(MPI_Bcast(base + offset, n, MPI_BYTE, root, comm_));
+          } else {
+            MPI_Request request;
+            MPI_CHECK(MPI_Ibcast(base + offset, n, MPI_BYTE, root, comm_, &request));
+            wait_request(request);
+          }
+        });
       }
     });
   }
 
   void barrier() override {
     CommWork work = launch(*stream_, [this] {
-      if (wait_ == MpiWait::kBlocking) {
-        MPI_CHECK(MPI_Barrier(comm_));
-      } else {
-        MPI_Request request;
-        MPI_CHECK(MPI_Ibarrier(comm_, &request));
-        wait_request(request);
-      }
+      watched("barrier", [&] {
+        if (wait_ == MpiWait::kBlocking) {
+          MPI_CHECK(MPI_Barrier(comm_));
+        } else {
+          MPI_Request request;
+          MPI_CHECK(MPI_Ibarrier(comm_, &request));
+          wait_request(request);
+        }
+      });
     });
     work.wait();
   }
 
  private:
+  // Runs one MPI collective on the comm thread as collective number ++sequence_, under the
+  // watchdog when there is one.
+  template <typename Call>
+  void watched(const char* what, Call call) {
+    ++sequence_;
+    if (!watchdog_) return call();
+    arrivals_->post(sequence_);
+    watchdog_->begin(what, sequence_);
+    struct End {
+      CollectiveWatchdog& w;
+      ~End() { w.end(); }
+    } end{*watchdog_};
+    call();
+  }
+
+  // On the watchdog's thread: names the ranks that did not arrive and ends the job.
+  void report_stall(const CollectiveWatchdog::Stalled& stalled) {
+    const std::vector<int> named = stalled.sequence > 0 ? late_ranks(stalled) : std::vector<int>{};
+    fail_job(ranks_,
+             fmt::format("comm.timeout_s: {}{} waited {:.1f} s (timeout {:g} s): {}", stalled.what,
+                         stalled.sequence > 0 ? fmt::format(" #{}", stalled.sequence) : "",
+                         stalled.waited_s, watchdog_->timeout_s(), who_),
+             fmt::format("{}; raise comm.timeout_s if a step can take longer, or set it to 0 "
+                         "to turn the watchdog off",
+                         named.empty() ? std::string("check every rank's log")
+                                       : fmt::format("check what {} is doing (stopped, hung, in a "
+                                                     "debugger, out of memory?)",
+                                                     rank_list(named))),
+             1);
+  }
+
+  // Reads the arrivals of collective `stalled.sequence` twice, some heartbeats apart: sets who_
+  // (the late ranks in words, for the message) and returns them. A rank is late when it has not
+  // entered the collective, when it entered it but stopped running (its heartbeat stands still),
+  // or when its slot cannot be read. When a lower rank is in the collective and running, first
+  // waits while that rank reports the same stall and ends the job: one message per stall.
+  std::vector<int> late_ranks(const CollectiveWatchdog::Stalled& stalled) {
+    if (!arrivals_->available()) {
+      who_ = "which ranks did not arrive is unknown (MPI could not make a one-sided window)";
+      return {};
+    }
+    const auto before = arrivals_->read_all(kArrivalReadSeconds);
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(kBeatsToWait * MpiArrivals::kBeatSeconds));
+    const auto after = arrivals_->read_all(kArrivalReadSeconds);
+    std::vector<int> missing, frozen, silent, late;
+    std::string where;
+    int reporter = ranks_.rank;
+    for (int r = 0; r < ranks_.size; ++r) {
+      const auto i = static_cast<size_t>(r);
+      if (r == ranks_.rank) continue;
+      if (!after[i]) {
+        silent.push_back(r);
+        continue;
+      }
+      const bool running = !before[i] || before[i]->beats != after[i]->beats;
+      if (after[i]->sequence < stalled.sequence) {
+        missing.push_back(r);
+        where += fmt::format("{}rank {} is at #{}{}", where.empty() ? "" : ", ", r,
+                             after[i]->sequence, running ? "" : " and not running");
+      } else if (!running) {
+        frozen.push_back(r);
+      } else {
+        reporter = std::min(reporter, r);
+      }
+    }
+    if (reporter != ranks_.rank)
+      std::this_thread::sleep_for(std::chrono::duration<double>(kReporterGraceSeconds));
+    std::vector<std::string> parts;
+    if (!missing.empty())
+      parts.push_back(fmt::format("{} did not arrive ({})", rank_list(missing), where));
+    if (!frozen.empty()) {
+      parts.push_back(fmt::format("{} arrived but stopped running inside it (no heartbeat)",
+                                  rank_list(frozen)));
+    }
+    if (!silent.empty())
+      parts.push_back(fmt::format("{} did not answer (stopped or hung)", rank_list(silent)));
+    who_ = parts.empty()
+               ? "every rank arrived and is running, but the collective did not complete (an MPI "
+                 "transport stall?)"
+               : fmt::format("{}", fmt::join(parts, "; "));
+    for (const auto* group : {&missing, &frozen, &silent})
+      late.insert(late.end(), group->begin(), group->end());
+    std::sort(late.begin(), late.end());
+    return late;
+  }
+
   // Enqueues `body` on the comm stream after the work enqueued on `after` so far, stamping its
   // host-clock span, and returns the handle of its completion.
   CommWork launch(Stream& after, std::function<void()> body) {
@@ -157,13 +282,19 @@ class MpiCommunicator final : public Communicator {
   MpiWait wait_;
   cpu::CpuStream* stream_ = nullptr;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  int64_t sequence_ = 0;  // collectives issued so far; comm thread only
+  std::unique_ptr<MpiArrivals> arrivals_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // null: comm.timeout_s is 0
+  // The late ranks in words; set by the watchdog's thread only. Before the communicator exists
+  // (sequence 0) nothing can say which rank did not come.
+  std::string who_ = "a rank did not join, and which one is unknown before the communicator exists";
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator(Device& device, const RankInfo& ranks,
-                                                    MpiWait wait) {
-  return std::make_unique<MpiCommunicator>(device, ranks, wait);
+                                                    MpiWait wait, double timeout_s) {
+  return std::make_unique<MpiCommunicator>(device, ranks, wait, timeout_s);
 }
 
 }  // namespace ferry::detail

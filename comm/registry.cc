@@ -18,7 +18,7 @@ bool nccl_built() {
 }
 
 std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Device& device,
-                                                  const RankInfo& ranks) {
+                                                  const RankInfo& ranks, double timeout_s) {
   const bool cuda = device.backend() == Backend::kCuda;
   if (choice == CommBackendChoice::kAuto) {
     choice = cuda ? CommBackendChoice::kNccl : CommBackendChoice::kMpi;
@@ -47,7 +47,8 @@ std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Devi
         fmt::format("{} ranks were given but MPI is not initialised", ranks.size),
         "launch with mpirun and take the RankInfo from init_ranks()");
   }
-  if (choice == CommBackendChoice::kMpi) return detail::make_mpi_communicator(device, ranks);
+  if (choice == CommBackendChoice::kMpi)
+    return detail::make_mpi_communicator(device, ranks, detail::MpiWait::kBlocking, timeout_s);
 #if FERRY_HAVE_NCCL
   return detail::make_nccl_communicator(device, ranks);
 #else

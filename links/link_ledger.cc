@@ -1,12 +1,9 @@
-// The shared block: fixed-size plain data behind a robust process-shared mutex and a condition
-// variable on CLOCK_MONOTONIC. See Note [Fluid copies] for how copies progress.
+// The ledger's operations on its shared block (layout in link_ledger_impl.h; creation, names and
+// attachment in link_ledger_block.cc). See Note [Fluid copies] for how copies progress.
 #include "links/link_ledger.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,11 +13,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "links/arbiter_policy.h"
+#include "links/link_ledger_impl.h"
 
 namespace ferry {
 
@@ -43,90 +40,13 @@ namespace ferry {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6665727279'6c6e6bULL;  // "ferrylnk"
-constexpr uint32_t kVersion = 2;                     // 2: held chunks, 256 claims
-constexpr int kBins = 1024;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 int dir_index(TransferDirection d) { return d == TransferDirection::kToDevice ? 1 : 0; }
 const char* dir_name(int d) { return d == 1 ? "to device" : "to host"; }
 
-struct FlowSlot {
-  int32_t used = 0;
-  int32_t done = 0;
-  int32_t rank = 0;
-  int32_t pid = 0;
-  int32_t dir = 0;
-  int32_t n_links = 0;
-  int32_t links[LinkLedger::kMaxPath] = {};
-  int32_t held = 0;  // Note [Held chunks]
-  uint64_t id = 0;
-  double remaining = 0;  // bytes
-  double rate = 0;       // bytes/s
-};
-
-struct ClaimSlot {
-  int32_t used = 0;
-  int32_t granted = 0;
-  int32_t rank = 0;
-  int32_t pid = 0;
-  int32_t dir = 0;
-  int32_t n_links = 0;  // arbitrated links: one token each
-  int32_t links[LinkLedger::kMaxPath] = {};
-  int32_t n_path = 0;  // the links its flow crosses
-  int32_t path[LinkLedger::kMaxPath] = {};
-  int32_t held = 0;  // Note [Held chunks]
-  uint64_t bytes = 0;
-  uint64_t flow = 0;  // once granted
-  uint64_t id = 0;    // also its arrival order
-  double latest_start = 0;
-  double heartbeat = 0;
-};
-
-struct Token {
-  uint64_t flow = 0;  // the granted chunk's flow; 0: free
-  int32_t rank = 0;
-  int32_t pid = 0;
-  double since = 0;
-};
-
-struct Bins {
-  double total = 0;
-  double peak = 0;  // bytes in the fullest retired bin
-  int64_t id[kBins];
-  double bytes[kBins];
-};
-
-struct LinkSlot {
-  char name[96];
-  LinkCapacity capacity;
-};
-
-}  // namespace
-
-struct LinkLedger::Shared {
-  uint64_t magic;
-  uint32_t version;
-  int32_t n_links;
-  double bin_s;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  double t_last;
-  uint64_t next_id;
-  LinkSlot links[kMaxLinks];
-  FlowSlot flows[kMaxFlows];
-  ClaimSlot claims[kMaxClaims];
-  Token tokens[kMaxLinks][2];
-  Bins bins[kMaxLinks][2];
-};
-
-namespace {
-
+using namespace link_ledger_impl;
 using Shared = LinkLedger::Shared;
-
-[[noreturn]] void sys_error(const std::string& call, const std::string& name) {
-  throw LibraryError("posix", call + " " + name, std::strerror(errno), __FILE__, __LINE__);
-}
 
 void lock(Shared* s) {
   int rc = pthread_mutex_lock(&s->mu);
@@ -321,16 +241,6 @@ void refresh_claims(Shared* s, int32_t pid, double t) {
     if (c.used && !c.granted && c.pid == pid) c.heartbeat = t;
 }
 
-Shared* map_block(int fd, const std::string& name) {
-  void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    close(fd);
-    sys_error("mmap", name);
-  }
-  close(fd);
-  return static_cast<Shared*>(p);
-}
-
 }  // namespace
 
 double LinkLedger::now() {
@@ -338,79 +248,6 @@ double LinkLedger::now() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
-
-std::string LinkLedger::unique_name() {
-  std::random_device rd;
-  return fmt::format("/ferry-links-{}-{}-{:08x}", getpid(), static_cast<long long>(now() * 1e6),
-                     rd());
-}
-
-std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
-                                               const std::vector<NamedLink>& links,
-                                               const LedgerOptions& options) {
-  if (links.size() > static_cast<size_t>(kMaxLinks)) {
-    throw ConfigError(fmt::format("topology.file: {} links, the link ledger holds at most {}",
-                                  links.size(), kMaxLinks));
-  }
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) sys_error("shm_open", name);
-  if (ftruncate(fd, sizeof(Shared)) != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    sys_error("ftruncate", name);
-  }
-  Shared* s = map_block(fd, name);
-  // The block is zero-filled by ftruncate; set what is not zero.
-  s->version = kVersion;
-  s->n_links = static_cast<int32_t>(links.size());
-  s->bin_s = options.bin_s;
-  s->t_last = now();
-  s->next_id = 1;
-  for (size_t l = 0; l < links.size(); ++l) {
-    std::snprintf(s->links[l].name, sizeof(s->links[l].name), "%s", links[l].name.c_str());
-    s->links[l].capacity = links[l].capacity;
-    for (auto& b : s->bins[l]) std::fill(b.id, b.id + kBins, int64_t{-1});
-  }
-  pthread_mutexattr_t ma;
-  pthread_mutexattr_init(&ma);
-  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&s->mu, &ma);
-  pthread_mutexattr_destroy(&ma);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  std::atomic_thread_fence(std::memory_order_release);
-  s->magic = kMagic;
-  return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
-}
-
-std::shared_ptr<LinkLedger> LinkLedger::open(const std::string& name,
-                                             const LedgerOptions& options) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) sys_error("shm_open", name);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Shared)) {
-    close(fd);
-    throw LibraryError("posix", "open " + name, "not a link ledger of this build", __FILE__,
-                       __LINE__);
-  }
-  Shared* s = map_block(fd, name);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->magic != kMagic || s->version != kVersion) {
-    munmap(s, sizeof(Shared));
-    throw LibraryError("posix", "open " + name, "not an initialised link ledger", __FILE__,
-                       __LINE__);
-  }
-  return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
-}
-
-void LinkLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
-
-LinkLedger::~LinkLedger() { munmap(s_, sizeof(Shared)); }
 
 int LinkLedger::link_count() const { return s_->n_links; }
 

@@ -45,8 +45,10 @@ class LinkLedger {
   static constexpr int kMaxFlows = 128;
   static constexpr int kMaxClaims = 256;
 
-  // Creates the shared block `name` ("/ferry-links-..."), which must not exist yet, with
-  // `links`. Throws ConfigError on too many links, LibraryError when shared memory fails.
+  // Creates the shared block `name` (from name_for()), which must not exist yet, with `links`,
+  // after removing the blocks of this machine whose creators died (Note [Shared-memory names that
+  // outlive nothing] in links/shm_names.h). Throws ConfigError on too many links, LibraryError
+  // when shared memory fails.
   static std::shared_ptr<LinkLedger> create(const std::string& name,
                                             const std::vector<NamedLink>& links,
                                             const LedgerOptions& options = {});
@@ -55,7 +57,12 @@ class LinkLedger {
                                           const LedgerOptions& options = {});
   // Removes the name; attached ranks keep the block until they detach. Quiet if absent.
   static void unlink(const std::string& name);
-  // A name no other job on this machine uses: "/ferry-links-<pid>-<time>-<random>".
+  // The name under which this process creates the block of the job whose ranks share
+  // `job_token` (shm_names::job_token(), drawn by one rank): "/ferry-links-<pid>.<start>-<token>".
+  static std::string name_for(const std::string& job_token);
+  // The job's block on this machine, created by another process of the job; "" when none.
+  static std::string find(const std::string& job_token);
+  // name_for() a fresh token: a name no other job on this machine uses.
   static std::string unique_name();
 
   ~LinkLedger();

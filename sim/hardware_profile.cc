@@ -1,4 +1,5 @@
-// Reading hardware profiles from YAML (strict: unknown keys and non-positive rates are errors).
+// Reading hardware profiles from YAML (strict: unknown and repeated keys, and values outside
+// Note [Hardware profile ranges], are errors naming the file, line and key).
 #include "sim/hardware_profile.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "topology/pci.h"
 #include "topology/yaml_reader.h"
 
 #ifndef FERRY_SOURCE_DIR
@@ -23,6 +25,19 @@ namespace {
 std::vector<fs::path> search_dirs() {
   return {fs::path("configs") / "hardware", fs::path(FERRY_SOURCE_DIR) / "configs" / "hardware"};
 }
+
+// Note [Hardware profile ranges]
+// What a profile may state, wide around today's hardware (an H100: 67-162 TFLOP/s, 3000 GB/s of
+// HBM, 49-55 GB/s over PCIe gen5, 8 us per step): compute 0.01-10000 TFLOP/s, memory 1-100000
+// GB/s, links as in topology files (kMinPlausibleLinkGbps to kMaxPlausibleLinkGbps), a step
+// overhead of 0 to 1 s, device memory of 256 MiB to 16 TiB.
+constexpr double kMinTflops = 0.01;
+constexpr double kMaxTflops = 10000;
+constexpr double kMinMemoryGbps = 1;
+constexpr double kMaxMemoryGbps = 100000;
+constexpr double kMaxStepOverheadUs = 1e6;
+constexpr uint64_t kMinDeviceMemory = uint64_t{256} << 20;
+constexpr uint64_t kMaxDeviceMemory = uint64_t{16} << 40;
 
 bool is_file_name(const std::string& s) {
   return s.find('/') != std::string::npos || s.ends_with(".yaml") || s.ends_with(".yml");
@@ -85,22 +100,33 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   p.source = where;
   p.name = root["name"] ? rd.string(root["name"], "name") : file.stem().string();
   if (root["gpu"]) p.gpu = rd.string(root["gpu"], "gpu");
-  if (root["device_memory"]) p.device_memory = rd.bytes(root["device_memory"], "device_memory");
-  constexpr double kMax = 1e9;
-  const auto need = [&](const YAML::Node& map, const char* k, const std::string& section) {
+  if (root["device_memory"]) {
+    p.device_memory = rd.bytes(root["device_memory"], "device_memory");
+    if (p.device_memory < kMinDeviceMemory || p.device_memory > kMaxDeviceMemory)
+      throw rd.error(root["device_memory"],
+                     fmt::format("device_memory must be in [256MiB, 16TiB], got {}",
+                                 root["device_memory"].Scalar()),
+                     "ferry is tested with GPUs of 256 MiB to 16 TiB; write e.g. 80GiB");
+  }
+  // Note [Hardware profile ranges]: each rate is bounded on both sides, so the planner and the
+  // simulator stay in their tested envelope (a 1e-300 rate makes a step last longer than a
+  // double can count).
+  const auto need = [&](const YAML::Node& map, const char* k, const std::string& section, double lo,
+                        double hi, const char* unit) {
     if (!map[k])
       throw rd.error(map, fmt::format("{}.{}: required", section, k), "see configs/hardware/");
-    return rd.number(map[k], section + "." + k, 0, kMax);
+    return rd.number_in(map[k], section + "." + k, lo, hi, unit);
   };
   const YAML::Node c = root["compute"];
   if (!c) throw rd.error(root, "compute: required", "see configs/hardware/");
   rd.check_keys(
       c, {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us"},
       "compute");
-  p.cost.compute_flops = need(c, "default_tflops", "compute") * 1e12;
-  p.cost.memory_gbps = need(c, "memory_gbps", "compute");
+  p.cost.compute_flops =
+      need(c, "default_tflops", "compute", kMinTflops, kMaxTflops, "TFLOP/s") * 1e12;
+  p.cost.memory_gbps = need(c, "memory_gbps", "compute", kMinMemoryGbps, kMaxMemoryGbps, "GB/s");
   // Per op kind ("conv2d", "linear", "batchnorm2d", "maxpool", ...: the ops' kind names).
-  const auto per_op = [&](const char* k, double scale,
+  const auto per_op = [&](const char* k, double scale, double lo, double hi, const char* unit,
                           std::vector<std::pair<std::string, double>>& into) {
     const YAML::Node m = c[k];
     if (!m) return;
@@ -108,23 +134,28 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
     for (const auto& kv : m) {
       const std::string op = rd.string(kv.first, std::string("compute.") + k + " key");
       into.emplace_back(
-          op, rd.number(kv.second, std::string("compute.") + k + "." + op, 0, kMax) * scale);
+          op,
+          rd.number_in(kv.second, std::string("compute.") + k + "." + op, lo, hi, unit) * scale);
     }
   };
-  per_op("op_tflops", 1e12, p.cost.op_flops);
-  per_op("op_memory_gbps", 1.0, p.cost.op_memory_gbps);
+  per_op("op_tflops", 1e12, kMinTflops, kMaxTflops, "TFLOP/s", p.cost.op_flops);
+  per_op("op_memory_gbps", 1.0, kMinMemoryGbps, kMaxMemoryGbps, "GB/s", p.cost.op_memory_gbps);
   if (c["step_overhead_us"])
-    p.cost.step_overhead_s =
-        rd.number(c["step_overhead_us"], "compute.step_overhead_us", -1, kMax) * 1e-6;
+    p.cost.step_overhead_s = rd.number_in(c["step_overhead_us"], "compute.step_overhead_us", 0,
+                                          kMaxStepOverheadUs, "us") *
+                             1e-6;
   const YAML::Node l = root["link"];
   if (!l) throw rd.error(root, "link: required", "see configs/hardware/");
   rd.check_keys(l, {"to_host_gbps", "to_device_gbps", "duplex_factor", "nominal_gbps"}, "link");
-  p.gpu_link.to_host_gbps = need(l, "to_host_gbps", "link");
-  p.gpu_link.to_device_gbps = need(l, "to_device_gbps", "link");
+  p.gpu_link.to_host_gbps =
+      need(l, "to_host_gbps", "link", kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps, "GB/s");
+  p.gpu_link.to_device_gbps =
+      need(l, "to_device_gbps", "link", kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps, "GB/s");
   p.duplex_given = static_cast<bool>(l["duplex_factor"]);
+  // 0.5: the two directions share one rate (half duplex); 1: each keeps its own (full duplex).
   p.gpu_link.duplex_factor =
-      l["duplex_factor"] ? rd.number(l["duplex_factor"], "link.duplex_factor", 0, 1) : 1.0;
-  p.nominal_gbps = l["nominal_gbps"] ? rd.number(l["nominal_gbps"], "link.nominal_gbps", 0, kMax)
+      l["duplex_factor"] ? rd.number_in(l["duplex_factor"], "link.duplex_factor", 0.5, 1, "") : 1.0;
+  p.nominal_gbps = l["nominal_gbps"] ? rd.link_gbps(l["nominal_gbps"], "link.nominal_gbps")
                                      : std::max(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
   p.cost.link_gbps = std::min(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
   return p;

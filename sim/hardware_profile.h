@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "prefetch/cost_model.h"
 #include "links/link_share.h"
+#include "prefetch/cost_model.h"
 
 namespace ferry {
 

@@ -17,7 +17,7 @@
 namespace ferry {
 
 struct NodeLinks {
-  std::vector<NamedLink> links;           // one per LinkMap link, same ids
+  std::vector<NamedLink> links;         // one per LinkMap link, same ids
   std::vector<std::string> kinds;       // link_kind_name of each
   std::vector<std::vector<int>> paths;  // per rank: GPU -> its NUMA node's memory
   std::vector<SimHop> ring;             // hop r: rank r's GPU to rank r+1's, over PCIe

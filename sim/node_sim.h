@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "prefetch/cost_model.h"
 #include "links/link_share.h"
+#include "prefetch/cost_model.h"
 #include "prefetch/tape.h"
 
 namespace ferry {

@@ -62,12 +62,13 @@ double root_complex_sum(const Topology& t, int host, double fallback, int* links
 }
 
 void check_options(const LinkOptions& o) {
-  auto ok = [](double v) { return v > 0 && v <= kMaxPlausibleLinkGbps; };
+  const auto ok = plausible_link_gbps;
   if (!ok(o.default_pcie_gbps) || !ok(o.inter_socket_gbps) ||
       (o.root_complex_gbps && !ok(*o.root_complex_gbps))) {
-    throw ConfigError("link bandwidth defaults must be in (0, 1024] GB/s",
-                      "set default_pcie_gbps, root_complex_gbps and inter_socket_gbps to positive "
-                      "numbers");
+    throw ConfigError(fmt::format("link bandwidth defaults must be in [{}, {}] GB/s",
+                                  kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps),
+                      "set default_pcie_gbps (topology.unknown_link_gbps), root_complex_gbps and "
+                      "inter_socket_gbps within that range");
   }
 }
 

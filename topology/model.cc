@@ -62,9 +62,9 @@ void Topology::validate() const {
     throw bad(d, fmt::format("{} NUMA nodes", d.numa_nodes.size()));
   }
   if (d.pci.size() > kMaxPciNodes) throw bad(d, fmt::format("{} PCI nodes", d.pci.size()));
-  if (d.inter_socket_gbps &&
-      !(*d.inter_socket_gbps > 0 && *d.inter_socket_gbps <= kMaxPlausibleLinkGbps)) {
-    throw bad(d, fmt::format("inter-socket bandwidth {} GB/s", *d.inter_socket_gbps));
+  if (d.inter_socket_gbps && !plausible_link_gbps(*d.inter_socket_gbps)) {
+    throw bad(d, fmt::format("inter-socket bandwidth {:.3g} GB/s is outside [{}, {}] GB/s",
+                             *d.inter_socket_gbps, kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps));
   }
   std::set<int> package_ids;
   for (const auto& p : d.packages) {
@@ -128,14 +128,16 @@ void Topology::validate() const {
                                    n.addr.str(), numa));
         }
       }
-      if (n.root_complex_gbps &&
-          !(*n.root_complex_gbps > 0 && *n.root_complex_gbps <= kMaxPlausibleLinkGbps)) {
-        throw bad(d, fmt::format("root complex bandwidth {} GB/s", *n.root_complex_gbps));
+      if (n.root_complex_gbps && !plausible_link_gbps(*n.root_complex_gbps)) {
+        throw bad(d,
+                  fmt::format("root complex bandwidth {:.3g} GB/s is outside [{}, {}] GB/s",
+                              *n.root_complex_gbps, kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps));
       }
     }
-    if (n.link.gbps && !(*n.link.gbps > 0 && *n.link.gbps <= kMaxPlausibleLinkGbps)) {
-      throw bad(
-          d, fmt::format("PCI {} link speed {} GB/s is not plausible", n.addr.str(), *n.link.gbps));
+    if (n.link.gbps && !plausible_link_gbps(*n.link.gbps)) {
+      throw bad(d,
+                fmt::format("PCI {} link speed {:.3g} GB/s is outside [{}, {}] GB/s", n.addr.str(),
+                            *n.link.gbps, kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps));
     }
   }
 }

@@ -39,7 +39,7 @@ std::vector<int> index_list(const yaml::Reader& r, const YAML::Node& n, std::str
 
 LinkSpeed read_link(const yaml::Reader& r, const YAML::Node& n) {
   LinkSpeed s;
-  s.gbps = r.opt_number(n, "link_gbps", 0, kMaxPlausibleLinkGbps);
+  s.gbps = r.opt_link_gbps(n, "link_gbps");
   if (auto g = r.opt_integer(n, "link_gen", 1, kPcieMaxGen)) s.gen = static_cast<int>(*g);
   if (auto w = r.opt_integer(n, "link_width", 1, 32)) s.width = static_cast<int>(*w);
   return s;
@@ -131,7 +131,7 @@ TopologyData read_model_yaml(const yaml::Reader& r, const YAML::Node& root) {
   TopologyData d;
   d.source = "yaml:" + r.file();
   d.name = root["name"] ? r.string(root["name"], "'name'") : r.file();
-  d.inter_socket_gbps = r.opt_number(root, "inter_socket_gbps", 0, kMaxPlausibleLinkGbps);
+  d.inter_socket_gbps = r.opt_link_gbps(root, "inter_socket_gbps");
   auto list = [&](const char* key, size_t max) {
     const YAML::Node n = root[key];
     if (!n.IsDefined() || !n.IsSequence()) {
@@ -209,7 +209,7 @@ TopologyData read_model_yaml(const yaml::Reader& r, const YAML::Node& root) {
       if (n["cpus"]) node.locality.cpus = index_list(r, n["cpus"], "'cpus'");
       node.locality.package =
           static_cast<int>(r.opt_integer(n, "package", -1, npkg - 1).value_or(-1));
-      node.root_complex_gbps = r.opt_number(n, "root_complex_gbps", 0, kMaxPlausibleLinkGbps);
+      node.root_complex_gbps = r.opt_link_gbps(n, "root_complex_gbps");
       if (n["implicit"]) node.implicit = r.boolean(n["implicit"], "'implicit'");
     }
     d.pci.push_back(std::move(node));

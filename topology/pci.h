@@ -57,6 +57,14 @@ struct LinkSpeed {
 
 // The largest link speed accepted from any file: above gen6 x32 (242 GB/s) with headroom.
 inline constexpr double kMaxPlausibleLinkGbps = 1024.0;
+// The smallest: 10 MB/s, below PCIe gen1 x1 (0.25 GB/s) with headroom. Slower links are beyond
+// what the emulator and the simulator are tested with: a copy over a 1e-6 GB/s link outlasts any
+// timeout, and one over 1e-300 GB/s takes longer than a double can count.
+inline constexpr double kMinPlausibleLinkGbps = 0.01;
+// Whether `gbps` is a link rate in [kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps].
+inline bool plausible_link_gbps(double gbps) {
+  return gbps >= kMinPlausibleLinkGbps && gbps <= kMaxPlausibleLinkGbps;
+}
 
 // "0-3,8,10-11" for a sorted list of indices; "" for an empty list.
 std::string format_index_list(const std::vector<int>& sorted);

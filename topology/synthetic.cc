@@ -44,8 +44,8 @@ class Builder {
     d_.source = "yaml:" + r_.file();
     d_.name = root_["name"] ? r_.string(root_["name"], "'name'") : r_.file();
     default_link_ = root_["pcie"] ? link(root_["pcie"], "'pcie'") : gen3x16();
-    d_.inter_socket_gbps = r_.opt_number(root_, "inter_socket_gbps", 0, kMaxPlausibleLinkGbps);
-    rc_gbps_ = r_.opt_number(root_, "root_complex_gbps", 0, kMaxPlausibleLinkGbps);
+    d_.inter_socket_gbps = r_.opt_link_gbps(root_, "inter_socket_gbps");
+    rc_gbps_ = r_.opt_link_gbps(root_, "root_complex_gbps");
     const YAML::Node sockets = root_["sockets"];
     if (!sockets.IsDefined() || !sockets.IsSequence() || sockets.size() == 0) {
       throw r_.error(sockets.IsDefined() ? sockets : root_, "'sockets' must be a non-empty list",
@@ -74,7 +74,7 @@ class Builder {
         throw r_.error(n, fmt::format("{}: give either gen and width, or gbps", what),
                        "remove gbps or gen/width");
       }
-      s.gbps = r_.number(n["gbps"], "'gbps'", 0, kMaxPlausibleLinkGbps);
+      s.gbps = r_.link_gbps(n["gbps"], "'gbps'");
       return s;
     }
     if (!n["gen"] || !n["width"]) {
@@ -366,8 +366,7 @@ class Builder {
     const uint32_t domain =
         static_cast<uint32_t>(r_.opt_integer(rc, "domain", 0, 0xffff).value_or(0));
     hb.addr = PciAddress{domain, alloc_bus(domain, rc), 0, 0};
-    hb.root_complex_gbps =
-        rc["gbps"] ? r_.opt_number(rc, "gbps", 0, kMaxPlausibleLinkGbps) : rc_gbps_;
+    hb.root_complex_gbps = rc["gbps"] ? r_.opt_link_gbps(rc, "gbps") : rc_gbps_;
     const Package& pkg = d_.packages[socket];
     std::vector<int> socket_numa;
     for (const auto& m : d_.numa_nodes) {

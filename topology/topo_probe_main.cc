@@ -2,7 +2,6 @@
 // machine, an hwloc XML file or a synthetic YAML description. Exit 0 on success, 2 with one
 // line on stderr for any user error (missing or malformed file, bad flag).
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -10,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.h"
+#include "common/file_write.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
 #include "topology/placement.h"
@@ -25,16 +25,6 @@ struct Args {
   ferry::LinkOptions links;
   std::optional<double> root_complex_gbps;
 };
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    throw ferry::ConfigError(fmt::format("cannot write '{}'", path),
-                             "choose a writable path for --dump-model");
-  }
-}
 
 int run(const Args& a) {
   using namespace ferry;
@@ -56,7 +46,8 @@ int run(const Args& a) {
                  a.export_path.c_str());
   }
   if (!a.dump_model.empty()) {
-    write_file(a.dump_model, dump_model_yaml(*topo));
+    write_file(a.dump_model, dump_model_yaml(*topo),
+               "--dump-model: give a path on a filesystem with space, in a writable directory");
     std::fprintf(stderr, "topo-probe: wrote the model of %s to %s\n", topo->source().c_str(),
                  a.dump_model.c_str());
   }

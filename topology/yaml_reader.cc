@@ -4,12 +4,14 @@
 
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "common/bytes.h"
 #include "common/strings.h"
+#include "topology/pci.h"
 
 namespace ferry::yaml {
 
@@ -43,6 +45,21 @@ void Reader::expect_map(const YAML::Node& map, std::string_view where) const {
   if (!map.IsMap()) {
     throw error(map, fmt::format("{} must be a map, got {}", where, type_name(map)),
                 "write it as `key: value` lines");
+  }
+  // yaml-cpp keeps both entries of a repeated key and reads the first: say so rather than let
+  // the second be silently ignored.
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) continue;
+    const auto [first, inserted] = seen.emplace(kv.first.Scalar(), kv.first.Mark());
+    if (!inserted) {
+      throw error(kv.first,
+                  fmt::format("{}: duplicate key '{}'{}", where, kv.first.Scalar(),
+                              first->second.is_null() ? std::string()
+                                                      : fmt::format(" (first given at line {})",
+                                                                    first->second.line + 1)),
+                  "give each key once");
+    }
   }
 }
 
@@ -115,6 +132,39 @@ double Reader::number(const YAML::Node& node, std::string_view what, double lo, 
                 fmt::format("write a number above {} and at most {}", lo, hi));
   }
   return v;
+}
+
+double Reader::number_in(const YAML::Node& node, std::string_view what, double lo, double hi,
+                         std::string_view unit) const {
+  const std::string range =
+      unit.empty() ? fmt::format("[{}, {}]", lo, hi) : fmt::format("[{}, {}] {}", lo, hi, unit);
+  const std::string hint =
+      fmt::format("ferry is tested with {} in {}; write a number in that range", what, range);
+  if (!node.IsScalar()) {
+    throw error(
+        node, fmt::format("{} must be a number in {}, got {}", what, range, type_name(node)), hint);
+  }
+  const std::string& s = node.Scalar();
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ptr != s.data() + s.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    throw error(node, fmt::format("{} must be a number in {}, got '{}'", what, range, s), hint);
+  }
+  if (ec == std::errc::result_out_of_range || !std::isfinite(v) || !(v >= lo) || !(v <= hi)) {
+    throw error(node, fmt::format("{} must be in {}, got {}", what, range, s), hint);
+  }
+  return v;
+}
+
+double Reader::link_gbps(const YAML::Node& node, std::string_view what) const {
+  return number_in(node, what, kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps, "GB/s");
+}
+
+std::optional<double> Reader::opt_link_gbps(const YAML::Node& map, const char* key) const {
+  const YAML::Node n = map[key];
+  if (!n) return std::nullopt;
+  return link_gbps(n, fmt::format("'{}'", key));
 }
 
 std::string Reader::string(const YAML::Node& node, std::string_view what, size_t max_len) const {

@@ -24,7 +24,8 @@ class Reader {
   // "FILE:LINE: what" for a node (line 1-based when the node has a mark).
   ConfigError error(const YAML::Node& at, const std::string& what, const std::string& hint) const;
 
-  // Throws when `map` is not a map or has a key outside `allowed` (suggesting the nearest).
+  // Throws when `map` is not a map, has a key twice, or (check_keys) has a key outside `allowed`
+  // (suggesting the nearest).
   void expect_map(const YAML::Node& map, std::string_view where) const;
   void check_keys(const YAML::Node& map, std::initializer_list<std::string_view> allowed,
                   std::string_view where) const;
@@ -33,6 +34,13 @@ class Reader {
   int64_t integer(const YAML::Node& node, std::string_view what, int64_t lo, int64_t hi) const;
   // A finite number in (lo, hi].
   double number(const YAML::Node& node, std::string_view what, double lo, double hi) const;
+  // A finite number in [lo, hi], a range stated in `unit` ("GB/s") in the error: the range in
+  // which ferry is tested.
+  double number_in(const YAML::Node& node, std::string_view what, double lo, double hi,
+                   std::string_view unit) const;
+  // A link rate in GB/s per direction, in [kMinPlausibleLinkGbps, kMaxPlausibleLinkGbps].
+  double link_gbps(const YAML::Node& node, std::string_view what) const;
+  std::optional<double> opt_link_gbps(const YAML::Node& map, const char* key) const;
   std::string string(const YAML::Node& node, std::string_view what, size_t max_len = 256) const;
   bool boolean(const YAML::Node& node, std::string_view what) const;
   // A size such as "16GiB" or a plain byte count.

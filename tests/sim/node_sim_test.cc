@@ -8,9 +8,9 @@
 #include <numeric>
 
 #include "device/cpu/cpu_kernels.h"
+#include "prefetch/plan.h"
 #include "sim/node_links.h"
 #include "sim/node_sim.h"
-#include "prefetch/plan.h"
 #include "topology/load.h"
 #include "trainer/exec/lower.h"
 #include "trainer/exec/parameter_store.h"

@@ -76,7 +76,12 @@ TEST(XmlErrors, ImplausibleLinkSpeedIsRejected) {
   ASSERT_NE(at, std::string::npos);
   xml.replace(at, speed.size(), "pci_link_speed=\"1e30\"");
   expect_error<DataError>([&] { HwlocTopology::from_xml_buffer(xml, "fast").model(); },
-                          "not plausible");
+                          "GB/s is outside [0.01, 1024] GB/s");
+  // As slow: a 1e-6 GB/s link made `trainer train` hang.
+  xml = dgx2_xml();
+  xml.replace(xml.find(speed), speed.size(), "pci_link_speed=\"0.000001\"");
+  expect_error<DataError>([&] { HwlocTopology::from_xml_buffer(xml, "slow").model(); },
+                          "link speed 1e-06 GB/s is outside [0.01, 1024] GB/s");
   // Zero (what hwloc 1.x writes) is not an error: the speed is unknown.
   xml = dgx2_xml();
   xml.replace(xml.find(speed), speed.size(), "pci_link_speed=\"0\"");
@@ -129,7 +134,8 @@ TEST(YamlErrors, HugeNumbers) {
   expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: -4}]\n", "t.yaml"); },
                             "out of range");
   expect_error<ConfigError>(
-      [] { parse_yaml("inter_socket_gbps: 1e400\nsockets: [{}]\n", "t.yaml"); }, "out of range");
+      [] { parse_yaml("inter_socket_gbps: 1e400\nsockets: [{}]\n", "t.yaml"); },
+      "t.yaml:1: 'inter_socket_gbps' must be in [0.01, 1024] GB/s, got 1e400");
   expect_error<ConfigError>(
       [] { parse_yaml("pcie: {gen: 9, width: 16}\nsockets: [{}]\n", "t.yaml"); }, "out of range");
   expect_error<ConfigError>(
@@ -144,6 +150,35 @@ TEST(YamlErrors, HugeNumbers) {
   expect_error<ConfigError>(
       [] { parse_yaml("sockets: [{count: 64, cores: 4096, threads_per_core: 8}]\n", "t.yaml"); },
       "too many CPUs");
+}
+
+// Link rates outside [0.01, 1024] GB/s are refused wherever a file gives one: a 1e-300 GB/s link
+// hung `trainer train` and gave `trainer simulate` absurd numbers.
+TEST(YamlErrors, LinkRatesOutsideTheTestedRange) {
+  for (const std::string rate : {"1e-300", "1e-6", "0.009", "0", "-5", "1025"}) {
+    expect_error<ConfigError>(
+        [&] {
+          parse_yaml("sockets: [{root_complexes: [{gpus: 1, pcie: {gbps: " + rate + "}}]}]\n",
+                     "t.yaml");
+        },
+        "t.yaml:1: 'gbps' must be in [0.01, 1024] GB/s, got " + rate);
+    expect_error<ConfigError>(
+        [&] { parse_yaml("root_complex_gbps: " + rate + "\nsockets: [{}]\n", "t.yaml"); },
+        "'root_complex_gbps' must be in [0.01, 1024] GB/s");
+    expect_error<ConfigError>(
+        [&] { parse_yaml("sockets: [{root_complexes: [{gbps: " + rate + "}]}]\n", "t.yaml"); },
+        "'gbps' must be in [0.01, 1024] GB/s");
+  }
+  // The edges are in.
+  parse_yaml("sockets: [{root_complexes: [{gpus: 1, pcie: {gbps: 0.01}}]}]\n", "t.yaml");
+  parse_yaml("sockets: [{root_complexes: [{gpus: 1, pcie: {gbps: 1024}}]}]\n", "t.yaml");
+}
+
+TEST(YamlErrors, DuplicateKeys) {
+  expect_error<ConfigError>([] { parse_yaml("name: a\nsockets: [{}]\nname: b\n", "t.yaml"); },
+                            "t.yaml:3: the topology: duplicate key 'name' (first given at line 1)");
+  expect_error<ConfigError>([] { parse_yaml("sockets: [{cores: 4, cores: 8}]\n", "t.yaml"); },
+                            "duplicate key 'cores'");
 }
 
 TEST(YamlErrors, UnknownKeysSuggestTheNearest) {
@@ -203,6 +238,14 @@ TEST(ModelYamlErrors, BadModelsAreConfigErrors) {
                    "m.yaml");
       },
       "no NUMA node has CPUs");
+  expect_error<ConfigError>(
+      [&] {
+        parse_yaml(head +
+                       "pci: [{kind: host_bridge, addr: 00:00.0, numa: \"0\"}, {kind: device, "
+                       "parent: 0, addr: 01:00.0, link_gbps: 1e-6}]\n",
+                   "m.yaml");
+      },
+      "'link_gbps' must be in [0.01, 1024] GB/s, got 1e-6");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_write.h"
 #include "common/strings.h"
 #include "trainer/cli/commands.h"
 #include "trainer/model/zoo/layer_table.h"
@@ -48,6 +49,7 @@ int run_info(const InfoArgs& args) {
   } else {
     std::printf("%s", layer_table(graph, args.model).c_str());
   }
+  check_stdout();
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
+#include "common/file_write.h"
 #include "common/strings.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
@@ -198,6 +199,7 @@ int run_plan(const PlanArgs& args) {
                           {"policies", policies},        {"seconds", seconds},
                           {"cost_model", cost_source}};
     std::printf("%s\n", out.dump(2).c_str());
+    check_stdout();
     return 0;
   }
 
@@ -244,6 +246,7 @@ int run_plan(const PlanArgs& args) {
     for (const Row& r : rows) explain(r.plan);
   }
   std::printf("planned in %.2fs\n", seconds);
+  check_stdout();
   return 0;
 }
 

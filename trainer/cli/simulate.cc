@@ -3,13 +3,13 @@
 // every link carried; --json for scripts, --trace for a Chrome trace.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/file_write.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/session/simulation.h"
@@ -51,9 +51,8 @@ int run_simulate(const SimulateArgs& args) {
   const double step = res.step_seconds;
 
   if (!args.trace.empty()) {
-    std::ofstream os(args.trace);
-    if (!os) throw ConfigError(fmt::format("--trace: cannot write '{}'", args.trace), "");
-    os << chrome_trace(rep.input, res);
+    write_file(args.trace, chrome_trace(rep.input, res),
+               "--trace: give a path on a filesystem with space, in a writable directory");
   }
   if (args.json) {
     nlohmann::json links = nlohmann::json::array();
@@ -103,6 +102,7 @@ int run_simulate(const SimulateArgs& args) {
                                 {"ranks", ranks},
                                 {"links", links}};
     std::printf("%s\n", out.dump(2).c_str());
+    check_stdout();
     return 0;
   }
   std::printf("simulate: %s, batch %lld per GPU, %zu GPUs of %s, hardware %s\n",
@@ -137,6 +137,7 @@ int run_simulate(const SimulateArgs& args) {
                 100 * utilisation(link, s, step));
   }
   if (!args.trace.empty()) std::printf("\ntrace: %s\n", args.trace.c_str());
+  check_stdout();
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `trainer train` and `trainer eval`.
 #include <cstdio>
 
+#include "common/file_write.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/session/train.h"
@@ -15,10 +16,12 @@ int run_train(const TrainArgs& args, const RankInfo& ranks) {
 int run_config(const TrainArgs& args, bool reference) {
   if (reference) {
     std::printf("%s", config_reference_markdown().c_str());
+    check_stdout();
     return 0;
   }
   if (args.config.empty()) throw ConfigError("trainer config needs a CONFIG file (or --reference)");
   std::printf("%s", to_yaml(load_config(args.config, args.overrides)).c_str());
+  check_stdout();
   return 0;
 }
 

@@ -154,6 +154,7 @@ struct CommConfig {
   CommBackend backend = CommBackend::kAuto;  // auto: nccl on cuda, mpi on cpu
   double bucket_mb = 25.0;                   // > 0, gradient bucket size in MiB
   bool overlap = true;                       // reduce buckets while backward runs
+  double timeout_s = 300;                    // 0 or [1, 86400]; 0 = no watchdog on collectives
   bool operator==(const CommConfig&) const = default;
 };
 
@@ -169,8 +170,9 @@ struct TopologyConfig {
 };
 
 struct DebugConfig {
-  int64_t fail_at_step = -1;  // >= -1, -1 = never: throw at the start of this step
-  int64_t fail_rank = -1;     // >= -1, -1 = every rank fails at fail_at_step
+  int64_t fail_at_step = -1;   // >= -1, -1 = never: throw at the start of this step
+  int64_t fail_rank = -1;      // >= -1, -1 = every rank fails at fail_at_step (or stalls)
+  int64_t stall_at_step = -1;  // >= -1, -1 = never: the rank stops itself (SIGSTOP) at this step
   bool operator==(const DebugConfig&) const = default;
 };
 

@@ -265,6 +265,12 @@ void Loader::check_cross_keys(const Config& c) const {
                     "nothing would be traced{}",
                     c.run.trace_steps[0], c.run.steps, given_at("run.trace_steps")),
         "set run.trace_steps within [1, run.steps], or run.trace=false");
+  if (c.comm.timeout_s > 0 && c.comm.timeout_s < 1)
+    throw ConfigError(fmt::format("comm.timeout_s: must be 0 (off) or in [1, 86400] seconds, got "
+                                  "{}{}",
+                                  ci::real_text(c.comm.timeout_s), given_at("comm.timeout_s")),
+                      "a collective of a healthy job can take longer than a second; use e.g. "
+                      "300 (the default), or 0 to turn the watchdog off");
 }
 
 bool has_yaml_extension(const std::string& name) {

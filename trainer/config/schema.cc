@@ -272,6 +272,10 @@ std::vector<KeySpec> build_schema() {
       real(FERRY_CONFIG_KEY(comm, bucket_mb), closed(0.001, 16384), "Gradient bucket size in MiB."),
       flag(FERRY_CONFIG_KEY(comm, overlap),
            "Reduce each bucket while backward continues; false = after backward."),
+      real(FERRY_CONFIG_KEY(comm, timeout_s), Range{0, 86400, false, false},
+           "Watchdog (mpi backend): a rank that waits longer than this many seconds in one "
+           "collective ends the job, naming the ranks that did not arrive; 0 = off, else at "
+           "least 1."),
       // topology
       text(FERRY_CONFIG_KEY(topology, file),
            "\"\" = the live machine; an hwloc .xml export or a synthetic .yaml description."),
@@ -295,7 +299,11 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(debug, fail_at_step), at_least(-1),
               "Inject a failure at the start of this step; -1 = never."),
       integer(FERRY_CONFIG_KEY(debug, fail_rank), at_least(-1),
-              "The rank that fails at debug.fail_at_step; -1 = every rank."),
+              "The rank that fails at debug.fail_at_step or stalls at debug.stall_at_step; -1 = "
+              "every rank."),
+      integer(FERRY_CONFIG_KEY(debug, stall_at_step), at_least(-1),
+              "Stop the rank (SIGSTOP: it hangs until killed or continued) at the start of this "
+              "step, to test comm.timeout_s; -1 = never."),
   };
 }
 

@@ -1,9 +1,8 @@
 // Chrome-trace JSON output.
 #include "trainer/exec/trace.h"
 
-#include <fstream>
-
 #include "common/error.h"
+#include "common/file_write.h"
 
 namespace ferry {
 
@@ -42,9 +41,8 @@ nlohmann::json StepTrace::to_json() const {
 }
 
 void StepTrace::write(const std::string& path) const {
-  std::ofstream out(path);
-  out << to_json().dump() << '\n';
-  if (!out) throw DataError("cannot write trace " + path, "check run.dir is writable");
+  write_file(path, to_json().dump() + "\n",
+             "check that run.dir is writable and its disk has space, or set run.trace: false");
 }
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/file_write.h"
 
 namespace ferry {
 
@@ -25,8 +26,7 @@ void MetricsLog::write(const StepReport& r, const nlohmann::json& extra) {
                       {"elapsed_s", r.elapsed_s}};
   for (const auto& [k, v] : extra.items()) j[k] = v;
   out_ << j.dump() << '\n';
-  out_.flush();
-  if (!out_) throw DataError("cannot write metrics file " + path_, "is the disk full?");
+  check_stream(out_, path_, "check that run.dir's disk has space");
 }
 
 std::string progress_line(const StepReport& r) {

@@ -18,11 +18,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/file_write.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/session/checkpoints.h"
 
@@ -51,13 +51,7 @@ void ensure_writable_dir(const std::string& dir, const std::string& key) {
 }
 
 void write_run_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    throw DataError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)),
-                    "check that run.dir is writable and its disk is not full");
-  }
+  write_file(path, text, "check that run.dir is writable and its disk has space");
 }
 
 RunDirLock::RunDirLock(const std::string& dir) {

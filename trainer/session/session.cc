@@ -3,6 +3,7 @@
 
 #include "links/link_capacities.h"
 #include "links/link_gatekeeper.h"
+#include "links/shm_names.h"
 #include "links/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/model/zoo/zoo.h"
@@ -230,7 +231,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
         return build_model(name, input_shape(batch), classes);
       },
       exec);
-  comm_ = create_communicator(comm_choice(config.comm.backend), *device_, ranks);
+  comm_ =
+      create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (emulator_ || gatekeeper_) attach_link_ledger();
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
@@ -245,16 +247,18 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
 Session::~Session() = default;
 
 // Note [Link ledger lifetime]
-// The ledger is POSIX shared memory under a name unique to the job (rank 0's pid, clock and a
-// random word, broadcast to every rank). Each node's first local rank creates it under that name
-// (on its own node), every other local rank attaches after a barrier, and after a second barrier
-// the creator removes the name: from then on the block lives exactly as long as some rank of
-// the job maps it, so a job that crashes leaves nothing behind, and a crash in the short window
-// before the removal leaves only a uniquely named block no later job opens.
+// The ledger is POSIX shared memory under a name unique to the job: a token (rank 0's pid, clock
+// and a random word, broadcast to every rank) behind the creator's pid and start time. Each
+// node's first local rank creates it (on its own node), every other local rank finds it by the
+// token and attaches after a barrier, and after a second barrier the creator removes the name:
+// from then on the block lives exactly as long as some rank of the job maps it, so a job that
+// crashes leaves nothing behind. A creator killed in the short window before the removal leaves a
+// name that says whose it was: the next job's create() removes it (Note [Shared-memory names
+// that outlive nothing] in links/shm_names.h).
 void Session::attach_link_ledger() {
   std::array<char, 128> name{};
   if (ranks_.rank == 0) {
-    const std::string n = LinkLedger::unique_name();
+    const std::string n = shm_names::job_token();
     std::copy_n(n.begin(), std::min(n.size(), name.size() - 1), name.begin());
   }
   Stream& compute = device_->stream(StreamKind::kCompute);
@@ -279,9 +283,11 @@ void Session::attach_link_ledger() {
     comm_->broadcast(name.data(), name.size(), 0, compute).wait();
   }
   name.back() = '\0';
-  const std::string ledger_name(name.data());
+  const std::string token(name.data());
+  std::string ledger_name;
   std::shared_ptr<LinkLedger> ledger;
   if (ranks_.local_rank == 0) {
+    ledger_name = LinkLedger::name_for(token);
     std::vector<NamedLink> links;
     // Emulated links are stretched by the emulation's scale; a GPU's are its own.
     const std::vector<LinkCapacity> capacities =
@@ -293,7 +299,14 @@ void Session::attach_link_ledger() {
     ledger = LinkLedger::create(ledger_name, links);
   }
   comm_->barrier();
-  if (ranks_.local_rank != 0) ledger = LinkLedger::open(ledger_name);
+  if (ranks_.local_rank != 0) {
+    ledger_name = LinkLedger::find(token);
+    if (ledger_name.empty()) {
+      throw LibraryError("posix", "find the link ledger of job " + token,
+                         "local rank 0 created none in /dev/shm", __FILE__, __LINE__);
+    }
+    ledger = LinkLedger::open(ledger_name);
+  }
   comm_->barrier();
   if (ranks_.local_rank == 0) LinkLedger::unlink(ledger_name);
   if (emulator_) {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "prefetch/plan.h"
 #include "sim/hardware_profile.h"
 #include "sim/node_links.h"
 #include "sim/node_sim.h"
-#include "prefetch/plan.h"
 #include "topology/model.h"
 #include "trainer/config/config.h"
 

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 
@@ -19,6 +21,7 @@
 
 #include "comm/fault.h"
 #include "common/bytes.h"
+#include "common/file_write.h"
 #include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/data/loader.h"
@@ -229,6 +232,13 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
         (config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank)) {
       throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step),
                   "remove debug.fail_at_step");
+    }
+    if (config.debug.stall_at_step == step &&
+        (config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank)) {
+      std::fprintf(stderr, "%sdebug.stall_at_step: stopping this rank (SIGSTOP) at step %lld\n",
+                   rank_prefix(ranks).c_str(), static_cast<long long>(step));
+      std::fflush(stderr);
+      raise(SIGSTOP);  // until killed (the other ranks' watchdog ends the job) or continued
     }
     const bool traced =
         config.run.trace && step >= config.run.trace_steps[0] && step <= config.run.trace_steps[1];

@@ -126,6 +126,22 @@ TEST(ConfigErrors, OutOfRange) {
             "device.memory: must be >= 1, got 0 (override 'device.memory=0')");
 }
 
+// comm.timeout_s (the collective watchdog): 0 is off, else [1, 86400] seconds.
+TEST(ConfigErrors, CommTimeout) {
+  EXPECT_EQ(override_error("comm.timeout_s=-1"),
+            "comm.timeout_s: must be in [0, 86400], got -1 (override 'comm.timeout_s=-1')");
+  EXPECT_EQ(
+      override_error("comm.timeout_s=1e9"),
+      "comm.timeout_s: must be in [0, 86400], got 1000000000 (override 'comm.timeout_s=1e9')");
+  EXPECT_EQ(override_error("comm.timeout_s=0.5"),
+            "comm.timeout_s: must be 0 (off) or in [1, 86400] seconds, got 0.5 (override "
+            "'comm.timeout_s=0.5')");
+  EXPECT_NE(hint_of([] { parse_config_text("", {"comm.timeout_s=0.5"}, "x.yaml"); }), "");
+  EXPECT_DOUBLE_EQ(parse_config_text("", {"comm.timeout_s=0"}, "x.yaml").comm.timeout_s, 0);
+  EXPECT_DOUBLE_EQ(parse_config_text("", {"comm.timeout_s=1"}, "x.yaml").comm.timeout_s, 1);
+  EXPECT_DOUBLE_EQ(parse_config_text("", {}, "x.yaml").comm.timeout_s, 300);
+}
+
 TEST(ConfigErrors, ListValues) {
   EXPECT_EQ(override_error("model.input=[1,0,28]"),
             "model.input[1]: must be >= 1, got 0 (override 'model.input=[1,0,28]')");

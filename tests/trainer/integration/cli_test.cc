@@ -92,6 +92,25 @@ TEST(Cli, AFailureDuringTrainingPrintsOnce) {
   EXPECT_NE(text.find(message), std::string::npos) << "the rank log keeps the failure";
 }
 
+// Issue 15 item 15: metrics, traces and summaries on a full disk end the run with the file and
+// the OS's reason, exit 2 (run.dir's files are links to /dev/full here).
+TEST(Cli, OutputFilesOnAFullDiskAreAnErrorNamingTheFile) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "needs /dev/full";
+  for (const std::string file : {"metrics.jsonl", "trace_rank0.json", "summary.json"}) {
+    const std::string dir = scratch("cli_full_disk_" + file);
+    std::filesystem::create_symlink("/dev/full", dir + "/" + file);
+    const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir +
+                       " run.steps=3 run.log_every=1 run.trace=true run.trace_steps=[2,2]");
+    EXPECT_EQ(e.code, 2) << file << "\n" << e.output;
+    EXPECT_NE(
+        e.output.find("error: cannot write " + dir + "/" + file + ": No space left on device"),
+        std::string::npos)
+        << file << "\n"
+        << e.output;
+    EXPECT_NE(e.output.find("hint: check that run.dir"), std::string::npos) << e.output;
+  }
+}
+
 TEST(Cli, PlanAnswersInJsonForVgg16AndResnet152InUnderTwoSeconds) {
   const std::string dir = scratch("cli_plan");
   for (const auto& [model, batch] :

@@ -1,7 +1,8 @@
 // Data parallelism changes nothing: 2 ranks at batch B and 1 rank at batch 2B on the same
 // global data order give the same parameters after 5 SGD steps (lenet5: no BatchNorm, whose
 // statistics are per rank as in PyTorch DDP), with comm.overlap on and off and with
-// memory.policy vdnn-all. A failure on one rank ends the whole job with that rank's message.
+// memory.policy vdnn-all. A failure on one rank ends the whole job with that rank's message; a
+// rank that stops ends it after comm.timeout_s, named by the rank that waited for it.
 #include <gtest/gtest.h>
 
 #include "tests/trainer/integration/run_util.h"
@@ -56,6 +57,32 @@ TEST_F(DataParallel, AFailureOnOneRankEndsTheJobWithItsMessage) {
   EXPECT_NE(e.output.find("rank 1 of 2: error: debug.fail_at_step: injected failure at step 3"),
             std::string::npos)
       << e.output;
+}
+
+// Issue 15 item 12: a stopped rank (SIGSTOP) stalled the job silently for as long as it was
+// stopped. With comm.timeout_s=2 rank 0's watchdog ends the job in seconds, naming rank 1.
+TEST_F(DataParallel, AStoppedRankEndsTheJobAfterTheTimeoutNamingIt) {
+  const std::string dir = scratch("dp_stall");
+  const Exit e = run("timeout 60 " + mpirun(2) + trainer() + base_args(dir) +
+                     " data.batch_size=8 run.steps=50 debug.stall_at_step=3 debug.fail_rank=1 "
+                     "comm.timeout_s=2");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, 30.0);
+  EXPECT_NE(e.output.find("rank 1 of 2: debug.stall_at_step: stopping this rank (SIGSTOP) at "
+                          "step 3"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("rank 0 of 2: error: comm.timeout_s: all-reduce #"), std::string::npos)
+      << e.output;
+  // Depending on how far its comm thread had run ahead of its stopped host thread, rank 1 had
+  // not entered the all-reduce, or had entered it and stopped inside: either way it is named.
+  EXPECT_TRUE(e.output.find("rank 1 did not arrive") != std::string::npos ||
+              e.output.find("rank 1 arrived but stopped running inside it") != std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("hint: check what rank 1 is doing"), std::string::npos) << e.output;
+  // One rank reports the stall: the stopped rank prints nothing more.
+  EXPECT_EQ(e.output.find("rank 1 of 2: error:"), std::string::npos) << e.output;
 }
 
 }  // namespace

@@ -106,6 +106,59 @@ TEST(Simulate, BadInputIsOneErrorWithExitCode2) {
   e = run(simulate("--chunk-mb 0"));
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.output.find("--chunk-mb"), std::string::npos) << e.output;
+  // Values outside the tested envelope (issue 15 item 10): absurd numbers before, now refused.
+  const std::string dir = scratch("simulate_bad_input");
+  std::ofstream(dir + "/slow.yaml") << "name: slow\npcie: {gbps: 1e-300}\nsockets:\n"
+                                       "  - root_complexes:\n      - gpus: {count: 2}\n";
+  e = run(base + " --topology " + dir + "/slow.yaml");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("slow.yaml:2: 'gbps' must be in [0.01, 1024] GB/s, got 1e-300"),
+            std::string::npos)
+      << e.output;
+  std::ofstream(dir + "/gpu.yaml") << "compute: {default_tflops: 10, memory_gbps: 900, "
+                                      "step_overhead_us: -5}\n"
+                                      "link: {to_host_gbps: 12, to_device_gbps: 12}\n";
+  e = run(base + " --hardware " + dir + "/gpu.yaml");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(
+      e.output.find("gpu.yaml:1: compute.step_overhead_us must be in [0, 1000000] us, got -5"),
+      std::string::npos)
+      << e.output;
+}
+
+// A trace, or the report itself, that cannot be written is an error naming the file and the
+// reason, exit 2: never exit 0 with a cut file.
+TEST(Simulate, AFullDiskIsAnErrorWithExitCode2) {
+  Exit e = run(simulate("--gpus 2 --trace /dev/full"));
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: cannot write /dev/full: No space left on device"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("hint: --trace: give a path"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("trace: /dev/full"), std::string::npos) << "no success line";
+  e = run(simulate("--gpus 2 --trace /nonexistent-dir/t.json"));
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("cannot write /nonexistent-dir/t.json: No such file or directory"),
+            std::string::npos)
+      << e.output;
+  // The JSON report on a full standard output (stdout alone to /dev/full: run() folds the
+  // subshell's stderr into its pipe).
+  e = run("(" + simulate("--gpus 2 --json") + " >/dev/full)");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: cannot write standard output: No space left on device"),
+            std::string::npos)
+      << e.output;
+  // The other commands that print a report or JSON.
+  for (const std::string command :
+       {" info --model lenet5 --json", " config configs/quickstart.yaml",
+        " plan configs/quickstart.yaml --json", " plan configs/quickstart.yaml"}) {
+    e = run("(" + in_source(trainer()) + command + " >/dev/full)");
+    EXPECT_EQ(e.code, 2) << command << "\n" << e.output;
+    EXPECT_NE(e.output.find("error: cannot write standard output: No space left on device"),
+              std::string::npos)
+        << command << "\n"
+        << e.output;
+  }
 }
 
 TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {

@@ -99,7 +99,18 @@ TEST(TopologyEmulation, BadTopologyInputIsOneErrorNamingTheKey) {
   const std::string zero = dir + "/zero.yaml";
   std::ofstream(zero) << "name: zero-link\npcie: {gbps: 0}\nsockets:\n  - root_complexes:\n"
                          "      - gpus: {count: 2}\n";
-  expect_config_error(run(base + zero), "topology.file: " + zero + ":2: 'gbps' 0 is out of range");
+  expect_config_error(run(base + zero),
+                      "topology.file: " + zero + ":2: 'gbps' must be in [0.01, 1024] GB/s, got 0");
+  // Links too slow to train on (issue 15 item 10: 1e-6 GB/s hung `trainer train` silently).
+  for (const std::string rate : {"1e-6", "1e-300"}) {
+    const std::string slow = dir + "/slow.yaml";
+    std::ofstream(slow) << "name: slow-link\npcie: {gbps: " << rate
+                        << "}\nsockets:\n  - root_complexes:\n      - gpus: {count: 2}\n";
+    const Exit e = run("timeout 60 " + base + slow);
+    expect_config_error(
+        e, "topology.file: " + slow + ":2: 'gbps' must be in [0.01, 1024] GB/s, got " + rate);
+    EXPECT_LT(e.seconds, 20) << "refused at load, not after a hang";
+  }
   // Links of unknown speed (an hwloc 1.x export states none).
   const std::string unknown =
       std::string(FERRY_SOURCE_DIR) + "/../shared/topologies/real/2rc-dual-gpu-lstopo.xml";
