@@ -22,7 +22,7 @@ enum class MpiWait {
 
 // MPI collectives run as tasks on the CPU device's comm stream. Needs ranks.under_mpi.
 // timeout_s > 0: a collective that waits longer ends the job, naming the ranks that did not
-// arrive (Note [The collective watchdog] in comm/watchdog.h); 0: no watchdog.
+// arrive (Note [The collective watchdog] in comm/collective_watchdog.h); 0: no watchdog.
 std::unique_ptr<Communicator> make_mpi_communicator(Device& device, const RankInfo& ranks,
                                                     MpiWait wait = MpiWait::kBlocking,
                                                     double timeout_s = 0);

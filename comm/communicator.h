@@ -96,7 +96,7 @@ CommBackendChoice parse_comm_backend(std::string_view text);
 // finalize_ranks(). Collective: every rank calls it with the same choice.
 // timeout_s > 0 (comm.timeout_s): with the mpi backend, a rank that waits longer than this in
 // one collective ends the job through fail_job, naming the ranks that did not arrive (Note [The
-// collective watchdog] in comm/watchdog.h). The nccl backend has no watchdog yet and ignores it.
+// collective watchdog] in comm/collective_watchdog.h). The nccl backend has no watchdog yet and ignores it.
 std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Device& device,
                                                   const RankInfo& ranks, double timeout_s = 0);
 

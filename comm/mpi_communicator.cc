@@ -4,7 +4,7 @@
 // Invariant: only the comm stream's thread calls MPI on this communicator's MPI_Comm, so
 // collectives are issued in one order on every rank (MPI requires it per communicator), each
 // numbered by its place in that order and, with a timeout, watched (Note [The collective
-// watchdog] in comm/watchdog.h).
+// watchdog] in comm/collective_watchdog.h).
 #include <mpi.h>
 
 #include <algorithm>
@@ -18,10 +18,10 @@
 #include <fmt/ranges.h>
 
 #include "comm/backends.h"
+#include "comm/collective_watchdog.h"
 #include "comm/fault.h"
 #include "comm/mpi_arrivals.h"
 #include "comm/mpi_check.h"
-#include "comm/watchdog.h"
 #include "common/error.h"
 #include "device/cpu/cpu_stream.h"
 

@@ -9,13 +9,24 @@
 namespace ferry {
 namespace {
 
-TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
+std::unique_ptr<Device> cpu_device_of_256_mib() {
   DeviceOptions o;
   o.memory = 256 << 20;
-  auto device = create_device(o);
-  const Graph graph = build_golden_net(kGoldenBatch);
-  ParameterStore store(*device, graph, 1);
-  store.initialize(graph, 0);
+  return create_device(o);
+}
+
+// The golden net's parameters, initialised, on a 256 MiB CPU device.
+struct GoldenNetOnCpu {
+  std::unique_ptr<Device> device = cpu_device_of_256_mib();
+  Graph graph = build_golden_net(kGoldenBatch);
+  ParameterStore store{*device, graph, 1};
+  GoldenNetOnCpu() { store.initialize(graph, 0); }
+};
+
+TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
+  GoldenNetOnCpu net;
+  Device* device = net.device.get();
+  ParameterStore& store = net.store;
   int built = 0;
   Executor exec(
       *device, store,
@@ -49,12 +60,9 @@ TEST(Executor, EachBatchSizeIsPlannedOnceAndRunsWithItsOwnPlan) {
 // as are staged between drains (run.log_every), so staging never pins memory mid-run (a
 // cudaHostAlloc there may synchronise the device; it used to happen every 256 staged steps).
 TEST(Executor, TheMetricsRingIsAllocatedUpFrontForTheStepsBetweenDrains) {
-  DeviceOptions o;
-  o.memory = 256 << 20;
-  auto device = create_device(o);
-  const Graph graph = build_golden_net(kGoldenBatch);
-  ParameterStore store(*device, graph, 1);
-  store.initialize(graph, 0);
+  GoldenNetOnCpu net;
+  Device* device = net.device.get();
+  ParameterStore& store = net.store;
   ExecutorOptions options;
   options.metrics_steps = 300;
   Executor exec(

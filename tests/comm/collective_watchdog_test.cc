@@ -1,7 +1,7 @@
 // The collective watchdog without MPI: it fires once for a collective that outlasts the timeout,
 // with its name and sequence number, never for collectives that end in time however many there
 // are, and times each collective from its own start.
-#include "comm/watchdog.h"
+#include "comm/collective_watchdog.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

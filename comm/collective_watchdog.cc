@@ -1,7 +1,8 @@
-// The watchdog thread (Note [The collective watchdog] in comm/watchdog.h). A collective's start
-// wakes the thread only when it is idle; an end never wakes it: the thread wakes at the deadline
-// of the collective it timed, and if that one has ended it times the one in flight now, if any.
-#include "comm/watchdog.h"
+// The watchdog thread (Note [The collective watchdog] in comm/collective_watchdog.h). A
+// collective's start wakes the thread only when it is idle; an end never wakes it: the thread wakes
+// at the deadline of the collective it timed, and if that one has ended it times the one in flight
+// now, if any.
+#include "comm/collective_watchdog.h"
 
 #include "common/error.h"
 
