@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/depthguard.h>
 
 #include "common/strings.h"
 #include "trainer/config/config.h"
@@ -283,6 +284,12 @@ Config parse(const std::string& yaml_text, const std::vector<std::string>& overr
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(yaml_text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's message here is "bad file"; the real cause is its nesting limit.
+    throw ConfigError(fmt::format("malformed YAML: nested more than {} levels deep ({}:{})",
+                                  e.depth() - 1, source, e.mark.line + 1),
+                      "a config nests a few levels (section: key: value); check for unclosed "
+                      "brackets");
   } catch (const YAML::Exception& e) {
     const std::string where =
         e.mark.is_null() ? source : fmt::format("{}:{}", source, e.mark.line + 1);

@@ -92,6 +92,10 @@ TEST(HostileInput, AConfigThatIsNotAConfigFileIsRefusedWithoutReadingItAll) {
   const Exit e = run(trainer() + " config /dev/zero");
   expect_user_error(e, "config file '/dev/zero' is larger than 1 MiB");
   EXPECT_LT(e.seconds, 10.0);
+  // yaml-cpp calls its nesting limit "bad file"; the message says what it is.
+  const std::string deep = scratch("hostile_deep") + "/deep.yaml";
+  std::ofstream(deep) << "run: " << std::string(3000, '[') << std::string(3000, ']') << "\n";
+  expect_user_error(run(trainer() + " config " + deep), "malformed YAML: nested more than");
 }
 
 TEST(HostileInput, UnwritableRunAndCheckpointFoldersFailBeforeTraining) {
