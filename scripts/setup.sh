@@ -31,6 +31,7 @@ build_packages=(
 # The tests' and benchmarks' peers: PyTorch for golden and benchmark references.
 test_packages=(
   clang-format python3 python3-pip python3-torch python3-torchvision python3-pil
+  iproute2 util-linux procps
 )
 packages=("${build_packages[@]}")
 if [[ "$mode" != "--quickstart" ]]; then packages+=("${test_packages[@]}"); fi

@@ -1,0 +1,102 @@
+// One job over two hosts made of Linux namespaces (scripts/multihost.sh): 4 ranks, 2 per host,
+// train as 4 ranks on one host do (within the data-parallel tolerance: TCP between hosts
+// reduces in another order than shared memory), each host keeps its own /dev/shm, and nothing
+// is left behind. Skips where namespaces cannot be made (not root, or no unshare).
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string source(const std::string& path) { return std::string(FERRY_SOURCE_DIR) + "/" + path; }
+
+std::string train_args(const std::string& dir) {
+  return " train " + source("configs/quickstart.yaml") + " run.dir=" + dir +
+         " run.steps=10 data.batch_size=8 data.samples=512 checkpoint.every=10 "
+         "memory.measure=false topology.bind=false";
+}
+
+bool namespaces_available(std::string* why) {
+  if (::geteuid() != 0) {
+    *why = "not root: network, UTS, IPC and mount namespaces need it";
+    return false;
+  }
+  const Exit e = run("unshare --uts --ipc --mount --net true");
+  if (e.code != 0) {
+    *why = "unshare refused here: " + e.output;
+    return false;
+  }
+  return true;
+}
+
+TEST(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
+  std::string why;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  const std::string one = scratch("multihost_one");
+  Exit e = run(mpirun(4) + trainer() + train_args(one));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string two = scratch("multihost_two");
+  e = run(source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --" + train_args(two));
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("ranks    4 (2 on this machine)"), std::string::npos) << e.output;
+  expect_same_parameters(two + "/checkpoints/step_10.safetensors",
+                         one + "/checkpoints/step_10.safetensors", 1e-5);
+  // The hosts, their namespaces and their shared memory are gone.
+  EXPECT_EQ(run("ip netns list | grep -c ferry").output, "0\n");
+}
+
+// A whole host vanishing (every process in its namespaces killed) ends the job within seconds,
+// naming the host; the job resumes from its last checkpoint.
+TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
+  std::string why;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  const std::string dir = scratch("multihost_vanish");
+  const std::string launch = source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --";
+  const std::string job =
+      launch + train_args(dir) + " run.steps=100000 run.log_every=100 checkpoint.every=20";
+  Exit ended;
+  std::thread runner([&] { ended = run(job); });
+  const std::string first = dir + "/checkpoints/step_20.safetensors";
+  for (int i = 0; i < 600 && !std::filesystem::exists(first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const bool saved = std::filesystem::exists(first);
+  // Host 1 of this job vanishes: every process in its network namespace.
+  const auto killed = std::chrono::steady_clock::now();
+  run("for ns in $(ip netns list | awk '/^ferry[0-9]+-h1/ {print $1}'); do "
+      "kill -9 $(ip netns pids $ns); done");
+  runner.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(saved) << ended.output;
+  EXPECT_NE(ended.code, 0) << ended.output;
+  EXPECT_LT(seconds, 30.0) << "the job must end soon after a host vanishes";
+  EXPECT_NE(ended.output.find("ferry-host1"), std::string::npos) << ended.output;
+  // Resume: continues from the newest checkpoint to 20 steps past it.
+  int64_t newest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find(".tmp.") == std::string::npos) {
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    }
+  }
+  const int64_t target = newest + 20;
+  const Exit resumed =
+      run(launch + train_args(dir) + " checkpoint.every=20 checkpoint.resume=latest" +
+          " run.steps=" + std::to_string(target));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step " + std::to_string(newest)), std::string::npos)
+      << resumed.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_" + std::to_string(target) +
+                                      ".safetensors"));
+}
+
+}  // namespace
+}  // namespace ferry::testing
