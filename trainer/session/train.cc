@@ -10,6 +10,8 @@
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
 #include "trainer/session/train.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -152,10 +154,12 @@ void trace_reductions(Session& session, StepTrace& trace) {
   }
 }
 
-// The loop itself; train() wraps it so that a failure on one rank ends the job.
 // The ledger's measurements: <run.dir>/links.json (per link and direction: emulated capacity,
 // bytes carried, peak rate over a measurement bin) and the busiest link on the console.
-void write_link_usage(const Config& config, const std::vector<LinkUsage>& usage, RankLog& log) {
+// Each node has its own ledger: a job over several nodes writes one file per node,
+// links.<hostname>.json.
+void write_link_usage(const Config& config, const RankInfo& ranks,
+                      const std::vector<LinkUsage>& usage, RankLog& log) {
   nlohmann::json links = nlohmann::json::array();
   const LinkUsage* busiest = nullptr;
   double busiest_ratio = -1;
@@ -178,7 +182,11 @@ void write_link_usage(const Config& config, const std::vector<LinkUsage>& usage,
                       {"bin_s", usage.front().bin_s},
                       {"directions", {"to_host", "to_device"}},
                       {"links", links}};
-  const std::string path = (fs::path(config.run.dir) / "links.json").string();
+  char host[256] = {};
+  if (ranks.local_size < ranks.size && ::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  const std::string name =
+      host[0] != 0 ? fmt::format("links.{}.json", host) : std::string("links.json");
+  const std::string path = (fs::path(config.run.dir) / name).string();
   write_run_file(path, j.dump(2) + "\n");
   if (busiest) {
     log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
@@ -186,6 +194,7 @@ void write_link_usage(const Config& config, const std::vector<LinkUsage>& usage,
   }
 }
 
+// The loop itself; train() wraps it so that a failure on one rank ends the job.
 TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start) {
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
@@ -331,7 +340,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   result.device_peak_bytes = device.memory().stats().peak;
   if (!session.link_usage().empty()) {
     session.communicator().barrier();  // every rank's copies are through
-    if (ranks.local_rank == 0) write_link_usage(config, session.link_usage(), log);
+    if (ranks.local_rank == 0) write_link_usage(config, ranks, session.link_usage(), log);
   }
   report_timing(log, session, config, timed_intervals, result);
   return result;
