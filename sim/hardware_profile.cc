@@ -95,7 +95,7 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   const std::string where = file.string();
   const yaml::Reader rd(where);
   const YAML::Node root = yaml::parse(text.str(), where);
-  rd.check_keys(root, {"name", "gpu", "device_memory", "compute", "link"}, "profile");
+  rd.check_keys(root, {"name", "gpu", "device_memory", "compute", "link", "network"}, "profile");
   HardwareProfile p;
   p.source = where;
   p.name = root["name"] ? rd.string(root["name"], "name") : file.stem().string();
@@ -158,6 +158,10 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   p.nominal_gbps = l["nominal_gbps"] ? rd.link_gbps(l["nominal_gbps"], "link.nominal_gbps")
                                      : std::max(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
   p.cost.link_gbps = std::min(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
+  if (const YAML::Node net = root["network"]) {
+    rd.check_keys(net, {"nic_gbps"}, "network");
+    if (net["nic_gbps"]) p.nic_gbps = rd.link_gbps(net["nic_gbps"], "network.nic_gbps");
+  }
   return p;
 }
 

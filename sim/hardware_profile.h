@@ -22,6 +22,7 @@ struct HardwareProfile {
   LinkCapacity gpu_link;      // the GPU's own host link as measured (GB/s per direction)
   bool duplex_given = false;  // the file states link.duplex_factor (else gpu_link has 1.0)
   double nominal_gbps = 0;    // that link's raw rate per direction
+  double nic_gbps = 0;        // one network adapter's rate per direction (GB/s); 0: not stated
   // The share of a PCIe link's raw rate copies reach, per direction (gpu_link / nominal).
   double efficiency(TransferDirection d) const;
 };

@@ -77,6 +77,85 @@ NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& b
   return out;
 }
 
+namespace {
+
+// The hop from a path `a` up to where it meets path `b`, then down `b`: traffic between two
+// devices under one switch turns around in that switch; between switches of one root complex,
+// in the root complex (which it crosses).
+SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vector<int>& b) {
+  const std::vector<int> common = LinkMap::shared(a, b);
+  SimHop hop;
+  hop.up = minus(a, common);
+  hop.down = minus(b, common);
+  const bool under_one_switch = std::any_of(common.begin(), common.end(), [&](int l) {
+    return map.link(l).kind == LinkKind::kSwitchUplink;
+  });
+  for (int l : common)
+    if (!under_one_switch && map.link(l).kind == LinkKind::kRootComplex) hop.up.push_back(l);
+  return hop;
+}
+
+}  // namespace
+
+std::vector<SimHop> cross_node_rings(const Topology& topology,
+                                     const std::vector<RankBinding>& bindings, NodeLinks& links,
+                                     double nic_gbps, const LinkOptions& options) {
+  const LinkMap map(topology, options);
+  std::vector<int> nics;
+  for (const auto& nic : topology.nics())
+    if (nic.rdma) nics.push_back(nic.index);
+  if (nics.empty())
+    for (const auto& nic : topology.nics()) nics.push_back(nic.index);
+  if (nics.empty()) {
+    throw ConfigError(
+        fmt::format("--nodes: topology '{}' has no network adapter (NIC) to leave a node by",
+                    topology.name()),
+        "give a topology whose NICs sit in its PCIe tree (an hwloc export with I/O devices, or "
+        "a synthetic YAML with nics), or simulate one node");
+  }
+  if (!(nic_gbps > 0)) {
+    throw ConfigError("--nodes: the NICs' network rate is not known",
+                      "give --hardware with a profile that states network.nic_gbps");
+  }
+  const size_t n = bindings.size();
+  std::vector<SimHop> ring;
+  for (int nic : nics) {
+    const int wire = static_cast<int>(links.links.size());
+    links.links.push_back({fmt::format("network NIC{}", nic), {nic_gbps, nic_gbps, 1.0}});
+    links.kinds.push_back("network");
+    // The ring neighbours (exit r, entry r+1) whose paths share the most links with the NIC's.
+    size_t exit = 0;
+    size_t best = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const size_t q = (r + 1) % n;
+      const size_t near = LinkMap::shared(map.gpu_path(links.gpus[r], bindings[r].numa),
+                                          map.nic_path(nic, bindings[r].numa))
+                              .size() +
+                          LinkMap::shared(map.gpu_path(links.gpus[q], bindings[q].numa),
+                                          map.nic_path(nic, bindings[q].numa))
+                              .size();
+      if (near > best) best = near, exit = r;
+    }
+    const size_t entry = (exit + 1) % n;
+    for (size_t r = 0; r < n; ++r) {
+      if (r != exit) {
+        ring.push_back(n > 1 ? links.ring[r] : SimHop{});
+        continue;
+      }
+      const int numa_out = bindings[exit].numa, numa_in = bindings[entry].numa;
+      SimHop out =
+          hop_between(map, map.gpu_path(links.gpus[exit], numa_out), map.nic_path(nic, numa_out));
+      const SimHop in =
+          hop_between(map, map.nic_path(nic, numa_in), map.gpu_path(links.gpus[entry], numa_in));
+      out.down.push_back(wire);
+      out.then_up = in.up;
+      out.then_down = in.down;
+      ring.push_back(std::move(out));
+    }
+  }
+  return ring;
+}
+
 EffectiveBandwidth effective_bandwidth(const NodeLinks& nl, int rank, TransferDirection d) {
   std::vector<LinkCapacity> caps;
   for (const NamedLink& l : nl.links) caps.push_back(l.capacity);

@@ -34,6 +34,26 @@ NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& b
                      const HardwareProfile* profile, const LinkOptions& options = {},
                      double duplex_factor = 1.0);
 
+// Note [Rings across nodes]
+// A job over several identical nodes all-reduces as NCCL does across nodes: one ring through
+// every GPU of the job per channel, one channel per network adapter (NIC), so that each channel
+// leaves a node through its own NIC. Within a node a channel's hops are the node's ring hops;
+// one hop leaves the node: from the channel's exit GPU up its PCIe path and down to the NIC,
+// over the network link at the NIC's rate, and on the next node from that node's same NIC up
+// and down to the channel's entry GPU. The nodes being identical, the simulator runs one node
+// and lays that hop's far half on this node's links (the traffic entering this node through
+// the NIC from the previous node is the same). A channel's exit and entry GPUs are the pair of
+// ring neighbours that share most of their paths with the NIC (on a DGX-1, the two GPUs under
+// the NIC's switch), so the hop crossing the node stays under one switch where it can.
+//
+// The ring hops of a job over `nodes` nodes laid out as `links` (one node's links, from
+// node_links): channel c's hops are c*n .. c*n+n-1. Appends one network link per NIC used
+// ("network NIC<k>", `nic_gbps` GB/s each way) to `links`. Uses the RDMA-capable NICs (all NICs
+// when none is). ConfigError when the topology has no NIC, or `nic_gbps` is not > 0.
+std::vector<SimHop> cross_node_rings(const Topology& topology,
+                                     const std::vector<RankBinding>& bindings, NodeLinks& links,
+                                     double nic_gbps, const LinkOptions& options = {});
+
 // The bandwidth a rank can count on for its copies in one direction.
 struct EffectiveBandwidth {
   double own_gbps = 0;     // its path alone (the bottleneck link's capacity)

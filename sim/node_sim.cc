@@ -67,7 +67,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     }
   }
   for (const SimHop& h : in.ring) {
-    for (const auto* part : {&h.up, &h.down})
+    for (const auto* part : {&h.up, &h.down, &h.then_up, &h.then_down})
       for (int l : *part)
         if (l < 0 || static_cast<size_t>(l) >= n_links)
           throw std::invalid_argument(fmt::format("ring hop names link {} of {}", l, n_links));
@@ -120,18 +120,24 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     }
     res.ranks[r].compute_seconds = s.prefix[steps];
   }
-  const bool reduce = n_ranks > 1 && !in.ring.empty();
+  const size_t job_ranks = in.job_ranks > 0 ? static_cast<size_t>(in.job_ranks) : n_ranks;
+  const bool reduce = job_ranks > 1 && !in.ring.empty();
   if (reduce) {
-    if (in.ring.size() != n_ranks)
+    if (in.ring.size() % n_ranks != 0)
       throw std::invalid_argument(
           fmt::format("ring has {} hops for {} ranks", in.ring.size(), n_ranks));
     for (const SimHop& h : in.ring) {
       check_positive(h.up, 0);
       check_positive(h.down, 1);
+      check_positive(h.then_up, 0);
+      check_positive(h.then_down, 1);
     }
   }
-  const double hop_share =
-      reduce ? 2.0 * static_cast<double>(n_ranks - 1) / static_cast<double>(n_ranks) : 0.0;
+  // A ring all-reduce of R ranks sends 2(R-1)/R of a bucket over every hop, split evenly over
+  // the channels.
+  const double ring_ranks = static_cast<double>(job_ranks);
+  const double channels = reduce ? static_cast<double>(in.ring.size() / n_ranks) : 1.0;
+  const double hop_share = reduce ? 2.0 * (ring_ranks - 1) / ring_ranks / channels : 0.0;
   size_t next_bucket = 0;
   bool bucket_running = false;
   const auto buckets_done = [&] { return !reduce || next_bucket == in.buckets.size(); };
@@ -287,10 +293,10 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       for (size_t r = 0; r < n_ranks; ++r) ready = ready && st[r].next_step > b.ready_after;
       if (ready) {
         const double bytes = hop_share * static_cast<double>(b.bytes);
-        for (size_t h = 0; h < n_ranks; ++h)
+        for (size_t h = 0; h < in.ring.size(); ++h)
           active.push_back({true, static_cast<int>(h), 0, 0, bytes, 0});
         bucket_running = true;
-        res.allreduce_bytes += bytes;
+        res.allreduce_bytes += bytes * channels;
         if (bytes <= 0) {
           active.erase(
               std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.hop; }),
@@ -318,6 +324,10 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         Flow f{h.up, TransferDirection::kToHost, {}};
         f.links.insert(f.links.end(), h.down.begin(), h.down.end());
         f.link_directions.assign(h.up.size(), TransferDirection::kToHost);
+        f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+        f.links.insert(f.links.end(), h.then_up.begin(), h.then_up.end());
+        f.link_directions.resize(f.links.size(), TransferDirection::kToHost);
+        f.links.insert(f.links.end(), h.then_down.begin(), h.then_down.end());
         f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
         if (!f.links.empty()) flows.push_back(std::move(f));
       }

@@ -23,10 +23,15 @@ struct SimBucket {
 };
 
 // A ring all-reduce hop from one rank to the next: `up` links carry it towards the host
-// (kToHost), `down` links away from it (kToDevice).
+// (kToHost), `down` links away from it (kToDevice). A hop that leaves the node (Note [Rings
+// across nodes] in sim/node_links.h) goes on after `down` (the sender's GPU to a NIC, then the
+// network link): `then_up` from the receiving node's NIC towards the host, `then_down` to the
+// receiving GPU; on one node both are empty.
 struct SimHop {
   std::vector<int> up;
   std::vector<int> down;
+  std::vector<int> then_up;
+  std::vector<int> then_down;
 };
 
 struct SimRank {
@@ -40,8 +45,11 @@ struct SimRank {
 struct NodeSimInput {
   std::vector<NamedLink> links;
   std::vector<SimRank> ranks;
-  std::vector<SimBucket> buckets;     // in launch order; all-reduced when ranks.size() > 1
-  std::vector<SimHop> ring;           // hop r: rank r to rank r+1 (mod n); empty: no traffic
+  std::vector<SimBucket> buckets;  // in launch order; all-reduced when ranks.size() > 1
+  // Hop c*n + r: rank r to rank r+1 (mod n) in channel c; empty: no traffic. Each of the
+  // ring.size() / n channels carries an equal share of every bucket (NCCL's rings).
+  std::vector<SimHop> ring;
+  int job_ranks = 0;  // ranks of the whole job, every node's (the ring's length); 0: ranks.size()
   int update_step = -1;               // the step that waits for every bucket (-1: the last)
   bool topology_scheduler = false;    // chunked, arbitrated copies; else fifo
   uint64_t chunk_bytes = 4ull << 20;  // topology.chunk_mb's default

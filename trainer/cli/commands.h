@@ -35,6 +35,7 @@ struct SimulateArgs {
   std::vector<std::string> overrides;
   std::string topology;   // "" = topology.file
   int gpus = 0;           // 0 (not given) = every GPU of the topology
+  int nodes = 1;          // identical nodes of the job, all-reduced over their NICs
   std::string hardware;   // "" = the config's cost model
   std::string scheduler;  // "" = topology.scheduler
   double chunk_mb = 0;    // 0: topology.chunk_mb (given: [0.0625, 1024], checked by the CLI)

@@ -81,12 +81,17 @@ int main(int argc, char** argv) {
   CLI::App* sim_cmd = app.add_subcommand(
       "simulate",
       "One step of a config on a described server, on a virtual clock: trainer simulate CONFIG "
-      "[--topology FILE] [--gpus N] [--hardware NAME|FILE] [--json] [--trace FILE]");
+      "[--topology FILE] [--gpus N] [--nodes N] [--hardware NAME|FILE] [--json] [--trace FILE]");
   sim_cmd->add_option("config", sim.config, "YAML experiment config")->required();
   sim_cmd->add_option("overrides", sim.overrides, "key=value overrides");
   sim_cmd->add_option("--topology", sim.topology, "topology file (default: topology.file)");
   sim_cmd->add_option("--gpus", sim.gpus, "GPUs (ranks) to simulate (default: every GPU)")
       ->check(CLI::Range(1, 4096));
+  sim_cmd
+      ->add_option("--nodes", sim.nodes,
+                   "identical nodes the job spans: gradients all-reduce across them through "
+                   "the topology's NICs at the profile's network.nic_gbps (default 1)")
+      ->check(CLI::Range(1, 1024));
   sim_cmd->add_option("--hardware", sim.hardware,
                       "hardware profile: h100-pcie5, v100-pcie3, a100-pcie4 or a YAML file "
                       "(default: the config's cost model)");

@@ -32,6 +32,7 @@ int run_simulate(const SimulateArgs& args) {
   SimulateOptions o;
   o.topology_file = args.topology;
   o.gpus = args.gpus;
+  o.nodes = args.nodes;
   o.hardware = args.hardware;
   o.scheduler = args.scheduler;
   const bool chunk_given = args.chunk_mb > 0;  // the command line checked its range
@@ -83,31 +84,33 @@ int run_simulate(const SimulateArgs& args) {
                        {"contention_aware", rep.assumed[r].contention_aware},
                        {"assumed_link_why", rep.assumed[r].why}});
     }
-    const nlohmann::json out = {{"model", config.model.name},
-                                {"topology", rep.topology},
-                                {"hardware", rep.hardware},
-                                {"gpus", rep.input.ranks.size()},
-                                {"batch_per_gpu", rep.batch},
-                                {"policy", policy_name(rep.policy)},
-                                {"scheduler", rep.scheduler},
-                                {"budget_bytes", config.memory.budget},
-                                {"step_s", step},
-                                {"stall_s", res.stall_seconds},
-                                {"samples_per_s", rep.samples_per_s},
-                                {"peak_bytes", rep.peak_bytes},
-                                {"offload_bytes", rep.offload_bytes},
-                                {"recompute_flops", rep.recompute_flops},
-                                {"allreduce_bytes", res.allreduce_bytes},
-                                {"planned_step_s", rep.planned.step_seconds},
-                                {"ranks", ranks},
-                                {"links", links}};
+    nlohmann::json out = {{"model", config.model.name},
+                          {"topology", rep.topology},
+                          {"hardware", rep.hardware},
+                          {"gpus", rep.input.ranks.size()},
+                          {"batch_per_gpu", rep.batch},
+                          {"policy", policy_name(rep.policy)},
+                          {"scheduler", rep.scheduler},
+                          {"budget_bytes", config.memory.budget},
+                          {"step_s", step},
+                          {"stall_s", res.stall_seconds},
+                          {"samples_per_s", rep.samples_per_s},
+                          {"peak_bytes", rep.peak_bytes},
+                          {"offload_bytes", rep.offload_bytes},
+                          {"recompute_flops", rep.recompute_flops},
+                          {"allreduce_bytes", res.allreduce_bytes},
+                          {"planned_step_s", rep.planned.step_seconds},
+                          {"ranks", ranks},
+                          {"links", links}};
+    if (rep.nodes > 1) out["nodes"] = rep.nodes;  // gpus is per node
     std::printf("%s\n", out.dump(2).c_str());
     check_stdout();
     return 0;
   }
-  std::printf("simulate: %s, batch %lld per GPU, %zu GPUs of %s, hardware %s\n",
+  const std::string nodes = rep.nodes > 1 ? fmt::format(" on each of {} nodes", rep.nodes) : "";
+  std::printf("simulate: %s, batch %lld per GPU, %zu GPUs of %s%s, hardware %s\n",
               config.model.name.c_str(), static_cast<long long>(rep.batch), rep.input.ranks.size(),
-              rep.topology.c_str(), rep.hardware.c_str());
+              rep.topology.c_str(), nodes.c_str(), rep.hardware.c_str());
   std::printf("memory.policy %s, memory.budget %s, scheduler %s\n",
               std::string(policy_name(rep.policy)).c_str(),
               format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());

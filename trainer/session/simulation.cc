@@ -222,6 +222,23 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
     for (size_t l = 0; l < in.links.size(); ++l) in.links[l].capacity = caps.at(l);
     in.ring.clear();
   }
+  if (o.nodes > 1) {
+    // Note [Rings across nodes] in sim/node_links.h: one node simulated, its rings leaving it
+    // through its NICs.
+    if (emulated) {
+      throw ConfigError("--nodes: the CPU emulation ran on one node",
+                        "simulate a described server (--hardware) across nodes instead");
+    }
+    LinkOptions lo;
+    lo.default_pcie_gbps = config.topology.unknown_link_gbps;
+    NodeLinks crossing = server.links;
+    in.ring = cross_node_rings(server.topology, server.bindings, crossing,
+                               server.profile ? server.profile->nic_gbps : 0.0, lo);
+    in.links = crossing.links;
+    rep.link_kinds = crossing.kinds;
+    in.job_ranks = static_cast<int>(n) * o.nodes;
+  }
+  rep.nodes = o.nodes;
   in.topology_scheduler = topology;
   in.chunk_bytes = o.chunk_bytes;
   in.trace = o.trace;
@@ -269,14 +286,14 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
       rep.offload_bytes = plan.offload_bytes;
       rep.recompute_flops = plan.recompute_flops;
       rep.planned = plan.prediction;
-      if (n > 1)
+      if (n > 1 || o.nodes > 1)
         in.buckets = gradient_buckets(config, planner.lowered(config.data.batch_size), plan);
     }
   }
   rep.result = simulate_node(in);
   rep.samples_per_s = rep.result.step_seconds > 0
-                          ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) /
-                                rep.result.step_seconds
+                          ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) *
+                                static_cast<double>(o.nodes) / rep.result.step_seconds
                           : 0;
   return rep;
 }

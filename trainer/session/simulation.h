@@ -59,6 +59,7 @@ Server load_server(const Config& config, const std::string& topology_file, int g
 struct SimulateOptions {
   std::string topology_file;  // "" = topology.file
   int gpus = 0;               // 0 = every GPU of the topology
+  int nodes = 1;              // identical nodes of the job (Note [Rings across nodes])
   std::string hardware;       // "" = the config's own cost model
   std::string scheduler;      // "" = topology.scheduler
   // Plan contention-aware (true) or oblivious (false) whatever the scheduler; unset: auto under
@@ -80,6 +81,7 @@ struct SimulationReport {
   std::string topology, hardware, scheduler;
   MemoryPolicy policy = MemoryPolicy::kNone;
   int64_t batch = 0;                 // per GPU
+  int nodes = 1;                     // samples_per_s counts every node's GPUs
   std::vector<AssumedLink> assumed;  // per rank
   std::vector<std::string> link_kinds;
   uint64_t peak_bytes = 0, offload_bytes = 0;  // rank 0's plan

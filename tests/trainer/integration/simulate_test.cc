@@ -185,5 +185,40 @@ TEST(Simulate, PlanSaysWhichLinkBandwidthItAssumed) {
       << e.output;
 }
 
+// --nodes: the gradient all-reduce leaves each node through its NICs (Note [Rings across
+// nodes]): the network links carry it, samples/s counts every node's GPUs, and a topology
+// without a NIC or a profile without a network rate is one clear error.
+TEST(Simulate, AcrossNodesTheNicsCarryTheAllReduce) {
+  const Exit one = run(simulate("--json"));
+  const Exit two = run(simulate("--json --nodes 2"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  const nlohmann::json a = nlohmann::json::parse(one.output);
+  const nlohmann::json b = nlohmann::json::parse(two.output);
+  EXPECT_FALSE(a.contains("nodes"));
+  EXPECT_EQ(b["nodes"].get<int>(), 2);
+  const double scaling = b["samples_per_s"].get<double>() / (2 * a["samples_per_s"].get<double>());
+  EXPECT_GT(scaling, 0.5);
+  EXPECT_LT(scaling, 1.05);
+  int networks = 0;
+  for (const auto& l : b["links"]) {
+    if (l["kind"] != "network") continue;
+    ++networks;
+    EXPECT_GT(l["bytes"].get<double>(), 0) << l["name"];
+  }
+  EXPECT_EQ(networks, 4) << "one per EDR adapter of the DGX-1-like node";
+  Exit e = run(in_source(trainer()) + " simulate " + config("vgg16") + " --nodes 2");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("network rate is not known"), std::string::npos) << e.output;
+  const std::string dir = scratch("simulate_no_nic");
+  std::ofstream(dir + "/no-nic.yaml")
+      << "name: no-nic\npcie: {gen: 4, width: 16}\nsockets:\n  - cores: 8\n    memory: 64GiB\n"
+         "    root_complexes:\n      - gpus: {count: 2}\n";
+  e = run(in_source(trainer()) + " simulate " + config("vgg16") + " --topology " + dir +
+          "/no-nic.yaml --hardware v100-pcie3 --nodes 2");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("has no network adapter"), std::string::npos) << e.output;
+}
+
 }  // namespace
 }  // namespace ferry::testing
