@@ -33,6 +33,12 @@ bool namespaces_available(std::string* why) {
     *why = "unshare refused here: " + e.output;
     return false;
   }
+  const std::string probe = "ferry-probe-" + std::to_string(::getpid());
+  const Exit ns = run("ip netns add " + probe + " && ip netns del " + probe);
+  if (ns.code != 0) {
+    *why = "ip netns refused here: " + ns.output;
+    return false;
+  }
   return true;
 }
 
