@@ -24,14 +24,17 @@
 //     (Program::planned_start).
 //  4. Transfer engine: TransferEngine::offload (prefetch/transfer_engine.h) makes the
 //     TransferRequest (direction, bytes, deadline) and calls the LinkScheduler around the copy.
-//  5. Arbiter: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) hands the
-//     request to the rank's link arbiter (the CPU LinkEmulator or the CUDA LinkGatekeeper),
-//     whose chunks of the copy cross the node's links least deadline slack first
-//     (links/arbiter_policy.h); under `fifo` the copy streams alone order copies.
-//  6. Device copy: ResidentTensor::offload enqueues Device::copy_async on the device-to-host
-//     stream after the producer's event (on_device -> offloading; on_host once its event has
-//     fired). before_step(release_at) makes compute wait for that event; from release_at on,
-//     the first stretch's space holds other tensors.
+//  5. Arbiter: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) announces
+//     the request to the rank's link arbiter (the CPU LinkEmulator or the CUDA LinkGatekeeper)
+//     just before the copy is enqueued; under `fifo` nothing does, and the copy streams alone
+//     order copies.
+//  6. Device copy: ResidentTensor::offload (device/residency.h) makes the device-to-host stream
+//     wait for the producer's event and enqueues Device::copy_async (on_device -> offloading).
+//     The device's copy hook (CopyPacer on the CPU, CopyGate on CUDA), which the arbiter
+//     implements, takes the announcement with that copy and moves it in chunks that cross the
+//     node's links least deadline slack first (links/arbiter_policy.h). The copy's event
+//     fires; before_step(release_at) has made compute wait for it, and from release_at on the
+//     first stretch's space holds other tensors (offloading -> on_host once observed).
 //  7. Prefetch: before_step(fetch_at) makes the host-to-device stream wait for compute to end
 //     step fetch_at - 1 (the second stretch is free) and asks the transfer engine to prefetch
 //     with needed_at as the deadline step; steps 4-6 again in the other direction
