@@ -77,7 +77,8 @@ class Device {
   virtual double elapsed_ms(Event& start, Event& end) = 0;
 
   // Copies `bytes` from src to dst, ordered on `stream`. Either side may be device memory or
-  // pinned host memory; the ranges must not overlap.
+  // pinned host memory; the ranges must not overlap. Offloads and prefetches come here from
+  // ResidentTensor (Note [Life of an offloaded activation] in trainer/exec/executor.h, step 6).
   virtual void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) = 0;
 
   virtual Kernels& kernels() = 0;

@@ -11,6 +11,8 @@
 // the next step's copy of a tensor, issued without the host waiting for the last step's). Streams
 // that must not run ahead of a copy are ordered after it with order_after_offload() /
 // order_after_prefetch(), which enqueue a wait on the copy's event and never block the host.
+// Note [Life of an offloaded activation] (trainer/exec/executor.h), steps 6-8, follows one
+// tensor through these states.
 #pragma once
 
 #include <cstdint>

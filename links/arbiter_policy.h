@@ -1,6 +1,7 @@
 // The topology scheduler's arbitration rule, pure: which waiting chunk claims may start now.
 // Invariant: at most one chunk per link per direction is in flight (busy + granted), and among
 // claims that conflict the one with the least deadline slack (then the lowest seq) goes first.
+// Note [Life of an offloaded activation] (trainer/exec/executor.h), step 6.
 #pragma once
 
 #include <compare>

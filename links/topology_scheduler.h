@@ -2,7 +2,8 @@
 // link emulator of a CPU rank, the link gatekeeper of a GPU rank), whose copies then cross the
 // node's links in chunks, one chunk per link per direction at a time across all local ranks,
 // least deadline slack first (arbiter_policy.h). Invariant: every announcement is consumed by
-// the copy that follows it or withdrawn after it.
+// the copy that follows it or withdrawn after it. Note [Life of an offloaded activation]
+// (trainer/exec/executor.h), step 5.
 #pragma once
 
 #include <memory>

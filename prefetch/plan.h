@@ -39,17 +39,43 @@ struct Residency {
   bool handed_on = false;
 };
 
-struct TensorPlan {
-  Decision decision = Decision::kResident;
-  std::vector<Residency> residency;  // in step order; empty for a tensor never written
-  // kOffload: the copy to host is issued after step `offload_after` (the producer); compute
-  // waits for it before step `release_at`, from which the first stretch's space is reused;
-  // the copy back is issued before step `fetch_at`, into the second stretch; compute waits for
-  // it before step `needed_at` (the first backward use).
+// The four steps of an offload, in steps of the planned tape, always in this order:
+//
+//   offload_after < release_at < fetch_at <= needed_at
+//
+//   ..write.. [offload_after] [release_at ... fetch_at-1] [fetch_at ... needed_at-1] [needed_at]
+//              copy to host    space reused by others      copy back into new space   first use
+//              starts after    (compute waited for the     (h2d waited for compute    (compute
+//              this step       copy to host first)         to end step fetch_at-1)    waits for it)
+//
+// - offload_after: the tensor's last write before its idle gap (for a saved activation, its
+//   producer). The copy to host is ordered after this step's event.
+// - release_at: the step after its last access before the gap. Compute waits for the copy to
+//   host before this step, and from it on the tensor's first residency stretch is free space.
+// - fetch_at: the copy back is issued before this step, into the tensor's second stretch,
+//   which begins here; the host-to-device stream first waits for compute to end step
+//   fetch_at - 1 (the space is then free).
+// - needed_at: its first access after the gap (for a saved activation, its first backward
+//   use). Compute waits for the copy back before this step.
+//
+// The copy to host has to land by release_at and the copy back by needed_at: those are the
+// deadlines the transfers carry (TransferRequest::deadline_step). vdnn_timing and gap_timing
+// (planner_impl.h) choose the four; auto then issues fetches earlier and releases later as far
+// as the budget allows.
+// See Note [Life of an offloaded activation] (trainer/exec/executor.h) for where each is used.
+struct OffloadTiming {
   int offload_after = -1;
   int release_at = -1;
   int fetch_at = -1;
   int needed_at = -1;
+};
+
+// What the plan decided for one tensor. Its OffloadTiming (the base) is set for kOffload and
+// -1 otherwise; an offloaded tensor has two residency stretches, [first write, release_at - 1]
+// and [fetch_at, last access].
+struct TensorPlan : OffloadTiming {
+  Decision decision = Decision::kResident;
+  std::vector<Residency> residency;  // in step order; empty for a tensor never written
 };
 
 struct MemoryPlan {

@@ -166,10 +166,7 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
     if (offload_index[t] >= 0) {
       const OffloadTiming& tm = timing[static_cast<size_t>(offload_index[t])];
       p.decision = Decision::kOffload;
-      p.offload_after = tm.offload_after;
-      p.release_at = tm.release_at;
-      p.fetch_at = tm.fetch_at;
-      p.needed_at = tm.needed_at;
+      static_cast<OffloadTiming&>(p) = tm;
       p.residency = {{a.front(), tm.release_at - 1, 0}, {tm.fetch_at, a.back(), 0}};
       continue;
     }
@@ -360,6 +357,7 @@ std::vector<uint64_t> arena_occupancy(const MemoryPlan& plan) {
   return planner::live_bytes(plan.tape, plan.tensors);
 }
 
+// Note [Life of an offloaded activation] (trainer/exec/executor.h), step 2.
 MemoryPlan plan_memory(const Tape& input, const PlanOptions& o) {
   const Liveness live = analyse_liveness(input);
   MemoryPlan plan;

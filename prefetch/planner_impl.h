@@ -16,17 +16,6 @@ struct Decisions {
   std::vector<int> offload;               // tensors
 };
 
-// Per offloaded tensor of a planned tape (steps of the planned tape): the copy to host starts
-// after `offload_after` (its last write before the idle gap), the space is reused from
-// `release_at` (after its last access before the gap), the copy back lands in space free from
-// `fetch_at` and is waited for before `needed_at` (its first access after the gap).
-struct OffloadTiming {
-  int offload_after = -1;
-  int release_at = -1;
-  int fetch_at = -1;
-  int needed_at = -1;
-};
-
 // One step's access to a tensor.
 struct Access {
   int step = 0;

@@ -45,6 +45,9 @@ struct TapeStep {
 };
 
 struct Tape {
+  // Indexed by tape index, the number every step, liveness and plan uses for a tensor (the
+  // trainer's graph numbers them otherwise: Note [Three ids of a tensor] in
+  // trainer/exec/lower.h).
   std::vector<TapeTensor> tensors;
   std::vector<TapeStep> steps;
 };

@@ -138,6 +138,8 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// How the planner fits the step into memory (Note [Life of an offloaded activation] in
+// trainer/exec/executor.h, step 1).
 struct MemoryConfig {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;                      // bytes; 0 -> device.memory; <= device.memory

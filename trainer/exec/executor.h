@@ -1,13 +1,52 @@
-// The executor: plans a model once per (batch size, mode), then runs steps by following the
-// plan (Note [Executing a plan] in executor.cc): kernels on the compute stream, offloads on the
-// device-to-host stream after their producer's event, device space reused only after the
-// copy's event, prefetches on the host-to-device stream, compute waiting on the prefetch's
-// event. The host never waits inside a step; it reads the staged losses when it asks.
+// The executor: runs steps by following a program's plan (Note [Executing a plan] in
+// executor.cc): kernels on the compute stream, offloads on the device-to-host stream after their
+// producer's event, device space reused only after the copy's event, prefetches on the
+// host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
+// (batch size, mode) (program.h). The host never waits inside a step; it reads the staged losses
+// when it asks (metrics_ring.h).
+//
+// Note [Life of an offloaded activation]
+// One saved activation, say the output of a convolution that its backward reads, from the config
+// to the backward kernel. Each place on the way cites this note with its step number.
+//  1. Config: memory.policy, memory.budget and memory.recompute (MemoryConfig, config.h) become
+//     PlanOptions (plan_options, session.h); topology.scheduler picks the LinkScheduler in
+//     ExecutorOptions (fifo, or topology with the rank's link arbiter).
+//  2. Plan: run() (train.cc) asks the executor for its program before the first step; the
+//     ProgramCache (program.h) lowers the graph to a tape (Note [Three ids of a tensor],
+//     lower.h) and plan_memory (prefetch/planner.cc) decides kOffload for the tensor and its
+//     OffloadTiming (prefetch/plan.h): offload_after, release_at, fetch_at, needed_at. The
+//     tensor gets two residency stretches at arena offsets: [written, release_at - 1] and
+//     [fetch_at, last use].
+//  3. Executor: ProgramCache::index_plan turns the four steps into per-step lists and gives
+//     the tensor a ResidentTensor (device/residency.h) and a pinned host copy. Each step,
+//     after_step(offload_after) records the producer's event and asks the transfer engine to
+//     offload, with release_at as the deadline step and its planned seconds away
+//     (Program::planned_start).
+//  4. Transfer engine: TransferEngine::offload (prefetch/transfer_engine.h) makes the
+//     TransferRequest (direction, bytes, deadline) and calls the LinkScheduler around the copy.
+//  5. Arbiter: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) announces
+//     the request to the rank's link arbiter (the CPU LinkEmulator or the CUDA LinkGatekeeper)
+//     just before the copy is enqueued; under `fifo` nothing does, and the copy streams alone
+//     order copies.
+//  6. Device copy: ResidentTensor::offload (device/residency.h) makes the device-to-host stream
+//     wait for the producer's event and enqueues Device::copy_async (on_device -> offloading).
+//     The device's copy hook (CopyPacer on the CPU, CopyGate on CUDA), which the arbiter
+//     implements, takes the announcement with that copy and moves it in chunks that cross the
+//     node's links least deadline slack first (links/arbiter_policy.h). The copy's event
+//     fires; before_step(release_at) has made compute wait for it, and from release_at on the
+//     first stretch's space holds other tensors (offloading -> on_host once observed).
+//  7. Prefetch: before_step(fetch_at) makes the host-to-device stream wait for compute to end
+//     step fetch_at - 1 (the second stretch is free) and asks the transfer engine to prefetch
+//     with needed_at as the deadline step; steps 4-6 again in the other direction
+//     (on_host -> prefetching -> on_device).
+//  8. Backward kernel: before_step(needed_at) makes compute wait for the prefetch's event;
+//     run_step binds the second stretch's address into the op's OpIo and calls its backward.
+//     The next training step offloads the tensor again; its copy is ordered after this fetch
+//     on the device, without a host wait.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,11 +54,11 @@
 
 #include "device/device.h"
 #include "device/host_pool.h"
-#include "device/residency.h"
 #include "prefetch/plan.h"
 #include "prefetch/transfer_engine.h"
-#include "trainer/exec/lower.h"
+#include "trainer/exec/metrics_ring.h"
 #include "trainer/exec/parameter_store.h"
+#include "trainer/exec/program.h"
 #include "trainer/exec/trace.h"
 #include "trainer/model/graph.h"
 
@@ -40,43 +79,6 @@ class GradientListener {
   virtual void on_gradients(std::span<const size_t> params) = 0;
 };
 
-// An offloaded tensor's runtime state: its residency machine and its pinned host copy.
-struct OffloadSlot {
-  std::unique_ptr<ResidentTensor> residency;
-  void* host = nullptr;
-};
-
-// Everything planned for one input shape and mode.
-struct Program {
-  Graph graph;
-  Lowered lowered;  // the input tape and the OpIo bindings of its steps
-  MemoryPlan plan;  // its own tape: the input tape plus recompute steps
-  std::vector<std::vector<size_t>> grads_written;  // per planned step
-  // Per planned step: offloaded tensors to release, fetch, wait for, and offload.
-  std::vector<std::vector<int>> release_at, fetch_at, needed_at, offload_after;
-  // Per planned step: tensors whose stretch ends there and are not offloaded (poison mode).
-  std::vector<std::vector<int>> dies_at;
-  // Per planned step (and one past the last): its planned start, seconds from the step's start
-  // (cost model), for the transfers' deadlines.
-  std::vector<double> planned_start;
-  std::map<int, OffloadSlot> offloads;  // by tape tensor
-  // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
-  std::vector<void*> persistent;
-  std::vector<float*> grads;
-};
-
-struct StepMetrics {
-  float loss = 0;
-  int32_t correct = 0;
-};
-
-// One step's metrics as staged by Executor::stage_metrics: the step it was tagged with.
-struct StagedMetrics {
-  uint64_t step = 0;
-  float loss = 0;
-  int32_t correct = 0;
-};
-
 struct ExecutorOptions {
   PlanOptions plan;  // policy, budget, recompute, cost model
   // Decides when each offload or prefetch may start (topology.scheduler); nullptr = fifo.
@@ -85,13 +87,14 @@ struct ExecutorOptions {
   bool poison = false;      // memory.debug_poison: NaN-fill device space not resident
   uint64_t seed = 0;        // run.seed: per-step randomness
   // The most steps staged between two drains (run.log_every): the pinned ring of Note [Metrics
-  // without a host wait] is allocated for them when the executor is built, never mid-run.
+  // without a host wait] (metrics_ring.h) is allocated for them when the executor is built,
+  // never mid-run.
   size_t metrics_steps = 256;
 };
 
 class Executor {
  public:
-  using GraphFactory = std::function<Graph(int64_t batch)>;
+  using GraphFactory = ferry::GraphFactory;
 
   Executor(Device& device, ParameterStore& store, GraphFactory factory, ExecutorOptions options);
   ~Executor();
@@ -108,19 +111,19 @@ class Executor {
   // Waits for the last enqueued batch and returns its loss and correct count.
   StepMetrics read_metrics();
 
-  // Note [Metrics without a host wait] (executor.cc): stage_metrics enqueues, on the compute
+  // Note [Metrics without a host wait] (metrics_ring.h): stage_metrics enqueues, on the compute
   // stream, a copy of the last enqueued batch's loss and correct count into pinned host memory,
   // tagged `step`; it never blocks. drain_metrics waits for the compute stream once and returns
   // every step staged since the last drain, in order (and resolves a traced step's trace).
   void stage_metrics(uint64_t step);
   std::vector<StagedMetrics> drain_metrics();
-  size_t staged_metrics() const { return staged_steps_.size(); }
+  size_t staged_metrics() const { return metrics_.staged(); }
   // Steps the pinned ring holds without growing (at least ExecutorOptions::metrics_steps).
-  size_t metrics_capacity() const { return metric_chunks_.size() * kMetricsChunk; }
+  size_t metrics_capacity() const { return metrics_.capacity(); }
 
   // Keeps the named activations alive to the end of each step, so read_activation() can
   // fetch them (tests, debugging). Call before the first program is planned.
-  void keep_alive(std::vector<std::string> names) { keep_alive_ = std::move(names); }
+  void keep_alive(std::vector<std::string> names) { programs_.keep_alive(std::move(names)); }
   // Host copy of a kept activation of the last enqueued batch. Synchronizes.
   std::vector<std::byte> read_activation(const std::string& name);
 
@@ -130,21 +133,12 @@ class Executor {
   const TransferStats& transfer_stats() const { return transfers_.stats(); }
   // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
   // resolved: for spans measured on the host, such as all-reduces.
-  double trace_time_us(int64_t steady_ns) const {
-    return static_cast<double>(steady_ns - trace_host_origin_ns_) / 1000.0;
-  }
+  double trace_time_us(int64_t steady_ns) const { return tracer_.time_us(steady_ns); }
 
   uint64_t arena_bytes() const { return arena_.bytes(); }
   HostPool& host_pool() { return host_pool_; }
 
  private:
-  struct Key {
-    int64_t batch;
-    bool training;
-    auto operator<=>(const Key&) const = default;
-  };
-  Program& planned(int64_t batch, bool training);
-  void index_plan(Program& p);
   void ensure_arena(uint64_t bytes);
   void* tensor_address(const Program& p, int tape_tensor, int step) const;
   void* slot_address(const Program& p, int slot, int step) const;
@@ -156,38 +150,22 @@ class Executor {
   void poison(const Program& p, int tensor, const Residency& r);
   Event& step_event();
 
+  // Destroyed in reverse order, after ~Executor has synchronized the device: the programs
+  // give their host copies back before the host pool goes.
   Device& device_;
   ParameterStore& store_;
-  GraphFactory factory_;
   ExecutorOptions options_;
   HostPool host_pool_;
-  std::map<Key, std::unique_ptr<Program>> programs_;
+  ProgramCache programs_;
   DeviceBuffer arena_;
   std::unique_ptr<Event> upload_done_;
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
   StepMetrics host_metrics_;
-  static constexpr size_t kMetricsChunk = 256;
-  // Pinned chunks of kMetricsChunk StepMetrics each, filled in staging order; never moved, so
-  // a copy in flight keeps its target. Allocated for options.metrics_steps at construction;
-  // grown by a chunk (never by a wait) only when a caller stages more between drains.
-  std::vector<StepMetrics*> metric_chunks_;
-  std::vector<uint64_t> staged_steps_;
-  std::vector<std::string> keep_alive_;
+  MetricsRing metrics_;
   const Program* last_ = nullptr;
   TransferEngine transfers_;
-  // Tracing: the first traced step's origin, and the current step's marks until resolved.
-  StepTrace* trace_ = nullptr;
-  std::unique_ptr<Event> trace_origin_;
-  int64_t trace_host_origin_ns_ = 0;  // steady_clock time of trace_origin_
-  struct StepMark {
-    std::string name;
-    std::unique_ptr<Event> end;
-    uint64_t device_bytes;
-  };
-  std::unique_ptr<Event> step_origin_;
-  std::vector<StepMark> marks_;
-  void resolve_trace();
+  StepTracer tracer_;
 };
 
 }  // namespace ferry

@@ -12,8 +12,22 @@
 
 namespace ferry {
 
-// Where each OpIo slot of one step comes from: a tape tensor (>= 0), a persistent tensor of
-// the graph (encoded as -2 - TensorId), or nothing (-1).
+// Note [Three ids of a tensor]
+// A tensor is numbered in up to three spaces, one per layer that names it:
+//  - TensorId (trainer/model/tensor.h): its index in Graph::tensors(). Every tensor of the
+//    model graph has one, persistent ones (parameters, buffers, metrics) included; the model,
+//    the ParameterStore and checkpoints speak it.
+//  - tape index (prefetch/tape.h): its index in Tape::tensors. Only what lives in the
+//    activation arena has one: inputs, activations, aux state, activation gradients and
+//    workspaces. The planner, MemoryPlan::tensors, the executor's per-step lists and
+//    Program::offloads speak it. Lowered::tape_of maps TensorId -> tape index (-1 for a
+//    persistent tensor); a workspace or a partial gradient has a tape index and no TensorId.
+//    Recompute steps add no tensors, so the input tape and the planned tape share tape indices.
+//  - binding slot (StepBinding): what fills one OpIo slot of a step, one int for both spaces:
+//    a tape index (>= 0), a persistent tensor as -2 - TensorId (persistent_slot, <= -2), or
+//    nothing (-1). The executor resolves it with slot_address.
+
+// Where each OpIo slot of one step comes from, as binding slots (Note [Three ids of a tensor]).
 struct StepBinding {
   std::vector<int> inputs, outputs, params, buffers, aux;
   std::vector<int> grad_outputs, grad_inputs, grad_params;
@@ -22,6 +36,7 @@ struct StepBinding {
   int accumulate_from = -1, accumulate_into = -1;
 };
 
+// Binding slot <-> TensorId of a persistent tensor (Note [Three ids of a tensor]).
 constexpr int persistent_slot(TensorId id) { return -2 - id; }
 constexpr bool is_persistent_slot(int slot) { return slot <= -2; }
 constexpr TensorId persistent_id(int slot) { return -2 - slot; }

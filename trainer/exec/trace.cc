@@ -1,5 +1,7 @@
-// Chrome-trace JSON output.
+// Chrome-trace JSON output, and resolving a traced step's device events into it.
 #include "trainer/exec/trace.h"
+
+#include <chrono>
 
 #include "common/error.h"
 #include "common/file_write.h"
@@ -43,6 +45,66 @@ nlohmann::json StepTrace::to_json() const {
 void StepTrace::write(const std::string& path) const {
   write_file(path, to_json().dump() + "\n",
              "check that run.dir is writable and its disk has space, or set run.trace: false");
+}
+
+void StepTracer::set(StepTrace* trace) {
+  trace_ = trace;
+  if (!trace) {
+    trace_origin_.reset();
+    step_origin_.reset();
+    marks_.clear();
+  }
+}
+
+void StepTracer::begin_step() {
+  Stream& compute = device_.stream(StreamKind::kCompute);
+  step_origin_ = device_.create_timing_event();
+  compute.record(*step_origin_);
+  if (!trace_origin_) {
+    trace_origin_ = device_.create_timing_event();
+    compute.record(*trace_origin_);
+  }
+  marks_.clear();
+}
+
+void StepTracer::mark(std::string name, uint64_t device_bytes) {
+  StepMark m{std::move(name), device_.create_timing_event(), device_bytes};
+  device_.stream(StreamKind::kCompute).record(*m.end);
+  marks_.push_back(std::move(m));
+}
+
+void StepTracer::resolve(std::vector<TracedTransfer> transfers) {
+  device_.synchronize();  // every copy of the step has finished
+  const auto at = [&](Event& e) { return device_.elapsed_ms(*trace_origin_, e) * 1000.0; };
+  {
+    // Place the origin on the host clock: an event recorded on the idle compute stream
+    // completes at once, so its elapsed time from the origin is "now".
+    auto now = device_.create_timing_event();
+    device_.stream(StreamKind::kCompute).record(*now);
+    now->synchronize();
+    const int64_t host_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    host_origin_ns_ = host_now - static_cast<int64_t>(at(*now) * 1000.0);
+  }
+  double start = at(*step_origin_);
+  for (StepMark& m : marks_) {
+    const double end = at(*m.end);
+    trace_->counter(start, m.device_bytes);
+    trace_->add({TraceTrack::kCompute, m.name, start, end - start, {}});
+    start = end;
+  }
+  for (TracedTransfer& t : transfers) {
+    const bool to_host = t.request.direction == TransferDirection::kToHost;
+    const double begin = at(*t.start);
+    trace_->add({to_host ? TraceTrack::kDeviceToHost : TraceTrack::kHostToDevice,
+                 (to_host ? "offload " : "prefetch ") + t.request.tensor,
+                 begin,
+                 at(*t.end) - begin,
+                 {{"bytes", t.request.bytes}, {"deadline_step", t.request.deadline_step}}});
+  }
+  step_origin_.reset();
+  marks_.clear();
 }
 
 }  // namespace ferry

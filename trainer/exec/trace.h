@@ -1,13 +1,18 @@
 // A Chrome-trace recording (viewable in Perfetto or chrome://tracing): spans on the compute,
 // device-to-host and host-to-device tracks, and a device-memory counter, for the traced steps
-// of one rank. Times are microseconds from the first traced step's start.
+// of one rank, and the tracer that resolves a step's device events into it. Times are
+// microseconds from the first traced step's start.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "device/device.h"
+#include "prefetch/transfer_engine.h"
 
 namespace ferry {
 
@@ -47,6 +52,47 @@ class StepTrace {
   int rank_;
   std::vector<TraceSpan> spans_;
   std::vector<TraceCounter> counters_;
+};
+
+// The executor's side of tracing: timing events on the compute stream after each tape step
+// (and after each wait for copies) while a step is traced, resolved into a StepTrace once the
+// host waits for the device anyway (a metrics read), with the transfer engine's copy events.
+class StepTracer {
+ public:
+  explicit StepTracer(Device& device) : device_(device) {}
+
+  // Starts recording into `trace`; nullptr stops and drops what was not resolved.
+  void set(StepTrace* trace);
+  bool active() const { return trace_ != nullptr; }
+  // A traced step has marks that resolve() has not added yet.
+  bool pending() const { return trace_ && step_origin_; }
+
+  // Before a traced step's first work: its origin (and, the first time, the trace's).
+  void begin_step();
+  // A span `name` ending after the work enqueued on compute so far, with `device_bytes` in use.
+  void mark(std::string name, uint64_t device_bytes);
+  // Waits for the device and adds the step's spans, its memory counter and `transfers` (the
+  // transfer engine's traced copies) to the trace.
+  void resolve(std::vector<TracedTransfer> transfers);
+
+  // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
+  // resolved: for spans measured on the host, such as all-reduces.
+  double time_us(int64_t steady_ns) const {
+    return static_cast<double>(steady_ns - host_origin_ns_) / 1000.0;
+  }
+
+ private:
+  struct StepMark {
+    std::string name;
+    std::unique_ptr<Event> end;
+    uint64_t device_bytes;
+  };
+  Device& device_;
+  StepTrace* trace_ = nullptr;
+  std::unique_ptr<Event> trace_origin_;  // the first traced step's start
+  int64_t host_origin_ns_ = 0;           // steady_clock time of trace_origin_
+  std::unique_ptr<Event> step_origin_;   // the current step's start, until resolved
+  std::vector<StepMark> marks_;
 };
 
 }  // namespace ferry

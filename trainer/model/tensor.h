@@ -11,6 +11,8 @@
 
 namespace ferry {
 
+// A tensor's index in its Graph; the tape and the executor number tensors differently (Note
+// [Three ids of a tensor] in trainer/exec/lower.h).
 using TensorId = int32_t;
 constexpr TensorId kNoTensor = -1;
 

@@ -84,7 +84,8 @@ class Session {
   std::optional<DeviceProfile> profile_;
 };
 
-// Maps the config's memory.* keys to planner options.
+// Maps the config's memory.* keys to planner options (Note [Life of an offloaded activation]
+// in trainer/exec/executor.h, step 1).
 PlanOptions plan_options(const Config& config);
 // The config's device.* keys and the kernels' workspace limit (memory.workspace_limit, at most
 // an eighth of memory.budget, or of device.memory when device.deterministic); ordinal 0,

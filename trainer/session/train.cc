@@ -3,7 +3,7 @@
 // Note [No host wait inside a step]
 // A training step only enqueues work: the batch's buffers go back to the loader after an event
 // (its thread waits, not this one), the loss and correct count are staged into pinned memory
-// on the device (Note [Metrics without a host wait] in trainer/exec/executor.cc), and the host
+// on the device (Note [Metrics without a host wait] in trainer/exec/metrics_ring.h), and the host
 // reads them, with one wait, only on steps that need them: logging, checkpoint and traced steps
 // and the last. A non-finite loss is therefore detected at the next such step, and reported
 // with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
@@ -40,10 +40,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data) {
+// What this rank runs: ranks, placement, device, model, data, memory and the step's plan.
+void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data,
+                  const MemoryPlan& plan) {
   const RankInfo& ranks = session.ranks();
   const PersistentBytes bytes = session.store().bytes();
-  const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
   log.print("ranks    {} ({} on this machine), communicator {}, topology {}{}", ranks.size,
             ranks.local_size, session.communicator().backend_name(), session.placement().source,
             session.placement().bound ? ", bound" : "");
@@ -85,7 +86,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
 // Steps are timed per logging interval (the host waits for the device only there, Note [No host
 // wait inside a step]): `intervals` holds (steps, seconds) from one drain of the metrics to the
 // next.
-void report_timing(RankLog& log, Session& session, const Config& config,
+void report_timing(RankLog& log, Session& session, const Config& config, const MemoryPlan& plan,
                    const std::vector<std::pair<int64_t, double>>& intervals,
                    const TrainResult& result) {
   if (intervals.empty()) return;
@@ -99,7 +100,6 @@ void report_timing(RankLog& log, Session& session, const Config& config,
   }
   if (counted == 0) return;
   const double measured = seconds / static_cast<double>(counted);
-  const MemoryPlan& plan = session.executor().program(config.data.batch_size, true).plan;
   const double predicted = plan.prediction.step_seconds;
   const char* model = session.cost_profile() ? "measured" : "FLOP";
   log.print(
@@ -220,7 +220,11 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
               state.step == config.run.steps ? " = run.steps: nothing left to train" : "");
   }
   DataLoader loader(dataset, lo);
-  print_banner(log, session, config, *dataset);
+  // Plan the step before any runs (Note [Life of an offloaded activation] in
+  // trainer/exec/executor.h, step 2): planned once per batch size and mode, every step follows it.
+  const MemoryPlan& plan =
+      session.executor().program(config.data.batch_size, /*training=*/true).plan;
+  print_banner(log, session, config, *dataset, plan);
 
   const LrSchedule schedule = lr_schedule(config);
   MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
@@ -342,7 +346,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     session.communicator().barrier();  // every rank's copies are through
     if (ranks.local_rank == 0) write_link_usage(config, ranks, session.link_usage(), log);
   }
-  report_timing(log, session, config, timed_intervals, result);
+  report_timing(log, session, config, plan, timed_intervals, result);
   return result;
 }
 
