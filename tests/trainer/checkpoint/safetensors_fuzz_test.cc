@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tests/fuzz/mutator.h"
+#include "tests/support/fuzz_mutator.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry {
