@@ -119,14 +119,14 @@ TEST(CostModel, CopiesTakeTheirDirectionsRate) {
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000), 0.05, kEps);
 }
 
-TEST(Simulate, NoCopiesNoStall) {
+TEST(StepSimulation, NoCopiesNoStall) {
   const Prediction p = simulate(five_steps(), slow_model(), {});
   EXPECT_NEAR(p.compute_seconds, 7e-3, kEps);
   EXPECT_NEAR(p.step_seconds, 7e-3, kEps);
   EXPECT_EQ(p.stall_seconds, 0);
 }
 
-TEST(Simulate, ComputeStallsUntilThePrefetchItWaitsForLands) {
+TEST(StepSimulation, ComputeStallsUntilThePrefetchItWaitsForLands) {
   // Steps end at 1, 3, 5, 6 and 7 ms without copies. An offload of 3 ms after step 1 (3 -> 6 ms
   // on the to-host stream) is waited for by no step. A prefetch of 3 ms after step 2 (5 -> 8 ms
   // on the to-device stream, not behind the offload) is waited for before step 4, which is ready
@@ -144,7 +144,7 @@ TEST(Simulate, ComputeStallsUntilThePrefetchItWaitsForLands) {
   EXPECT_NEAR(q.step_seconds, 7e-3, kEps);
 }
 
-TEST(Simulate, CopiesOfOneDirectionQueueInTheOrderGiven) {
+TEST(StepSimulation, CopiesOfOneDirectionQueueInTheOrderGiven) {
   // Three copies of 2 ms issued after step 0 (1 ms), all waited for before step 1: the two to the
   // device run one after the other (1 -> 3, 3 -> 5 ms), the one to the host beside them (1 ->
   // 3 ms). Step 1 starts at 5 ms: 4 ms of stall; the steps end at 11 ms.
@@ -156,7 +156,7 @@ TEST(Simulate, CopiesOfOneDirectionQueueInTheOrderGiven) {
   EXPECT_NEAR(p.step_seconds, p.compute_seconds + p.stall_seconds, kEps);
 }
 
-TEST(Simulate, ACopyIssuedBeforeTheFirstStepOrAtItsWaitStallsForAllOfIt) {
+TEST(StepSimulation, ACopyIssuedBeforeTheFirstStepOrAtItsWaitStallsForAllOfIt) {
   // issue_after -1: issued at 0 and waited for before step 0: 2 ms of stall at the start.
   // issue_after 3 but waited for before step 1: issued when step 1 is ready (at 3 ms), so step 1
   // waits for all of its 1 ms.
