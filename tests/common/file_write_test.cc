@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
@@ -26,13 +27,13 @@ std::string message_of(const std::function<void()>& f) {
 }
 
 TEST(WriteFile, WritesTheTextWhole) {
-  const auto path = std::filesystem::temp_directory_path() / "ferry_file_write_test.txt";
-  write_file(path.string(), "line 1\nline 2\n");
+  const testing::TempDir dir;
+  const std::string path = dir.file("ferry_file_write_test.txt");
+  write_file(path, "line 1\nline 2\n");
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_EQ(text.str(), "line 1\nline 2\n");
-  std::filesystem::remove(path);
 }
 
 TEST(WriteFile, AFullDiskNamesTheFileAndTheReason) {

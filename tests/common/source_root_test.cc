@@ -4,11 +4,12 @@
 #include "tests/common/source_root.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace ferry::test {
 namespace {
@@ -20,15 +21,13 @@ namespace fs = std::filesystem;
 class ScratchTree : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("ferry-source-root-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
     fs::create_directories(root_ / "configs" / "topologies");
     fs::create_directories(root_ / "build" / "tests");
     std::ofstream(root_ / "configs" / "topologies" / "dgx1-like.yaml") << "gpus: 8\n";
     std::ofstream(root_ / "configs" / "quickstart.yaml") << "run: {}\n";  // the default marker
   }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
+  const ferry::testing::TempDir dir_;
+  const fs::path root_ = dir_.path();
 };
 
 const fs::path kMarker = fs::path("configs") / "topologies" / "dgx1-like.yaml";

@@ -1,13 +1,9 @@
 // Bad inputs give typed, one-line, named errors with hints: missing and malformed files, XML
 // versions hwloc 2.9 cannot read, malformed YAML, wrong types, huge numbers, unknown keys.
-#include <filesystem>
-#include <fstream>
-
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/temp_dir.h"
 #include "tests/topology/fixtures.h"
 #include "topology/hwloc_topology.h"
 #include "topology/load.h"
@@ -15,13 +11,6 @@
 
 namespace ferry {
 namespace {
-
-std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string path =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_topology_" + name;
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
 
 // Runs `f`, expects an exception of type E whose message contains `needle`, is one line, and
 // carries a hint.
@@ -42,19 +31,21 @@ std::string dgx2_xml() { return testing::read_text(testing::real_dir() + "/nvidi
 
 TEST(XmlErrors, MissingFileAndDirectory) {
   expect_error<DataError>([] { load_xml("/nonexistent/machine.xml"); }, "no such file");
-  expect_error<DataError>([] { load_xml(::testing::TempDir()); }, "not a regular file");
+  const testing::TempDir dir;
+  expect_error<DataError>([&] { load_xml(dir.str()); }, "not a regular file");
 }
 
 TEST(XmlErrors, EmptyGarbageAndTruncated) {
-  expect_error<DataError>([] { load_xml(temp_file("empty.xml", "")); }, "empty");
-  expect_error<DataError>([] { load_xml(temp_file("garbage.xml", "garbage<<")); },
+  const testing::TempDir dir;
+  expect_error<DataError>([&] { load_xml(dir.write("empty.xml", "")); }, "empty");
+  expect_error<DataError>([&] { load_xml(dir.write("garbage.xml", "garbage<<")); },
                           "not a valid hwloc XML");
   expect_error<DataError>([] { HwlocTopology::from_xml_buffer("<topology>", "buffer"); },
                           "not a valid hwloc XML");
   FERRY_REQUIRE_REAL_TOPOLOGIES();
   const std::string xml = dgx2_xml();
   expect_error<DataError>(
-      [&] { load_xml(temp_file("truncated.xml", xml.substr(0, xml.size() / 2))); },
+      [&] { load_xml(dir.write("truncated.xml", xml.substr(0, xml.size() / 2))); },
       "truncated.xml");
 }
 
@@ -64,7 +55,8 @@ TEST(XmlErrors, Version3IsRejectedWithAClearMessage) {
   const size_t at = xml.find("version=\"2.0\"");
   ASSERT_NE(at, std::string::npos);
   xml.replace(at, 13, "version=\"3.0\"");
-  expect_error<DataError>([&] { load_xml(temp_file("v3.xml", xml)); },
+  const testing::TempDir dir;
+  expect_error<DataError>([&] { load_xml(dir.write("v3.xml", xml)); },
                           "XML version 3.0 is newer than this hwloc");
 }
 

@@ -1,16 +1,17 @@
 // A deterministic fuzz driver for the topology inputs: hundreds of truncated and mutated hwloc
-// XML and YAML files (wrong types, huge numbers, deleted and repeated lines) must each load or
-// fail with a ferry::Error; nothing may crash or throw anything else. Run it under
-// AddressSanitizer too (-DFERRY_SANITIZE=address).
-#include <cctype>
+// XML and YAML files (wrong types, huge numbers, deleted and repeated lines; the shared mutator
+// tests/support/fuzz_mutator.h plus topology's own values and kinds) must each load or fail with
+// a ferry::Error; nothing may crash or throw anything else. fuzz_asan runs it under ASan too.
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/fuzz_mutator.h"
 #include "tests/topology/fixtures.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
@@ -22,128 +23,57 @@
 namespace ferry {
 namespace {
 
-// A small deterministic generator (64-bit LCG), so every run tries the same cases.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    s_ = s_ * 6364136223846793005ull + 1442695040888963407ull;
-    return s_ >> 33;
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : next() % n; }
+// Values a topology file may hold where a number belongs, beyond fuzz::nasty_numbers(): YAML's
+// other nulls, flows and number forms, and integers past the widths the readers convert to.
+const std::vector<std::string> kTopologyValues = {"~",
+                                                  "[1, 2]",
+                                                  "{a: 1}",
+                                                  "inf",
+                                                  "0x",
+                                                  "0xffffffffffffffffff",
+                                                  "00000000000000000000001",
+                                                  "-2147483649",
+                                                  "3.5",
+                                                  "\"text\""};
 
- private:
-  uint64_t s_;
-};
+// Characters that end or open an XML element or attribute, or a YAML mapping, list or scalar.
+constexpr const char* kXmlStructural = "<>\"=/ \t\n0123456789xZ";
+constexpr const char* kYamlStructural = ":-[]{},#&* \t\n0123456789xZ";
 
-const char* const kNastyValues[] = {"99999999999999999999999999",
-                                    "-1",
-                                    "-2147483649",
-                                    "1e999",
-                                    "nan",
-                                    "inf",
-                                    "0x",
-                                    "",
-                                    "4294967296",
-                                    "18446744073709551616",
-                                    "3.5",
-                                    "[1, 2]",
-                                    "{a: 1}",
-                                    "~",
-                                    "\"text\"",
-                                    "0xffffffffffffffffff",
-                                    "1e-400",
-                                    "-0",
-                                    "00000000000000000000001"};
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    lines.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return lines;
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const auto& l : lines) s += l + "\n";
+// An object type or a key swapped for another the reader knows: a file that stays well-formed
+// but describes a different machine (a GPU becomes a bridge, a socket list a switch list).
+std::string swap_kind(const std::string& text, fuzz::Rng& rng, bool xml) {
+  static const char* const kXml[][2] = {{"type=\"PCIDev\"", "type=\"Bridge\""},
+                                        {"type=\"Bridge\"", "type=\"PCIDev\""},
+                                        {"type=\"Package\"", "type=\"Group\""},
+                                        {"type=\"NUMANode\"", "type=\"Core\""},
+                                        {"bridge_type=\"0-1\"", "bridge_type=\"1-1\""},
+                                        {"bridge_type=\"1-1\"", "bridge_type=\"0-1\""},
+                                        {"pci_type=\"0302", "pci_type=\"0200"}};
+  static const char* const kYaml[][2] = {
+      {"gpus:", "nics:"},        {"switches:", "gpus:"},  {"count:", "cores:"}, {"gen:", "width:"},
+      {"sockets:", "switches:"}, {"parent:", "package:"}, {"kind:", "name:"}};
+  std::string s = text;
+  const auto& pair = xml ? kXml[rng.below(std::size(kXml))] : kYaml[rng.below(std::size(kYaml))];
+  const size_t at = s.find(pair[0], rng.below(s.size()));
+  const size_t where = at != std::string::npos ? at : s.find(pair[0]);
+  if (where != std::string::npos) s.replace(where, std::strlen(pair[0]), pair[1]);
   return s;
 }
 
-// One mutation of `text`, chosen by the generator.
-std::string mutate(const std::string& text, Rng& rng, bool xml) {
-  std::string s = text;
-  switch (rng.below(7)) {
-    case 0:  // truncate
-      return s.substr(0, rng.below(s.size()));
-    case 1: {  // overwrite a few bytes with structural characters
-      static const char kChars[] = "<>\"=/:-[]{},#&* \t\n0123456789xZ";
-      for (int i = 0, n = 1 + static_cast<int>(rng.below(4)); i < n && !s.empty(); ++i) {
-        s[rng.below(s.size())] = kChars[rng.below(sizeof kChars - 1)];
-      }
-      return s;
-    }
-    case 2: {  // replace a number with a nasty value
-      // Numbers right after `="` (XML attributes) or `: ` (YAML values).
-      std::vector<std::pair<size_t, size_t>> spans;
-      const std::string lead = xml ? "=\"" : ": ";
-      for (size_t at = s.find(lead); at != std::string::npos; at = s.find(lead, at + 1)) {
-        size_t b = at + lead.size(), e = b;
-        if (e < s.size() && s[e] == '-') ++e;
-        if (e >= s.size() || !std::isdigit(static_cast<unsigned char>(s[e]))) continue;
-        while (e < s.size() && (std::isxdigit(static_cast<unsigned char>(s[e])) || s[e] == '.' ||
-                                s[e] == 'x' || (xml && s[e] == ','))) {
-          ++e;
-        }
-        spans.emplace_back(b, e - b);
-      }
-      if (spans.empty()) return s;
-      const auto [pos, len] = spans[rng.below(spans.size())];
-      s.replace(pos, len, kNastyValues[rng.below(std::size(kNastyValues))]);
-      return s;
-    }
-    case 3: {  // delete a line
-      auto lines = lines_of(s);
-      if (!lines.empty()) lines.erase(lines.begin() + rng.below(lines.size()));
-      return join_lines(lines);
-    }
-    case 4: {  // repeat a line
-      auto lines = lines_of(s);
-      if (!lines.empty()) {
-        const size_t i = rng.below(lines.size());
-        lines.insert(lines.begin() + i, lines[i]);
-      }
-      return join_lines(lines);
-    }
-    case 5: {  // swap two lines (reparents objects, breaks nesting)
-      auto lines = lines_of(s);
-      if (lines.size() > 1)
-        std::swap(lines[rng.below(lines.size())], lines[rng.below(lines.size())]);
-      return join_lines(lines);
-    }
-    default: {  // change an object type or a key
-      static const char* const kXml[][2] = {{"type=\"PCIDev\"", "type=\"Bridge\""},
-                                            {"type=\"Bridge\"", "type=\"PCIDev\""},
-                                            {"type=\"Package\"", "type=\"Group\""},
-                                            {"type=\"NUMANode\"", "type=\"Core\""},
-                                            {"bridge_type=\"0-1\"", "bridge_type=\"1-1\""},
-                                            {"bridge_type=\"1-1\"", "bridge_type=\"0-1\""},
-                                            {"pci_type=\"0302", "pci_type=\"0200"}};
-      static const char* const kYaml[][2] = {{"gpus:", "nics:"},        {"switches:", "gpus:"},
-                                             {"count:", "cores:"},      {"gen:", "width:"},
-                                             {"sockets:", "switches:"}, {"parent:", "package:"},
-                                             {"kind:", "name:"}};
-      const auto& pair =
-          xml ? kXml[rng.below(std::size(kXml))] : kYaml[rng.below(std::size(kYaml))];
-      const size_t at = s.find(pair[0], rng.below(s.size()));
-      const size_t where = at != std::string::npos ? at : s.find(pair[0]);
-      if (where != std::string::npos) s.replace(where, std::strlen(pair[0]), pair[1]);
-      return s;
-    }
+// One mutation of `text`: the shared text mutations (a nasty number, structural characters,
+// deleted, repeated and swapped lines), a topology value, a byte-level mutation (truncation,
+// flipped bits, inserted garbage) or a swapped object type or key.
+std::string mutate(const std::string& text, fuzz::Rng& rng, bool xml) {
+  switch (rng.below(8)) {
+    case 0:
+      return swap_kind(text, rng, xml);
+    case 1:
+      return fuzz::replace_number(text, rng, kTopologyValues);
+    case 2:
+      return fuzz::mutate_bytes(text, rng);
+    default:
+      return fuzz::mutate_text(text, rng, xml ? kXmlStructural : kYamlStructural);
   }
 }
 
@@ -162,56 +92,41 @@ void exercise(const Topology& t) {
   (void)parse_yaml(dump_model_yaml(t), "dump");
 }
 
-struct Tally {
-  int loaded = 0, rejected = 0;
-};
-
+// `cases` mutations of `seed` (one time in three, two), each loaded and exercised.
 template <typename Load>
-void fuzz(const std::string& seed, bool xml, uint64_t seed_value, int cases, Load load,
-          Tally& tally) {
-  Rng rng(seed_value);
+void fuzz_topology(const std::string& seed, bool xml, uint64_t seed_value, int cases, Load load,
+                   fuzz::Tally& tally) {
+  fuzz::Rng rng(seed_value);
+  const std::string label = fmt::format("topology-{}-{}", xml ? "xml" : "yaml", seed_value);
   for (int i = 0; i < cases; ++i) {
     std::string input = mutate(seed, rng, xml);
-    if (rng.below(3) == 0) input = mutate(input, rng, xml);      // sometimes two mutations
-    if (const char* dir = std::getenv("FERRY_FUZZ_DUMP_DIR")) {  // to replay cases elsewhere
-      std::ofstream(fmt::format("{}/case-{}-{}.{}", dir, seed_value, i, xml ? "xml" : "yaml"))
-          << input;
-    }
-    try {
-      exercise(load(input));
-      ++tally.loaded;
-    } catch (const Error& e) {
-      ++tally.rejected;
-      EXPECT_NE(std::string(e.what()), "") << "case " << i;
-      if (std::getenv("FERRY_FUZZ_VERBOSE")) std::printf("case %d: %s\n", i, e.what());
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "case " << i << " threw a non-ferry exception: " << e.what();
-    }
+    if (rng.one_in(3)) input = mutate(input, rng, xml);
+    fuzz::run_case<Error>(label, i, input, tally, [&](const std::string& x) { exercise(load(x)); });
   }
 }
 
 TEST(Fuzz, MutatedHwlocXml) {
   FERRY_REQUIRE_REAL_TOPOLOGIES();
   setenv("HWLOC_HIDE_ERRORS", "2", 1);  // hwloc's own warnings about broken inputs
-  Tally tally;
+  fuzz::Tally tally;
   uint64_t seed = 1;
   for (const char* file : {"nvidiaDGX2.xml", "power8gpudistances.xml", "24em64t-2n6c2t-pci.xml",
                            "coral-butte-hwloc1.xml"}) {
     const std::string text = testing::read_text(testing::real_dir() + "/" + file);
-    fuzz(
+    fuzz_topology(
         text, true, seed++, 80,
         [](const std::string& x) { return HwlocTopology::from_xml_buffer(x, "fuzz").model(); },
         tally);
   }
-  std::printf("xml fuzz: %d loaded, %d rejected with a typed error\n", tally.loaded,
+  std::printf("xml fuzz: %d loaded, %d rejected with a typed error\n", tally.accepted,
               tally.rejected);
-  EXPECT_EQ(tally.loaded + tally.rejected, 320);
+  EXPECT_EQ(tally.accepted + tally.rejected, 320);
   EXPECT_GT(tally.rejected, 0);
-  EXPECT_GT(tally.loaded, 0);
+  EXPECT_GT(tally.accepted, 0);
 }
 
 TEST(Fuzz, MutatedYaml) {
-  Tally tally;
+  fuzz::Tally tally;
   uint64_t seed = 100;
   std::vector<std::string> seeds;
   for (const char* name :
@@ -220,14 +135,14 @@ TEST(Fuzz, MutatedYaml) {
   }
   seeds.push_back(dump_model_yaml(testing::synthetic("dgx1-like.yaml")));
   for (const auto& text : seeds) {
-    fuzz(
+    fuzz_topology(
         text, false, seed++, 70, [](const std::string& y) { return parse_yaml(y, "fuzz"); }, tally);
   }
-  std::printf("yaml fuzz: %d loaded, %d rejected with a typed error\n", tally.loaded,
+  std::printf("yaml fuzz: %d loaded, %d rejected with a typed error\n", tally.accepted,
               tally.rejected);
-  EXPECT_EQ(tally.loaded + tally.rejected, 350);
+  EXPECT_EQ(tally.accepted + tally.rejected, 350);
   EXPECT_GT(tally.rejected, 0);
-  EXPECT_GT(tally.loaded, 0);
+  EXPECT_GT(tally.accepted, 0);
 }
 
 }  // namespace

@@ -6,11 +6,10 @@
 #include <fstream>
 #include <set>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "tests/topology/fixtures.h"
 #include "topology/hwloc_topology.h"
 
@@ -26,8 +25,8 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 ProbeRun run_probe(const std::string& args) {
   const std::string probe = std::string(FERRY_BINARY_DIR) + "/topo-probe";
-  const std::string err_path =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_topo_probe_stderr.txt";
+  const testing::TempDir scratch("stderr");
+  const std::string err_path = scratch.file("topo_probe_stderr.txt");
 #if defined(__SANITIZE_ADDRESS__)
   // See Note [Sanitizer runs and hwloc's own leaks] in fixtures.cc: the tool's process cannot
   // take the test's suppressions; the same library code is leak-checked in this process.
@@ -55,6 +54,7 @@ class TopoProbe : public ::testing::Test {
       GTEST_SKIP() << "topo-probe is not built in " << FERRY_BINARY_DIR;
     }
   }
+  const testing::TempDir dir_;
 };
 
 std::string real_file(const std::string& name) { return quote(testing::real_dir() + "/" + name); }
@@ -166,9 +166,7 @@ TEST_F(TopoProbe, LiveMachineWithoutNvidiaGpuExitsZero) {
 }
 
 TEST_F(TopoProbe, ExportWritesXmlThatLoadsBack) {
-  const std::string path =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_live_export.xml";
-  std::filesystem::remove(path);
+  const std::string path = dir_.file("live_export.xml");
   const ProbeRun r = run_probe("--json --export " + quote(path));
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_TRUE(std::filesystem::exists(path));
@@ -182,8 +180,7 @@ TEST_F(TopoProbe, ExportWritesXmlThatLoadsBack) {
 
 TEST_F(TopoProbe, DumpedModelReloadsToTheSameJson) {
   FERRY_REQUIRE_REAL_TOPOLOGIES();
-  const std::string path =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_ipa20_model.yaml";
+  const std::string path = dir_.file("ipa20_model.yaml");
   const ProbeRun a =
       run_probe("--json --xml " + real_file("ipa20.xml") + " --dump-model " + quote(path));
   ASSERT_EQ(a.code, 0) << a.err;
@@ -195,13 +192,9 @@ TEST_F(TopoProbe, DumpedModelReloadsToTheSameJson) {
 TEST_F(TopoProbe, ErrorsAreOneLineWithExitCode2) {
   expect_one_line_error(run_probe("--xml /nonexistent/machine.xml"));
   expect_one_line_error(run_probe("--synthetic /nonexistent/machine.yaml"));
-  const std::string bad_xml =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_bad.xml";
-  std::ofstream(bad_xml) << "<topology version=\"2.0\"><object type=";
+  const std::string bad_xml = dir_.write("bad.xml", "<topology version=\"2.0\"><object type=");
   expect_one_line_error(run_probe("--xml " + quote(bad_xml)));
-  const std::string bad_yaml =
-      ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_bad.yaml";
-  std::ofstream(bad_yaml) << "sockets: [{cores: 4}\n";
+  const std::string bad_yaml = dir_.write("bad.yaml", "sockets: [{cores: 4}\n");
   expect_one_line_error(run_probe("--synthetic " + quote(bad_yaml)));
   expect_one_line_error(run_probe("--xml a.xml --synthetic b.yaml"));
   expect_one_line_error(run_probe("--frobnicate"));
@@ -211,8 +204,7 @@ TEST_F(TopoProbe, ErrorsAreOneLineWithExitCode2) {
   FERRY_REQUIRE_REAL_TOPOLOGIES();
   std::string xml = testing::read_text(testing::real_dir() + "/power8gpudistances.xml");
   xml.replace(xml.find("version=\"2.0\""), 13, "version=\"3.0\"");
-  const std::string v3 = ::testing::TempDir() + "/ferry_" + std::to_string(::getpid()) + "_v3.xml";
-  std::ofstream(v3) << xml;
+  const std::string v3 = dir_.write("v3.xml", xml);
   const ProbeRun r = run_probe("--xml " + quote(v3));
   expect_one_line_error(r);
   EXPECT_NE(r.err.find("XML version 3.0"), std::string::npos) << r.err;

@@ -5,15 +5,13 @@
 // takes its algorithms from it is shown only on a GPU (CudaTraining's bitwise policy comparisons).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 
 #include "device/cuda/algorithm_cache.h"
 #include "device/device.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry::cuda {
 namespace {
@@ -115,10 +113,9 @@ TEST(ConvAlgorithmCache, AChoiceLineReadsBackAsItWasWritten) {
 // loads the file takes the first one's choices without choosing; another GPU or cuDNN (another
 // header) takes none.
 TEST(ConvAlgorithmCache, AResumedProcessTakesTheChoicesOfTheFile) {
-  const std::string file = (std::filesystem::temp_directory_path() /
-                            ("ferry-algorithms-" + std::to_string(::getpid())) / "rank0.txt")
-                               .string();
-  std::filesystem::remove_all(std::filesystem::path(file).parent_path());
+  // In a folder that does not exist yet.
+  const testing::TempDir dir;
+  const std::string file = dir.file("algorithms/rank0.txt");
   const std::string header = "# ferry conv algorithms v1: cuDNN 90300, NVIDIA H100";
   const ConvAlgorithmKey key = conv_algorithm_key(options(), 0, geometry());
   const ConvAlgorithmKey other = conv_algorithm_key(options(), 1, geometry());
@@ -148,7 +145,6 @@ TEST(ConvAlgorithmCache, AResumedProcessTakesTheChoicesOfTheFile) {
   ConvAlgorithmCache elsewhere;
   EXPECT_EQ(elsewhere.load(file, "# ferry conv algorithms v1: cuDNN 90100, NVIDIA A100"), 0u);
   EXPECT_EQ(elsewhere.load(file + ".absent", header), 0u);
-  std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
 TEST(ConvAlgorithmCache, TheProcessHasOneCache) {

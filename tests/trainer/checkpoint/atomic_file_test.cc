@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry {
@@ -23,24 +24,17 @@ namespace fs = std::filesystem;
 
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ferry_atomic_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.file(name); }
   // Names of the files in the test directory.
   std::vector<std::string> listing() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir_.path()))
+      out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
   }
 
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 std::vector<float> ramp(size_t n, float start) {
@@ -146,7 +140,7 @@ TEST_F(AtomicFileTest, WriterKilledMidWriteKeepsPreviousFile) {
   // The writer is dead: its temp file is stale and goes; a live writer's stays.
   const std::string live = path("other.safetensors.tmp." + std::to_string(::getpid()));
   std::ofstream(live) << "in progress";
-  const std::vector<std::string> removed = remove_stale_temp_files(dir_.string());
+  const std::vector<std::string> removed = remove_stale_temp_files(dir_.str());
   EXPECT_EQ(removed, std::vector<std::string>{path(files[1])});
   EXPECT_EQ(listing(), (std::vector<std::string>{"ck.safetensors", fs::path(live).filename()}));
 }

@@ -9,7 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tests/fuzz/mutator.h"
+#include "tests/support/fuzz_mutator.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry {
@@ -194,7 +195,8 @@ TEST(SafetensorsFuzz, NastyNamesAndValues) {
 }
 
 TEST(SafetensorsFuzz, NotARegularFileIsADataError) {
-  EXPECT_THROW(read_safetensors(std::filesystem::temp_directory_path().string()), DataError);
+  const testing::TempDir dir;
+  EXPECT_THROW(read_safetensors(dir.str()), DataError);
   EXPECT_THROW(read_safetensors("/nonexistent/x.safetensors"), DataError);
 }
 

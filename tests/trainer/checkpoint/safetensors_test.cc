@@ -2,8 +2,6 @@
 // reader must name instead of crashing.
 #include "trainer/checkpoint/safetensors.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/temp_dir.h"
 
 namespace ferry {
 namespace {
@@ -21,17 +20,9 @@ namespace fs = std::filesystem;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ferry_st_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.file(name); }
 
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
@@ -277,7 +268,7 @@ TEST(SafetensorsCorrupt, DeeplyNestedHeader) {
 TEST_F(SafetensorsTest, DirectoryIsDataError) {
   const std::string e = [&] {
     try {
-      read_safetensors(dir_.string());
+      read_safetensors(dir_.str());
     } catch (const DataError& e) {
       return std::string(e.what());
     }

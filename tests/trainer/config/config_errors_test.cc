@@ -1,11 +1,10 @@
 // The documented config error messages (Note [Config error messages] in config.h), exactly:
 // the README quotes them and users grep for them.
-#include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -243,17 +242,17 @@ TEST(ConfigErrors, MalformedYamlHasFileAndLine) {
 TEST(ConfigErrors, UnreadableFile) {
   EXPECT_EQ(error_of([] { load_config("/nonexistent/ferry/x.yaml"); }),
             "cannot read config file '/nonexistent/ferry/x.yaml': No such file or directory");
-  const std::string dir = testing::TempDir();
+  const testing::TempDir scratch;
+  const std::string dir = scratch.str();
   EXPECT_EQ(error_of([&] { load_config(dir); }),
             "cannot read config file '" + dir + "': it is a directory");
 }
 
 TEST(ConfigErrors, FileMessagesNameTheFile) {
-  const auto path = std::filesystem::path(testing::TempDir()) / "ferry_config_errors.yaml";
-  std::ofstream(path) << "run:\n  steps: 0\n";
-  EXPECT_EQ(error_of([&] { load_config(path.string()); }),
-            "run.steps: must be >= 1, got 0 (" + path.string() + ":2)");
-  std::filesystem::remove(path);
+  const testing::TempDir dir;
+  const std::string path = dir.write("ferry_config_errors.yaml", "run:\n  steps: 0\n");
+  EXPECT_EQ(error_of([&] { load_config(path); }),
+            "run.steps: must be >= 1, got 0 (" + path + ":2)");
 }
 
 // Every prefix of a full config, and that config with single bytes replaced by YAML's special

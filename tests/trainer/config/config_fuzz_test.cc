@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tests/fuzz/mutator.h"
+#include "tests/support/fuzz_mutator.h"
 #include "trainer/config/config.h"
 #include "trainer/config/schema.h"
 

@@ -1,30 +1,14 @@
 // Config loading: defaults and their resolution, overrides, sizes, strict scalar types, and
 // the round trip to_yaml -> load == the same Config.
-#include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
 namespace {
-
-// A scratch file under the test temp dir, removed at the end of the test.
-class TempFile {
- public:
-  TempFile(const std::string& name, const std::string& text)
-      : path_(std::filesystem::path(testing::TempDir()) / "ferry_config_test" / name) {
-    std::filesystem::create_directories(path_.parent_path());
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() { std::filesystem::remove(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 Config parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return parse_config_text(text, overrides, "x.yaml");
@@ -87,8 +71,8 @@ TEST(ConfigDefaults, EmptyTextAndEmptyMapAreDefaults) {
 }
 
 TEST(ConfigDefaults, RunDirFromFileStem) {
-  TempFile file("quick_mnist.yaml", "run:\n  steps: 5\n");
-  const Config c = load_config(file.path());
+  const testing::TempDir dir;
+  const Config c = load_config(dir.write("quick_mnist.yaml", "run:\n  steps: 5\n"));
   EXPECT_EQ(c.run.dir, "runs/quick_mnist");
   EXPECT_EQ(c.checkpoint.dir, "runs/quick_mnist/checkpoints");
   EXPECT_EQ(c.run.steps, 5);
@@ -301,8 +285,8 @@ TEST(ConfigRoundTrip, EveryKeyChangedLoadsBackEqual) {
   EXPECT_EQ(back, c) << yaml;
   EXPECT_EQ(to_yaml(back), yaml);
   // Through a file too, and with the same text: printing is deterministic.
-  TempFile file("config.yaml", yaml);
-  EXPECT_EQ(load_config(file.path()), c);
+  const testing::TempDir dir;
+  EXPECT_EQ(load_config(dir.write("config.yaml", yaml)), c);
 }
 
 TEST(ConfigRoundTrip, YamlListsEveryKeyOnce) {

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tests/fuzz/mutator.h"
+#include "tests/support/fuzz_mutator.h"
 #include "tests/trainer/data/test_files.h"
 #include "trainer/data/dataset.h"
 

@@ -1,7 +1,6 @@
-// Helpers for dataset tests: a per-test temporary folder and little binary file writers.
+// Helpers for dataset tests: little binary file writers (and the shared per-test temporary
+// folder, tests/support/temp_dir.h).
 #pragma once
-
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -11,26 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 namespace ferry::testing {
-
-// A fresh folder under the system temp dir, removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ =
-        std::filesystem::temp_directory_path() / ("ferry_data_" + std::to_string(::getpid()) + "_" +
-                                                  info->test_suite_name() + "_" + info->name());
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);

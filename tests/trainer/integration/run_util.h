@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry::testing {
@@ -52,12 +53,10 @@ inline std::string mpirun(int ranks) {
 
 inline bool have_mpirun() { return run("command -v mpirun").code == 0; }
 
-// A fresh directory under the build tree for one test.
+// A fresh directory under the build tree for one test, kept after it (to read a failed run's
+// output); tests that need no such record use TempDir (tests/support/temp_dir.h).
 inline std::string scratch(const std::string& name) {
-  const auto dir = std::filesystem::path(FERRY_BINARY_DIR) / "test-runs" / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return fresh_directory(std::filesystem::path(FERRY_BINARY_DIR) / "test-runs" / name).string();
 }
 
 // Every F32 tensor of a checkpoint that is not optimizer state, by name.

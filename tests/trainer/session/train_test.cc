@@ -5,27 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/config/config.h"
 #include "trainer/session/train.h"
 
 namespace ferry {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("ferry_train_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+using testing::TempDir;
 
 // LeNet-5 on the synthetic task; `run` adds keys to the run section, `extra` whole sections.
 Config lenet(const std::string& dir, const std::string& run, const std::string& extra = "",
@@ -52,7 +45,8 @@ std::vector<nlohmann::json> metrics(const std::string& dir) {
 
 TEST(Train, StepsThatDoNotLogMakeNoHostWait) {
   for (const char* policy : {"none", "vdnn-all"}) {
-    const std::string dir = scratch(std::string("waits_") + policy);
+    const TempDir run_dir(std::string("waits_") + policy);
+    const std::string dir = run_dir.str();
     const Config c =
         lenet(dir, "steps: 12, log_every: 5", std::string("memory: {policy: ") + policy + "}\n");
     const TrainResult r = train(c, RankInfo{});
@@ -66,9 +60,11 @@ TEST(Train, StepsThatDoNotLogMakeNoHostWait) {
 }
 
 TEST(Train, TheLoggedLossIsTheMeanOfTheIntervalsStepLosses) {
-  const std::string every = scratch("every_step");
+  const TempDir every_dir("every_step");
+  const std::string every = every_dir.str();
   const TrainResult each = train(lenet(every, "log_every: 1, steps: 6"), RankInfo{});
-  const std::string grouped = scratch("grouped");
+  const TempDir grouped_dir("grouped");
+  const std::string grouped = grouped_dir.str();
   const TrainResult three = train(lenet(grouped, "log_every: 3, steps: 6"), RankInfo{});
   const auto a = metrics(every);
   const auto b = metrics(grouped);
@@ -85,7 +81,8 @@ TEST(Train, TheLoggedLossIsTheMeanOfTheIntervalsStepLosses) {
 }
 
 TEST(Train, ANonFiniteLossNamesItsStepAtTheNextLoggingStep) {
-  const std::string dir = scratch("nan");
+  const TempDir run_dir("nan");
+  const std::string dir = run_dir.str();
   // A learning rate this large overflows within a few steps, before the first log at step 10.
   const Config c = lenet(dir, "steps: 12, log_every: 10", "", "1.0e+12");
   try {

@@ -164,30 +164,36 @@ inline std::string mutate_bytes(const std::string& in, Rng& rng, const IntegerFi
   }
 }
 
+// `in` with one of its numbers (a run of digits, '.' and 'e' starting with a digit), picked at
+// random, replaced by one of `values` picked at random; `in` itself when it holds no number.
+inline std::string replace_number(const std::string& in, Rng& rng,
+                                  const std::vector<std::string>& values) {
+  std::string s = in;
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (size_t i = 0; i < s.size();) {
+    const bool digit = s[i] >= '0' && s[i] <= '9';
+    if (!digit) {
+      ++i;
+      continue;
+    }
+    size_t e = i;
+    while (e < s.size() && ((s[e] >= '0' && s[e] <= '9') || s[e] == '.' || s[e] == 'e')) ++e;
+    spans.emplace_back(i, e - i);
+    i = e;
+  }
+  if (spans.empty() || values.empty()) return s;
+  const auto [pos, len] = spans[rng.below(spans.size())];
+  s.replace(pos, len, values[rng.below(values.size())]);
+  return s;
+}
+
 // One text-level mutation of a structured text (JSON, YAML): a number replaced by a nasty one,
 // structural characters overwritten, lines deleted, repeated or swapped.
 inline std::string mutate_text(const std::string& in, Rng& rng, const std::string& structural) {
   std::string s = in;
   switch (rng.below(5)) {
-    case 0: {  // replace a number
-      std::vector<std::pair<size_t, size_t>> spans;
-      for (size_t i = 0; i < s.size();) {
-        const bool digit = s[i] >= '0' && s[i] <= '9';
-        if (!digit) {
-          ++i;
-          continue;
-        }
-        size_t e = i;
-        while (e < s.size() && ((s[e] >= '0' && s[e] <= '9') || s[e] == '.' || s[e] == 'e')) ++e;
-        spans.emplace_back(i, e - i);
-        i = e;
-      }
-      if (spans.empty()) return s;
-      const auto [pos, len] = spans[rng.below(spans.size())];
-      const auto& nasty = nasty_numbers();
-      s.replace(pos, len, nasty[rng.below(nasty.size())]);
-      return s;
-    }
+    case 0:  // replace a number
+      return replace_number(s, rng, nasty_numbers());
     case 1: {  // overwrite structural characters
       for (size_t i = 0, n = 1 + rng.below(3); i < n && !s.empty(); ++i) {
         s[rng.below(s.size())] = structural[rng.below(structural.size())];
