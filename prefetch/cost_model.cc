@@ -77,7 +77,10 @@ Prediction simulate(const Tape& tape, const CostModel& cost,
     const double t = cost.step_seconds(tape.steps[static_cast<size_t>(s)], tape);
     p.compute_seconds += t;
     clock += t;
-    for (size_t i : issued_after[static_cast<size_t>(s) + 1]) issue(i, clock);
+    // A copy already issued at its wait point (issue_after later than wait_before) is not
+    // issued again: a second issue would be a phantom copy delaying the later ones.
+    for (size_t i : issued_after[static_cast<size_t>(s) + 1])
+      if (!issued[i]) issue(i, clock);
   }
   p.step_seconds = clock;
   return p;

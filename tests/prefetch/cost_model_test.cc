@@ -166,5 +166,19 @@ TEST(StepSimulation, ACopyIssuedBeforeTheFirstStepOrAtItsWaitStallsForAllOfIt) {
   EXPECT_NEAR(p.step_seconds, 10e-3, kEps);
 }
 
+TEST(StepSimulation, ACopyIssuedAtItsWaitIsNotIssuedAgainLater) {
+  // Copy A (to host, 1 ms) is due after step 3 but waited for before step 1: issued at its wait
+  // (step 0 ends at 1 ms; A runs 1 -> 2 ms, 1 ms of stall), and never again. Copy B (to host,
+  // 1 ms) is issued after step 3 (at 7 ms) and waited for before step 4: it runs 7 -> 8 ms. A
+  // phantom re-issue of A after step 3 would hold the to-host stream 7 -> 8 ms and push B to
+  // 8 -> 9 ms: 2 ms of stall instead of 1.
+  const std::vector<SimTransfer> copies = {{true, 1'000'000, 3, 1}, {true, 1'000'000, 3, 4}};
+  const Prediction once = simulate(five_steps(), slow_model(), {copies[0]});
+  const Prediction both = simulate(five_steps(), slow_model(), copies);
+  // The second copy adds exactly its own 1 ms of stall: step 3 ends, it is issued, step 4 waits.
+  EXPECT_NEAR(both.stall_seconds - once.stall_seconds, 1e-3, kEps);
+  EXPECT_NEAR(both.step_seconds - once.step_seconds, 1e-3, kEps);
+}
+
 }  // namespace
 }  // namespace ferry
