@@ -70,7 +70,7 @@ KernelArgs update_kernel(const Config& config, int64_t param_floats) {
   return SgdUpdate{param_floats, 0.0f, o.momentum, o.weight_decay, o.nesterov};
 }
 
-std::string profile_device_key(const Device& device, double copy_gbps) {
+std::string profile_device_key(const Device& device, double link_gbps) {
   // "cuda:1 (NVIDIA H100 80GB HBM3)" -> "cuda (NVIDIA H100 80GB HBM3)": the ranks of one
   // machine drive the same kind of device and share its entry.
   std::string name = device.name();
@@ -78,7 +78,7 @@ std::string profile_device_key(const Device& device, double copy_gbps) {
   size_t digits = colon == std::string::npos ? 0 : colon + 1;
   while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
   if (colon != std::string::npos && digits > colon + 1) name.erase(colon, digits - colon);
-  return copy_gbps > 0 ? fmt::format("{} link {} GB/s", name, copy_gbps) : name;
+  return link_gbps > 0 ? fmt::format("{} link {} GB/s", name, link_gbps) : name;
 }
 
 DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& lowered,

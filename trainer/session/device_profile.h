@@ -44,7 +44,7 @@ KernelArgs update_kernel(const Config& config, int64_t param_floats);
 
 // The device's identity for the profile cache: its name without the ordinal, plus the emulated
 // link rate (cpu).
-std::string profile_device_key(const Device& device, double copy_gbps);
+std::string profile_device_key(const Device& device, double link_gbps);
 
 // Times what `lowered` launches on `device` (reusing and extending the cache) and the link per
 // direction. Leaves device memory as it was, with its peak statistic reset.

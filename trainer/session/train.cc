@@ -49,9 +49,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   if (!session.placement().link_path.empty()) {
     log.print("link     {}: bottleneck {:.2f} GB/s{}", session.placement().link_path,
               session.placement().link_gbps,
-              config.device.backend == Backend::kCpu && config.device.copy_gbps == 0
-                  ? " (emulated by this rank's copies)"
-                  : "");
+              emulates_server_links(config) ? " (emulated by this rank's copies)" : "");
   }
   log.print("device   {}", session.device().name());
   log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",

@@ -19,8 +19,8 @@ namespace {
 DeviceOptions options(uint64_t memory, double gbps = 0) {
   DeviceOptions o;
   o.memory = memory;
-  o.threads = 2;
-  o.copy_gbps = gbps;
+  o.cpu.threads = 2;
+  o.cpu.link_gbps = gbps;
   return o;
 }
 

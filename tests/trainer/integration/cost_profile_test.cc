@@ -24,7 +24,7 @@ std::string quickstart() { return std::string(FERRY_SOURCE_DIR) + "/configs/quic
 std::unique_ptr<Device> cpu_device() {
   DeviceOptions d;
   d.memory = 256ull << 20;
-  d.threads = 1;
+  d.cpu.threads = 1;
   return create_device(d);
 }
 
@@ -83,7 +83,7 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
 TEST(DeviceProfile, KernelsThatDoNotFitLeaveTheirStepsToTheFlopModel) {
   DeviceOptions d;
   d.memory = 8ull << 20;
-  d.threads = 1;
+  d.cpu.threads = 1;
   auto device = create_device(d);
   const Graph graph = build_model("lenet5", Shape{512, 3, 32, 32}, 10);
   const Lowered lowered = lower_graph(graph, device->kernels(), true);
