@@ -26,9 +26,9 @@ struct ProfileOptions {
 
 struct DeviceProfile {
   std::shared_ptr<const MeasuredSteps> steps;
-  double d2h_gbps = 0, h2d_gbps = 0;  // 0 when not measured
-  int kernels = 0;                    // distinct kernel launches of the tape
-  int from_cache = 0;                 // of which the cache had
+  double link_gbps_to_host = 0, link_gbps_to_device = 0;  // 0 when not measured
+  int kernels = 0;                                        // distinct kernel launches of the tape
+  int from_cache = 0;                                     // of which the cache had
   int failed = 0;  // could not be timed (no memory, no kernel): FLOP model for their steps
   std::string first_failure;  // why the first of them could not be timed
   int steps_measured = 0;     // tape steps with a measured time

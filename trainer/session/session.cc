@@ -194,8 +194,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       const double scale = emulate_link ? d.cpu.link_gbps / placement_.link_gbps : 1.0;
       // A measured rate per direction is this rank's link alone: it gets the same share.
       const double share = a->gbps * scale / exec.plan.cost.link_gbps;
-      if (exec.plan.cost.d2h_gbps > 0) exec.plan.cost.d2h_gbps *= share;
-      if (exec.plan.cost.h2d_gbps > 0) exec.plan.cost.h2d_gbps *= share;
+      if (exec.plan.cost.link_gbps_to_host > 0) exec.plan.cost.link_gbps_to_host *= share;
+      if (exec.plan.cost.link_gbps_to_device > 0) exec.plan.cost.link_gbps_to_device *= share;
       exec.plan.cost.link_gbps = a->gbps * scale;
       exec.plan.keep_unhidden = true;
     }
