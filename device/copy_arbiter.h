@@ -25,7 +25,9 @@ enum class CopyArbitration {
   kGated,  // the device's copy streams hold each chunk until the arbiter opens its gate (cuda)
 };
 
-std::string_view copy_arbitration_name(CopyArbitration how);
+inline std::string_view copy_arbitration_name(CopyArbitration how) {
+  return how == CopyArbitration::kPaced ? "paced" : "gated";
+}
 
 class CopyArbiter {
  public:

@@ -14,10 +14,6 @@ namespace ferry {
 
 std::string_view backend_name(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
 
-std::string_view copy_arbitration_name(CopyArbitration how) {
-  return how == CopyArbitration::kPaced ? "paced" : "gated";
-}
-
 BackendTraits backend_traits(Backend backend) {
   BackendTraits t;
   switch (backend) {
