@@ -83,10 +83,10 @@ bool measure_here(const PlanArgs& args, const Config& config) {
   if (args.no_measure) return false;
   if (args.measure) return true;
   if (!args.hardware.empty()) return false;  // planning for a named GPU, not this one
-  // A GPU is present: its own times beat the FLOP model's guesses.
-  DeviceOptions any_gpu;
-  any_gpu.backend = config.device.backend;
-  return backend_traits(config.device.backend).real_gpus && device_present(any_gpu);
+  // A GPU is present (ordinal 0): its own times beat the FLOP model's guesses.
+  DeviceOptions here;
+  here.backend = config.device.backend;
+  return backend_traits(here.backend).real_gpus && device_present(here);
 }
 
 // Times the config's model at its batch size on a device of its backend (the profile cache in
