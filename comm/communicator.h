@@ -75,6 +75,13 @@ class Communicator {
   // after the work enqueued on `after` so far.
   virtual CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) = 0;
 
+  // data[0, bytes) of rank `root` copied to every rank, in place, in host memory (any host
+  // memory, pinned or not; never device memory). Blocks the host until this rank holds the
+  // root's bytes; ordered after the collectives this communicator has issued before, as
+  // barrier(). For small control data (names, ids) before or between steps: it stalls the
+  // host, and under nccl it goes over MPI, not the GPUs' links.
+  virtual void broadcast_host(void* data, uint64_t bytes, int root) = 0;
+
   // Blocks the host until every rank has entered the barrier. Ordered after the collectives
   // this communicator has issued before (they run first on the comm stream).
   virtual void barrier() = 0;

@@ -22,16 +22,22 @@ class LocalCommunicator final : public Communicator {
   }
 
   CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) override {
-    if (root != 0) {
-      throw UnsupportedError(fmt::format("broadcast from rank {} in a job of one rank", root),
-                             "broadcast from rank 0");
-    }
+    check_root(root);
     return CommWork();
   }
+
+  void broadcast_host(void* data, uint64_t bytes, int root) override { check_root(root); }
 
   void barrier() override {}
 
  private:
+  static void check_root(int root) {
+    if (root != 0) {
+      throw UnsupportedError(fmt::format("broadcast from rank {} in a job of one rank", root),
+                             "broadcast from rank 0");
+    }
+  }
+
   RankInfo ranks_;
 };
 

@@ -155,6 +155,12 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  // A CPU device's memory is host memory: the device broadcast, on the comm thread (the only
+  // one that calls MPI on comm_), serves any host buffer.
+  void broadcast_host(void* data, uint64_t bytes, int root) override {
+    broadcast(data, bytes, root, *stream_).wait();
+  }
+
   void barrier() override {
     CommWork work = launch(*stream_, [this] {
       watched("barrier", [&] {

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -166,15 +167,29 @@ class NcclCommunicator final : public Communicator {
   }
 
   CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) override {
-    if (root < 0 || root >= ranks_.size) {
-      throw UnsupportedError(
-          fmt::format("broadcast from rank {} in a job of {} ranks", root, ranks_.size),
-          "broadcast from a rank in [0, size)");
-    }
+    check_root(root);
     return launch(after, [&](cudaStream_t stream) {
       NCCL_CHECK(
           ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream));
     });
+  }
+
+  // NCCL moves device memory only; host bytes go over MPI, which this communicator holds
+  // already (its unique id came that way), once the collectives issued before have completed.
+  void broadcast_host(void* data, uint64_t bytes, int root) override {
+    check_root(root);
+    cuda::use_device(ordinal_);
+    watchdog_->wait([this] { return stream_idle(stream_->handle()); }, "host broadcast");
+    if (ranks_.size == 1) return;
+    if (!mpi_active()) {
+      throw UnsupportedError("the nccl communicator's host broadcast needs MPI",
+                             "launch with mpirun and take the RankInfo from init_ranks()");
+    }
+    auto* base = static_cast<char*>(data);
+    for (uint64_t offset = 0; offset < bytes; offset += kMaxMpiCount) {
+      const auto n = static_cast<int>(std::min<uint64_t>(kMaxMpiCount, bytes - offset));
+      MPI_CHECK(MPI_Bcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
   }
 
   void barrier() override {
@@ -185,6 +200,17 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // MPI counts are int: longer host buffers go in pieces of this many bytes.
+  static constexpr uint64_t kMaxMpiCount = uint64_t{1} << 30;
+
+  void check_root(int root) const {
+    if (root < 0 || root >= ranks_.size) {
+      throw UnsupportedError(
+          fmt::format("broadcast from rank {} in a job of {} ranks", root, ranks_.size),
+          "broadcast from a rank in [0, size)");
+    }
+  }
+
   template <typename Issue>
   CommWork launch(Stream& after, Issue issue) {
     watchdog_->throw_if_failed("a collective after an abort");

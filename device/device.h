@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "device/copy_gate.h"
-#include "device/copy_pacer.h"
+#include "device/copy_arbiter.h"
 #include "device/heap.h"
 #include "device/host_pool.h"
 #include "device/kernels.h"
@@ -29,31 +28,45 @@ enum class AlgorithmSearch { kTimed, kHeuristic };
 
 std::string_view backend_name(Backend b);
 
-struct DeviceOptions {
-  Backend backend = Backend::kCpu;
-  uint64_t memory = 0;   // device.memory: the hard capacity of device memory, in bytes
-  int ordinal = 0;       // which GPU (cuda); which emulated device (cpu)
-  int threads = 0;       // cpu: threads for kernels, 0 = every core
-  double copy_gbps = 0;  // cpu: emulated link bandwidth for host<->device copies, 0 = unlimited
-  // Kernel numerics and scratch (cuda; Note [TF32 and determinism] in device/cuda/cuda_kernels.h).
+// The cpu backend's own options (Note [Backend options] below).
+struct CpuDeviceOptions {
+  int threads = 0;  // device.threads: threads for kernels, 0 = every core
+  // The emulated link's rate for host<->device copies, GB/s (device.copy_gbps, or a described
+  // server's path under emulation); 0 = unlimited. An arbiter, when set, paces copies instead.
+  double link_gbps = 0;
+};
+
+// The cuda backend's own options: kernel numerics and how algorithms are chosen (Note [TF32 and
+// determinism] in device/cuda/cuda_kernels.h).
+struct CudaDeviceOptions {
   bool conv_tf32 = true;       // device.tf32: convolutions may use TF32 tensor cores
   bool matmul_tf32 = false;    // device.tf32_matmul: linear layers may use TF32 tensor cores
   bool deterministic = false;  // device.deterministic: bitwise-repeatable kernels
-  uint64_t workspace_limit = uint64_t{64} << 20;  // most scratch bytes one kernel may ask for
-  // cuda: how convolution algorithms are chosen; offline planning takes the heuristics.
+  // How convolution algorithms are chosen; offline planning takes the heuristics.
   AlgorithmSearch algorithms = AlgorithmSearch::kTimed;
-  // cuda: where choices persist across processes (Note [Timed choices across processes] in
+  // Where choices persist across processes (Note [Timed choices across processes] in
   // device/cuda/algorithm_cache.h); empty: they live for the process only.
   std::string algorithm_file;
-  // cpu: when set, paces host<->device copies instead of copy_gbps (shared-link emulation).
-  std::shared_ptr<CopyPacer> pacer;
-  // cuda: when set, copies on the copy streams are chunked and each chunk waits for the gate
-  // (the topology scheduler on real GPUs, links/link_gatekeeper.h). Empty: plain copies.
-  std::shared_ptr<CopyGate> gate;
+};
+
+// Note [Backend options]
+// DeviceOptions holds what every backend reads (capacity, ordinal, scratch limit, the copy
+// arbiter, host-memory placement) and one part per backend, which only that backend reads: a
+// config fills both parts from its device.* keys, and the backend it names ignores the other.
+struct DeviceOptions {
+  Backend backend = Backend::kCpu;
+  uint64_t memory = 0;  // device.memory: the hard capacity of device memory, in bytes
+  int ordinal = 0;      // which GPU (cuda); which emulated device (cpu)
+  uint64_t workspace_limit = uint64_t{64} << 20;  // most scratch bytes one kernel may ask for
+  // When set, governs the copies of the copy streams: it must speak the backend's protocol
+  // (Note [One hook, two protocols] in device/copy_arbiter.h). Empty: plain copies.
+  std::shared_ptr<CopyArbiter> arbiter;
   // Places each new pinned host block [addr, addr + bytes) before its pages are first touched:
   // the session binds them to the GPU's NUMA node (Note [Pinned pages on a NUMA node] in
   // device/host_pages.h). Empty: the OS places pages where they are first touched.
   std::function<void(void* addr, uint64_t bytes)> place_host_memory;
+  CpuDeviceOptions cpu;
+  CudaDeviceOptions cuda;
 };
 
 class Device {

@@ -71,11 +71,11 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   if (!ledger || options_.path.empty()) {
     const auto start = std::chrono::steady_clock::now();
     move(0, t.bytes);
-    if (options_.solo_gbps > 0) {
+    if (options_.link_gbps > 0) {
       std::this_thread::sleep_until(
           start +
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
-              static_cast<double>(t.bytes) / (options_.solo_gbps * 1e9))));
+              static_cast<double>(t.bytes) / (options_.link_gbps * 1e9))));
     }
     return;
   }
@@ -90,7 +90,7 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   // alone on the path. The deadline counts from the copy's start: the moment the stream reaches
   // it, which is when the plan issues it (the host enqueues a whole step ahead).
   const double deadline = LinkLedger::now() + t.deadline_s;
-  const double rate = options_.solo_gbps > 0 ? options_.solo_gbps * 1e9 : 1e12;
+  const double rate = options_.link_gbps > 0 ? options_.link_gbps * 1e9 : 1e12;
   const std::vector<int>& tokens =
       options_.arbitrated.empty() ? options_.path : options_.arbitrated;
   auto claim_at = [&](uint64_t offset) {

@@ -1,6 +1,7 @@
-// Shared-link emulation for CPU ranks standing in for a described server's GPUs: a CopyPacer
-// that runs every copy of this rank through the node's link ledger, so its time follows its fair
-// share of each link on its path given every concurrent copy on the node. With arbitration on
+// Shared-link emulation for CPU ranks standing in for a described server's GPUs: a paced
+// LinkArbiter whose CopyPacer runs every copy of this rank through the node's link ledger, so
+// its time follows its fair share of each link on its path given every concurrent copy on the
+// node. With arbitration on
 // (the `topology` scheduler), scheduled copies move in chunks, each waiting for its turn on every
 // link-direction of the path (least deadline slack first). Invariant: every byte goes through
 // the caller's move() exactly once; tokens taken are released even when moving throws.
@@ -15,23 +16,26 @@
 
 #include "device/copy_pacer.h"
 #include "links/link_announcer.h"
+#include "links/link_arbiter.h"
 #include "links/link_ledger.h"
 #include "prefetch/link_scheduler.h"
 
 namespace ferry {
 
 struct LinkEmulationOptions : LinkPathOptions {
-  double solo_gbps = 0;    // the path's emulated bottleneck: pacing before a ledger is attached
+  double link_gbps = 0;    // the path's emulated bottleneck: pacing before a ledger is attached
   bool arbitrate = false;  // topology scheduler: chunks wait for link-direction tokens
 };
 
-class LinkEmulator : public CopyPacer, public TransferAnnouncer {
+class LinkEmulator : public LinkArbiter, public CopyPacer {
  public:
   explicit LinkEmulator(LinkEmulationOptions options);
 
-  // Attaches the node's ledger; copies carried before this run alone at solo_gbps.
-  void attach(std::shared_ptr<LinkLedger> ledger);
-  std::shared_ptr<LinkLedger> ledger() const;
+  // Attaches the node's ledger; copies carried before this run alone at link_gbps.
+  void attach(std::shared_ptr<LinkLedger> ledger) override;
+  std::shared_ptr<LinkLedger> ledger() const override;
+  bool emulates_links() const override { return true; }
+  CopyPacer* pacer() override { return this; }
   const LinkEmulationOptions& options() const { return options_; }
 
   // The link scheduler announces the transfer whose copy is enqueued next in its direction, so

@@ -177,7 +177,7 @@ void LinkGatekeeper::serve(int dir, const Copy& copy, LinkLedger& ledger) {
       dir == 1 ? TransferDirection::kToDevice : TransferDirection::kToHost;
   const std::vector<int>& arbitrated =
       options_.arbitrated.empty() ? options_.path : options_.arbitrated;
-  const double rate = options_.path_gbps > 0 ? options_.path_gbps * 1e9 : 1e12;
+  const double rate = options_.link_gbps > 0 ? options_.link_gbps * 1e9 : 1e12;
   double deadline = 0;
   uint64_t offset = 0;
   for (uint32_t i = 0; i < copy.chunks; ++i) {

@@ -1,9 +1,10 @@
-// The topology scheduler on real GPUs: a CopyGate whose two threads (one per direction) hold
-// each announced copy's chunks on the GPU's copy stream until the node's link ledger grants them
-// (least deadline slack first, across every local rank), and hold the chunk's tokens until the
-// GPU reports it moved (Note [Gating a GPU copy stream]). Invariant: per direction, chunks are
-// granted, opened and finished in enqueue order; a token taken is freed on every path (finish,
-// failure, shutdown); once failed or closed every gate is open, so a stream never waits forever.
+// The topology scheduler on real GPUs: a gated LinkArbiter whose CopyGate has two threads (one
+// per direction) hold each announced copy's chunks on the GPU's copy stream until the node's
+// link ledger grants them (least deadline slack first, across every local rank), and hold the
+// chunk's tokens until the GPU reports it moved (Note [Gating a GPU copy stream]). Invariant: per
+// direction, chunks are granted, opened and finished in enqueue order; a token taken is freed on
+// every path (finish, failure, shutdown); once failed or closed every gate is open, so a stream
+// never waits forever.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 
 #include "device/copy_gate.h"
 #include "links/link_announcer.h"
+#include "links/link_arbiter.h"
 #include "links/link_ledger.h"
 
 namespace ferry {
@@ -44,7 +46,7 @@ namespace ferry {
 // few tens of us past the chunk's real end.
 
 struct LinkGateOptions : LinkPathOptions {
-  double path_gbps = 0;  // the path's bottleneck, for chunks' latest starts (0: 1000 GB/s)
+  double link_gbps = 0;  // the path's bottleneck, for chunks' latest starts (0: 1000 GB/s)
   // Note [Polling the flags]
   double spin_s = 20e-6;        // a flag is re-read in a busy loop this long, then
   double sleep_s = 50e-6;       // with sleeps of this long between reads, doubling up to
@@ -52,7 +54,7 @@ struct LinkGateOptions : LinkPathOptions {
   double check_s = 1e-3;        // and the device is asked for failures this often
 };
 
-class LinkGatekeeper : public CopyGate, public TransferAnnouncer {
+class LinkGatekeeper : public LinkArbiter, public CopyGate {
  public:
   explicit LinkGatekeeper(LinkGateOptions options);
   ~LinkGatekeeper() override;  // close()
@@ -60,8 +62,10 @@ class LinkGatekeeper : public CopyGate, public TransferAnnouncer {
   LinkGatekeeper& operator=(const LinkGatekeeper&) = delete;
 
   // Attaches the node's ledger; copies enqueued before this are not gated.
-  void attach(std::shared_ptr<LinkLedger> ledger);
-  std::shared_ptr<LinkLedger> ledger() const;
+  void attach(std::shared_ptr<LinkLedger> ledger) override;
+  std::shared_ptr<LinkLedger> ledger() const override;
+  bool emulates_links() const override { return false; }
+  CopyGate* gate() override { return this; }
   const LinkGateOptions& options() const { return options_; }
 
   // TransferAnnouncer. announce() rethrows a failure of the gatekeeper's threads.

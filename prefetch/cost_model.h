@@ -39,8 +39,8 @@ struct CostModel {
   double step_overhead_s = 5e-6;  // launch cost of one step
 
   // Measured link rates per direction (GB/s); 0 = link_gbps.
-  double d2h_gbps = 0;
-  double h2d_gbps = 0;
+  double link_gbps_to_host = 0;
+  double link_gbps_to_device = 0;
   // Measured per-step times; a step without one falls back to the FLOP model.
   std::shared_ptr<const MeasuredSteps> measured;
 
@@ -50,7 +50,7 @@ struct CostModel {
   double measured_seconds(const TapeStep& step, const Tape& tape) const;
   // Seconds to move `bytes` in one direction, and out and back again.
   double transfer_seconds(uint64_t bytes, bool to_host) const {
-    const double rate = to_host ? d2h_gbps : h2d_gbps;
+    const double rate = to_host ? link_gbps_to_host : link_gbps_to_device;
     return static_cast<double>(bytes) / ((rate > 0 ? rate : link_gbps) * 1e9);
   }
   // Seconds in the slower direction.

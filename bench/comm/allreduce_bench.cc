@@ -88,8 +88,8 @@ Options parse(int argc, char** argv) {
 }
 
 int run(const RankInfo& ranks, const Options& o) {
-  auto device =
-      create_device({.backend = Backend::kCpu, .memory = o.max_bytes + (64 << 20), .threads = 1});
+  auto device = create_device(
+      {.backend = Backend::kCpu, .memory = o.max_bytes + (64 << 20), .cpu = {.threads = 1}});
   auto blocking = detail::make_mpi_communicator(*device, ranks, detail::MpiWait::kBlocking);
   auto nonblocking = detail::make_mpi_communicator(*device, ranks, detail::MpiWait::kNonblocking);
   DeviceBuffer buffer(device->memory(), o.max_bytes, "bench buffer");

@@ -35,8 +35,17 @@ void CpuPinnedAllocator::deallocate(void* ptr, uint64_t bytes) { unmap_host_page
 CpuDevice::CpuDevice(const DeviceOptions& options)
     : options_(options), pinned_(options.place_host_memory) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  threads_ = options.threads > 0 ? options.threads : std::max(1, cores);
+  threads_ = options.cpu.threads > 0 ? options.cpu.threads : std::max(1, cores);
   if (options.memory == 0) throw ConfigError("device.memory must be positive");
+  if (options.arbiter) {
+    // Note [One hook, two protocols] in device/copy_arbiter.h: a CPU device's copies are paced.
+    CopyPacer* pacer = options.arbiter->pacer();
+    if (!pacer) {
+      throw UnsupportedError("a cpu device's copies are paced, and its copy arbiter does not pace",
+                             "give a cpu device a pacing arbiter (links/link_emulator.h)");
+    }
+    pacer_ = std::shared_ptr<CopyPacer>(options.arbiter, pacer);
+  }
   // Reserve address space only; pages are committed when first touched.
   block_ = mmap(nullptr, options.memory, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -70,13 +79,13 @@ std::string CpuDevice::name() const {
 Stream& CpuDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
 
 void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
-  if (options_.pacer) {
+  if (pacer_) {
     // The direction from the addresses: a copy into the device block goes to the device.
     const auto* d = static_cast<const std::byte*>(dst);
     const auto* base = static_cast<const std::byte*>(block_);
     const bool to_device = d >= base && d < base + options_.memory;
-    const uint64_t ticket = options_.pacer->enqueue(to_device, bytes);
-    std::shared_ptr<CopyPacer> pacer = options_.pacer;
+    const uint64_t ticket = pacer_->enqueue(to_device, bytes);
+    std::shared_ptr<CopyPacer> pacer = pacer_;
     static_cast<CpuStream&>(stream).enqueue([dst, src, ticket, pacer] {
       pacer->carry(ticket, [dst, src](uint64_t offset, uint64_t length) {
         std::memcpy(static_cast<std::byte*>(dst) + offset,
@@ -85,7 +94,7 @@ void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& s
     });
     return;
   }
-  const double gbps = options_.copy_gbps;
+  const double gbps = options_.cpu.link_gbps;
   static_cast<CpuStream&>(stream).enqueue([dst, src, bytes, gbps] {
     const auto start = std::chrono::steady_clock::now();
     std::memcpy(dst, src, bytes);

@@ -1,6 +1,7 @@
 // The CPU backend's Device: device memory is one lazily committed block of the configured
 // capacity; kernels run in order on the compute stream's thread (oneDNN with OpenMP); copies
-// run on one thread per direction and, when copy_gbps is set, take as long as that link would.
+// run on one thread per direction and, when cpu.link_gbps is set, take as long as that link
+// would, or go through the copy arbiter's pacer.
 #pragma once
 
 #include <memory>
@@ -46,6 +47,7 @@ class CpuDevice : public Device {
 
  private:
   DeviceOptions options_;
+  std::shared_ptr<CopyPacer> pacer_;  // options_.arbiter's, when set
   int threads_;
   void* block_ = nullptr;
   std::unique_ptr<DeviceHeap> heap_;

@@ -15,9 +15,9 @@ ConvAlgorithmKey conv_algorithm_key(const DeviceOptions& options, int pass, cons
   key.pass = pass;
   key.geometry = {g.n, g.c,        g.h,        g.w,     g.k,     g.r,
                   g.s, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.groups};
-  key.conv_tf32 = options.conv_tf32;
-  key.deterministic = options.deterministic;
-  key.search = options.algorithms;
+  key.conv_tf32 = options.cuda.conv_tf32;
+  key.deterministic = options.cuda.deterministic;
+  key.search = options.cuda.algorithms;
   key.workspace_limit = options.workspace_limit;
   return key;
 }

@@ -33,9 +33,9 @@ namespace ferry::cuda {
 // !benchmark); timed choices repeat through a file (Note [Timed choices across processes]).
 //
 // Note [Timed choices across processes]
-// With DeviceOptions::algorithm_file set (the session sets it for deterministic runs with timed
-// search: one file per rank in run.dir), every choice made by timing is appended to the file, one
-// line per key, and the file is loaded before the first choice of a process, so a resumed run
+// With DeviceOptions::cuda.algorithm_file set (the session sets it for deterministic runs with
+// timed search: one file per rank in run.dir), every choice made by timing is appended to the file,
+// one line per key, and the file is loaded before the first choice of a process, so a resumed run
 // takes the algorithms of the run it resumes instead of timing again. The file's first line names
 // cuDNN's version and the GPU; a file with another first line is ignored (its algorithm ids may
 // mean nothing there), and a line that does not parse is skipped.

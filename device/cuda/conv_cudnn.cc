@@ -233,7 +233,7 @@ ConvAlgorithm choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t l
   std::vector<typename Ops::Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
   int got = 0;
   bool timed = false;
-  if (options.algorithms == AlgorithmSearch::kTimed) {
+  if (options.cuda.algorithms == AlgorithmSearch::kTimed) {
     const uint64_t f = sizeof(float);
     SearchStream stream;
     DeviceScratch x(static_cast<uint64_t>(g.n * g.c * g.h * g.w) * f, stream.get());
@@ -268,8 +268,8 @@ ConvAlgorithm choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t l
   for (int i = 0; i < got; ++i) {
     const auto& r = perf[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
-    if (options.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-    if (!options.conv_tf32 && r.mathType != CUDNN_FMA_MATH) continue;
+    if (options.cuda.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+    if (!options.cuda.conv_tf32 && r.mathType != CUDNN_FMA_MATH) continue;
     // The workspace of this algorithm under the math type it ran with.
     CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), r.mathType));
     size_t bytes = 0;
@@ -285,8 +285,8 @@ ConvAlgorithm choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t l
       fmt::format("{}: cuDNN has no algorithm for {} within {} of workspace{}{} ({} of {} "
                   "candidates {})",
                   pass_name(pass), conv_geom_text(g), format_bytes(limit),
-                  options.deterministic ? ", deterministic" : "",
-                  options.conv_tf32 ? "" : ", without TF32", got, max_count,
+                  options.cuda.deterministic ? ", deterministic" : "",
+                  options.cuda.conv_tf32 ? "" : ", without TF32", got, max_count,
                   timed ? "timed" : "from heuristics"),
       "raise memory.workspace_limit (and memory.budget), or set device.deterministic=false or "
       "device.tf32=true");
@@ -325,19 +325,19 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
   use_device(options_.ordinal);  // the scratch of choose() is this GPU's
   cudnnHandle_t h = handle();
   auto plan = std::make_unique<ConvPlan>();
-  describe_plan(*plan, g, options_.conv_tf32);
+  describe_plan(*plan, g, options_.cuda.conv_tf32);
   // Note [One algorithm per geometry per process] (algorithm_cache.h): chosen once per key. The
   // key holds the limit of this choice: options_.workspace_limit when sized, or less for a
   // launch never sized, which chooses within the workspace it was given.
   ConvAlgorithmKey algorithm_key = conv_algorithm_key(options_, p, g);
   algorithm_key.workspace_limit = limit;
-  if (!options_.algorithm_file.empty() && file_header_.empty()) {
+  if (!options_.cuda.algorithm_file.empty() && file_header_.empty()) {
     // Note [Timed choices across processes]: the choices of the run this one resumes.
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.ordinal));
     file_header_ = fmt::format("# ferry conv algorithms v1: cuDNN {}, {}", cudnnGetVersion(),
                                static_cast<const char*>(prop.name));
-    process_conv_algorithms().load(options_.algorithm_file, file_header_);
+    process_conv_algorithms().load(options_.cuda.algorithm_file, file_header_);
   }
   const ConvAlgorithm chosen = process_conv_algorithms().get(
       algorithm_key,
@@ -352,7 +352,7 @@ const ConvPlan& CudnnConv::plan(Pass pass, const ConvGeom& g, uint64_t limit) {
         }
         return choose<BackwardFilterOps>(h, *plan, g, limit, options_, p);
       },
-      options_.algorithm_file, file_header_);
+      options_.cuda.algorithm_file, file_header_);
   CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv.get(),
                                           static_cast<cudnnMathType_t>(chosen.math_type)));
   plan->algo = chosen.algo;

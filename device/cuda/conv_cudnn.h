@@ -25,12 +25,12 @@ struct ConvPlan;  // descriptors, algorithm and workspace of one (pass, geometry
 // Note [Choosing convolution algorithms]
 // The first query of a geometry in the process (workspace_bytes, or a launch that was never
 // sized; Note [One algorithm per geometry per process] in algorithm_cache.h) chooses. Under
-// DeviceOptions::algorithms = kTimed it times every algorithm with cudnnFind*AlgorithmEx on a
+// DeviceOptions::cuda.algorithms = kTimed it times every algorithm with cudnnFind*AlgorithmEx on a
 // private non-blocking stream and scratch buffers of the real sizes, allocated with cudaMalloc
 // outside the device block and freed right after, and keeps the fastest that
 //  - needs at most DeviceOptions::workspace_limit bytes (a launch never sized: also at most the
 //    workspace it was given),
-//  - reports CUDNN_DETERMINISTIC when DeviceOptions::deterministic, and
+//  - reports CUDNN_DETERMINISTIC when DeviceOptions::cuda.deterministic, and
 //  - ran with CUDNN_FMA_MATH when TF32 is off (Note [TF32 and determinism], cuda_kernels.h).
 // Its workspace is then fixed: the planner lays it out in the arena, so the plan's peak holds
 // the real bytes. Under kHeuristic (device.algorithms=heuristic, offline planning), or when the

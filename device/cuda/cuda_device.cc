@@ -162,9 +162,16 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
     const int priority = kind == StreamKind::kCompute ? least : greatest;
     streams_[static_cast<int>(kind)] = std::make_unique<CudaStream>(kind, ordinal_, priority);
   }
-  if (options.gate) {
+  if (options.arbiter) {
+    // Note [One hook, two protocols] in device/copy_arbiter.h: a GPU's copies are gated.
+    CopyGate* gate = options.arbiter->gate();
+    if (!gate) {
+      throw UnsupportedError("a cuda device's copies are gated, and its copy arbiter does not gate",
+                             "give a cuda device a gating arbiter (links/link_gatekeeper.h)");
+    }
     gated_ = std::make_unique<GatedCopies>(
-        ordinal_, options.gate, streams_[static_cast<int>(StreamKind::kDeviceToHost)]->handle(),
+        ordinal_, std::shared_ptr<CopyGate>(options.arbiter, gate),
+        streams_[static_cast<int>(StreamKind::kDeviceToHost)]->handle(),
         streams_[static_cast<int>(StreamKind::kHostToDevice)]->handle());
   }
 }

@@ -67,8 +67,9 @@ class CudaDevice : public Device {
   std::unique_ptr<Event> create_timing_event() override;
   double elapsed_ms(Event& start, Event& end) override;
   // cudaMemcpyAsync(cudaMemcpyDefault) on `stream`, a stream of this device. Host memory must
-  // be pinned (pinned()) for the copy to be asynchronous. With a gate (DeviceOptions::gate), a
-  // copy on a copy stream the gate chooses is chunked, each chunk held until its gate opens.
+  // be pinned (pinned()) for the copy to be asynchronous. With a gating arbiter
+  // (DeviceOptions::arbiter), a copy on a copy stream the gate chooses is chunked, each chunk held
+  // until its gate opens.
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
   Kernels& kernels() override { return kernels_; }
   // cudaStreamSynchronize on each of the four streams.
@@ -96,7 +97,7 @@ class CudaDevice : public Device {
   std::unique_ptr<DeviceHeap> heap_;
   CudaPinnedAllocator pinned_;
   std::unique_ptr<CudaStream> streams_[4];  // indexed by StreamKind
-  std::unique_ptr<GatedCopies> gated_;      // with DeviceOptions::gate; freed once streams drain
+  std::unique_ptr<GatedCopies> gated_;      // with DeviceOptions::arbiter; freed once streams drain
   CudaKernels kernels_;                     // handles bound to streams_: destroyed before them
 };
 

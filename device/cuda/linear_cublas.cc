@@ -88,7 +88,7 @@ cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint
     CUBLAS_CHECK(cublasCreate(&handle_));
     // Note [TF32 and determinism] (cuda_kernels.h).
     CUBLAS_CHECK(cublasSetMathMode(
-        handle_, options_.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        handle_, options_.cuda.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   }
   // cublasSetStream resets the workspace to cuBLAS's own pool: set the stream first.
   CUBLAS_CHECK(cublasSetStream(handle_, stream));

@@ -19,7 +19,7 @@ int main() {
   std::unique_ptr<Communicator> comm;
   try {
     ranks = init_ranks();
-    device = create_device({.backend = Backend::kCpu, .memory = 64 << 20, .threads = 1});
+    device = create_device({.backend = Backend::kCpu, .memory = 64 << 20, .cpu = {.threads = 1}});
     comm = create_communicator(CommBackendChoice::kAuto, *device, ranks);
     DeviceBuffer buffer(device->memory(), 1 << 20, "gradients");
     auto* data = static_cast<float*>(buffer.data());

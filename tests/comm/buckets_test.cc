@@ -46,6 +46,7 @@ class HalvingCommunicator : public Communicator {
     return CommWork(done, span);
   }
   CommWork broadcast(void*, uint64_t, int, Stream&) override { return {}; }
+  void broadcast_host(void*, uint64_t, int) override {}
   void barrier() override {}
 
   std::vector<Launch> launches;
@@ -60,7 +61,8 @@ class HalvingCommunicator : public Communicator {
 class BucketsTest : public ::testing::Test {
  protected:
   BucketsTest()
-      : device_(create_device({.backend = Backend::kCpu, .memory = 64 << 20, .threads = 1})),
+      : device_(
+            create_device({.backend = Backend::kCpu, .memory = 64 << 20, .cpu = {.threads = 1}})),
         block_(device_->memory(), kBlockBytes, "gradients"),
         comm_(*device_, grads()) {}
 
@@ -213,7 +215,8 @@ TEST_F(BucketsTest, MissingGradientsAreReducedInFinish) {
 }
 
 TEST(BucketsLocal, OneRankLeavesGradientsAsTheyAreAndMeasuresNothing) {
-  auto device = create_device({.backend = Backend::kCpu, .memory = 16 << 20, .threads = 1});
+  auto device =
+      create_device({.backend = Backend::kCpu, .memory = 16 << 20, .cpu = {.threads = 1}});
   auto comm = create_communicator(CommBackendChoice::kAuto, *device, RankInfo{});
   DeviceBuffer block(device->memory(), 4096, "gradients");
   auto* g = static_cast<float*>(block.data());

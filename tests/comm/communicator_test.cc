@@ -14,7 +14,7 @@ namespace ferry {
 namespace {
 
 std::unique_ptr<Device> cpu_device() {
-  return create_device({.backend = Backend::kCpu, .memory = 16 << 20, .threads = 1});
+  return create_device({.backend = Backend::kCpu, .memory = 16 << 20, .cpu = {.threads = 1}});
 }
 
 TEST(Ranks, WithoutALauncherThereIsOneRankAndNoMpi) {
@@ -85,6 +85,10 @@ TEST(LocalCommunicator, CollectivesAreCompleteAndChangeNothing) {
   EXPECT_FALSE(work.span().has_value());
   EXPECT_TRUE(comm->broadcast(data, 256, 0, compute).ready());
   EXPECT_THROW(comm->broadcast(data, 256, 1, compute), UnsupportedError);
+  char name[16] = "ledger-name";
+  comm->broadcast_host(name, sizeof(name), 0);
+  EXPECT_STREQ(name, "ledger-name");
+  EXPECT_THROW(comm->broadcast_host(name, sizeof(name), 1), UnsupportedError);
   comm->barrier();
 }
 

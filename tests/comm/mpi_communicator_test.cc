@@ -1,6 +1,7 @@
 // The MPI backend under mpirun (-np 2 and -np 4): all-reduce means (exact, and bitwise equal
-// across ranks), broadcast from every root, barrier, asynchronous ordering against the compute
-// stream, and gradient buckets with overlap on and off giving the same bits.
+// across ranks), broadcast from every root (device and host memory), barrier, asynchronous
+// ordering against the compute stream, and gradient buckets with overlap on and off giving the
+// same bits.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -63,7 +65,7 @@ class MpiCommTest : public ::testing::Test {
     if (!test_ranks().under_mpi || test_ranks().size < 2) {
       GTEST_SKIP() << "needs mpirun with 2 or more ranks";
     }
-    device_ = create_device({.backend = Backend::kCpu, .memory = 256 << 20, .threads = 1});
+    device_ = create_device({.backend = Backend::kCpu, .memory = 256 << 20, .cpu = {.threads = 1}});
     comm_ = create_communicator(CommBackendChoice::kAuto, *device_, test_ranks());
   }
   void TearDown() override {
@@ -207,6 +209,30 @@ TEST_F(MpiCommTest, BroadcastFromEveryRoot) {
   EXPECT_EQ(params[0], 0.0f);
   EXPECT_EQ(params[n - 1], static_cast<float>(n - 1));
   EXPECT_THROW(comm_->broadcast(params, 4, size(), compute()), UnsupportedError);
+}
+
+// Host memory (a std::vector, not the device block nor pinned memory): the root's bytes reach
+// every rank, bytes past the end stay, and the call returns only once they are there.
+TEST_F(MpiCommTest, HostBroadcastFromEveryRootFillsPlainHostMemory) {
+  for (int root = 0; root < size(); ++root) {
+    std::vector<char> name(129, static_cast<char>(0x5a + rank()));
+    const std::string token = "ferry-ledger-" + std::to_string(root * 7 + 3);
+    if (rank() == root) std::copy(token.begin(), token.end(), name.begin());
+    if (rank() == root) name[token.size()] = '\0';
+    comm_->broadcast_host(name.data(), 128, root);
+    EXPECT_EQ(std::string(name.data()), token) << "root " << root;
+    EXPECT_EQ(name[128], static_cast<char>(0x5a + rank())) << "past the end";
+  }
+  // Ordered after the device collectives issued before it on the comm stream.
+  float* data = alloc_floats(1024, "mean");
+  for (int i = 0; i < 1024; ++i) data[i] = static_cast<float>(rank() * 2);
+  comm_->all_reduce_mean(data, 1024, compute());
+  uint64_t word = rank() == 0 ? 0x0123456789abcdefULL : 0;
+  comm_->broadcast_host(&word, sizeof(word), 0);
+  EXPECT_EQ(word, 0x0123456789abcdefULL);
+  EXPECT_EQ(data[1023], static_cast<float>(size() - 1));  // the mean of 0, 2, ..., 2(size-1)
+  EXPECT_THROW(comm_->broadcast_host(&word, sizeof(word), size()), UnsupportedError);
+  EXPECT_THROW(comm_->broadcast_host(&word, sizeof(word), -1), UnsupportedError);
 }
 
 TEST_F(MpiCommTest, BarrierWaitsForTheSlowestRank) {

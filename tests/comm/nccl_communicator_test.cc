@@ -82,6 +82,11 @@ TEST_F(NcclDeviceTest, OneRankAllReduceAndBroadcastKeepTheData) {
             cudaSuccess);
   compute.synchronize();
   EXPECT_EQ(back, host);
+  // Host memory on one rank: kept, after the collectives before it; a bad root is refused.
+  char name[16] = "ledger-name";
+  comm->broadcast_host(name, sizeof(name), 0);
+  EXPECT_STREQ(name, "ledger-name");
+  EXPECT_THROW(comm->broadcast_host(name, sizeof(name), 1), UnsupportedError);
   comm->barrier();
 }
 

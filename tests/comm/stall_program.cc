@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   try {
     ranks = init_ranks();
     if (argc > 1 && std::strcmp(argv[1], "creation") == 0 && ranks.rank == 1) raise(SIGSTOP);
-    device = create_device({.backend = Backend::kCpu, .memory = 64 << 20, .threads = 1});
+    device = create_device({.backend = Backend::kCpu, .memory = 64 << 20, .cpu = {.threads = 1}});
     comm = detail::make_mpi_communicator(
         *device, ranks, nonblocking ? detail::MpiWait::kNonblocking : detail::MpiWait::kBlocking,
         /*timeout_s=*/2);

@@ -171,7 +171,7 @@ class Gatekeeper : public ::testing::Test {
     LinkGateOptions o;
     o.rank = rank;
     o.path = {rank, 2};
-    o.path_gbps = 1000;
+    o.link_gbps = 1000;
     o.chunk_bytes = chunk_bytes;
     auto g = std::make_shared<LinkGatekeeper>(o);
     g->attach(ledger_);

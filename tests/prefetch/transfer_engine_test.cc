@@ -28,7 +28,7 @@ class RecordingScheduler : public LinkScheduler {
 TEST(TransferEngine, CopiesGoThroughTheSchedulerAndAreCountedAndTraced) {
   DeviceOptions o;
   o.memory = 16 << 20;
-  o.copy_gbps = 0.01;  // 128 KiB: about 13 ms
+  o.cpu.link_gbps = 0.01;  // 128 KiB: about 13 ms
   auto device = create_device(o);
   constexpr uint64_t kBytes = 128 << 10;
   void* a = device->memory().allocate(kBytes, "a");

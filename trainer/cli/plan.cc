@@ -10,6 +10,7 @@
 #include "common/bytes.h"
 #include "common/file_write.h"
 #include "common/strings.h"
+#include "device/backend_traits.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/model/zoo/zoo.h"
@@ -82,8 +83,10 @@ bool measure_here(const PlanArgs& args, const Config& config) {
   if (args.no_measure) return false;
   if (args.measure) return true;
   if (!args.hardware.empty()) return false;  // planning for a named GPU, not this one
-  return config.device.backend == Backend::kCuda && backend_built(Backend::kCuda) &&
-         cuda_device_count() > 0;
+  // A GPU is present (ordinal 0): its own times beat the FLOP model's guesses.
+  DeviceOptions here;
+  here.backend = config.device.backend;
+  return backend_traits(here.backend).real_gpus && device_present(here);
 }
 
 // Times the config's model at its batch size on a device of its backend (the profile cache in
@@ -98,7 +101,7 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   const Lowered lowered = lower_graph(graph, device->kernels(), /*training=*/true);
   ProfileOptions po;
   po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
-  po.device_key = profile_device_key(*device, d.copy_gbps);
+  po.device_key = profile_device_key(*device, d.cpu.link_gbps);
   const auto params = static_cast<int64_t>(planner.persistent().weights / sizeof(float));
   DeviceProfile profile =
       measure_device(*device, graph, lowered, update_kernel(config, params), po);
@@ -149,7 +152,7 @@ int run_plan(const PlanArgs& args) {
   const int64_t batch = config.data.batch_size;
   if (measure_here(args, config)) {
     cost_source = describe_profile(measure_for_plan(config, planner));
-  } else if (config.device.backend == Backend::kCuda && args.hardware.empty()) {
+  } else if (backend_traits(config.device.backend).real_gpus && args.hardware.empty()) {
     cost_source = "FLOP model (no GPU here: step times are estimates, not measurements)";
   }
   std::vector<Row> rows;
@@ -208,11 +211,7 @@ int run_plan(const PlanArgs& args) {
       static_cast<long long>(batch), static_cast<long long>(config.model.input[0]),
       static_cast<long long>(config.model.input[1]), static_cast<long long>(config.model.input[2]),
       format_bytes(config.memory.budget).c_str(),
-      planner.substituted()
-          ? (config.device.backend == Backend::kCuda ? " (no GPU here: cuda workspaces modelled as "
-                                                       "zero-workspace cuDNN algorithms)"
-                                                     : " (workspace sizes from the CPU kernels)")
-          : "");
+      planner.substituted() ? (" (" + planner.substitute() + ")").c_str() : "");
   std::printf("cost model: %s\n", cost_source.c_str());
   const PersistentBytes& p = planner.persistent();
   std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",

@@ -70,7 +70,7 @@ KernelArgs update_kernel(const Config& config, int64_t param_floats) {
   return SgdUpdate{param_floats, 0.0f, o.momentum, o.weight_decay, o.nesterov};
 }
 
-std::string profile_device_key(const Device& device, double copy_gbps) {
+std::string profile_device_key(const Device& device, double link_gbps) {
   // "cuda:1 (NVIDIA H100 80GB HBM3)" -> "cuda (NVIDIA H100 80GB HBM3)": the ranks of one
   // machine drive the same kind of device and share its entry.
   std::string name = device.name();
@@ -78,7 +78,7 @@ std::string profile_device_key(const Device& device, double copy_gbps) {
   size_t digits = colon == std::string::npos ? 0 : colon + 1;
   while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
   if (colon != std::string::npos && digits > colon + 1) name.erase(colon, digits - colon);
-  return copy_gbps > 0 ? fmt::format("{} link {} GB/s", name, copy_gbps) : name;
+  return link_gbps > 0 ? fmt::format("{} link {} GB/s", name, link_gbps) : name;
 }
 
 DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& lowered,
@@ -141,8 +141,8 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
       }
     }
   }
-  if (links.contains("d2h")) p.d2h_gbps = link_rate(links["d2h"]);
-  if (links.contains("h2d")) p.h2d_gbps = link_rate(links["h2d"]);
+  if (links.contains("d2h")) p.link_gbps_to_host = link_rate(links["d2h"]);
+  if (links.contains("h2d")) p.link_gbps_to_device = link_rate(links["h2d"]);
 
   // Per step: the sum of its launches, or the upload at the measured rate.
   auto steps = std::make_shared<MeasuredSteps>();
@@ -156,8 +156,8 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
     if (step.phase == StepPhase::kLoad) {
       uint64_t bytes = 0;
       for (int w : step.writes) bytes += tape.tensors[static_cast<size_t>(w)].bytes;
-      complete = p.h2d_gbps > 0;
-      if (complete) t = static_cast<double>(bytes) / (p.h2d_gbps * 1e9);
+      complete = p.link_gbps_to_device > 0;
+      if (complete) t = static_cast<double>(bytes) / (p.link_gbps_to_device * 1e9);
     } else {
       for (const KernelArgs& args : launches[s]) {
         const auto it = seconds.find(kernel_key(args));
@@ -185,8 +185,8 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
 void apply_profile(const DeviceProfile& profile, CostModel& cost, bool keep_link) {
   cost.measured = profile.steps;
   if (keep_link) return;
-  cost.d2h_gbps = profile.d2h_gbps;
-  cost.h2d_gbps = profile.h2d_gbps;
+  cost.link_gbps_to_host = profile.link_gbps_to_host;
+  cost.link_gbps_to_device = profile.link_gbps_to_device;
 }
 
 std::string describe_profile(const DeviceProfile& p) {
@@ -195,8 +195,9 @@ std::string describe_profile(const DeviceProfile& p) {
       p.kernels, p.from_cache,
       p.failed ? fmt::format(", {} not timed ({})", p.failed, p.first_failure.substr(0, 120)) : "",
       p.steps_measured, p.steps_total);
-  if (p.d2h_gbps > 0 || p.h2d_gbps > 0) {
-    s += fmt::format(", link d2h {:.1f} GB/s h2d {:.1f} GB/s", p.d2h_gbps, p.h2d_gbps);
+  if (p.link_gbps_to_host > 0 || p.link_gbps_to_device > 0) {
+    s += fmt::format(", link d2h {:.1f} GB/s h2d {:.1f} GB/s", p.link_gbps_to_host,
+                     p.link_gbps_to_device);
   }
   s += fmt::format(", {:.2f}s", p.seconds);
   if (!p.cache_path.empty()) s += ", cache " + p.cache_path;

@@ -26,9 +26,9 @@ struct ProfileOptions {
 
 struct DeviceProfile {
   std::shared_ptr<const MeasuredSteps> steps;
-  double d2h_gbps = 0, h2d_gbps = 0;  // 0 when not measured
-  int kernels = 0;                    // distinct kernel launches of the tape
-  int from_cache = 0;                 // of which the cache had
+  double link_gbps_to_host = 0, link_gbps_to_device = 0;  // 0 when not measured
+  int kernels = 0;                                        // distinct kernel launches of the tape
+  int from_cache = 0;                                     // of which the cache had
   int failed = 0;  // could not be timed (no memory, no kernel): FLOP model for their steps
   std::string first_failure;  // why the first of them could not be timed
   int steps_measured = 0;     // tape steps with a measured time
@@ -44,7 +44,7 @@ KernelArgs update_kernel(const Config& config, int64_t param_floats);
 
 // The device's identity for the profile cache: its name without the ordinal, plus the emulated
 // link rate (cpu).
-std::string profile_device_key(const Device& device, double copy_gbps);
+std::string profile_device_key(const Device& device, double link_gbps);
 
 // Times what `lowered` launches on `device` (reusing and extending the cache) and the link per
 // direction. Leaves device memory as it was, with its peak statistic reset.

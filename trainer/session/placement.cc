@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/backend_traits.h"
 
 #include "topology/binding.h"
 #include "topology/bus_ids.h"
@@ -63,10 +64,10 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   PlacementOptions options;
   // On the live machine a CPU-backend rank drives no GPU, even where it has some; on a described
   // server it stands in for one, to emulate that GPU's link.
-  options.use_gpus = config.device.backend == Backend::kCuda || (!live && !topology.gpus().empty());
-  const bool emulate = config.device.backend == Backend::kCpu && !live;
-  if (config.topology.scheduler == LinkSchedulerKind::kTopology && !emulate &&
-      config.device.backend != Backend::kCuda) {
+  const bool real_gpus = backend_traits(config.device.backend).real_gpus;
+  options.use_gpus = real_gpus || (!live && !topology.gpus().empty());
+  const bool emulate = !real_gpus && !live;
+  if (config.topology.scheduler == LinkSchedulerKind::kTopology && !emulate && !real_gpus) {
     throw ConfigError(
         "topology.scheduler: topology needs topology.file (the server whose links the CPU ranks "
         "emulate) or device.backend=cuda",
@@ -77,8 +78,7 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
   // PCI bus id gives its NUMA node and link path: hwloc lists every GPU in PCI order, while CUDA
   // may enumerate fastest first and CUDA_VISIBLE_DEVICES hides some, so hwloc's index is not an
   // ordinal.
-  const bool match_cuda =
-      live && config.device.backend == Backend::kCuda && !topology.gpus().empty();
+  const bool match_cuda = live && real_gpus && !topology.gpus().empty();
   const std::vector<std::string> bus_ids =
       match_cuda ? cuda_pci_bus_ids() : std::vector<std::string>{};
   if (!bus_ids.empty()) {
@@ -135,7 +135,7 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks) {
 }
 
 bool emulates_server_links(const Config& config) {
-  return config.device.backend == Backend::kCpu && config.device.copy_gbps == 0 &&
+  return !backend_traits(config.device.backend).real_gpus && config.device.copy_gbps == 0 &&
          !config.topology.file.empty();
 }
 

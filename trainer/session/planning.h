@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "device/kernels.h"
 #include "prefetch/plan.h"
@@ -20,7 +21,7 @@ class OfflinePlanner {
  public:
   // Uses the configured backend's kernels for workspace sizes (on a GPU: the workspaces of the
   // cuDNN algorithms found there). When they cannot answer here (`substituted()`: no CUDA
-  // build or no GPU), a cuda config assumes cuDNN's zero-workspace algorithms.
+  // build or no GPU), stand-ins do (create_planning_kernels in device/backend_traits.h).
   explicit OfflinePlanner(const Config& config);
   ~OfflinePlanner();
 
@@ -39,7 +40,9 @@ class OfflinePlanner {
   void set_cost(const CostModel& cost) { cost_ = cost; }
   const CostModel& cost() const { return cost_; }
 
-  bool substituted() const { return substituted_; }
+  bool substituted() const { return !substitute_.empty(); }
+  // What stands in for the backend's kernels, in words; empty when they answer themselves.
+  const std::string& substitute() const { return substitute_; }
   const PersistentBytes& persistent() const { return persistent_; }
   // auto keeps resident what cost().link_gbps cannot hide (PlanOptions::keep_unhidden).
   void set_contention_aware(bool on) { contention_aware_ = on; }
@@ -47,7 +50,7 @@ class OfflinePlanner {
  private:
   Config config_;
   std::unique_ptr<Kernels> kernels_;
-  bool substituted_ = false;
+  std::string substitute_;
   PersistentBytes persistent_;
   CostModel cost_;
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;

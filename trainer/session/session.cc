@@ -1,8 +1,8 @@
 // Building a run from its config.
 #include "trainer/session/session.h"
 
+#include "device/backend_traits.h"
 #include "links/link_capacities.h"
-#include "links/link_gatekeeper.h"
 #include "links/shm_names.h"
 #include "links/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
@@ -31,12 +31,12 @@ DeviceOptions device_options(const Config& config) {
   DeviceOptions d;
   d.backend = config.device.backend;
   d.memory = config.device.memory;
-  d.threads = static_cast<int>(config.device.threads);
-  d.copy_gbps = config.device.copy_gbps;
-  d.conv_tf32 = config.device.tf32;
-  d.matmul_tf32 = config.device.tf32_matmul;
-  d.deterministic = config.device.deterministic;
-  d.algorithms = config.device.algorithms;
+  d.cpu.threads = static_cast<int>(config.device.threads);
+  d.cpu.link_gbps = config.device.copy_gbps;
+  d.cuda.conv_tf32 = config.device.tf32;
+  d.cuda.matmul_tf32 = config.device.tf32_matmul;
+  d.cuda.deterministic = config.device.deterministic;
+  d.cuda.algorithms = config.device.algorithms;
   // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
   // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
   // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm
@@ -49,11 +49,7 @@ DeviceOptions device_options(const Config& config) {
 }
 
 std::string conv_algorithm_file(const Config& config, int rank) {
-  const DeviceConfig& d = config.device;
-  if (d.backend != Backend::kCuda || !d.deterministic || d.algorithms != AlgorithmSearch::kTimed ||
-      config.run.dir.empty()) {
-    return "";
-  }
+  if (!keeps_algorithm_choices(device_options(config)) || config.run.dir.empty()) return "";
   return (std::filesystem::path(config.run.dir) /
           ("conv_algorithms.rank" + std::to_string(rank) + ".txt"))
       .string();
@@ -113,14 +109,15 @@ CommBackendChoice comm_choice(CommBackend b) {
 }
 
 // The rank's copy path through the node's ledger: its GPU's links, the ones a chunk takes
-// tokens on (the same both ways), and the chunk size.
+// tokens on (the same both ways), and the chunk size; no path when the topology shows none.
 LinkPathOptions link_path(const Config& config, const RankInfo& ranks, const Placement& placement) {
   LinkPathOptions o;
   o.rank = ranks.rank;
+  o.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
+  if (!placement.links || placement.link_ids.empty()) return o;
   o.path = placement.link_ids;
   o.arbitrated =
       arbitrated_links(link_capacities(*placement.links), o.path, TransferDirection::kToHost);
-  o.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
   return o;
 }
 
@@ -135,50 +132,36 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   // Note [A rank's GPU by PCI bus id] in placement.cc.
   d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));
   d.place_host_memory = host_memory_placement(placement_);
-  d.algorithm_file = conv_algorithm_file(config, ranks.rank);
-  if (d.threads == 0 && d.backend == Backend::kCpu) {
+  d.cuda.algorithm_file = conv_algorithm_file(config, ranks.rank);
+  if (d.cpu.threads == 0) {
     // Ranks of one machine share its cores: each takes its binding's CPUs, or its share.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    d.threads = placement_.bound ? static_cast<int>(placement_.binding.cpus.size())
-                                 : std::max(1, cores / std::max(1, ranks.local_size));
+    d.cpu.threads = placement_.bound ? static_cast<int>(placement_.binding.cpus.size())
+                                     : std::max(1, cores / std::max(1, ranks.local_size));
   }
   const bool emulate_link = emulates_server_links(config) && placement_.link_gbps > 0;
   const bool arbitrate = config.topology.scheduler == LinkSchedulerKind::kTopology;
-  if (emulate_link) {
-    // The rank's copies cross its GPU's path, shared with the node's other ranks through the
-    // ledger (attached once the communicator exists); link time is stretched by the scale.
-    d.copy_gbps = placement_.link_gbps / config.topology.emulation_scale;
-    LinkEmulationOptions e;
-    static_cast<LinkPathOptions&>(e) = link_path(config, ranks, placement_);
-    e.solo_gbps = d.copy_gbps;
-    e.arbitrate = arbitrate;
-    emulator_ = std::make_shared<LinkEmulator>(e);
-    d.pacer = emulator_;
-  }
-  if (arbitrate && d.backend == Backend::kCuda) {
-    // A GPU rank's real copies cross its GPU's real path: chunks are held on the copy streams
-    // until the node's ledger grants them, at the links' own capacities (Note [Gating a GPU copy
-    // stream] in links/link_gatekeeper.h); the ledger is attached once the communicator exists.
-    if (!placement_.links || placement_.link_ids.empty() || placement_.link_gbps <= 0) {
-      throw ConfigError(
-          "topology.scheduler: topology needs this rank's GPU and its PCIe path to host memory, "
-          "which the topology (" +
-              placement_.source + ") does not show",
-          "set topology.file to the server's description, or use topology.scheduler=fifo");
-    }
-    LinkGateOptions g;
-    static_cast<LinkPathOptions&>(g) = link_path(config, ranks, placement_);
-    g.path_gbps = placement_.link_gbps;
-    gatekeeper_ = std::make_shared<LinkGatekeeper>(g);
-    d.gate = gatekeeper_;
-  }
-  if (arbitrate && !emulator_ && !gatekeeper_) {
+  // The rank's copies cross its GPU's path, shared with the node's other ranks through the
+  // ledger (attached once the communicator exists): emulated by a CPU rank's copies (stretched
+  // by the emulation's scale), or the real path of a GPU's copies (Note [One hook, two
+  // protocols] in device/copy_arbiter.h).
+  if (emulate_link) d.cpu.link_gbps = placement_.link_gbps / config.topology.emulation_scale;
+  LinkArbiterOptions a;
+  if (emulate_link || arbitrate)
+    static_cast<LinkPathOptions&>(a) = link_path(config, ranks, placement_);
+  a.link_gbps = emulate_link ? d.cpu.link_gbps : placement_.link_gbps;
+  a.emulate = emulate_link;
+  a.arbitrate = arbitrate;
+  a.topology_source = placement_.source;
+  arbiter_ = make_link_arbiter(backend_traits(d.backend).arbitration, a);
+  if (arbitrate && !arbiter_) {
     throw ConfigError(
         "topology.scheduler: topology arbitrates the links of GPU ranks (device.backend=cuda) or "
         "the shared-link emulation of CPU ranks, which this run does not have (it needs a "
         "topology.file with GPUs, and device.copy_gbps 0)",
         "use topology.scheduler=fifo, or unset device.copy_gbps");
   }
+  d.arbiter = arbiter_;
   device_ = create_device(d);
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
@@ -189,12 +172,12 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   exec.plan = plan_options(config);
   // train() drains the staged metrics at least every run.log_every steps.
   exec.metrics_steps = static_cast<size_t>(std::max<int64_t>(config.run.log_every, 1));
-  if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.copy_gbps;
+  if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.cpu.link_gbps;
   if (config.memory.measure && training) {
     // Plan with this device's own times (Note [Measured step times]), cached in run.dir.
     ProfileOptions po;
     po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
-    po.device_key = profile_device_key(*device_, d.copy_gbps);
+    po.device_key = profile_device_key(*device_, d.cpu.link_gbps);
     po.write_cache = ranks.is_root();
     const Lowered lowered = lower_graph(graph_, device_->kernels(), /*training=*/true);
     profile_ = measure_device(*device_, graph_, lowered,
@@ -208,19 +191,18 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   // hide.
   if (config.memory.link_gbps == 0) {
     if (const auto a = training_link(config, ranks.local_size, ranks.local_rank)) {
-      const double scale = emulate_link ? d.copy_gbps / placement_.link_gbps : 1.0;
+      const double scale = emulate_link ? d.cpu.link_gbps / placement_.link_gbps : 1.0;
       // A measured rate per direction is this rank's link alone: it gets the same share.
       const double share = a->gbps * scale / exec.plan.cost.link_gbps;
-      if (exec.plan.cost.d2h_gbps > 0) exec.plan.cost.d2h_gbps *= share;
-      if (exec.plan.cost.h2d_gbps > 0) exec.plan.cost.h2d_gbps *= share;
+      if (exec.plan.cost.link_gbps_to_host > 0) exec.plan.cost.link_gbps_to_host *= share;
+      if (exec.plan.cost.link_gbps_to_device > 0) exec.plan.cost.link_gbps_to_device *= share;
       exec.plan.cost.link_gbps = a->gbps * scale;
       exec.plan.keep_unhidden = true;
     }
   }
   exec.seed = config.run.seed;
   if (arbitrate) {
-    std::shared_ptr<TransferAnnouncer> arbiter = emulator_;
-    if (gatekeeper_) arbiter = gatekeeper_;
+    std::shared_ptr<TransferAnnouncer> arbiter = arbiter_;
     exec.scheduler = [arbiter] { return std::make_unique<TopologyLinkScheduler>(arbiter); };
   }
   const std::string name = config.model.name;
@@ -233,7 +215,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
       exec);
   comm_ =
       create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
-  if (emulator_ || gatekeeper_) attach_link_ledger();
+  if (arbiter_) attach_link_ledger();
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
   const PersistentBytes bytes = store_->bytes();
@@ -261,27 +243,7 @@ void Session::attach_link_ledger() {
     const std::string n = shm_names::job_token();
     std::copy_n(n.begin(), std::min(n.size(), name.size() - 1), name.begin());
   }
-  Stream& compute = device_->stream(StreamKind::kCompute);
-  if (device_->backend() == Backend::kCuda) {
-    // NCCL broadcasts device memory: the name goes through it (and through pinned host memory,
-    // whose copies are ordered on the stream), before any step has run.
-    char* host = static_cast<char*>(device_->pinned().allocate(name.size()));
-    try {
-      DeviceBuffer staged(device_->memory(), name.size(), "link ledger name");
-      std::copy(name.begin(), name.end(), host);
-      device_->copy_async(staged.data(), host, name.size(), compute);
-      comm_->broadcast(staged.data(), name.size(), 0, compute).order_before(compute);
-      device_->copy_async(host, staged.data(), name.size(), compute);
-      compute.synchronize();
-      std::copy_n(host, name.size(), name.begin());
-    } catch (...) {
-      device_->pinned().deallocate(host, name.size());
-      throw;
-    }
-    device_->pinned().deallocate(host, name.size());
-  } else {
-    comm_->broadcast(name.data(), name.size(), 0, compute).wait();
-  }
+  comm_->broadcast_host(name.data(), name.size(), 0);
   name.back() = '\0';
   const std::string token(name.data());
   std::string ledger_name;
@@ -292,7 +254,7 @@ void Session::attach_link_ledger() {
     // Emulated links are stretched by the emulation's scale; a GPU's are its own.
     const std::vector<LinkCapacity> capacities =
         link_capacities(*placement_.links, config_.topology.duplex_factor,
-                        emulator_ ? config_.topology.emulation_scale : 1.0);
+                        arbiter_->emulates_links() ? config_.topology.emulation_scale : 1.0);
     for (const Link& l : placement_.links->links()) {
       links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
     }
@@ -309,17 +271,11 @@ void Session::attach_link_ledger() {
   }
   comm_->barrier();
   if (ranks_.local_rank == 0) LinkLedger::unlink(ledger_name);
-  if (emulator_) {
-    emulator_->attach(std::move(ledger));
-  } else {
-    gatekeeper_->attach(std::move(ledger));
-  }
+  arbiter_->attach(std::move(ledger));
 }
 
 std::vector<LinkUsage> Session::link_usage() const {
-  std::shared_ptr<LinkLedger> ledger = emulator_     ? emulator_->ledger()
-                                       : gatekeeper_ ? gatekeeper_->ledger()
-                                                     : nullptr;
+  std::shared_ptr<LinkLedger> ledger = arbiter_ ? arbiter_->ledger() : nullptr;
   if (!ledger) return {};
   return ledger->usage();
 }

@@ -12,8 +12,7 @@
 #include "comm/communicator.h"
 #include "comm/ranks.h"
 #include "device/device.h"
-#include "links/link_emulator.h"
-#include "links/link_gatekeeper.h"
+#include "links/link_arbiter.h"
 #include "trainer/config/config.h"
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
@@ -70,9 +69,10 @@ class Session {
   Config config_;
   RankInfo ranks_;
   Placement placement_;
-  std::shared_ptr<LinkEmulator> emulator_;  // CPU ranks on topology.file; outlives the device
-  // GPU ranks under the topology scheduler; outlives the device, which drains through it.
-  std::shared_ptr<LinkGatekeeper> gatekeeper_;
+  // The copy arbiter of the rank's links (links/link_arbiter.h): CPU ranks on topology.file,
+  // GPU ranks under the topology scheduler; null otherwise. Outlives the device, which drains
+  // through it.
+  std::shared_ptr<LinkArbiter> arbiter_;
   std::unique_ptr<Device> device_;
   Graph graph_;
   std::unique_ptr<ParameterStore> store_;

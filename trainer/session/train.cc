@@ -52,9 +52,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   if (!session.placement().link_path.empty()) {
     log.print("link     {}: bottleneck {:.2f} GB/s{}", session.placement().link_path,
               session.placement().link_gbps,
-              config.device.backend == Backend::kCpu && config.device.copy_gbps == 0
-                  ? " (emulated by this rank's copies)"
-                  : "");
+              emulates_server_links(config) ? " (emulated by this rank's copies)" : "");
   }
   log.print("device   {}", session.device().name());
   log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",
@@ -126,10 +124,14 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
                       {"device_peak_bytes", result.device_peak_bytes},
                       {"offload_bytes", plan.offload_bytes}};
   if (const DeviceProfile* p = session.cost_profile()) {
-    j["cost_profile"] = {{"kernels", p->kernels},   {"from_cache", p->from_cache},
-                         {"not_timed", p->failed},  {"steps_measured", p->steps_measured},
-                         {"steps", p->steps_total}, {"d2h_gbps", p->d2h_gbps},
-                         {"h2d_gbps", p->h2d_gbps}, {"seconds", p->seconds},
+    j["cost_profile"] = {{"kernels", p->kernels},
+                         {"from_cache", p->from_cache},
+                         {"not_timed", p->failed},
+                         {"steps_measured", p->steps_measured},
+                         {"steps", p->steps_total},
+                         {"d2h_gbps", p->link_gbps_to_host},
+                         {"h2d_gbps", p->link_gbps_to_device},
+                         {"seconds", p->seconds},
                          {"cache", p->cache_path}};
   }
   write_run_file((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");

@@ -21,7 +21,7 @@ class ResidencyTest : public ::testing::Test {
   void SetUp() override {
     DeviceOptions o;
     o.memory = 16 << 20;
-    o.copy_gbps = 0.005;
+    o.cpu.link_gbps = 0.005;
     device_ = create_device(o);
     data_ = static_cast<float*>(device_->memory().allocate(kBytes, "tensor"));
     other_ = static_cast<float*>(device_->memory().allocate(kBytes, "fetch target"));

@@ -1,5 +1,6 @@
 // CpuDevice: copies between device memory and pinned host memory ordered by events across the
-// copy and compute streams, the emulated link bandwidth, and the device's memory capacity.
+// copy and compute streams, the emulated link bandwidth, copies paced by an arbiter, and the
+// device's memory capacity.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -19,8 +22,8 @@ namespace {
 DeviceOptions options(uint64_t memory, double gbps = 0) {
   DeviceOptions o;
   o.memory = memory;
-  o.threads = 2;
-  o.copy_gbps = gbps;
+  o.cpu.threads = 2;
+  o.cpu.link_gbps = gbps;
   return o;
 }
 
@@ -123,6 +126,56 @@ TEST(CpuDevice, MemoryHasTheConfiguredCapacity) {
   EXPECT_NE(device.name().find("2 threads"), std::string::npos) << device.name();
   DeviceBuffer a(device.memory(), 6ull << 20, "big");
   EXPECT_THROW(DeviceBuffer(device.memory(), 4ull << 20, "too much"), OutOfMemoryError);
+}
+
+// Note [One hook, two protocols]: a pacing arbiter carries every copy through its moves; one
+// that only gates is refused when the device is made, not at the first copy.
+class CountingPacer : public CopyArbiter, public CopyPacer {
+ public:
+  CopyPacer* pacer() override { return this; }
+  uint64_t enqueue(bool to_device, uint64_t bytes) override {
+    (to_device ? to_device_ : to_host_) += bytes;
+    return next_++;
+  }
+  void carry(uint64_t, const std::function<void(uint64_t, uint64_t)>& move) override {
+    ++carried_;
+    move(0, 3);
+    move(3, last_ - 3);
+  }
+  uint64_t to_device_ = 0, to_host_ = 0, next_ = 1, last_ = 0;
+  int carried_ = 0;
+};
+
+class GateOnly : public CopyArbiter, public CopyGate {
+ public:
+  CopyGate* gate() override { return this; }
+  void bind(std::shared_ptr<GateSignals>) override {}
+  GateTicket enqueue(bool, uint64_t) override { return {}; }
+  void close() override {}
+};
+
+TEST(CpuDevice, CopiesGoThroughAPacingArbiterAndAGatingOneIsRefused) {
+  auto pacer = std::make_shared<CountingPacer>();
+  DeviceOptions o = options(8ull << 20);
+  o.arbiter = pacer;
+  CpuDevice device(o);
+  const uint64_t bytes = 4096;
+  pacer->last_ = bytes;
+  auto* host = static_cast<unsigned char*>(device.pinned().allocate(bytes));
+  for (uint64_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 7);
+  DeviceBuffer buf(device.memory(), bytes, "paced");
+  Stream& h2d = device.stream(StreamKind::kHostToDevice);
+  device.copy_async(buf.data(), host, bytes, h2d);
+  h2d.synchronize();
+  EXPECT_EQ(pacer->to_device_, bytes);
+  EXPECT_EQ(pacer->to_host_, 0u);
+  EXPECT_EQ(pacer->carried_, 1);
+  EXPECT_EQ(std::memcmp(buf.data(), host, bytes), 0);
+  device.pinned().deallocate(host, bytes);
+
+  DeviceOptions g = options(8ull << 20);
+  g.arbiter = std::make_shared<GateOnly>();
+  EXPECT_THROW(CpuDevice{g}, UnsupportedError);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ class CpuDeviceKernels : public ::testing::Test {
   void SetUp() override {
     DeviceOptions options;
     options.memory = 256ull << 20;
-    options.threads = test::kThreads;
+    options.cpu.threads = test::kThreads;
     device_ = std::make_unique<cpu::CpuDevice>(options);
   }
   // A device allocation holding `values`.

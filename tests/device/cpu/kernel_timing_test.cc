@@ -13,8 +13,8 @@ namespace {
 DeviceOptions options(uint64_t memory, double gbps = 0) {
   DeviceOptions o;
   o.memory = memory;
-  o.threads = 1;  // one thread: timings free of a loaded machine's barrier waits
-  o.copy_gbps = gbps;
+  o.cpu.threads = 1;  // one thread: timings free of a loaded machine's barrier waits
+  o.cpu.link_gbps = gbps;
   return o;
 }
 

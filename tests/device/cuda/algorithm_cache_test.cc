@@ -23,8 +23,8 @@ ConvGeom geometry() {
 DeviceOptions options() {
   DeviceOptions o;
   o.backend = Backend::kCuda;
-  o.deterministic = true;
-  o.conv_tf32 = false;
+  o.cuda.deterministic = true;
+  o.cuda.conv_tf32 = false;
   return o;
 }
 
@@ -60,13 +60,13 @@ TEST(ConvAlgorithmCache, TheKeyHoldsWhatMayChangeAChoiceAndNothingElse) {
   const ConvAlgorithmKey base = conv_algorithm_key(options(), 0, geometry());
   // Options the kernels' numerics or the search depend on: another key.
   DeviceOptions o = options();
-  o.conv_tf32 = true;
+  o.cuda.conv_tf32 = true;
   EXPECT_NE(conv_algorithm_key(o, 0, geometry()), base);
   o = options();
-  o.deterministic = false;
+  o.cuda.deterministic = false;
   EXPECT_NE(conv_algorithm_key(o, 0, geometry()), base);
   o = options();
-  o.algorithms = AlgorithmSearch::kHeuristic;
+  o.cuda.algorithms = AlgorithmSearch::kHeuristic;
   EXPECT_NE(conv_algorithm_key(o, 0, geometry()), base);
   o = options();
   o.workspace_limit /= 2;
@@ -85,9 +85,9 @@ TEST(ConvAlgorithmCache, TheKeyHoldsWhatMayChangeAChoiceAndNothingElse) {
   // so two sessions of different device.memory share their choices.
   o = options();
   o.memory = uint64_t{3} << 30;
-  o.matmul_tf32 = true;
-  o.copy_gbps = 5;
-  o.threads = 3;
+  o.cuda.matmul_tf32 = true;
+  o.cpu.link_gbps = 5;
+  o.cpu.threads = 3;
   EXPECT_EQ(conv_algorithm_key(o, 0, geometry()), base);
 }
 
@@ -96,7 +96,7 @@ TEST(ConvAlgorithmCache, AChoiceLineReadsBackAsItWasWritten) {
   g.groups = 4;
   g.stride_h = 2;
   DeviceOptions o = options();
-  o.algorithms = AlgorithmSearch::kHeuristic;
+  o.cuda.algorithms = AlgorithmSearch::kHeuristic;
   o.ordinal = 3;
   const ConvAlgorithmKey key = conv_algorithm_key(o, 2, g);
   const ConvAlgorithm choice{.algo = 5, .math_type = 2, .workspace = 123456789, .timed = true};

@@ -62,9 +62,9 @@ class Gpu {
     o.backend = Backend::kCuda;
     o.memory = 512 * kMiB;
     o.ordinal = 0;
-    o.conv_tf32 = false;
-    o.matmul_tf32 = false;
-    o.deterministic = deterministic;
+    o.cuda.conv_tf32 = false;
+    o.cuda.matmul_tf32 = false;
+    o.cuda.deterministic = deterministic;
     o.workspace_limit = 64 * kMiB;
     device_ = create_device(o);
   }

@@ -22,9 +22,10 @@ using namespace std::chrono_literals;
 constexpr uint64_t kMiB = 1ull << 20;
 
 // Gates every copy on the copy streams in chunks of `chunk` bytes; the test opens the gates.
-class ManualGate : public CopyGate {
+class ManualGate : public CopyArbiter, public CopyGate {
  public:
   explicit ManualGate(uint64_t chunk) : chunk_(chunk) {}
+  CopyGate* gate() override { return this; }
   void bind(std::shared_ptr<GateSignals> signals) override { signals_ = std::move(signals); }
   GateTicket enqueue(bool to_device, uint64_t bytes) override {
     if (!signals_) return {};  // closed: not gated
@@ -55,11 +56,11 @@ bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds li
   return true;
 }
 
-DeviceOptions gated_options(std::shared_ptr<CopyGate> gate) {
+DeviceOptions gated_options(std::shared_ptr<CopyArbiter> arbiter) {
   DeviceOptions options;
   options.backend = Backend::kCuda;
   options.memory = 256 * kMiB;
-  options.gate = std::move(gate);
+  options.arbiter = std::move(arbiter);
   return options;
 }
 
@@ -138,7 +139,7 @@ TEST(CudaGatedCopy, GatekeeperCopiesLandBitwiseAndEveryChunkIsFinished) {
   LinkLedger::unlink(name);
   LinkGateOptions g;
   g.path = {0, 1};
-  g.path_gbps = 25;
+  g.link_gbps = 25;
   g.chunk_bytes = 4 * kMiB;
   auto gatekeeper = std::make_shared<LinkGatekeeper>(g);
   gatekeeper->attach(ledger);

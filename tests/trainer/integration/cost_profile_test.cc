@@ -24,7 +24,7 @@ std::string quickstart() { return std::string(FERRY_SOURCE_DIR) + "/configs/quic
 std::unique_ptr<Device> cpu_device() {
   DeviceOptions d;
   d.memory = 256ull << 20;
-  d.threads = 1;
+  d.cpu.threads = 1;
   return create_device(d);
 }
 
@@ -58,8 +58,8 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
   EXPECT_EQ(first.failed, 0);
   EXPECT_EQ(first.from_cache, 0);
   EXPECT_GT(first.kernels, 10);
-  EXPECT_GT(first.d2h_gbps, 0);
-  EXPECT_GT(first.h2d_gbps, 0);
+  EXPECT_GT(first.link_gbps_to_host, 0);
+  EXPECT_GT(first.link_gbps_to_device, 0);
   EXPECT_GT(first.predicted_compute_s, 0);
 
   std::ifstream in(po.cache_path);
@@ -72,7 +72,7 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
   const DeviceProfile second = measure_device(*device, graph, lowered, update, po);
   EXPECT_EQ(second.from_cache, first.kernels);
   EXPECT_EQ(second.steps->seconds, first.steps->seconds) << "the cache gives back the same times";
-  EXPECT_EQ(second.d2h_gbps, first.d2h_gbps);
+  EXPECT_EQ(second.link_gbps_to_host, first.link_gbps_to_host);
 
   // Another device is another entry: nothing of the first is reused for it.
   po.device_key = "cpu:0 (some other machine)";
@@ -83,7 +83,7 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
 TEST(DeviceProfile, KernelsThatDoNotFitLeaveTheirStepsToTheFlopModel) {
   DeviceOptions d;
   d.memory = 8ull << 20;
-  d.threads = 1;
+  d.cpu.threads = 1;
   auto device = create_device(d);
   const Graph graph = build_model("lenet5", Shape{512, 3, 32, 32}, 10);
   const Lowered lowered = lower_graph(graph, device->kernels(), true);
@@ -148,8 +148,8 @@ TEST(DeviceProfile, LinkRatesPerDirection) {
   cost.link_gbps = 10;
   EXPECT_DOUBLE_EQ(cost.transfer_seconds(1'000'000'000, true), 0.1);
   DeviceProfile p;
-  p.d2h_gbps = 50;
-  p.h2d_gbps = 25;
+  p.link_gbps_to_host = 50;
+  p.link_gbps_to_device = 25;
   apply_profile(p, cost, /*keep_link=*/false);
   EXPECT_DOUBLE_EQ(cost.transfer_seconds(1'000'000'000, true), 0.02);
   EXPECT_DOUBLE_EQ(cost.transfer_seconds(1'000'000'000, false), 0.04);

@@ -18,10 +18,10 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 TEST(DeviceOptions, DefaultsFollowPyTorch) {
   const DeviceOptions d = device_options(default_config());
-  EXPECT_TRUE(d.conv_tf32);
-  EXPECT_FALSE(d.matmul_tf32);
-  EXPECT_FALSE(d.deterministic);
-  EXPECT_EQ(d.algorithms, AlgorithmSearch::kTimed);
+  EXPECT_TRUE(d.cuda.conv_tf32);
+  EXPECT_FALSE(d.cuda.matmul_tf32);
+  EXPECT_FALSE(d.cuda.deterministic);
+  EXPECT_EQ(d.cuda.algorithms, AlgorithmSearch::kTimed);
   EXPECT_EQ(d.workspace_limit, 256 * kMiB);  // 4 GiB device: the key, not budget / 8
 }
 
@@ -32,9 +32,9 @@ TEST(DeviceOptions, KeysReachTheKernelOptions) {
   const DeviceOptions d = device_options(c);
   EXPECT_EQ(d.backend, Backend::kCuda);
   EXPECT_EQ(d.memory, 1024 * kMiB);
-  EXPECT_FALSE(d.conv_tf32);
-  EXPECT_TRUE(d.matmul_tf32);
-  EXPECT_TRUE(d.deterministic);
+  EXPECT_FALSE(d.cuda.conv_tf32);
+  EXPECT_TRUE(d.cuda.matmul_tf32);
+  EXPECT_TRUE(d.cuda.deterministic);
   EXPECT_EQ(d.workspace_limit, 32 * kMiB);
 }
 
@@ -59,7 +59,7 @@ TEST(DeviceOptions, DeterministicWorkspaceLimitDoesNotDependOnTheBudget) {
 
 TEST(DeviceOptions, AlgorithmsKeyChoosesHowAlgorithmsAreChosen) {
   const Config c = parse_config_text("device: {backend: cuda, algorithms: heuristic}\n");
-  EXPECT_EQ(device_options(c).algorithms, AlgorithmSearch::kHeuristic);
+  EXPECT_EQ(device_options(c).cuda.algorithms, AlgorithmSearch::kHeuristic);
   EXPECT_THROW(parse_config_text("device: {algorithms: fastest}\n"), ConfigError);
 }
 

@@ -1,0 +1,43 @@
+// A rank's link arbiter: the device's copy arbiter (device/copy_arbiter.h) that takes the
+// node's link ledger and the topology scheduler's announcements. The CPU link emulator (paced)
+// and the GPU link gatekeeper (gated) are its two kinds; make_link_arbiter picks the one the
+// device's protocol needs. Invariant: an arbiter built here speaks the protocol it was asked for.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/copy_arbiter.h"
+#include "links/link_announcer.h"
+#include "links/link_ledger.h"
+
+namespace ferry {
+
+class LinkArbiter : public CopyArbiter, public TransferAnnouncer {
+ public:
+  // Attaches the node's ledger; copies before this are neither shared nor arbitrated.
+  virtual void attach(std::shared_ptr<LinkLedger> ledger) = 0;
+  virtual std::shared_ptr<LinkLedger> ledger() const = 0;
+  // Whether the ledger's links are the emulated ones (stretched by topology.emulation_scale)
+  // rather than the GPU's real links.
+  virtual bool emulates_links() const = 0;
+};
+
+struct LinkArbiterOptions : LinkPathOptions {
+  // The rank's link rate: the path's bottleneck as its copies see it, GB/s (emulated: already
+  // divided by the emulation's scale).
+  double link_gbps = 0;
+  bool emulate = false;    // the rank's copies stand in for a described server's GPU (paced)
+  bool arbitrate = false;  // topology scheduler: chunks wait for the ledger's grants
+  // Where the rank's topology came from, for messages ("live machine", a file).
+  std::string topology_source;
+};
+
+// The arbiter a device of protocol `how` needs: the link emulator for paced copies that emulate
+// a described server's link (arbitrated or not), the link gatekeeper for gated copies under
+// arbitration; null when there is nothing to arbitrate. Throws ConfigError when gated copies are
+// to be arbitrated but the rank's path is unknown.
+std::shared_ptr<LinkArbiter> make_link_arbiter(CopyArbitration how,
+                                               const LinkArbiterOptions& options);
+
+}  // namespace ferry

@@ -1,0 +1,80 @@
+// What the layers above device/ ask of a backend (device/backend_traits.h): its copy protocol,
+// whether its devices are GPUs, the FLOP model's default rates, whether it keeps timed algorithm
+// choices in a file, and the kernels planning sizes workspaces with, here or without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "device/backend_traits.h"
+
+namespace ferry {
+namespace {
+
+TEST(BackendTraits, CpuCopiesArePacedAndCudaCopiesAreGated) {
+  EXPECT_EQ(backend_traits(Backend::kCpu).arbitration, CopyArbitration::kPaced);
+  EXPECT_FALSE(backend_traits(Backend::kCpu).real_gpus);
+  EXPECT_EQ(backend_traits(Backend::kCuda).arbitration, CopyArbitration::kGated);
+  EXPECT_TRUE(backend_traits(Backend::kCuda).real_gpus);
+  EXPECT_EQ(copy_arbitration_name(CopyArbitration::kPaced), "paced");
+  EXPECT_EQ(copy_arbitration_name(CopyArbitration::kGated), "gated");
+}
+
+TEST(BackendTraits, DefaultRatesFollowTheBackendAndTheEmulatedLink) {
+  DeviceOptions cpu;
+  cpu.cpu.threads = 4;
+  DeviceRates r = default_device_rates(cpu);
+  EXPECT_EQ(r.compute_flops, 2e11);  // 50 GFLOP/s per thread
+  EXPECT_EQ(r.memory_gbps, 10);
+  EXPECT_EQ(r.link_gbps, 8);
+  cpu.cpu.link_gbps = 0.5;  // device.copy_gbps
+  EXPECT_EQ(default_device_rates(cpu).link_gbps, 0.5);
+  DeviceOptions cuda;
+  cuda.backend = Backend::kCuda;
+  cuda.cpu.threads = 4;  // not the GPU's business
+  r = default_device_rates(cuda);
+  EXPECT_EQ(r.compute_flops, 1e13);
+  EXPECT_EQ(r.memory_gbps, 700);
+  EXPECT_EQ(r.link_gbps, 12);
+}
+
+TEST(BackendTraits, OnlyDeterministicTimedCudaKeepsItsAlgorithmChoices) {
+  DeviceOptions o;
+  o.backend = Backend::kCuda;
+  o.cuda.deterministic = true;
+  EXPECT_TRUE(keeps_algorithm_choices(o));
+  o.cuda.algorithms = AlgorithmSearch::kHeuristic;
+  EXPECT_FALSE(keeps_algorithm_choices(o));
+  o.cuda.algorithms = AlgorithmSearch::kTimed;
+  o.cuda.deterministic = false;
+  EXPECT_FALSE(keeps_algorithm_choices(o));
+  o.backend = Backend::kCpu;
+  o.cuda.deterministic = true;
+  EXPECT_FALSE(keeps_algorithm_choices(o));
+}
+
+TEST(BackendTraits, PlanningKernelsOfTheCpuAnswerThemselves) {
+  DeviceOptions o;
+  o.cpu.threads = 1;
+  EXPECT_TRUE(device_present(o));
+  const PlanningKernels p = create_planning_kernels(o);
+  ASSERT_NE(p.kernels, nullptr);
+  EXPECT_TRUE(p.substitute.empty()) << p.substitute;
+  EXPECT_TRUE(p.kernels->supports(kernel_kind<ConvForward>(), DType::kF32));
+}
+
+// No GPU at this ordinal on any machine: the CPU kernels stand in, cuda workspaces are zero.
+TEST(BackendTraits, PlanningKernelsOfAnAbsentGpuModelZeroWorkspaces) {
+  DeviceOptions o;
+  o.backend = Backend::kCuda;
+  o.ordinal = 1 << 20;
+  o.cpu.threads = 1;
+  EXPECT_FALSE(device_present(o));
+  const PlanningKernels p = create_planning_kernels(o);
+  ASSERT_NE(p.kernels, nullptr);
+  EXPECT_NE(p.substitute.find("zero-workspace cuDNN algorithms"), std::string::npos)
+      << p.substitute;
+  EXPECT_TRUE(p.kernels->supports(kernel_kind<ConvForward>(), DType::kF32));
+}
+
+}  // namespace
+}  // namespace ferry
