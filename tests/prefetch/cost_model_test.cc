@@ -110,12 +110,12 @@ TEST(CostModel, CopiesTakeTheirDirectionsRate) {
   c.link_gbps = 10;
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000, true), 0.1, kEps);
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000, false), 0.1, kEps);
-  c.d2h_gbps = 20;  // measured: to host twice as fast
+  c.link_gbps_to_host = 20;  // measured: to host twice as fast
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000, true), 0.05, kEps);
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000, false), 0.1, kEps);
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000), 0.1, kEps);  // the slower direction
   EXPECT_NEAR(c.round_trip_seconds(1'000'000'000), 0.15, kEps);
-  c.h2d_gbps = 40;
+  c.link_gbps_to_device = 40;
   EXPECT_NEAR(c.transfer_seconds(1'000'000'000), 0.05, kEps);
 }
 
@@ -138,7 +138,7 @@ TEST(StepSimulation, ComputeStallsUntilThePrefetchItWaitsForLands) {
   EXPECT_NEAR(p.step_seconds, 9e-3, kEps);
   // At a measured 3 GB/s to the device the prefetch lands at 6 ms, just in time.
   CostModel fast_up = slow_model();
-  fast_up.h2d_gbps = 3;
+  fast_up.link_gbps_to_device = 3;
   const Prediction q = simulate(five_steps(), fast_up, copies);
   EXPECT_NEAR(q.stall_seconds, 0, kEps);
   EXPECT_NEAR(q.step_seconds, 7e-3, kEps);
