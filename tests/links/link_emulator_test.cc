@@ -103,7 +103,7 @@ class LinkEmulatorTest : public ::testing::Test {
 
 TEST_F(LinkEmulatorTest, WithoutALedgerACopyMovesWholeAtTheSoloRate) {
   LinkEmulationOptions o = rank_options(0, /*arbitrate=*/true, 100'000);
-  o.solo_gbps = 0.1;  // 2 MB in 20 ms
+  o.link_gbps = 0.1;  // 2 MB in 20 ms
   LinkEmulator e(o);
   EXPECT_EQ(e.ledger(), nullptr);
   const auto start = std::chrono::steady_clock::now();

@@ -154,8 +154,8 @@ TEST(HardwareProfile, EveryKeyOfAFileReachesTheProfile) {
   EXPECT_DOUBLE_EQ(p.nominal_gbps, 63);
   // The planner's one link rate is the slower direction; per-direction rates stay unset (0).
   EXPECT_DOUBLE_EQ(p.cost.link_gbps, 49);
-  EXPECT_EQ(p.cost.d2h_gbps, 0);
-  EXPECT_EQ(p.cost.h2d_gbps, 0);
+  EXPECT_EQ(p.cost.link_gbps_to_host, 0);
+  EXPECT_EQ(p.cost.link_gbps_to_device, 0);
 }
 
 TEST(HardwareProfile, OptionalKeysTakeTheirDefaults) {
