@@ -25,6 +25,14 @@
 #define FERRY_PARITY_SUITE CudaParityTest
 #endif
 
+// The host emulation computes a row's softmax with the CPU backend's own exp and log, so its loss
+// must be the CPU backend's bits; a GPU's exp and log may differ in the last place.
+#ifdef FERRY_PARITY_EMULATED
+constexpr bool kSameMathAsCpu = true;
+#else
+constexpr bool kSameMathAsCpu = false;
+#endif
+
 namespace ferry {
 namespace {
 
@@ -249,8 +257,11 @@ struct BnResult {
 
 TEST_F(FERRY_PARITY_SUITE, BatchNormRandomShapes) {
   std::mt19937 rng(21);
-  const BatchNormGeom shapes[] = {{2, 3, 1, 1e-5f},    {5, 7, 9, 1e-5f},   {1, 4, 33, 1e-3f},
-                                  {8, 3, 1089, 1e-5f}, {3, 16, 64, 1e-5f}, {16, 2, 1, 1e-5f}};
+  // The last four spread each channel over several chunks (blocks): N*HW > 4096.
+  const BatchNormGeom shapes[] = {{2, 3, 1, 1e-5f},    {5, 7, 9, 1e-5f},    {1, 4, 33, 1e-3f},
+                                  {8, 3, 1089, 1e-5f}, {3, 16, 64, 1e-5f},  {16, 2, 1, 1e-5f},
+                                  {4, 2, 4099, 1e-5f}, {64, 3, 256, 1e-5f}, {9000, 2, 1, 1e-5f},
+                                  {2, 1, 40961, 1e-5f}};
   for (const BatchNormGeom& g : shapes) {
     SCOPED_TRACE(fmt::format("N{} C{} HW{}", g.n, g.c, g.hw));
     const size_t n = g.n * g.c * g.hw, c = g.c;
@@ -314,6 +325,66 @@ TEST_F(FERRY_PARITY_SUITE, BatchNormRandomShapes) {
   }
 }
 
+// Every output of batch norm's training forward and backward, as bits.
+std::vector<std::vector<float>> bn_outputs(FERRY_PARITY_SUITE& t, GpuArena& mem,
+                                           const BatchNormGeom& g, const std::vector<float>& x,
+                                           const std::vector<float>& dy) {
+  const size_t n = g.n * g.c * g.hw, c = g.c;
+  const std::vector<float> gamma(c, 1.25f), beta(c, -0.5f), rm(c, 0.25f), rv(c, 1.5f);
+  const float* gx = mem.upload(x);
+  const float* ggamma = mem.upload(gamma);
+  float* grm = mem.upload(rm);
+  float* grv = mem.upload(rv);
+  float* gy = mem.alloc<float>(n);
+  float* gsm = mem.alloc<float>(c);
+  float* gsv = mem.alloc<float>(c);
+  float* gdx = mem.alloc<float>(n);
+  float* gdg = mem.alloc<float>(c);
+  float* gdb = mem.alloc<float>(c);
+  t.gpu(BatchNormForwardTraining{g, 0.1f, gx, ggamma, mem.upload(beta), gy, grm, grv, gsm, gsv});
+  t.gpu(BatchNormBackward{g, gx, mem.upload(dy), ggamma, gsm, gsv, gdx, gdg, gdb});
+  return {mem.download(gy, n),  mem.download(grm, c), mem.download(grv, c), mem.download(gsm, c),
+          mem.download(gsv, c), mem.download(gdx, n), mem.download(gdg, c), mem.download(gdb, c)};
+}
+
+// Note [Deterministic multi-block reductions]: the grid follows the SM count, the chunks and
+// their order follow the shape only, so GPUs of 1 to 132 SMs give the same bits.
+TEST_F(FERRY_PARITY_SUITE, BatchNormBitsDoNotDependOnTheGrid) {
+  std::mt19937 rng(22);
+  const BatchNormGeom g{6, 5, 3001, 1e-5f};  // 5 chunks per channel, 25 in all
+  const size_t n = g.n * g.c * g.hw;
+  const std::vector<float> x = random_floats(n, rng, 2.0f, 4.0f), dy = random_floats(n, rng);
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (const int sm_count : {132, 1, 2, 5, 7}) {  // 25, 4, 8, 20 and 25 blocks
+    target_->set_sm_count(sm_count);
+    runs.push_back(bn_outputs(*this, mem_, g, x, dy));
+  }
+  target_->set_sm_count(132);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_TRUE(bitwise(runs[r][i], runs[0][i])) << "run " << r << " output " << i;
+    }
+  }
+  // And the values are the CPU backend's, within the reduction tolerance.
+  std::vector<float> y = poisoned(n), sm = poisoned(g.c), sv = poisoned(g.c);
+  const std::vector<float> gamma(g.c, 1.25f), beta(g.c, -0.5f);
+  cpu(BatchNormForwardTraining{g, 0.1f, x.data(), gamma.data(), beta.data(), y.data(), nullptr,
+                               nullptr, sm.data(), sv.data()});
+  EXPECT_TRUE(close(runs[0][0], y));
+  EXPECT_TRUE(close(runs[0][4], sv));
+}
+
+// More channels than the reduction scratch holds statistics for: refused before any launch.
+TEST_F(FERRY_PARITY_SUITE, BatchNormRefusesChannelsBeyondTheScratch) {
+  const BatchNormGeom g{2, 4097, 1, 1e-5f};
+  try {
+    gpu(BatchNormForwardTraining{.g = g});
+    ADD_FAILURE() << "no UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("4097 channels"), std::string::npos) << e.what();
+  }
+}
+
 // ---- elementwise ---------------------------------------------------------------------------
 
 TEST_F(FERRY_PARITY_SUITE, ReluAddAccumulateCopyAreBitwise) {
@@ -374,7 +445,9 @@ TEST_F(FERRY_PARITY_SUITE, DropoutMasksAndValuesAreBitwise) {
 
 TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
   std::mt19937 rng(41);
-  const int64_t shapes[][2] = {{1, 1}, {1, 10}, {7, 3}, {128, 10}, {300, 17}, {33, 1000}};
+  // From one block of rows to many (32 rows a block); 20000 rows take two scratch pieces.
+  const int64_t shapes[][2] = {{1, 1},    {1, 10},    {7, 3},     {128, 10},
+                               {300, 17}, {33, 1000}, {257, 100}, {20000, 3}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], k = shape[1];
     SCOPED_TRACE(fmt::format("N{} K{}", n, k));
@@ -404,6 +477,10 @@ TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
       EXPECT_TRUE(close(mem_.download(gd, n * k), dlogits));
     }
     EXPECT_TRUE(close({losses[0]}, loss));
+    // Rows summed in row order as on the CPU: with the same exp and log, the same bits.
+    if (kSameMathAsCpu) {
+      EXPECT_TRUE(bitwise(std::vector<float>{losses[0]}, loss));
+    }
     EXPECT_TRUE(bitwise(std::vector<float>{losses[1]}, std::vector<float>{losses[0]}));
   }
 }
