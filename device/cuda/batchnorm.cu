@@ -1,40 +1,26 @@
 // Batch normalisation on plain NCHW, several blocks per channel. Each channel's N*HW values are cut
-// into chunks by the shape alone (bn_split); a block sums a chunk in double by a fixed lane order
-// and writes it to scratch, and a per-channel kernel adds the chunks in order (Note
-// [Deterministic multi-block reductions] in kernel_ops.h): the same bits on every run and for
-// every grid. Two passes (mean, then squared deviations) as the CPU backend.
+// into chunks by the shape alone; a block sums a chunk in double by a fixed lane order and writes
+// it to scratch, and a per-channel kernel adds the chunks in order (Note [Deterministic
+// multi-block reductions] in kernel_ops.h): the same bits on every run and for every grid, and
+// the CPU backend's bits, since it sums in the same order (Note [Batch norm's summation order]).
 #include <algorithm>
 
+#include "device/batch_norm_order.h"
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
 
 namespace ferry::cuda {
 namespace {
 
-// Logical lanes of a chunk: lane l sums the chunk's elements l, l + kBnLanes, ... in order, then
-// the lanes are added by a fixed pairwise tree. On the GPU one thread per lane (the block size).
-constexpr int kBnLanes = 256;
-// A chunk holds at least this many values (16 per lane) ...
-constexpr int64_t kBnMinChunk = 16 * kBnLanes;
-// ... and a channel has at most this many chunks (and C * chunks fits the scratch).
-constexpr int64_t kBnMaxChunks = 256;
+// Note [Batch norm's summation order] (device/batch_norm_order.h) fixes the chunks and the order
+// inside them; one thread per lane on the GPU, a block per chunk.
+constexpr int kBnLanes = kBatchNormLanes;
 // Resident blocks asked per multiprocessor for the chunk kernels (grid size only).
 constexpr int64_t kBnBlocksPerSm = 4;
 
-// How a channel's `count` values are cut: `chunks` runs of `len` consecutive values (the last may
-// be shorter, none is empty). A function of the shape only, so of neither grid nor blockDim.
-struct BnSplit {
-  int64_t chunks = 1, len = 1;
-};
+using BnSplit = BatchNormSplit;
 
-BnSplit bn_split(int64_t count, int64_t c) {
-  int64_t chunks = (count + kBnMinChunk - 1) / kBnMinChunk;
-  chunks = std::max<int64_t>(1, std::min({chunks, kBnMaxChunks, kReductionPartials / c}));
-  BnSplit split;
-  split.len = (count + chunks - 1) / chunks;
-  split.chunks = (count + split.len - 1) / split.len;
-  return split;
-}
+BnSplit bn_split(int64_t count, int64_t c) { return batch_norm_split(count, c); }
 
 // Blocks for the chunk kernels: enough to fill every multiprocessor, never more than the chunks.
 unsigned int bn_grid(int64_t units, int sm_count) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "device/adamw_scalars.h"
+#include "device/batch_norm_order.h"
 
 namespace ferry::cuda {
 
@@ -24,8 +25,8 @@ namespace ferry::cuda {
 // grid (any SM count), and in the host emulation. The scratch is one fixed buffer per GPU,
 // allocated with the device block (CudaDevice) and never per launch.
 
-// Partial sums per quantity (two quantities: A and B).
-constexpr int64_t kReductionPartials = 16384;
+// Partial sums per quantity (two quantities: A and B); batch norm's chunks of all channels fit.
+constexpr int64_t kReductionPartials = kBatchNormMaxPartials;
 // Channels of the per-channel statistics (four doubles each); batch norm refuses more.
 constexpr int64_t kReductionChannels = 4096;
 // The scratch: partials A, partials B, then four per-channel statistics, in doubles.
