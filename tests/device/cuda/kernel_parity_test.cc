@@ -393,6 +393,52 @@ TEST_F(FERRY_PARITY_SUITE, BatchNormBitsDoNotDependOnTheGrid) {
   }
 }
 
+// Values that cancel (2^60 - 2^60 + 1) make every level of Note [Batch norm's summation order]
+// show in the bits: another order in a lane, in the lane tree or among the chunks loses the 1 or
+// keeps a 1 that the order drops. One channel of 3 * 4096 values: three chunks.
+std::vector<float> cancelling_channel() {
+  const float big = 0x1p60f, bigger = 0x1p61f;
+  std::vector<float> v(3 * 4096, 0.0f);
+  v[0] = big;            // chunk 0: 2^60
+  v[4096] = -big;        // chunk 1: -2^60
+  v[8192] = big;         // chunk 2, lane 0 ...
+  v[8192 + 128] = -big;  // ... cancels lane 128 at the tree's first level ...
+  v[8192 + 1] = 1.0f;    // ... so lane 1's 1 survives;
+  v[8192 + 2] = 1.0f;    // lane 2 in order: 1 + 2^61 absorbs the 1,
+  v[8192 + 2 + 256] = bigger;
+  v[8192 + 2 + 512] = -bigger;  // and -2^61 leaves 0
+  return v;
+}
+
+TEST_F(FERRY_PARITY_SUITE, BatchNormSumsInTheSharedOrder) {
+  const BatchNormGeom g{1, 1, 3 * 4096, 1e-5f};
+  const size_t n = 3 * 4096;
+  const std::vector<float> x = cancelling_channel(), dy = cancelling_channel();
+  const std::vector<float> one = {1.0f}, zero = {0.0f};
+  float* gsm = mem_.alloc<float>(1);
+  float* gsv = mem_.alloc<float>(1);
+  float* gdg = mem_.alloc<float>(1);
+  float* gdb = mem_.alloc<float>(1);
+  const float* gx = mem_.upload(x);
+  gpu(BatchNormForwardTraining{g, 0.1f, gx, mem_.upload(one), mem_.upload(zero),
+                               mem_.alloc<float>(n), nullptr, nullptr, gsm, gsv});
+  gpu(BatchNormBackward{g, gx, mem_.upload(dy), mem_.upload(one), gsm, gsv, mem_.alloc<float>(n),
+                        gdg, gdb});
+  // The channel sums to exactly 1 in this order (every step is exact), on every target.
+  EXPECT_EQ(mem_.download(gsm, 1)[0], static_cast<float>(1.0 / static_cast<double>(n)));
+  EXPECT_EQ(mem_.download(gdb, 1)[0], 1.0f);
+  std::vector<float> sm = poisoned(1), sv = poisoned(1), y = poisoned(n), dx = poisoned(n),
+                     dg = poisoned(1), db = poisoned(1);
+  cpu(BatchNormForwardTraining{g, 0.1f, x.data(), one.data(), zero.data(), y.data(), nullptr,
+                               nullptr, sm.data(), sv.data()});
+  cpu(BatchNormBackward{g, x.data(), dy.data(), one.data(), sm.data(), sv.data(), dx.data(),
+                        dg.data(), db.data()});
+  EXPECT_EQ(sm[0], static_cast<float>(1.0 / static_cast<double>(n)));
+  EXPECT_EQ(db[0], 1.0f);
+  EXPECT_TRUE(bitwise(mem_.download(gsv, 1), sv));
+  EXPECT_TRUE(bitwise(mem_.download(gdg, 1), dg));
+}
+
 // More channels than the reduction scratch holds statistics for: refused before any launch.
 TEST_F(FERRY_PARITY_SUITE, BatchNormRefusesChannelsBeyondTheScratch) {
   const BatchNormGeom g{2, 4097, 1, 1e-5f};
