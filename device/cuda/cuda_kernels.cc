@@ -108,12 +108,6 @@ void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
         } else if constexpr (Stateless<T>) {
           run(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (Reducing<T>) {
-          if (scratch_ == nullptr) {
-            throw UnsupportedError(
-                fmt::format("{}: CUDA kernels made without a device have no reduction scratch",
-                            kernel_name(args)),
-                "launch through the CUDA device's kernels (create_device)");
-          }
           run(a, launch_stream(stream, options_.ordinal), ReductionScratch{scratch_, sm_count_});
         } else {
           throw_unsupported(args);

@@ -35,9 +35,14 @@ PoolShape pool_shape(const PoolGeom& g) {
   return s;
 }
 
-// The scratch of a reducing kernel, present (kernels launched without a device have none).
+// The scratch of a reducing kernel, checked after its arguments: CudaKernels made without a
+// device (for planning) have none.
 const ReductionScratch& checked(const ReductionScratch& scratch, const char* what) {
-  FERRY_ASSERT(scratch.ptr != nullptr, what);
+  if (scratch.ptr == nullptr) {
+    throw UnsupportedError(
+        fmt::format("{}: CUDA kernels made without a device have no reduction scratch", what),
+        "launch through the CUDA device's kernels (create_device)");
+  }
   return scratch;
 }
 
@@ -91,9 +96,9 @@ void run(const AdaptiveAvgPoolBackward& a, cudaStream_t stream) {
 void run(const BatchNormForwardTraining& a, cudaStream_t stream, const ReductionScratch& scratch) {
   check_batch_norm_training_geom(a.g);
   const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_forward_training");
-  launch_batch_norm_forward_training(
-      s, a.momentum, a.x, a.gamma, a.beta, a.y, a.running_mean, a.running_var, a.save_mean,
-      a.save_var, checked(scratch, "batch norm without reduction scratch"), stream);
+  launch_batch_norm_forward_training(s, a.momentum, a.x, a.gamma, a.beta, a.y, a.running_mean,
+                                     a.running_var, a.save_mean, a.save_var,
+                                     checked(scratch, "batch_norm_forward_training"), stream);
 }
 
 void run(const BatchNormForwardInference& a, cudaStream_t stream) {
@@ -107,8 +112,7 @@ void run(const BatchNormBackward& a, cudaStream_t stream, const ReductionScratch
   check_batch_norm_geom(a.g, "batch_norm_backward");
   const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_backward");
   launch_batch_norm_backward(s, a.x, a.dy, a.gamma, a.save_mean, a.save_var, a.dx, a.dgamma,
-                             a.dbeta, checked(scratch, "batch norm without reduction scratch"),
-                             stream);
+                             a.dbeta, checked(scratch, "batch_norm_backward"), stream);
 }
 
 void run(const ReluForward& a, cudaStream_t stream) {
@@ -160,7 +164,7 @@ void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream,
          const ReductionScratch& scratch) {
   check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_forward");
   launch_softmax_cross_entropy_forward(a.n, a.k, a.logits, a.labels, a.loss, a.probs, a.correct,
-                                       checked(scratch, "loss without reduction scratch"), stream);
+                                       checked(scratch, "softmax_cross_entropy_forward"), stream);
 }
 
 void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream) {

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "device/cpu/cpu_kernels.h"
+#include "device/cuda/cuda_ops.h"
 #include "tests/device/cuda/parity_target.h"
 
 // The suite's name: CudaParityTest on the GPU, EmulatedCudaParityTest for the host emulation.
@@ -437,6 +438,22 @@ TEST_F(FERRY_PARITY_SUITE, BatchNormSumsInTheSharedOrder) {
   EXPECT_EQ(db[0], 1.0f);
   EXPECT_TRUE(bitwise(mem_.download(gsv, 1), sv));
   EXPECT_TRUE(bitwise(mem_.download(gdg, 1), dg));
+}
+
+// Kernels made without a device (for planning) have no reduction scratch: the reducing kernels
+// check their arguments first, then refuse by name, before touching any memory.
+TEST_F(FERRY_PARITY_SUITE, ReducingKernelsWithoutScratchAreRefusedByName) {
+  const cuda::ReductionScratch none;
+  EXPECT_THROW(cuda::run(BatchNormForwardTraining{.g = {.n = 1, .c = 3, .hw = 1}}, nullptr, none),
+               ConfigError);
+  try {
+    cuda::run(BatchNormBackward{.g = {.n = 2, .c = 3, .hw = 4}}, nullptr, none);
+    ADD_FAILURE() << "no UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_norm_backward"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cuda::run(SoftmaxCrossEntropyForward{.n = 2, .k = 3}, nullptr, none),
+               UnsupportedError);
 }
 
 // More channels than the reduction scratch holds statistics for: refused before any launch.
