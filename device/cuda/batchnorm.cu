@@ -52,6 +52,18 @@ __device__ int64_t channel_offset(int64_t e, int64_t hw, int64_t stride) {
   return static_cast<int64_t>(plane) * stride + (e - static_cast<int64_t>(plane) * hw);
 }
 
+// The channel of element q of an (N, C, HW) tensor; 32-bit divisions when the whole tensor has
+// fewer than 2^32 elements (`narrow`, the same for every thread), as even ResNet-50's largest
+// batch norm at batch 256 does.
+__device__ int64_t channel_of(int64_t q, const BatchNormShape& s, bool narrow) {
+  if (narrow) {
+    return (static_cast<uint32_t>(q) / static_cast<uint32_t>(s.hw)) % static_cast<uint32_t>(s.c);
+  }
+  return (q / s.hw) % s.c;
+}
+
+bool narrow_tensor(const BatchNormShape& s) { return s.n * s.c * s.hw <= int64_t{UINT32_MAX}; }
+
 // What a chunk kernel sums: x; (x - mean)^2; or dy and dy * (x - mean).
 enum class BnSums { kValue, kSquaredDeviation, kGradient };
 
@@ -151,22 +163,24 @@ __global__ void bn_forward_stats_kernel(BatchNormShape s, BnSplit split, float m
   }
 }
 
-__global__ void bn_normalize_kernel(BatchNormShape s, const float* x, const double* mean_f,
-                                    const double* scale, const double* shift, float* y) {
+__global__ void bn_normalize_kernel(BatchNormShape s, bool narrow, const float* x,
+                                    const double* mean_f, const double* scale, const double* shift,
+                                    float* y) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
-    const int64_t c = (q / s.hw) % s.c;
+    const int64_t c = channel_of(q, s, narrow);
     y[q] = (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(scale[c]) +
            static_cast<float>(shift[c]);
   }
 }
 
-__global__ void bn_forward_inference_kernel(BatchNormShape s, const float* x, const float* gamma,
-                                            const float* beta, const float* running_mean,
-                                            const float* running_var, float* y) {
+__global__ void bn_forward_inference_kernel(BatchNormShape s, bool narrow, const float* x,
+                                            const float* gamma, const float* beta,
+                                            const float* running_mean, const float* running_var,
+                                            float* y) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
-    const int64_t c = (q / s.hw) % s.c;
+    const int64_t c = channel_of(q, s, narrow);
     const double invstd =
         1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(s.eps));
     const float scale = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
@@ -194,12 +208,12 @@ __global__ void bn_backward_stats_kernel(BatchNormShape s, BnSplit split, const 
   }
 }
 
-__global__ void bn_grad_input_kernel(BatchNormShape s, const float* x, const float* dy,
+__global__ void bn_grad_input_kernel(BatchNormShape s, bool narrow, const float* x, const float* dy,
                                      const double* k1, const double* mean_f, const double* mean_dy,
                                      const double* k2, float* dx) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
-    const int64_t c = (q / s.hw) % s.c;
+    const int64_t c = channel_of(q, s, narrow);
     dx[q] = (dy[q] - static_cast<float>(mean_dy[c]) -
              (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(k2[c])) *
             static_cast<float>(k1[c]);
@@ -226,8 +240,8 @@ void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum,
   launch_kernel(bn_forward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, momentum, gamma,
                 beta, w.part_a, w.stat[0], running_mean, running_var, save_mean, save_var,
                 w.stat[1], w.stat[2], w.stat[3]);
-  launch_kernel(bn_normalize_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s, x, w.stat[1],
-                w.stat[2], w.stat[3], y);
+  launch_kernel(bn_normalize_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                narrow_tensor(s), x, w.stat[1], w.stat[2], w.stat[3], y);
 }
 
 void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
@@ -235,8 +249,8 @@ void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x
                                          const float* running_mean, const float* running_var,
                                          float* y, cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.hw;
-  launch_kernel(bn_forward_inference_kernel, grid_for(total), kThreads, stream, s, x, gamma, beta,
-                running_mean, running_var, y);
+  launch_kernel(bn_forward_inference_kernel, grid_for(total), kThreads, stream, s, narrow_tensor(s),
+                x, gamma, beta, running_mean, running_var, y);
 }
 
 void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
@@ -252,8 +266,8 @@ void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const f
   launch_kernel(bn_backward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, gamma,
                 save_mean, save_var, w.part_a, w.part_b, dgamma, dbeta, w.stat[0], w.stat[1],
                 w.stat[2], w.stat[3]);
-  launch_kernel(bn_grad_input_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s, x, dy,
-                w.stat[0], w.stat[1], w.stat[2], w.stat[3], dx);
+  launch_kernel(bn_grad_input_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                narrow_tensor(s), x, dy, w.stat[0], w.stat[1], w.stat[2], w.stat[3], dx);
 }
 
 }  // namespace ferry::cuda

@@ -108,6 +108,9 @@ void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
         } else if constexpr (Stateless<T>) {
           run(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (Reducing<T>) {
+          FERRY_ASSERT(stream.kind() == StreamKind::kCompute,
+                       "batch norm and the loss share one reduction scratch: launch them on the "
+                       "compute stream");
           run(a, launch_stream(stream, options_.ordinal), ReductionScratch{scratch_, sm_count_});
         } else {
           throw_unsupported(args);

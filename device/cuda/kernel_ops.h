@@ -19,11 +19,13 @@ namespace ferry::cuda {
 // Batch norm's statistics and gradient sums and the loss's batch total span many blocks. No
 // float atomics: every block writes the partial sum of a fixed piece of the data (double) to its
 // own slot of a scratch buffer, and a later kernel adds a channel's partials in slot order. How
-// the data is cut into pieces is a function of the shape only (batchnorm.cu's bn_split, loss.cu's
-// row pieces), and inside a piece the order is fixed by logical lanes, not by blockDim; the grid
-// only decides which block computes which piece. So the bits are the same on every run, for every
-// grid (any SM count), and in the host emulation. The scratch is one fixed buffer per GPU,
-// allocated with the device block (CudaDevice) and never per launch.
+// the data is cut into pieces is a function of the shape only (batch_norm_split in
+// device/batch_norm_order.h, loss.cu's row pieces), and inside a piece the order is fixed by
+// logical lanes, not by blockDim; the grid only decides which block computes which piece. So the
+// bits are the same on every run, for every grid (any SM count), and in the host emulation. The
+// scratch is one fixed buffer per GPU, allocated with the device block (CudaDevice) and never per
+// launch. One launch uses it at a time: the reducing kernels run on the device's compute stream
+// only (CudaKernels::launch asserts it), so stream order separates them.
 
 // Partial sums per quantity (two quantities: A and B); batch norm's chunks of all channels fit.
 constexpr int64_t kReductionPartials = kBatchNormMaxPartials;
