@@ -1,8 +1,11 @@
 // Batch normalisation on plain NCHW: one channel per work item (statistics, then the normalised
-// output while the channel is still in cache), sums in fixed-order double lanes, so results do
-// not depend on threads. Plain loops, not oneDNN: see Note [Batch norm without oneDNN].
+// output while the channel is still in cache), sums in double in the CUDA kernels' order (Note
+// [Batch norm's summation order]), so results depend on neither threads nor backend. Plain loops,
+// not oneDNN: see Note [Batch norm without oneDNN].
+#include <algorithm>
 #include <cmath>
 
+#include "device/batch_norm_order.h"
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
@@ -18,73 +21,103 @@
 namespace ferry::cpu {
 namespace {
 
-// A channel of an (N, C, HW) tensor: `planes` runs of `hw` floats, `stride` apart. Sums give
-// element i of every run to lane i % kLanes, so they depend on the shape and values only.
+// A channel of an (N, C, HW) tensor: `planes` runs of `hw` floats, `stride` apart. Sums follow
+// Note [Batch norm's summation order] (device/batch_norm_order.h), as the CUDA kernels do, so
+// both backends give the same bits; they depend on the shape and values only.
+
+// Calls body(offset, lane, len) for the runs of chunk [begin, end) of a channel: `len`
+// consecutive values at `offset` from the channel's first value, taken by lanes lane, lane + 1,
+// ..., in the chunk's order.
+template <typename Body>
+void for_each_run(int64_t begin, int64_t end, int64_t hw, int64_t stride, const Body& body) {
+  int64_t plane = begin / hw, i = begin - plane * hw;
+  for (int64_t e = begin; e < end;) {
+    const int64_t lane = (e - begin) % kBatchNormLanes;
+    const int64_t len = std::min({kBatchNormLanes - lane, hw - i, end - e});
+    body(plane * stride + i, lane, len);
+    e += len;
+    i += len;
+    if (i == hw) {
+      i = 0;
+      ++plane;
+    }
+  }
+}
+
+// The lanes' pairwise tree; returns the chunk's sum.
+double lane_tree(double* lanes) {
+  for (int half = kBatchNormLanes / 2; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
+FERRY_SIMD_CLONES void add_values(double* acc, const float* x, int64_t len) {
+  for (int64_t t = 0; t < len; ++t) acc[t] += static_cast<double>(x[t]);
+}
+
+FERRY_SIMD_CLONES void add_sq_devs(double* acc, const float* x, int64_t len, double mean) {
+  for (int64_t t = 0; t < len; ++t) {
+    const double d = static_cast<double>(x[t]) - mean;
+    acc[t] += d * d;
+  }
+}
+
+FERRY_SIMD_CLONES void add_grads(double* a, double* b, const float* x, const float* dy, int64_t len,
+                                 double mean) {
+  for (int64_t t = 0; t < len; ++t) {
+    const double g = static_cast<double>(dy[t]);
+    a[t] += g;
+    b[t] += g * (static_cast<double>(x[t]) - mean);
+  }
+}
 
 // Returns the sum of the channel.
-FERRY_SIMD_CLONES double channel_sum(const float* x, int64_t planes, int64_t stride, int64_t hw) {
-  double acc[kLanes] = {};
-  for (int64_t p = 0; p < planes; ++p, x += stride) {
-    int64_t i = 0;
-    for (; i + kLanes <= hw; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(x[i + l]);
-    }
-    for (int l = 0; i < hw; ++i, ++l) acc[l] += static_cast<double>(x[i]);
+double channel_sum(const float* x, int64_t planes, int64_t stride, int64_t hw,
+                   const BatchNormSplit& split) {
+  const int64_t count = planes * hw;
+  double total = 0.0;
+  for (int64_t begin = 0; begin < count; begin += split.len) {
+    double acc[kBatchNormLanes] = {};
+    for_each_run(
+        begin, std::min(count, begin + split.len), hw, stride,
+        [&](int64_t at, int64_t lane, int64_t len) { add_values(acc + lane, x + at, len); });
+    total += lane_tree(acc);
   }
-  LaneSum s;
-  for (int l = 0; l < kLanes; ++l) s.lane[l] = acc[l];
-  return s.total();
+  return total;
 }
 
 // Returns the sum of (x - mean)^2 over the channel.
-FERRY_SIMD_CLONES double channel_sq_dev(const float* x, int64_t planes, int64_t stride, int64_t hw,
-                                        double mean) {
-  double acc[kLanes] = {};
-  for (int64_t p = 0; p < planes; ++p, x += stride) {
-    int64_t i = 0;
-    for (; i + kLanes <= hw; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        const double d = static_cast<double>(x[i + l]) - mean;
-        acc[l] += d * d;
-      }
-    }
-    for (int l = 0; i < hw; ++i, ++l) {
-      const double d = static_cast<double>(x[i]) - mean;
-      acc[l] += d * d;
-    }
+double channel_sq_dev(const float* x, int64_t planes, int64_t stride, int64_t hw, double mean,
+                      const BatchNormSplit& split) {
+  const int64_t count = planes * hw;
+  double total = 0.0;
+  for (int64_t begin = 0; begin < count; begin += split.len) {
+    double acc[kBatchNormLanes] = {};
+    for_each_run(
+        begin, std::min(count, begin + split.len), hw, stride,
+        [&](int64_t at, int64_t lane, int64_t len) { add_sq_devs(acc + lane, x + at, len, mean); });
+    total += lane_tree(acc);
   }
-  LaneSum s;
-  for (int l = 0; l < kLanes; ++l) s.lane[l] = acc[l];
-  return s.total();
+  return total;
 }
 
 // Sums dy into *sum_dy and dy * (x - mean) into *sum_dyx over the channel.
-FERRY_SIMD_CLONES void channel_grad_sums(const float* x, const float* dy, int64_t planes,
-                                         int64_t stride, int64_t hw, double mean, double* sum_dy,
-                                         double* sum_dyx) {
-  double a[kLanes] = {}, b[kLanes] = {};
-  for (int64_t p = 0; p < planes; ++p, x += stride, dy += stride) {
-    int64_t i = 0;
-    for (; i + kLanes <= hw; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        const double g = static_cast<double>(dy[i + l]);
-        a[l] += g;
-        b[l] += g * (static_cast<double>(x[i + l]) - mean);
-      }
-    }
-    for (int l = 0; i < hw; ++i, ++l) {
-      const double g = static_cast<double>(dy[i]);
-      a[l] += g;
-      b[l] += g * (static_cast<double>(x[i]) - mean);
-    }
+void channel_grad_sums(const float* x, const float* dy, int64_t planes, int64_t stride, int64_t hw,
+                       double mean, const BatchNormSplit& split, double* sum_dy, double* sum_dyx) {
+  const int64_t count = planes * hw;
+  double total_a = 0.0, total_b = 0.0;
+  for (int64_t begin = 0; begin < count; begin += split.len) {
+    double a[kBatchNormLanes] = {}, b[kBatchNormLanes] = {};
+    for_each_run(begin, std::min(count, begin + split.len), hw, stride,
+                 [&](int64_t at, int64_t lane, int64_t len) {
+                   add_grads(a + lane, b + lane, x + at, dy + at, len, mean);
+                 });
+    total_a += lane_tree(a);
+    total_b += lane_tree(b);
   }
-  LaneSum sa, sb;
-  for (int l = 0; l < kLanes; ++l) {
-    sa.lane[l] = a[l];
-    sb.lane[l] = b[l];
-  }
-  *sum_dy = sa.total();
-  *sum_dyx = sb.total();
+  *sum_dy = total_a;
+  *sum_dyx = total_b;
 }
 
 // y = (x - mean) * scale + shift over the channel.
@@ -112,11 +145,13 @@ void run(PlanCache&, const BatchNormForwardTraining& a) {
   const int64_t count = g.n * g.hw;
   const double momentum = a.momentum;
   const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+  const BatchNormSplit split = batch_norm_split(count, g.c);
   parallel_items(g.c, g.n * g.c * g.hw, [&](int64_t c) {
     const float* x = a.x + c * g.hw;
     const int64_t stride = g.c * g.hw;
-    const double mean = channel_sum(x, g.n, stride, g.hw) / static_cast<double>(count);
-    const double var = channel_sq_dev(x, g.n, stride, g.hw, mean) / static_cast<double>(count);
+    const double mean = channel_sum(x, g.n, stride, g.hw, split) / static_cast<double>(count);
+    const double var =
+        channel_sq_dev(x, g.n, stride, g.hw, mean, split) / static_cast<double>(count);
     const double invstd = 1.0 / std::sqrt(var + static_cast<double>(g.eps));
     const float mean_f = static_cast<float>(mean);
     const float scale = static_cast<float>(static_cast<double>(a.gamma[c]) * invstd);
@@ -151,13 +186,14 @@ void run(PlanCache&, const BatchNormBackward& a) {
   const BatchNormGeom& g = a.g;
   check_batch_norm_geom(g, "batch_norm_backward");
   const double count = static_cast<double>(g.n * g.hw);
+  const BatchNormSplit split = batch_norm_split(g.n * g.hw, g.c);
   parallel_items(g.c, 2 * g.n * g.c * g.hw, [&](int64_t c) {
     const double mean = a.save_mean[c];
     const double invstd =
         1.0 / std::sqrt(static_cast<double>(a.save_var[c]) + static_cast<double>(g.eps));
     const int64_t off = c * g.hw, stride = g.c * g.hw;
     double sum_dy = 0.0, sum_dyx = 0.0;
-    channel_grad_sums(a.x + off, a.dy + off, g.n, stride, g.hw, mean, &sum_dy, &sum_dyx);
+    channel_grad_sums(a.x + off, a.dy + off, g.n, stride, g.hw, mean, split, &sum_dy, &sum_dyx);
     a.dbeta[c] = static_cast<float>(sum_dy);
     a.dgamma[c] = static_cast<float>(sum_dyx * invstd);
     const float k1 = static_cast<float>(static_cast<double>(a.gamma[c]) * invstd);

@@ -1,6 +1,7 @@
-// Helpers for the plain-loop kernels' inner loops: instruction-set clones and fixed-order sums.
-// Invariant: a result never depends on which clone runs (no contraction into FMA: the CPU target
-// builds with -ffp-contract=off) nor on pointer alignment (sums use fixed interleaved lanes).
+// Helpers for the plain-loop kernels' inner loops: instruction-set clones. Invariant: a result
+// never depends on which clone runs (no contraction into FMA: the CPU target builds with
+// -ffp-contract=off) nor on pointer alignment (sums keep fixed lanes, e.g. Note [Batch norm's
+// summation order]).
 #pragma once
 
 #include <cstdint>
@@ -13,18 +14,5 @@ namespace ferry::cpu {
 #else
 #define FERRY_SIMD_CLONES
 #endif
-
-inline constexpr int kLanes = 8;
-
-// A sum kept as kLanes interleaved double lanes: element i of a run goes to lane i % kLanes, and
-// total() combines the lanes in a fixed tree.
-struct LaneSum {
-  double lane[kLanes] = {};
-  double total() const {
-    const double a = (lane[0] + lane[4]) + (lane[2] + lane[6]);
-    const double b = (lane[1] + lane[5]) + (lane[3] + lane[7]);
-    return a + b;
-  }
-};
 
 }  // namespace ferry::cpu

@@ -1,14 +1,49 @@
-// Batch normalisation on plain NCHW: one block per channel. Statistics and gradient sums are
-// accumulated in double per thread, then summed by a fixed tree (launch.cuh), so the results
-// are the same bits on every run; two passes (mean, then squared deviations) as the CPU backend.
+// Batch normalisation on plain NCHW, several blocks per channel. Each channel's N*HW values are cut
+// into chunks by the shape alone; a block sums a chunk in double by a fixed lane order and writes
+// it to scratch, and a per-channel kernel adds the chunks in order (Note [Deterministic
+// multi-block reductions] in kernel_ops.h): the same bits on every run and for every grid, and
+// the CPU backend's bits, since it sums in the same order (Note [Batch norm's summation order]).
+#include <algorithm>
+
+#include "device/batch_norm_order.h"
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
 
 namespace ferry::cuda {
 namespace {
 
-// Threads per channel block: a power of two (block_sum).
-constexpr int kBnThreads = 512;
+// Note [Batch norm's summation order] (device/batch_norm_order.h) fixes the chunks and the order
+// inside them; one thread per lane on the GPU, a block per chunk.
+constexpr int kBnLanes = kBatchNormLanes;
+// Resident blocks asked per multiprocessor for the chunk kernels (grid size only).
+constexpr int64_t kBnBlocksPerSm = 4;
+
+using BnSplit = BatchNormSplit;
+
+BnSplit bn_split(int64_t count, int64_t c) { return batch_norm_split(count, c); }
+
+// Blocks for the chunk kernels: enough to fill every multiprocessor, never more than the chunks.
+unsigned int bn_grid(int64_t units, int sm_count) {
+  return static_cast<unsigned int>(
+      std::max<int64_t>(1, std::min(units, kBnBlocksPerSm * std::max(sm_count, 1))));
+}
+
+// The scratch's regions (kernel_ops.h): partials A and B, slot c * chunks + j for chunk j of
+// channel c; then four per-channel statistics.
+struct BnScratch {
+  double* part_a;
+  double* part_b;
+  double* stat[4];
+};
+
+BnScratch bn_scratch(const ReductionScratch& scratch) {
+  BnScratch r;
+  r.part_a = scratch.ptr;
+  r.part_b = scratch.ptr + kReductionPartials;
+  for (int i = 0; i < 4; ++i)
+    r.stat[i] = scratch.ptr + 2 * kReductionPartials + i * kReductionChannels;
+  return r;
+}
 
 // Element e of a channel's N*HW values, as an offset from the channel's first plane. N*HW fits
 // in 32 bits (cuda_ops.cc checks), so the division is the cheap 32-bit one.
@@ -17,37 +52,107 @@ __device__ int64_t channel_offset(int64_t e, int64_t hw, int64_t stride) {
   return static_cast<int64_t>(plane) * stride + (e - static_cast<int64_t>(plane) * hw);
 }
 
-__global__ void __launch_bounds__(kBnThreads)
-    bn_forward_training_kernel(BatchNormShape s, float momentum, const float* x, const float* gamma,
-                               const float* beta, float* y, float* running_mean, float* running_var,
-                               float* save_mean, float* save_var) {
-  const int64_t c = blockIdx.x;
+// The channel of element q of an (N, C, HW) tensor; 32-bit divisions when the whole tensor has
+// fewer than 2^32 elements (`narrow`, the same for every thread), as even ResNet-50's largest
+// batch norm at batch 256 does.
+__device__ int64_t channel_of(int64_t q, const BatchNormShape& s, bool narrow) {
+  if (narrow) {
+    return (static_cast<uint32_t>(q) / static_cast<uint32_t>(s.hw)) % static_cast<uint32_t>(s.c);
+  }
+  return (q / s.hw) % s.c;
+}
+
+bool narrow_tensor(const BatchNormShape& s) { return s.n * s.c * s.hw <= int64_t{UINT32_MAX}; }
+
+// What a chunk kernel sums: x; (x - mean)^2; or dy and dy * (x - mean).
+enum class BnSums { kValue, kSquaredDeviation, kGradient };
+
+// Partial sums of every chunk of every channel into part_a (and part_b for kGradient). The mean
+// is mean_d[c], or save_mean[c] when mean_d is null. Blocks take chunks grid-stride; the order
+// inside a chunk depends on kBnLanes only (threads loop over lanes when there are fewer).
+__global__ void __launch_bounds__(kBnLanes)
+    bn_chunk_sums_kernel(BatchNormShape s, BnSplit split, BnSums what, const float* x,
+                         const float* dy, const double* mean_d, const float* save_mean,
+                         double* part_a, double* part_b) {
+  __shared__ double lane_a[kBnLanes];
+  __shared__ double lane_b[kBnLanes];
   const int64_t count = s.n * s.hw, stride = s.c * s.hw;
-  const float* xc = x + c * s.hw;
-  double sum = 0.0;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    sum += static_cast<double>(xc[channel_offset(e, s.hw, stride)]);
+  const int64_t units = s.c * split.chunks;
+  for (int64_t u = blockIdx.x; u < units; u += static_cast<int64_t>(gridDim.x)) {
+    const int64_t c = u / split.chunks;
+    const int64_t begin = (u % split.chunks) * split.len;
+    const int64_t end = begin + split.len < count ? begin + split.len : count;
+    const float* xc = x + c * s.hw;
+    const float* dyc = dy == nullptr ? nullptr : dy + c * s.hw;
+    double mean = 0.0;
+    if (mean_d != nullptr) mean = mean_d[c];
+    if (save_mean != nullptr) mean = static_cast<double>(save_mean[c]);
+    for (int l = static_cast<int>(threadIdx.x); l < kBnLanes; l += static_cast<int>(blockDim.x)) {
+      double a = 0.0, b = 0.0;
+      for (int64_t e = begin + l; e < end; e += kBnLanes) {
+        const int64_t at = channel_offset(e, s.hw, stride);
+        if (what == BnSums::kValue) {
+          a += static_cast<double>(xc[at]);
+        } else if (what == BnSums::kSquaredDeviation) {
+          const double d = static_cast<double>(xc[at]) - mean;
+          a += d * d;
+        } else {
+          const double g = static_cast<double>(dyc[at]);
+          a += g;
+          b += g * (static_cast<double>(xc[at]) - mean);
+        }
+      }
+      lane_a[l] = a;
+      lane_b[l] = b;
+    }
+    __syncthreads();
+    for (int half = kBnLanes / 2; half > 0; half /= 2) {
+      for (int l = static_cast<int>(threadIdx.x); l < half; l += static_cast<int>(blockDim.x)) {
+        lane_a[l] += lane_a[l + half];
+        lane_b[l] += lane_b[l + half];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      part_a[u] = lane_a[0];
+      if (what == BnSums::kGradient) part_b[u] = lane_b[0];
+    }
+    __syncthreads();  // the lanes are refilled for the next chunk
   }
-  const double mean = block_sum(sum) / static_cast<double>(count);
-  double sq = 0.0;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    const double d = static_cast<double>(xc[channel_offset(e, s.hw, stride)]) - mean;
-    sq += d * d;
+}
+
+// The sum of channel c's chunk partials, in chunk order.
+__device__ double channel_total(const double* part, int64_t c, int64_t chunks) {
+  double total = 0.0;
+  for (int64_t j = 0; j < chunks; ++j) total += part[c * chunks + j];
+  return total;
+}
+
+__global__ void bn_mean_kernel(BatchNormShape s, BnSplit split, const double* part_a,
+                               double* mean) {
+  FERRY_GRID_STRIDE(c, s.c) {
+    mean[c] = channel_total(part_a, c, split.chunks) / static_cast<double>(s.n * s.hw);
   }
-  const double var = block_sum(sq) / static_cast<double>(count);
-  const double invstd = 1.0 / sqrt(var + static_cast<double>(s.eps));
-  const float mean_f = static_cast<float>(mean);
-  const float scale = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
-  const float shift = beta[c];
-  float* yc = y + c * s.hw;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    const int64_t at = channel_offset(e, s.hw, stride);
-    yc[at] = (xc[at] - mean_f) * scale + shift;
-  }
-  if (threadIdx.x == 0) {
+}
+
+// Variance, the saved and running statistics, and the per-channel mean, scale and shift the
+// normalisation reads (stat 1..3, floats held in doubles).
+__global__ void bn_forward_stats_kernel(BatchNormShape s, BnSplit split, float momentum,
+                                        const float* gamma, const float* beta, const double* part_a,
+                                        const double* mean_d, float* running_mean,
+                                        float* running_var, float* save_mean, float* save_var,
+                                        double* mean_f, double* scale, double* shift) {
+  FERRY_GRID_STRIDE(c, s.c) {
+    const int64_t count = s.n * s.hw;
+    const double mean = mean_d[c];
+    const double var = channel_total(part_a, c, split.chunks) / static_cast<double>(count);
+    const double invstd = 1.0 / sqrt(var + static_cast<double>(s.eps));
+    mean_f[c] = static_cast<float>(mean);
+    scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
+    shift[c] = beta[c];
     const double m = momentum;
     const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-    if (save_mean != nullptr) save_mean[c] = mean_f;
+    if (save_mean != nullptr) save_mean[c] = static_cast<float>(mean);
     if (save_var != nullptr) save_var[c] = static_cast<float>(var);
     if (running_mean != nullptr) {
       running_mean[c] = static_cast<float>((1.0 - m) * running_mean[c] + m * mean);
@@ -58,12 +163,24 @@ __global__ void __launch_bounds__(kBnThreads)
   }
 }
 
-__global__ void bn_forward_inference_kernel(BatchNormShape s, const float* x, const float* gamma,
-                                            const float* beta, const float* running_mean,
-                                            const float* running_var, float* y) {
+__global__ void bn_normalize_kernel(BatchNormShape s, bool narrow, const float* x,
+                                    const double* mean_f, const double* scale, const double* shift,
+                                    float* y) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
-    const int64_t c = (q / s.hw) % s.c;
+    const int64_t c = channel_of(q, s, narrow);
+    y[q] = (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(scale[c]) +
+           static_cast<float>(shift[c]);
+  }
+}
+
+__global__ void bn_forward_inference_kernel(BatchNormShape s, bool narrow, const float* x,
+                                            const float* gamma, const float* beta,
+                                            const float* running_mean, const float* running_var,
+                                            float* y) {
+  const int64_t total = s.n * s.c * s.hw;
+  FERRY_GRID_STRIDE(q, total) {
+    const int64_t c = channel_of(q, s, narrow);
     const double invstd =
         1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(s.eps));
     const float scale = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
@@ -71,38 +188,35 @@ __global__ void bn_forward_inference_kernel(BatchNormShape s, const float* x, co
   }
 }
 
-__global__ void __launch_bounds__(kBnThreads)
-    bn_backward_kernel(BatchNormShape s, const float* x, const float* dy, const float* gamma,
-                       const float* save_mean, const float* save_var, float* dx, float* dgamma,
-                       float* dbeta) {
-  const int64_t c = blockIdx.x;
-  const int64_t count = s.n * s.hw, stride = s.c * s.hw;
-  const float* xc = x + c * s.hw;
-  const float* dyc = dy + c * s.hw;
-  const double mean = save_mean[c];
-  const double invstd = 1.0 / sqrt(static_cast<double>(save_var[c]) + static_cast<double>(s.eps));
-  double a = 0.0, b = 0.0;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    const int64_t at = channel_offset(e, s.hw, stride);
-    const double g = static_cast<double>(dyc[at]);
-    a += g;
-    b += g * (static_cast<double>(xc[at]) - mean);
-  }
-  const double sum_dy = block_sum(a);
-  const double sum_dyx = block_sum(b);
-  const double n = static_cast<double>(count);
-  const float k1 = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
-  const float k2 = static_cast<float>(invstd * invstd * sum_dyx / n);
-  const float mean_dy = static_cast<float>(sum_dy / n);
-  const float mean_f = save_mean[c];
-  float* dxc = dx + c * s.hw;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    const int64_t at = channel_offset(e, s.hw, stride);
-    dxc[at] = (dyc[at] - mean_dy - (xc[at] - mean_f) * k2) * k1;
-  }
-  if (threadIdx.x == 0) {
+// dbeta, dgamma, and the per-channel constants of dx: k1 (stat 0), mean (1), mean_dy (2), k2 (3).
+__global__ void bn_backward_stats_kernel(BatchNormShape s, BnSplit split, const float* gamma,
+                                         const float* save_mean, const float* save_var,
+                                         const double* part_a, const double* part_b, float* dgamma,
+                                         float* dbeta, double* k1, double* mean_f, double* mean_dy,
+                                         double* k2) {
+  FERRY_GRID_STRIDE(c, s.c) {
+    const double n = static_cast<double>(s.n * s.hw);
+    const double invstd = 1.0 / sqrt(static_cast<double>(save_var[c]) + static_cast<double>(s.eps));
+    const double sum_dy = channel_total(part_a, c, split.chunks);
+    const double sum_dyx = channel_total(part_b, c, split.chunks);
     dbeta[c] = static_cast<float>(sum_dy);
     dgamma[c] = static_cast<float>(sum_dyx * invstd);
+    k1[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
+    k2[c] = static_cast<float>(invstd * invstd * sum_dyx / n);
+    mean_dy[c] = static_cast<float>(sum_dy / n);
+    mean_f[c] = save_mean[c];
+  }
+}
+
+__global__ void bn_grad_input_kernel(BatchNormShape s, bool narrow, const float* x, const float* dy,
+                                     const double* k1, const double* mean_f, const double* mean_dy,
+                                     const double* k2, float* dx) {
+  const int64_t total = s.n * s.c * s.hw;
+  FERRY_GRID_STRIDE(q, total) {
+    const int64_t c = channel_of(q, s, narrow);
+    dx[q] = (dy[q] - static_cast<float>(mean_dy[c]) -
+             (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(k2[c])) *
+            static_cast<float>(k1[c]);
   }
 }
 
@@ -111,9 +225,23 @@ __global__ void __launch_bounds__(kBnThreads)
 void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum, const float* x,
                                         const float* gamma, const float* beta, float* y,
                                         float* running_mean, float* running_var, float* save_mean,
-                                        float* save_var, cudaStream_t stream) {
-  launch_kernel(bn_forward_training_kernel, static_cast<unsigned int>(s.c), kBnThreads, stream, s,
-                momentum, x, gamma, beta, y, running_mean, running_var, save_mean, save_var);
+                                        float* save_var, const ReductionScratch& scratch,
+                                        cudaStream_t stream) {
+  const BnSplit split = bn_split(s.n * s.hw, s.c);
+  const BnScratch w = bn_scratch(scratch);
+  const unsigned int blocks = bn_grid(s.c * split.chunks, scratch.sm_count);
+  const double* no_mean = nullptr;
+  const float* no_floats = nullptr;
+  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kValue, x,
+                no_floats, no_mean, no_floats, w.part_a, w.part_b);
+  launch_kernel(bn_mean_kernel, grid_for(s.c), kThreads, stream, s, split, w.part_a, w.stat[0]);
+  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kSquaredDeviation,
+                x, no_floats, w.stat[0], no_floats, w.part_a, w.part_b);
+  launch_kernel(bn_forward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, momentum, gamma,
+                beta, w.part_a, w.stat[0], running_mean, running_var, save_mean, save_var,
+                w.stat[1], w.stat[2], w.stat[3]);
+  launch_kernel(bn_normalize_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                narrow_tensor(s), x, w.stat[1], w.stat[2], w.stat[3], y);
 }
 
 void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
@@ -121,15 +249,25 @@ void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x
                                          const float* running_mean, const float* running_var,
                                          float* y, cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.hw;
-  launch_kernel(bn_forward_inference_kernel, grid_for(total), kThreads, stream, s, x, gamma, beta,
-                running_mean, running_var, y);
+  launch_kernel(bn_forward_inference_kernel, grid_for(total), kThreads, stream, s, narrow_tensor(s),
+                x, gamma, beta, running_mean, running_var, y);
 }
 
 void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
                                 const float* gamma, const float* save_mean, const float* save_var,
-                                float* dx, float* dgamma, float* dbeta, cudaStream_t stream) {
-  launch_kernel(bn_backward_kernel, static_cast<unsigned int>(s.c), kBnThreads, stream, s, x, dy,
-                gamma, save_mean, save_var, dx, dgamma, dbeta);
+                                float* dx, float* dgamma, float* dbeta,
+                                const ReductionScratch& scratch, cudaStream_t stream) {
+  const BnSplit split = bn_split(s.n * s.hw, s.c);
+  const BnScratch w = bn_scratch(scratch);
+  const unsigned int blocks = bn_grid(s.c * split.chunks, scratch.sm_count);
+  const double* no_mean = nullptr;
+  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kGradient, x, dy,
+                no_mean, save_mean, w.part_a, w.part_b);
+  launch_kernel(bn_backward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, gamma,
+                save_mean, save_var, w.part_a, w.part_b, dgamma, dbeta, w.stat[0], w.stat[1],
+                w.stat[2], w.stat[3]);
+  launch_kernel(bn_grad_input_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                narrow_tensor(s), x, dy, w.stat[0], w.stat[1], w.stat[2], w.stat[3], dx);
 }
 
 }  // namespace ferry::cuda

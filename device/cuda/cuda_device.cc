@@ -12,6 +12,7 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/kernel_ops.h"
 #include "device/host_pages.h"
 
 namespace ferry::cuda {
@@ -126,12 +127,15 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
   use_device(ordinal_);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
-  name_ = fmt::format("cuda:{} ({}, {} total, {} device memory)", ordinal_,
+  name_ = fmt::format("cuda:{} ({}, {} total, {} device memory + {} kernel scratch)", ordinal_,
                       static_cast<const char*>(prop.name), format_bytes(prop.totalGlobalMem),
-                      format_bytes(options.memory));
+                      format_bytes(options.memory), format_bytes(kReductionScratchBytes));
 
+  // Note [Reduction scratch beside the heap]: one allocation holds the heap's device.memory bytes
+  // and, after them, the kernels' fixed reduction scratch.
+  const uint64_t scratch_at = (options.memory + 255) / 256 * 256;
   void* block = nullptr;
-  const cudaError_t status = cudaMalloc(&block, options.memory);
+  const cudaError_t status = cudaMalloc(&block, scratch_at + kReductionScratchBytes);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // not sticky; keep it out of later cudaGetLastError() checks
     size_t free_bytes = 0;
@@ -144,14 +148,18 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
                                  : fmt::format("cuda:{} did not report its free memory", ordinal_);
     throw OutOfMemoryError(
         OutOfMemoryError::Where::kDevice, fmt::format("cuda:{} device block", ordinal_),
-        options.memory, known ? total_bytes - free_bytes : 0, known ? total_bytes : 0, {},
+        scratch_at + kReductionScratchBytes, known ? total_bytes - free_bytes : 0,
+        known ? total_bytes : 0, {},
         fmt::format("lower device.memory: {} (other processes may hold the rest)", have));
   }
   if (status != cudaSuccess) {
-    throw_cuda_error(status, "cudaMalloc(&block, options.memory)", __FILE__, __LINE__);
+    throw_cuda_error(status, "cudaMalloc(&block, scratch_at + kReductionScratchBytes)", __FILE__,
+                     __LINE__);
   }
   block_.reset(block);
   heap_ = std::make_unique<DeviceHeap>(block, options.memory);
+  kernels_.set_reduction_scratch(reinterpret_cast<double*>(static_cast<char*>(block) + scratch_at),
+                                 prop.multiProcessorCount);
 
   // Note [Stream priorities]. Numerically lower is higher priority: greatest <= least.
   int least = 0;

@@ -1,6 +1,8 @@
 // The CUDA backend's Device and its entry points (the registry calls device_count() and
 // create_cuda_device()). Device memory is ONE cudaMalloc of device.memory bytes cut by a
-// DeviceHeap, so the capacity is exact and hard, as on the CPU backend.
+// DeviceHeap, so the capacity is exact and hard, as on the CPU backend; the kernels' fixed
+// reduction scratch sits after it in the same allocation (Note [Reduction scratch beside the
+// heap]).
 #pragma once
 
 #include <functional>
@@ -48,6 +50,13 @@ class CudaPinnedAllocator : public PinnedAllocator {
   std::function<void(void*, uint64_t)> place_;
 };
 
+// Note [Reduction scratch beside the heap]
+// Batch norm and the loss reduce through a fixed kReductionScratchBytes (384 KiB, kernel_ops.h)
+// of device memory per GPU. CudaDevice allocates it once, in the same cudaMalloc as the heap and
+// after its device.memory bytes, and hands it to its kernels; nothing is allocated per launch.
+// The heap's capacity stays exactly device.memory, so the planner's budget (which plans the
+// heap) is unchanged: the scratch is a fixed cost on top of it, like the library handles', and
+// name() reports it ("... device memory + 384.00 KiB kernel scratch").
 class CudaDevice : public Device {
  public:
   explicit CudaDevice(const DeviceOptions& options);

@@ -46,14 +46,21 @@ constexpr bool is_conv = is_one_of<T, ConvForward, ConvBackwardData, ConvBackwar
 template <typename T>
 constexpr bool is_linear = is_one_of<T, LinearForward, LinearBackwardData, LinearBackwardWeights>;
 
-// Whether cuda_ops.h runs kernel arguments of type T (no library handle, no workspace).
+// Whether cuda_ops.h runs kernel arguments of type T (no library handle, no workspace, no
+// scratch).
 template <typename T>
 concept Stateless = requires(const T& args, cudaStream_t stream) {
   run(args, stream);
 };
 
+// Whether cuda_ops.h runs T through the reduction scratch (batch norm, the loss forward).
 template <typename T>
-constexpr bool runs = Stateless<T> || is_conv<T> || is_linear<T>;
+concept Reducing = requires(const T& args, cudaStream_t stream, const ReductionScratch& scratch) {
+  run(args, stream, scratch);
+};
+
+template <typename T>
+constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T>;
 
 // The kernel table: kRuns[kernel_kind<T>()] says whether T runs on this backend.
 template <size_t... I>
@@ -84,7 +91,8 @@ uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (is_conv<T>) return conv_->workspace_bytes(a);
         if constexpr (is_linear<T>) return linear_->workspace_bytes(a);
-        return 0;  // no stateless kernel uses a workspace
+        return 0;  // no other kernel has a workspace (batch norm and the loss use the fixed
+                   // reduction scratch, which CudaDevice holds outside the heap)
       },
       args);
 }
@@ -99,6 +107,11 @@ void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
           linear_->launch(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (Stateless<T>) {
           run(a, launch_stream(stream, options_.ordinal));
+        } else if constexpr (Reducing<T>) {
+          FERRY_ASSERT(stream.kind() == StreamKind::kCompute,
+                       "batch norm and the loss share one reduction scratch: launch them on the "
+                       "compute stream");
+          run(a, launch_stream(stream, options_.ordinal), ReductionScratch{scratch_, sm_count_});
         } else {
           throw_unsupported(args);
         }

@@ -40,8 +40,20 @@ class CudaKernels : public Kernels {
   // Enqueues a supported kernel on `stream`; UnsupportedError naming any other kernel.
   void launch(const KernelArgs& args, Stream& stream) override;
 
+  // The GPU's reduction scratch (kReductionScratchBytes, kernel_ops.h) that batch norm and the
+  // loss reduce through, and its multiprocessor count, which sizes their grids (never their
+  // results). Set by CudaDevice, which owns the memory; kernels without it cannot launch those.
+  void set_reduction_scratch(double* scratch, int sm_count) {
+    scratch_ = scratch;
+    sm_count_ = sm_count;
+  }
+  double* reduction_scratch() const { return scratch_; }
+  int sm_count() const { return sm_count_; }
+
  private:
   DeviceOptions options_;
+  double* scratch_ = nullptr;
+  int sm_count_ = 1;
   std::unique_ptr<CudnnConv> conv_;
   std::unique_ptr<CublasLinear> linear_;
 };

@@ -35,6 +35,17 @@ PoolShape pool_shape(const PoolGeom& g) {
   return s;
 }
 
+// The scratch of a reducing kernel, checked after its arguments: CudaKernels made without a
+// device (for planning) have none.
+const ReductionScratch& checked(const ReductionScratch& scratch, const char* what) {
+  if (scratch.ptr == nullptr) {
+    throw UnsupportedError(
+        fmt::format("{}: CUDA kernels made without a device have no reduction scratch", what),
+        "launch through the CUDA device's kernels (create_device)");
+  }
+  return scratch;
+}
+
 // The shape of a checked geometry, within the batch norm kernels' 32-bit channel index.
 BatchNormShape bn_shape(const BatchNormGeom& g, const char* what) {
   if (g.n * g.hw > int64_t{UINT32_MAX}) {
@@ -45,6 +56,18 @@ BatchNormShape bn_shape(const BatchNormGeom& g, const char* what) {
         "lower data.batch_size");
   }
   return {g.n, g.c, g.hw, g.eps};
+}
+
+// bn_shape, within the reduction scratch's per-channel statistics (training and backward).
+BatchNormShape bn_reduce_shape(const BatchNormGeom& g, const char* what) {
+  if (g.c > kReductionChannels) {
+    throw UnsupportedError(
+        fmt::format("{}: {} channels exceed the CUDA batch norm kernel's {} (its reduction "
+                    "scratch)",
+                    what, g.c, kReductionChannels),
+        "use fewer channels per batch norm layer, or set device.backend=cpu");
+  }
+  return bn_shape(g, what);
 }
 
 }  // namespace
@@ -70,11 +93,12 @@ void run(const AdaptiveAvgPoolBackward& a, cudaStream_t stream) {
   launch_adaptive_avg_pool_backward(a.n * a.c, a.h, a.w, a.oh, a.ow, a.dy, a.dx, stream);
 }
 
-void run(const BatchNormForwardTraining& a, cudaStream_t stream) {
+void run(const BatchNormForwardTraining& a, cudaStream_t stream, const ReductionScratch& scratch) {
   check_batch_norm_training_geom(a.g);
-  const BatchNormShape s = bn_shape(a.g, "batch_norm_forward_training");
+  const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_forward_training");
   launch_batch_norm_forward_training(s, a.momentum, a.x, a.gamma, a.beta, a.y, a.running_mean,
-                                     a.running_var, a.save_mean, a.save_var, stream);
+                                     a.running_var, a.save_mean, a.save_var,
+                                     checked(scratch, "batch_norm_forward_training"), stream);
 }
 
 void run(const BatchNormForwardInference& a, cudaStream_t stream) {
@@ -84,11 +108,11 @@ void run(const BatchNormForwardInference& a, cudaStream_t stream) {
                                       stream);
 }
 
-void run(const BatchNormBackward& a, cudaStream_t stream) {
+void run(const BatchNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
   check_batch_norm_geom(a.g, "batch_norm_backward");
-  const BatchNormShape s = bn_shape(a.g, "batch_norm_backward");
+  const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_backward");
   launch_batch_norm_backward(s, a.x, a.dy, a.gamma, a.save_mean, a.save_var, a.dx, a.dgamma,
-                             a.dbeta, stream);
+                             a.dbeta, checked(scratch, "batch_norm_backward"), stream);
 }
 
 void run(const ReluForward& a, cudaStream_t stream) {
@@ -136,10 +160,11 @@ void run(const DropoutBackward& a, cudaStream_t stream) {
   launch_dropout_backward(a.n, a.p, a.dy, a.mask, a.dx, stream);
 }
 
-void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream) {
+void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream,
+         const ReductionScratch& scratch) {
   check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_forward");
   launch_softmax_cross_entropy_forward(a.n, a.k, a.logits, a.labels, a.loss, a.probs, a.correct,
-                                       stream);
+                                       checked(scratch, "softmax_cross_entropy_forward"), stream);
 }
 
 void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream) {

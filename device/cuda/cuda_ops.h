@@ -1,11 +1,14 @@
 // The CUDA backend's stateless kernels, one run() overload per KernelArgs alternative it
 // supports: each checks its arguments on the host (ConfigError, as the CPU backend), then
 // enqueues on `stream` (of the GPU current on this thread) and returns without synchronising.
-// CudaKernels (cuda_kernels.cc) dispatches to whichever overloads exist.
+// CudaKernels (cuda_kernels.cc) dispatches to whichever overloads exist. The reducing kernels
+// (batch norm's training forward and backward, the loss forward) also take the GPU's fixed
+// reduction scratch (Note [Deterministic multi-block reductions] in kernel_ops.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include "device/cuda/kernel_ops.h"
 #include "device/kernels.h"
 
 namespace ferry::cuda {
@@ -14,9 +17,9 @@ void run(const PoolForward& a, cudaStream_t stream);
 void run(const PoolBackward& a, cudaStream_t stream);
 void run(const AdaptiveAvgPoolForward& a, cudaStream_t stream);
 void run(const AdaptiveAvgPoolBackward& a, cudaStream_t stream);
-void run(const BatchNormForwardTraining& a, cudaStream_t stream);
+void run(const BatchNormForwardTraining& a, cudaStream_t stream, const ReductionScratch& scratch);
 void run(const BatchNormForwardInference& a, cudaStream_t stream);
-void run(const BatchNormBackward& a, cudaStream_t stream);
+void run(const BatchNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch);
 void run(const ReluForward& a, cudaStream_t stream);
 void run(const ReluBackward& a, cudaStream_t stream);
 void run(const AddForward& a, cudaStream_t stream);
@@ -26,7 +29,7 @@ void run(const Fill& a, cudaStream_t stream);
 void run(const Scale& a, cudaStream_t stream);
 void run(const DropoutForward& a, cudaStream_t stream);
 void run(const DropoutBackward& a, cudaStream_t stream);
-void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream);
+void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream, const ReductionScratch& scratch);
 void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream);
 void run(const SgdUpdate& a, cudaStream_t stream);
 void run(const AdamWUpdate& a, cudaStream_t stream);

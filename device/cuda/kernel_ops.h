@@ -9,8 +9,37 @@
 #include <cstdint>
 
 #include "device/adamw_scalars.h"
+#include "device/batch_norm_order.h"
 
 namespace ferry::cuda {
+
+// ---- reduction scratch ------------------------------------------------------------------------
+
+// Note [Deterministic multi-block reductions]
+// Batch norm's statistics and gradient sums and the loss's batch total span many blocks. No
+// float atomics: every block writes the partial sum of a fixed piece of the data (double) to its
+// own slot of a scratch buffer, and a later kernel adds a channel's partials in slot order. How
+// the data is cut into pieces is a function of the shape only (batch_norm_split in
+// device/batch_norm_order.h, loss.cu's row pieces), and inside a piece the order is fixed by
+// logical lanes, not by blockDim; the grid only decides which block computes which piece. So the
+// bits are the same on every run, for every grid (any SM count), and in the host emulation. The
+// scratch is one fixed buffer per GPU, allocated with the device block (CudaDevice) and never per
+// launch. One launch uses it at a time: the reducing kernels run on the device's compute stream
+// only (CudaKernels::launch asserts it), so stream order separates them.
+
+// Partial sums per quantity (two quantities: A and B); batch norm's chunks of all channels fit.
+constexpr int64_t kReductionPartials = kBatchNormMaxPartials;
+// Channels of the per-channel statistics (four doubles each); batch norm refuses more.
+constexpr int64_t kReductionChannels = 4096;
+// The scratch: partials A, partials B, then four per-channel statistics, in doubles.
+constexpr int64_t kReductionScratchDoubles = 2 * kReductionPartials + 4 * kReductionChannels;
+constexpr uint64_t kReductionScratchBytes = kReductionScratchDoubles * sizeof(double);  // 384 KiB
+
+// The scratch a reducing kernel uses, and the GPU's multiprocessor count, which sizes grids only.
+struct ReductionScratch {
+  double* ptr = nullptr;  // kReductionScratchDoubles doubles of device memory
+  int sm_count = 1;
+};
 
 // ---- pooling (pool.cu) --------------------------------------------------------------------
 
@@ -42,18 +71,22 @@ struct BatchNormShape {
   float eps = 1e-5f;
 };
 
-// One block per channel. running_* and save_* may each be null (not written).
+// Several blocks per channel, reduced through `scratch` (Note [Deterministic multi-block
+// reductions]); s.c <= kReductionChannels. running_* and save_* may each be null (not written).
 void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum, const float* x,
                                         const float* gamma, const float* beta, float* y,
                                         float* running_mean, float* running_var, float* save_mean,
-                                        float* save_var, cudaStream_t stream);
+                                        float* save_var, const ReductionScratch& scratch,
+                                        cudaStream_t stream);
 void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
                                          const float* gamma, const float* beta,
                                          const float* running_mean, const float* running_var,
                                          float* y, cudaStream_t stream);
+// Several blocks per channel through `scratch`, as the forward; s.c <= kReductionChannels.
 void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
                                 const float* gamma, const float* save_mean, const float* save_var,
-                                float* dx, float* dgamma, float* dbeta, cudaStream_t stream);
+                                float* dx, float* dgamma, float* dbeta,
+                                const ReductionScratch& scratch, cudaStream_t stream);
 
 // ---- elementwise (activation.cu) ------------------------------------------------------------
 
@@ -70,12 +103,14 @@ void launch_dropout_backward(int64_t n, float p, const float* dy, const uint8_t*
 
 // ---- loss (loss.cu) ------------------------------------------------------------------------
 
-// One block: per-row softmax in double, the batch mean and the correct count reduced on the
-// device. A row whose label is outside [0, K) gets a NaN loss (and NaN probabilities), since
-// the device cannot throw; the loss then reads NaN.
+// Rows spread over blocks, one per thread, in double as the CPU backend; the batch total and the
+// correct count summed in row order through `scratch`, as the CPU backend sums them. A row whose
+// label is outside [0, K) gets a NaN loss (and NaN probabilities), since the device cannot
+// throw; the loss then reads NaN.
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, cudaStream_t stream);
+                                          int32_t* correct, const ReductionScratch& scratch,
+                                          cudaStream_t stream);
 // dlogits = (probs - onehot) * factor, factor = scale / N. A row with a bad label gets NaN.
 void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,
                                            const int32_t* labels, float* dlogits,

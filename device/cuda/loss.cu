@@ -1,23 +1,25 @@
-// Softmax cross-entropy. Forward: one block, one row per thread in double precision (as the CPU
-// backend), the batch's loss and correct count summed on the device by a fixed tree, so the
-// loss is the same bits on every run and nothing waits on the host. Backward: one thread per
-// logit.
+// Softmax cross-entropy. Forward: rows spread over many blocks, one row per thread in double
+// precision (as the CPU backend); each row's loss and hit go to scratch, and one thread adds them
+// in row order, as the CPU backend does, so the loss is the same bits on every run and for every
+// grid (Note [Deterministic multi-block reductions] in kernel_ops.h) and nothing waits on the
+// host. Backward: one thread per logit.
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
 
 namespace ferry::cuda {
 namespace {
 
-// Threads of the forward block: a power of two (block_sum). Rows beyond it loop.
-constexpr int kLossThreads = 256;
+// Rows per forward block (one warp): a batch of 256 rows spreads over 8 multiprocessors.
+constexpr int kLossRowsPerBlock = 32;
 
-__global__ void __launch_bounds__(kLossThreads)
-    xent_forward_kernel(int64_t n, int64_t k, const float* logits, const int32_t* labels,
-                        float* loss, float* probs, int32_t* correct) {
+// Rows [first, first + rows) of the batch: probabilities, and each row's loss and hit (1 or 0)
+// into row_loss[r] and row_hit[r] for row first + r.
+__global__ void __launch_bounds__(kLossRowsPerBlock)
+    xent_rows_kernel(int64_t first, int64_t rows, int64_t k, const float* logits,
+                     const int32_t* labels, float* probs, double* row_loss, double* row_hit) {
   const double nan = __longlong_as_double(0x7ff8000000000000ll);
-  double row_losses = 0.0;
-  int hits = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  FERRY_GRID_STRIDE(r, rows) {
+    const int64_t i = first + r;
     const float* z = logits + i * k;
     const int32_t label = labels[i];
     const bool valid = label >= 0 && label < k;
@@ -33,14 +35,29 @@ __global__ void __launch_bounds__(kLossThreads)
       float* p = probs + i * k;
       for (int64_t j = 0; j < k; ++j) p[j] = static_cast<float>(exp(z[j] - lse));
     }
-    row_losses += valid ? lse - static_cast<double>(z[label]) : nan;
-    hits += valid && argmax == label ? 1 : 0;
+    row_loss[r] = valid ? lse - static_cast<double>(z[label]) : nan;
+    row_hit[r] = valid && argmax == label ? 1.0 : 0.0;
   }
-  const double total = block_sum(row_losses);
-  const int total_hits = block_sum(hits);
-  if (threadIdx.x == 0) {
+}
+
+// Adds the piece's rows in row order onto the running total (running[0], running[1]; started
+// at zero for the first piece); after the last piece writes the mean loss and the correct count.
+// One thread: N additions are cheap next to the rows' N*K exponentials.
+__global__ void xent_total_kernel(int64_t first, int64_t rows, int64_t n, const double* row_loss,
+                                  const double* row_hit, double* running, float* loss,
+                                  int32_t* correct) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double total = first == 0 ? 0.0 : running[0];
+  double hits = first == 0 ? 0.0 : running[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    total += row_loss[r];
+    hits += row_hit[r];
+  }
+  running[0] = total;
+  running[1] = hits;
+  if (first + rows == n) {
     loss[0] = static_cast<float>(total / static_cast<double>(n));
-    if (correct != nullptr) correct[0] = total_hits;
+    if (correct != nullptr) correct[0] = static_cast<int32_t>(hits);
   }
 }
 
@@ -62,9 +79,21 @@ __global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const f
 
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, cudaStream_t stream) {
-  launch_kernel(xent_forward_kernel, 1, kLossThreads, stream, n, k, logits, labels, loss, probs,
-                correct);
+                                          int32_t* correct, const ReductionScratch& scratch,
+                                          cudaStream_t stream) {
+  double* row_loss = scratch.ptr;
+  double* row_hit = scratch.ptr + kReductionPartials;
+  double* running = scratch.ptr + 2 * kReductionPartials;
+  // Pieces of at most kReductionPartials rows, in order: the total stays the row-order sum.
+  for (int64_t first = 0; first < n; first += kReductionPartials) {
+    const int64_t rows = n - first < kReductionPartials ? n - first : kReductionPartials;
+    const auto blocks =
+        static_cast<unsigned int>((rows + kLossRowsPerBlock - 1) / kLossRowsPerBlock);
+    launch_kernel(xent_rows_kernel, blocks, kLossRowsPerBlock, stream, first, rows, k, logits,
+                  labels, probs, row_loss, row_hit);
+    launch_kernel(xent_total_kernel, 1, 1, stream, first, rows, n, row_loss, row_hit, running, loss,
+                  correct);
+  }
 }
 
 void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,

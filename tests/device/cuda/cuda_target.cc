@@ -48,6 +48,10 @@ class CudaTarget : public ParityTarget {
     device_->kernels().launch(args, compute());
     compute().synchronize();
   }
+  void set_sm_count(int sm_count) override {
+    auto& kernels = static_cast<cuda::CudaKernels&>(device_->kernels());
+    kernels.set_reduction_scratch(kernels.reduction_scratch(), sm_count);
+  }
 
  private:
   Stream& compute() { return device_->stream(StreamKind::kCompute); }

@@ -1,6 +1,7 @@
 // The op parity suite's target without a GPU: the CUDA kernel sources compiled for the host
 // (Note [Host emulation of the CUDA kernels] in host_emulation/device/cuda/launch.cuh), called
 // through the real argument checks of cuda_ops.cc. Memory is host memory.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -54,12 +55,14 @@ class EmulatedTarget : public ParityTarget {
   }
   void launch(const KernelArgs& args) override {
     std::visit(
-        [](const auto& a) {
+        [this](const auto& a) {
           using T = std::decay_t<decltype(a)>;
           if constexpr (std::is_same_v<T, CopyDevice>) {
             std::memcpy(a.dst, a.src, a.bytes);  // cudaMemcpyAsync on the GPU
           } else if constexpr (requires { cuda::run(a, cudaStream_t{}); }) {
             cuda::run(a, cudaStream_t{});
+          } else if constexpr (requires { cuda::run(a, cudaStream_t{}, scratch()); }) {
+            cuda::run(a, cudaStream_t{}, scratch());
           } else {
             throw UnsupportedError("no emulated kernel for " + std::string(kernel_name(T{})));
           }
@@ -67,8 +70,15 @@ class EmulatedTarget : public ParityTarget {
         args);
   }
 
+  void set_sm_count(int sm_count) override { sm_count_ = sm_count; }
+
  private:
+  // The CUDA device's fixed reduction scratch, NaN-poisoned like every fresh buffer.
+  cuda::ReductionScratch scratch() { return {scratch_.data(), sm_count_}; }
+
   std::vector<void*> blocks_;
+  std::vector<double> scratch_ = std::vector<double>(cuda::kReductionScratchDoubles, NAN);
+  int sm_count_ = 132;  // an H100's
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Op parity: every CUDA kernel but convolution and linear against the CPU backend (the
 // reference) on seeded random shapes with odd sizes, strides, padding and ceil mode. Selections
-// and elementwise ops must match bit for bit, reductions within 1e-4 relative; reductions must
-// also repeat bit for bit run to run. Runs on the GPU (cuda_target.cc; skips with "no CUDA
+// and elementwise ops must match bit for bit, reductions within 1e-4 relative (bit for bit for
+// batch norm and the loss under the host emulation); reductions must also repeat bit for bit run
+// to run. Runs on the GPU (cuda_target.cc; skips with "no CUDA
 // device present" without one) and on the host emulation of the same kernels
 // (emulated_target.cc).
 #include <gtest/gtest.h>
@@ -18,11 +19,22 @@
 
 #include "common/error.h"
 #include "device/cpu/cpu_kernels.h"
+#include "device/cuda/cuda_ops.h"
 #include "tests/device/cuda/parity_target.h"
 
 // The suite's name: CudaParityTest on the GPU, EmulatedCudaParityTest for the host emulation.
 #ifndef FERRY_PARITY_SUITE
 #define FERRY_PARITY_SUITE CudaParityTest
+#endif
+
+// The host emulation runs the kernels with the CPU backend's own math library (exp, log, sqrt)
+// and summation orders (batch norm: Note [Batch norm's summation order]; the loss: rows in row
+// order), so batch norm and the loss must give the CPU backend's bits there. On a GPU they are
+// checked within the reduction tolerance (its exp and log may differ in the last place).
+#ifdef FERRY_PARITY_EMULATED
+constexpr bool kSameMathAsCpu = true;
+#else
+constexpr bool kSameMathAsCpu = false;
 #endif
 
 namespace ferry {
@@ -249,8 +261,11 @@ struct BnResult {
 
 TEST_F(FERRY_PARITY_SUITE, BatchNormRandomShapes) {
   std::mt19937 rng(21);
-  const BatchNormGeom shapes[] = {{2, 3, 1, 1e-5f},    {5, 7, 9, 1e-5f},   {1, 4, 33, 1e-3f},
-                                  {8, 3, 1089, 1e-5f}, {3, 16, 64, 1e-5f}, {16, 2, 1, 1e-5f}};
+  // The last four spread each channel over several chunks (blocks): N*HW > 4096.
+  const BatchNormGeom shapes[] = {{2, 3, 1, 1e-5f},    {5, 7, 9, 1e-5f},    {1, 4, 33, 1e-3f},
+                                  {8, 3, 1089, 1e-5f}, {3, 16, 64, 1e-5f},  {16, 2, 1, 1e-5f},
+                                  {4, 2, 4099, 1e-5f}, {64, 3, 256, 1e-5f}, {9000, 2, 1, 1e-5f},
+                                  {2, 1, 40961, 1e-5f}};
   for (const BatchNormGeom& g : shapes) {
     SCOPED_TRACE(fmt::format("N{} C{} HW{}", g.n, g.c, g.hw));
     const size_t n = g.n * g.c * g.hw, c = g.c;
@@ -307,10 +322,148 @@ TEST_F(FERRY_PARITY_SUITE, BatchNormRandomShapes) {
     EXPECT_TRUE(close(r.dgamma, cpu_r.dgamma));
     EXPECT_TRUE(close(r.dbeta, cpu_r.dbeta));
     EXPECT_TRUE(close(r.infer, cpu_r.infer));
+    if (kSameMathAsCpu) {
+      EXPECT_TRUE(bitwise(r.y, cpu_r.y));
+      EXPECT_TRUE(bitwise(r.save_mean, cpu_r.save_mean));
+      EXPECT_TRUE(bitwise(r.save_var, cpu_r.save_var));
+      EXPECT_TRUE(bitwise(r.running_mean, cpu_r.running_mean));
+      EXPECT_TRUE(bitwise(r.running_var, cpu_r.running_var));
+      EXPECT_TRUE(bitwise(r.dx, cpu_r.dx));
+      EXPECT_TRUE(bitwise(r.dgamma, cpu_r.dgamma));
+      EXPECT_TRUE(bitwise(r.dbeta, cpu_r.dbeta));
+      EXPECT_TRUE(bitwise(r.infer, cpu_r.infer));
+    }
     EXPECT_TRUE(bitwise(runs[1].y, r.y));
     EXPECT_TRUE(bitwise(runs[1].save_var, r.save_var));
     EXPECT_TRUE(bitwise(runs[1].dx, r.dx));
     EXPECT_TRUE(bitwise(runs[1].dgamma, r.dgamma));
+  }
+}
+
+// Every output of batch norm's training forward and backward, as bits.
+std::vector<std::vector<float>> bn_outputs(FERRY_PARITY_SUITE& t, GpuArena& mem,
+                                           const BatchNormGeom& g, const std::vector<float>& x,
+                                           const std::vector<float>& dy) {
+  const size_t n = g.n * g.c * g.hw, c = g.c;
+  const std::vector<float> gamma(c, 1.25f), beta(c, -0.5f), rm(c, 0.25f), rv(c, 1.5f);
+  const float* gx = mem.upload(x);
+  const float* ggamma = mem.upload(gamma);
+  float* grm = mem.upload(rm);
+  float* grv = mem.upload(rv);
+  float* gy = mem.alloc<float>(n);
+  float* gsm = mem.alloc<float>(c);
+  float* gsv = mem.alloc<float>(c);
+  float* gdx = mem.alloc<float>(n);
+  float* gdg = mem.alloc<float>(c);
+  float* gdb = mem.alloc<float>(c);
+  t.gpu(BatchNormForwardTraining{g, 0.1f, gx, ggamma, mem.upload(beta), gy, grm, grv, gsm, gsv});
+  t.gpu(BatchNormBackward{g, gx, mem.upload(dy), ggamma, gsm, gsv, gdx, gdg, gdb});
+  return {mem.download(gy, n),  mem.download(grm, c), mem.download(grv, c), mem.download(gsm, c),
+          mem.download(gsv, c), mem.download(gdx, n), mem.download(gdg, c), mem.download(gdb, c)};
+}
+
+// Note [Deterministic multi-block reductions]: the grid follows the SM count, the chunks and
+// their order follow the shape only, so GPUs of 1 to 132 SMs give the same bits.
+TEST_F(FERRY_PARITY_SUITE, BatchNormBitsDoNotDependOnTheGrid) {
+  std::mt19937 rng(22);
+  const BatchNormGeom g{6, 5, 3001, 1e-5f};  // 5 chunks per channel, 25 in all
+  const size_t n = g.n * g.c * g.hw;
+  const std::vector<float> x = random_floats(n, rng, 2.0f, 4.0f), dy = random_floats(n, rng);
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (const int sm_count : {132, 1, 2, 5, 7}) {  // 25, 4, 8, 20 and 25 blocks
+    target_->set_sm_count(sm_count);
+    runs.push_back(bn_outputs(*this, mem_, g, x, dy));
+  }
+  target_->set_sm_count(132);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_TRUE(bitwise(runs[r][i], runs[0][i])) << "run " << r << " output " << i;
+    }
+  }
+  // And the values are the CPU backend's, within the reduction tolerance.
+  std::vector<float> y = poisoned(n), sm = poisoned(g.c), sv = poisoned(g.c);
+  const std::vector<float> gamma(g.c, 1.25f), beta(g.c, -0.5f);
+  cpu(BatchNormForwardTraining{g, 0.1f, x.data(), gamma.data(), beta.data(), y.data(), nullptr,
+                               nullptr, sm.data(), sv.data()});
+  EXPECT_TRUE(close(runs[0][0], y));
+  EXPECT_TRUE(close(runs[0][4], sv));
+  if (kSameMathAsCpu) {
+    EXPECT_TRUE(bitwise(runs[0][0], y));
+    EXPECT_TRUE(bitwise(runs[0][3], sm));
+    EXPECT_TRUE(bitwise(runs[0][4], sv));
+  }
+}
+
+// Values that cancel (2^60 - 2^60 + 1) make every level of Note [Batch norm's summation order]
+// show in the bits: another order in a lane, in the lane tree or among the chunks loses the 1 or
+// keeps a 1 that the order drops. One channel of 3 * 4096 values: three chunks.
+std::vector<float> cancelling_channel() {
+  const float big = 0x1p60f, bigger = 0x1p61f;
+  std::vector<float> v(3 * 4096, 0.0f);
+  v[0] = big;            // chunk 0: 2^60
+  v[4096] = -big;        // chunk 1: -2^60
+  v[8192] = big;         // chunk 2, lane 0 ...
+  v[8192 + 128] = -big;  // ... cancels lane 128 at the tree's first level ...
+  v[8192 + 1] = 1.0f;    // ... so lane 1's 1 survives;
+  v[8192 + 2] = 1.0f;    // lane 2 in order: 1 + 2^61 absorbs the 1,
+  v[8192 + 2 + 256] = bigger;
+  v[8192 + 2 + 512] = -bigger;  // and -2^61 leaves 0
+  return v;
+}
+
+TEST_F(FERRY_PARITY_SUITE, BatchNormSumsInTheSharedOrder) {
+  const BatchNormGeom g{1, 1, 3 * 4096, 1e-5f};
+  const size_t n = 3 * 4096;
+  const std::vector<float> x = cancelling_channel(), dy = cancelling_channel();
+  const std::vector<float> one = {1.0f}, zero = {0.0f};
+  float* gsm = mem_.alloc<float>(1);
+  float* gsv = mem_.alloc<float>(1);
+  float* gdg = mem_.alloc<float>(1);
+  float* gdb = mem_.alloc<float>(1);
+  const float* gx = mem_.upload(x);
+  gpu(BatchNormForwardTraining{g, 0.1f, gx, mem_.upload(one), mem_.upload(zero),
+                               mem_.alloc<float>(n), nullptr, nullptr, gsm, gsv});
+  gpu(BatchNormBackward{g, gx, mem_.upload(dy), mem_.upload(one), gsm, gsv, mem_.alloc<float>(n),
+                        gdg, gdb});
+  // The channel sums to exactly 1 in this order (every step is exact), on every target.
+  EXPECT_EQ(mem_.download(gsm, 1)[0], static_cast<float>(1.0 / static_cast<double>(n)));
+  EXPECT_EQ(mem_.download(gdb, 1)[0], 1.0f);
+  std::vector<float> sm = poisoned(1), sv = poisoned(1), y = poisoned(n), dx = poisoned(n),
+                     dg = poisoned(1), db = poisoned(1);
+  cpu(BatchNormForwardTraining{g, 0.1f, x.data(), one.data(), zero.data(), y.data(), nullptr,
+                               nullptr, sm.data(), sv.data()});
+  cpu(BatchNormBackward{g, x.data(), dy.data(), one.data(), sm.data(), sv.data(), dx.data(),
+                        dg.data(), db.data()});
+  EXPECT_EQ(sm[0], static_cast<float>(1.0 / static_cast<double>(n)));
+  EXPECT_EQ(db[0], 1.0f);
+  EXPECT_TRUE(bitwise(mem_.download(gsv, 1), sv));
+  EXPECT_TRUE(bitwise(mem_.download(gdg, 1), dg));
+}
+
+// Kernels made without a device (for planning) have no reduction scratch: the reducing kernels
+// check their arguments first, then refuse by name, before touching any memory.
+TEST_F(FERRY_PARITY_SUITE, ReducingKernelsWithoutScratchAreRefusedByName) {
+  const cuda::ReductionScratch none;
+  EXPECT_THROW(cuda::run(BatchNormForwardTraining{.g = {.n = 1, .c = 3, .hw = 1}}, nullptr, none),
+               ConfigError);
+  try {
+    cuda::run(BatchNormBackward{.g = {.n = 2, .c = 3, .hw = 4}}, nullptr, none);
+    ADD_FAILURE() << "no UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_norm_backward"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cuda::run(SoftmaxCrossEntropyForward{.n = 2, .k = 3}, nullptr, none),
+               UnsupportedError);
+}
+
+// More channels than the reduction scratch holds statistics for: refused before any launch.
+TEST_F(FERRY_PARITY_SUITE, BatchNormRefusesChannelsBeyondTheScratch) {
+  const BatchNormGeom g{2, 4097, 1, 1e-5f};
+  try {
+    gpu(BatchNormForwardTraining{.g = g});
+    ADD_FAILURE() << "no UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("4097 channels"), std::string::npos) << e.what();
   }
 }
 
@@ -374,7 +527,9 @@ TEST_F(FERRY_PARITY_SUITE, DropoutMasksAndValuesAreBitwise) {
 
 TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
   std::mt19937 rng(41);
-  const int64_t shapes[][2] = {{1, 1}, {1, 10}, {7, 3}, {128, 10}, {300, 17}, {33, 1000}};
+  // From one block of rows to many (32 rows a block); 20000 rows take two scratch pieces.
+  const int64_t shapes[][2] = {{1, 1},    {1, 10},    {7, 3},     {128, 10},
+                               {300, 17}, {33, 1000}, {257, 100}, {20000, 3}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], k = shape[1];
     SCOPED_TRACE(fmt::format("N{} K{}", n, k));
@@ -404,6 +559,10 @@ TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
       EXPECT_TRUE(close(mem_.download(gd, n * k), dlogits));
     }
     EXPECT_TRUE(close({losses[0]}, loss));
+    // Rows summed in row order as on the CPU: with the same exp and log, the same bits.
+    if (kSameMathAsCpu) {
+      EXPECT_TRUE(bitwise(std::vector<float>{losses[0]}, loss));
+    }
     EXPECT_TRUE(bitwise(std::vector<float>{losses[1]}, std::vector<float>{losses[0]}));
   }
 }

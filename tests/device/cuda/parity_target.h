@@ -20,6 +20,9 @@ class ParityTarget {
   virtual void copy_out(void* host, const void* src, size_t bytes) = 0;
   // Runs `args` on the target's kernels and waits for it.
   virtual void launch(const KernelArgs& args) = 0;
+  // Sizes the reducing kernels' grids as for a GPU of `sm_count` multiprocessors (their results
+  // must not change: Note [Deterministic multi-block reductions]).
+  virtual void set_sm_count(int sm_count) = 0;
 };
 
 // The target, or null with `skip_reason` saying which resource is missing.
