@@ -3,9 +3,12 @@
 # multi-host path (OpenMPI's rsh launch, TCP between hosts, per-node ledgers and placement,
 # shared checkpoints) runs for real without a cluster (Note [Hosts made of namespaces]).
 #
-# Usage: scripts/multihost.sh [--hosts N] [--ranks-per-host R] -- TRAINER_ARGS...
+# Usage: scripts/multihost.sh [--hosts N] [--ranks-per-host R] [--local-to-host0 DIR] --
+#          TRAINER_ARGS...
 #   e.g. scripts/multihost.sh --hosts 2 --ranks-per-host 2 -- train configs/quickstart.yaml
 # Runs `build/trainer TRAINER_ARGS` as N*R ranks, R per host, and exits with its status.
+# --local-to-host0 DIR: DIR is seen by host 0 only (the other hosts see an empty folder there),
+# as a folder on host 0's own disk would be.
 # Needs root (namespaces, mounts). Everything it makes is removed on exit, even on failure.
 #
 # Note [Hosts made of namespaces]
@@ -22,12 +25,15 @@ root=$(pwd)
 
 hosts=2
 per_host=2
+local_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --hosts) hosts="$2"; shift 2 ;;
     --ranks-per-host) per_host="$2"; shift 2 ;;
+    --local-to-host0) local_dir="$(realpath -m "$2")"; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: scripts/multihost.sh [--hosts N] [--ranks-per-host R] -- TRAINER_ARGS..." >&2
+    *) echo "usage: scripts/multihost.sh [--hosts N] [--ranks-per-host R]" \
+         "[--local-to-host0 DIR] -- TRAINER_ARGS..." >&2
        exit 2 ;;
   esac
 done
@@ -87,6 +93,9 @@ for ((h = 0; h < hosts; ++h)); do
     hostname ferry-host$h
     mount -t tmpfs -o size=256m tmpfs /dev/shm
     mount --bind '$work/hosts' /etc/hosts
+    if [[ -n '$local_dir' && $h -gt 0 ]]; then
+      mkdir -p '$local_dir' && mount -t tmpfs -o size=16m tmpfs '$local_dir'
+    fi
     echo ready > '$work/host$h.ready'
     exec sleep infinity" &
   disown $!

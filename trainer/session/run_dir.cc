@@ -139,4 +139,31 @@ RunStart prepare_run_start(const Config& config, bool owner) {
   return start;
 }
 
+void check_same_resume(Communicator& comm, const RankInfo& ranks, const std::string& resume) {
+  if (ranks.size <= 1) return;
+  uint64_t length = ranks.is_root() ? resume.size() : 0;
+  comm.broadcast_host(&length, sizeof(length), 0);
+  std::string root_resume(static_cast<size_t>(length), '\0');
+  if (ranks.is_root()) root_resume = resume;
+  if (length > 0) comm.broadcast_host(root_resume.data(), length, 0);
+  if (ranks.is_root()) return;
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  const std::string hint =
+      "put checkpoint.dir on a filesystem every host of the job mounts at the same path";
+  std::error_code ec;
+  const bool readable = length == 0 || (fs::is_regular_file(root_resume, ec) &&
+                                        ::access(root_resume.c_str(), R_OK) == 0);
+  if (root_resume != resume || !readable) {
+    throw ConfigError(fmt::format("checkpoint.resume: rank 0 resumes {} but rank {} (host {}) {}",
+                                  length == 0 ? std::string("nothing (a fresh start)")
+                                              : fmt::format("'{}'", root_resume),
+                                  ranks.rank, host,
+                                  !readable        ? "cannot read it"
+                                  : resume.empty() ? "finds no checkpoint in checkpoint.dir"
+                                                   : fmt::format("resolved '{}'", resume)),
+                      hint);
+  }
+}
+
 }  // namespace ferry

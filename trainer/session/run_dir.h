@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
+#include "comm/ranks.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -43,5 +45,11 @@ struct RunStart {
 // run into a folder that holds another run's checkpoints unless run.overwrite (which deletes
 // them). ConfigError (exit 2) for every refusal, naming the key to change.
 RunStart prepare_run_start(const Config& config, bool owner);
+
+// Collective: every rank resumes what rank 0 resumes. Rank 0's `resume` is broadcast; a rank
+// that resolved another file (checkpoint.resume: latest over a checkpoint.dir its host does not
+// share), or cannot read rank 0's, throws ConfigError naming itself and its host, which ends
+// the job before any rank trains from the wrong weights.
+void check_same_resume(Communicator& comm, const RankInfo& ranks, const std::string& resume);
 
 }  // namespace ferry

@@ -367,6 +367,7 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
     write_run_file((fs::path(config.run.dir) / "config.yaml").string(), resolved);
   Session session(config, ranks, /*training=*/true);
   try {
+    check_same_resume(session.communicator(), ranks, start.resume);
     return run(config, session, log, start);
   } catch (const std::exception& e) {
     // The log file keeps it; the console gets it once, from fail_job (here or in main).

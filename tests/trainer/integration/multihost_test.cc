@@ -126,5 +126,28 @@ TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
                                       ".safetensors"));
 }
 
+// A checkpoint folder only host 0 can read: resuming "latest" would make host 1's ranks start
+// fresh beside host 0's resumed ones. The job ends before any step, naming a rank of host 1.
+TEST(MultiHost, AResumeThatAHostCannotSeeIsRefusedNamingItsRanks) {
+  std::string why;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  const std::string dir = scratch("multihost_unshared");
+  const std::string ckpt = dir + "/local_ckpt";
+  const std::string launch = source("scripts/multihost.sh") +
+                             " --hosts 2 --ranks-per-host 2 --local-to-host0 " + ckpt + " --";
+  Exit e = run(launch + train_args(dir) + " checkpoint.dir=" + ckpt);
+  ASSERT_EQ(e.code, 0) << e.output;
+  ASSERT_TRUE(std::filesystem::exists(ckpt + "/step_10.safetensors"));
+  e = run(launch + train_args(dir) + " checkpoint.dir=" + ckpt +
+          " checkpoint.resume=latest run.steps=20");
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("cannot read it"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("(host ferry-host1)"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("hint: put checkpoint.dir on a filesystem every host"), std::string::npos)
+      << e.output;
+  EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run";
+}
+
 }  // namespace
 }  // namespace ferry::testing
