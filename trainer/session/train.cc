@@ -40,6 +40,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The rank bindings table of every node of the job (collective). Each node places and binds its
+// own ranks from its own topology; its first local rank sends "node HOST (first rank R)" and
+// its table, and rank 0 gets them all in rank order. One node: `table` itself.
+std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
+                                 const std::string& table) {
+  if (ranks.local_size == ranks.size) return table;
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  const std::string mine = ranks.local_rank == 0
+                               ? fmt::format("node {} (first rank {})\n{}", host, ranks.rank, table)
+                               : std::string();
+  std::string out;
+  for (int r = 0; r < ranks.size; ++r) {
+    uint64_t length = ranks.rank == r ? mine.size() : 0;
+    comm.broadcast_host(&length, sizeof(length), r);
+    if (length == 0) continue;
+    std::string text = ranks.rank == r ? mine : std::string(static_cast<size_t>(length), '\0');
+    comm.broadcast_host(text.data(), length, r);
+    out += text;
+  }
+  return out;
+}
+
 // What this rank runs: ranks, placement, device, model, data, memory and the step's plan.
 void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data,
                   const MemoryPlan& plan) {
@@ -48,7 +71,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   log.print("ranks    {} ({} on this machine), communicator {}, topology {}{}", ranks.size,
             ranks.local_size, session.communicator().backend_name(), session.placement().source,
             session.placement().bound ? ", bound" : "");
-  log.line(session.placement().table);
+  log.line(every_nodes_bindings(session.communicator(), ranks, session.placement().table));
   if (!session.placement().link_path.empty()) {
     log.print("link     {}: bottleneck {:.2f} GB/s{}", session.placement().link_path,
               session.placement().link_gbps,

@@ -53,6 +53,12 @@ TEST(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
   e = run(source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --" + train_args(two));
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("ranks    4 (2 on this machine)"), std::string::npos) << e.output;
+  // Each node's own bindings, in rank order.
+  const size_t node0 = e.output.find("node ferry-host0 (first rank 0)\nrank  gpu");
+  const size_t node1 = e.output.find("node ferry-host1 (first rank 2)\nrank  gpu");
+  EXPECT_NE(node0, std::string::npos) << e.output;
+  EXPECT_NE(node1, std::string::npos) << e.output;
+  EXPECT_LT(node0, node1);
   expect_same_parameters(two + "/checkpoints/step_10.safetensors",
                          one + "/checkpoints/step_10.safetensors", 1e-5);
   // Emulating the DGX-1-like server's links: each host's ranks share a ledger of their own (in
