@@ -72,34 +72,35 @@ FERRY_SIMD_CLONES void add_grads(double* a, double* b, const float* x, const flo
   }
 }
 
-// Returns the sum of the channel.
-double channel_sum(const float* x, int64_t planes, int64_t stride, int64_t hw,
-                   const BatchNormSplit& split) {
+// The sum over the channel of what add(acc + lane, offset, len) accumulates for each run of
+// values, chunk by chunk in the shared order.
+template <typename Add>
+double chunked_sum(int64_t planes, int64_t stride, int64_t hw, const BatchNormSplit& split,
+                   const Add& add) {
   const int64_t count = planes * hw;
   double total = 0.0;
   for (int64_t begin = 0; begin < count; begin += split.len) {
     double acc[kBatchNormLanes] = {};
-    for_each_run(
-        begin, std::min(count, begin + split.len), hw, stride,
-        [&](int64_t at, int64_t lane, int64_t len) { add_values(acc + lane, x + at, len); });
+    for_each_run(begin, std::min(count, begin + split.len), hw, stride,
+                 [&](int64_t at, int64_t lane, int64_t len) { add(acc + lane, at, len); });
     total += lane_tree(acc);
   }
   return total;
 }
 
+// Returns the sum of the channel.
+double channel_sum(const float* x, int64_t planes, int64_t stride, int64_t hw,
+                   const BatchNormSplit& split) {
+  return chunked_sum(planes, stride, hw, split,
+                     [&](double* acc, int64_t at, int64_t len) { add_values(acc, x + at, len); });
+}
+
 // Returns the sum of (x - mean)^2 over the channel.
 double channel_sq_dev(const float* x, int64_t planes, int64_t stride, int64_t hw, double mean,
                       const BatchNormSplit& split) {
-  const int64_t count = planes * hw;
-  double total = 0.0;
-  for (int64_t begin = 0; begin < count; begin += split.len) {
-    double acc[kBatchNormLanes] = {};
-    for_each_run(
-        begin, std::min(count, begin + split.len), hw, stride,
-        [&](int64_t at, int64_t lane, int64_t len) { add_sq_devs(acc + lane, x + at, len, mean); });
-    total += lane_tree(acc);
-  }
-  return total;
+  return chunked_sum(planes, stride, hw, split, [&](double* acc, int64_t at, int64_t len) {
+    add_sq_devs(acc, x + at, len, mean);
+  });
 }
 
 // Sums dy into *sum_dy and dy * (x - mean) into *sum_dyx over the channel.

@@ -136,45 +136,20 @@ std::string describe(const ConvGeom& g) {
 // Fixed cases (odd sizes, groups, depthwise, 1x1 strided, asymmetric kernels, strides and pads)
 // and seeded random ones.
 std::vector<ConvGeom> conv_cases() {
+  // One case a line reads as a table.
+  // clang-format off
   std::vector<ConvGeom> cases = {
       {.n = 2, .c = 3, .h = 7, .w = 5, .k = 4, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
-      {.n = 3,
-       .c = 6,
-       .h = 9,
-       .w = 11,
-       .k = 9,
-       .r = 3,
-       .s = 3,
-       .stride_h = 2,
-       .stride_w = 2,
-       .pad_h = 1,
-       .pad_w = 1,
-       .groups = 3},
-      {.n = 1,
-       .c = 8,
-       .h = 13,
-       .w = 13,
-       .k = 8,
-       .r = 5,
-       .s = 5,
-       .pad_h = 2,
-       .pad_w = 2,
+      {.n = 3, .c = 6, .h = 9, .w = 11, .k = 9, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+       .pad_h = 1, .pad_w = 1, .groups = 3},
+      {.n = 1, .c = 8, .h = 13, .w = 13, .k = 8, .r = 5, .s = 5, .pad_h = 2, .pad_w = 2,
        .groups = 8},
       {.n = 2, .c = 5, .h = 8, .w = 6, .k = 7, .r = 1, .s = 1, .stride_h = 2, .stride_w = 2},
-      {.n = 2,
-       .c = 4,
-       .h = 10,
-       .w = 7,
-       .k = 6,
-       .r = 3,
-       .s = 5,
-       .stride_h = 2,
-       .stride_w = 1,
-       .pad_h = 0,
-       .pad_w = 2,
-       .groups = 2},
+      {.n = 2, .c = 4, .h = 10, .w = 7, .k = 6, .r = 3, .s = 5, .stride_h = 2, .stride_w = 1,
+       .pad_h = 0, .pad_w = 2, .groups = 2},
       {.n = 4, .c = 64, .h = 16, .w = 16, .k = 32, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1},
   };
+  // clang-format on
   std::mt19937 rng(2024);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   while (cases.size() < 12) {
