@@ -118,8 +118,10 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
       move(offset, length);
       ledger->wait_flow(flow);
     } catch (...) {
-      if (flow != 0) ledger->abandon(flow);
+      // The queued claims go first: abandoning the current chunk frees its links, and the
+      // ledger would grant one of this copy's own queued chunks at that moment.
       for (uint64_t c : ahead) ledger->withdraw(c);
+      if (flow != 0) ledger->abandon(flow);
       throw;
     }
   }
