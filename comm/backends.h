@@ -29,8 +29,10 @@ std::unique_ptr<Communicator> make_mpi_communicator(Device& device, const RankIn
 
 #if FERRY_HAVE_NCCL
 // NCCL collectives on the CUDA device's comm stream. With more than one rank the unique id
-// goes from rank 0 to the others over MPI; a single rank needs no MPI.
-std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const RankInfo& ranks);
+// goes from rank 0 to the others over MPI; a single rank needs no MPI. timeout_s > 0: a
+// collective that lasts longer ends the job (Note [comm.timeout_s on NCCL]).
+std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const RankInfo& ranks,
+                                                     double timeout_s = 0);
 #endif
 
 // steady_clock nanoseconds now.

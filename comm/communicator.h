@@ -97,13 +97,15 @@ CommBackendChoice parse_comm_backend(std::string_view text);
 // The one place a communication backend is chosen. kAuto: nccl for a CUDA device, mpi for a CPU
 // device. A single rank (ranks.size == 1, with or without MPI) gets the local communicator,
 // whose collectives are complete at once (the mean over one rank is the data itself), so the
-// caller needs no special case. Throws UnsupportedError for mpi with a CUDA device, nccl with a
-// CPU device, or nccl in a build without NCCL; LibraryError when MPI or NCCL fails.
+// caller needs no special case. Throws UnsupportedError for nccl in a build without NCCL;
+// LibraryError when MPI or NCCL fails.
 // The device and (under MPI) MPI must outlive the communicator; destroy it before
 // finalize_ranks(). Collective: every rank calls it with the same choice.
-// timeout_s > 0 (comm.timeout_s): with the mpi backend, a rank that waits longer than this in
-// one collective ends the job through fail_job, naming the ranks that did not arrive (Note [The
-// collective watchdog] in comm/collective_watchdog.h). The nccl backend has no watchdog yet and ignores it.
+// timeout_s > 0 (comm.timeout_s): a rank that waits longer than this in one collective ends the
+// job through fail_job; the mpi backend names the ranks that did not arrive (Note [The collective
+// watchdog] in comm/collective_watchdog.h), the nccl backend does not (Note [comm.timeout_s on
+// NCCL] in comm/nccl_communicator.cc).
+// ConfigError for mpi with a CUDA device or nccl with a CPU device.
 std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Device& device,
                                                   const RankInfo& ranks, double timeout_s = 0);
 

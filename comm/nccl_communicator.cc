@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "comm/backends.h"
+#include "comm/collective_watchdog.h"
 #include "comm/comm_watchdog.h"
 #include "comm/fault.h"
 #include "comm/mpi_check.h"
@@ -47,6 +48,35 @@ void CUDART_CB stamp_end(void* user) {
   (*record)->end_ns.store(now_ns(), std::memory_order_release);
   delete record;
 }
+
+// Host callbacks on the comm stream around a collective tell the collective watchdog when the
+// stream reaches it and when it has ended (Note [comm.timeout_s on NCCL]). Each owns one
+// reference to the watchdog, so a callback that runs late never meets a destroyed one.
+struct WatchStamp {
+  std::shared_ptr<CollectiveWatchdog> watchdog;
+  const char* what = "";
+  int64_t sequence = 0;
+};
+
+void CUDART_CB watch_begin(void* user) {
+  auto* stamp = static_cast<WatchStamp*>(user);
+  stamp->watchdog->begin(stamp->what, stamp->sequence);
+  delete stamp;
+}
+
+void CUDART_CB watch_end(void* user) {
+  auto* stamp = static_cast<WatchStamp*>(user);
+  stamp->watchdog->end();
+  delete stamp;
+}
+
+// Note [comm.timeout_s on NCCL]
+// An NCCL collective is a kernel that spins until its peers join: a stopped peer is no error, so
+// NCCL's asynchronous error (CommWatchdog) never fires. As PyTorch's NCCL watchdog, a
+// CollectiveWatchdog times each collective from the moment the comm stream reaches it (a host
+// callback) to its end (another); past comm.timeout_s it ends the job through fail_job, whose
+// fault actions abort the communicator first. Unlike the mpi backend, it does not name the
+// ranks that did not arrive (that needs the arrivals window of comm/mpi_arrivals.h over MPI).
 
 // NCCL's asynchronous error on `comm`, "" while it has none.
 std::string async_error(ncclComm_t comm) {
@@ -88,7 +118,7 @@ bool stream_idle(cudaStream_t stream) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Device& device, const RankInfo& ranks) : ranks_(ranks) {
+  NcclCommunicator(Device& device, const RankInfo& ranks, double timeout_s) : ranks_(ranks) {
     if (device.backend() != Backend::kCuda) {
       throw UnsupportedError(
           fmt::format("the nccl communicator needs a cuda device, got {}", device.name()),
@@ -127,12 +157,28 @@ class NcclCommunicator final : public Communicator {
     // This rank failing elsewhere (fail_job) aborts the communicator before MPI_Abort.
     fault_action_ = std::make_unique<ScopedFaultAction>(
         [watchdog = watchdog_] { watchdog->abort("this rank failed (fail_job)"); });
+    if (timeout_s > 0) {
+      // Captures copies only: the watchdog may outlive this communicator in a late callback.
+      collective_watchdog_ = std::make_shared<CollectiveWatchdog>(
+          timeout_s,
+          [ranks, timeout_s, watchdog = watchdog_](const CollectiveWatchdog::Stalled& s) {
+            const std::string what = fmt::format(
+                "comm.timeout_s: NCCL {} #{} waited {:.1f} s (timeout {:g} s): a peer did not join",
+                s.what, s.sequence, s.waited_s, timeout_s);
+            fail_job(ranks, what,
+                     "a rank stopped, hangs or died without an error; raise comm.timeout_s if "
+                     "collectives of this job are legitimately that slow",
+                     1);
+            watchdog->abort(what);  // one process without MPI: the waits throw
+          });
+    }
   }
 
   // A clean end drains the comm stream (polling the health) and destroys the communicator. An
   // aborted communicator is gone already; one destroyed while an exception unwinds, or whose
   // drain fails, is aborted instead: its peers may never join what is still queued.
   ~NcclCommunicator() override {
+    collective_watchdog_.reset();  // late callbacks keep their own reference
     fault_action_.reset();
     CUDA_WARN(cudaSetDevice(ordinal_));
     bool clean = std::uncaught_exceptions() == 0 && !watchdog_->aborted();
@@ -160,7 +206,7 @@ class NcclCommunicator final : public Communicator {
 
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
-    return launch(after, [&](cudaStream_t stream) {
+    return launch("all-reduce", after, [&](cudaStream_t stream) {
       NCCL_CHECK(
           ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclAvg, comm_, stream));
     });
@@ -168,7 +214,7 @@ class NcclCommunicator final : public Communicator {
 
   CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) override {
     check_root(root);
-    return launch(after, [&](cudaStream_t stream) {
+    return launch("broadcast", after, [&](cudaStream_t stream) {
       NCCL_CHECK(
           ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream));
     });
@@ -212,7 +258,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   template <typename Issue>
-  CommWork launch(Stream& after, Issue issue) {
+  CommWork launch(const char* what, Stream& after, Issue issue) {
     watchdog_->throw_if_failed("a collective after an abort");
     cuda::use_device(ordinal_);
     if (&after != stream_) {
@@ -222,11 +268,20 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t stream = stream_->handle();
     auto span = std::make_shared<CommSpanRecord>();
     stamp(stream, stamp_start, span);
+    if (collective_watchdog_) watch(stream, watch_begin, what);
     issue(stream);
+    if (collective_watchdog_) watch(stream, watch_end, what);
     stamp(stream, stamp_end, span);
     std::shared_ptr<Event> done = done_events_->take();
     stream_->record(*done);
     return CommWork(std::move(done), std::move(span));
+  }
+
+  void watch(cudaStream_t stream, cudaHostFn_t fn, const char* what) {
+    if (fn == watch_begin) ++sequence_;
+    auto owned = std::make_unique<WatchStamp>(WatchStamp{collective_watchdog_, what, sequence_});
+    CUDA_CHECK(cudaLaunchHostFunc(stream, fn, owned.get()));
+    owned.release();  // the callback deletes it
   }
 
   static void stamp(cudaStream_t stream, cudaHostFn_t fn,
@@ -244,12 +299,15 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Event> produced_;         // orders a collective after the caller's stream
   std::shared_ptr<EventRecycler> done_events_;
   std::unique_ptr<ScopedFaultAction> fault_action_;
+  std::shared_ptr<CollectiveWatchdog> collective_watchdog_;  // comm.timeout_s > 0
+  int64_t sequence_ = 0;                                     // collectives launched so far
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const RankInfo& ranks) {
-  return std::make_unique<NcclCommunicator>(device, ranks);
+std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const RankInfo& ranks,
+                                                     double timeout_s) {
+  return std::make_unique<NcclCommunicator>(device, ranks, timeout_s);
 }
 
 }  // namespace ferry::detail

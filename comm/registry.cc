@@ -50,7 +50,7 @@ std::unique_ptr<Communicator> create_communicator(CommBackendChoice choice, Devi
   if (choice == CommBackendChoice::kMpi)
     return detail::make_mpi_communicator(device, ranks, detail::MpiWait::kBlocking, timeout_s);
 #if FERRY_HAVE_NCCL
-  return detail::make_nccl_communicator(device, ranks);
+  return detail::make_nccl_communicator(device, ranks, timeout_s);
 #else
   FERRY_ASSERT(false, "unreachable: nccl without NCCL was rejected above");
   return nullptr;

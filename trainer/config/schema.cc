@@ -172,8 +172,7 @@ std::vector<KeySpec> build_schema() {
            "training folder. Required for all three."),
       text(FERRY_CONFIG_KEY(data, labels),
            "idx: the labels file; \"\" = derived from data.path by the loader."),
-      integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1),
-              "Samples per step, per rank."),
+      integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1), "Samples per step, per rank."),
       flag(FERRY_CONFIG_KEY(data, shuffle),
            "Shuffle every epoch (seeded); false keeps file order."),
       real_list(FERRY_CONFIG_KEY(data, mean), unbounded(),
@@ -273,8 +272,8 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(comm, overlap),
            "Reduce each bucket while backward continues; false = after backward."),
       real(FERRY_CONFIG_KEY(comm, timeout_s), Range{0, 86400, false, false},
-           "Watchdog (mpi backend): a rank that waits longer than this many seconds in one "
-           "collective ends the job, naming the ranks that did not arrive; 0 = off, else at "
+           "Watchdog: a rank that waits longer than this many seconds in one collective ends "
+           "the job (the mpi backend names the ranks that did not arrive); 0 = off, else at "
            "least 1."),
       // topology
       text(FERRY_CONFIG_KEY(topology, file),
