@@ -58,7 +58,9 @@ if [[ "$mode" != "--quickstart" ]] && ! /usr/bin/python3 -c "import safetensors"
 fi
 
 if [[ "$mode" != "--no-build" ]]; then
-  if [[ ! -f build/build.ninja ]]; then
+  # Configure once; again when this run installed packages, since the configuration records
+  # what is there (the tests' PyTorch peers register as skipped without /usr/bin/python3).
+  if [[ ! -f build/build.ninja ]] || ((${#missing[@]})); then
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
   fi
   if [[ "$mode" == "--quickstart" ]]; then
