@@ -38,5 +38,12 @@ TEST(Split, KeepsEmptyParts) {
   EXPECT_EQ(join({"x", "y"}, ", "), "x, y");
 }
 
+TEST(Strings, PrintableWritesControlCharactersOut) {
+  EXPECT_EQ(printable("runs/a b.yaml"), "runs/a b.yaml");
+  EXPECT_EQ(printable("bad\nname\t\r"), "bad\\nname\\t\\r");
+  EXPECT_EQ(printable(std::string("a\x01\x7f", 3)), "a\\x01\\x7f");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9") << "UTF-8 passes";
+}
+
 }  // namespace
 }  // namespace ferry

@@ -309,15 +309,17 @@ Config parse(const std::string& yaml_text, const std::vector<std::string>& overr
 
 }  // namespace
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& file, const std::vector<std::string>& overrides) {
   constexpr const char* kHint =
       "check the path; the example configs are in configs/, e.g. configs/quickstart.yaml";
+  const std::string& path = file;
+  const std::string shown = printable(file);  // messages stay one line whatever the name
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw ConfigError(fmt::format("cannot read config file '{}': it is a directory", path), kHint);
+    throw ConfigError(fmt::format("cannot read config file '{}': it is a directory", shown), kHint);
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw ConfigError(fmt::format("cannot read config file '{}': {}", path, std::strerror(errno)),
+    throw ConfigError(fmt::format("cannot read config file '{}': {}", shown, std::strerror(errno)),
                       kHint);
   // Configs are a few KiB: read at most the cap and one byte more, so that /dev/zero or a
   // 200 MB file is one error instead of gigabytes of YAML nodes.
@@ -325,15 +327,15 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::string text(kMaxConfigBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad())
-    throw ConfigError(fmt::format("cannot read config file '{}': read error", path), kHint);
+    throw ConfigError(fmt::format("cannot read config file '{}': read error", shown), kHint);
   text.resize(static_cast<size_t>(in.gcount()));
   if (text.size() > kMaxConfigBytes)
     throw ConfigError(
-        fmt::format("config file '{}' is larger than 1 MiB: not an experiment config", path),
+        fmt::format("config file '{}' is larger than 1 MiB: not an experiment config", shown),
         kHint);
   std::string stem = std::filesystem::path(path).stem().string();
   if (stem.empty()) stem = "default";
-  return parse(text, overrides, path, stem);
+  return parse(text, overrides, shown, stem);
 }
 
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,

@@ -25,11 +25,13 @@ std::ifstream open_at_end(const std::string& path, const std::string& what,
   // Only a regular file: a directory opens as a stream whose size reads as 2^63 - 1.
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    throw DataError(fmt::format("{} '{}' is not a regular file (a directory?)", what, path), hint);
+    throw DataError(
+        fmt::format("{} '{}' is not a regular file (a directory?)", what, printable(path)), hint);
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
-    throw DataError(fmt::format("cannot open {} '{}': {}", what, path, std::strerror(errno)), hint);
+    throw DataError(
+        fmt::format("cannot open {} '{}': {}", what, printable(path), std::strerror(errno)), hint);
   }
   return in;
 }
@@ -39,7 +41,7 @@ std::vector<uint8_t> read_prefix(std::ifstream& in, size_t n, const std::string&
   std::vector<uint8_t> bytes(n);
   in.seekg(0);
   if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n))) {
-    throw DataError(fmt::format("cannot read {} '{}' ({} bytes)", what, path, n), hint);
+    throw DataError(fmt::format("cannot read {} '{}' ({} bytes)", what, printable(path), n), hint);
   }
   return bytes;
 }
@@ -50,10 +52,11 @@ std::vector<uint8_t> read_file(const std::string& path, const std::string& what,
                                const std::string& hint, uint64_t max_bytes) {
   std::ifstream in = open_at_end(path, what, hint);
   const std::streamoff size = in.tellg();
-  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
+  if (size < 0)
+    throw DataError(fmt::format("cannot read the size of {} '{}'", what, printable(path)), hint);
   if (static_cast<uint64_t>(size) > max_bytes) {
     throw DataError(
-        fmt::format("{} '{}' is {}, more than the {} one such file may hold", what, path,
+        fmt::format("{} '{}' is {}, more than the {} one such file may hold", what, printable(path),
                     format_bytes(static_cast<uint64_t>(size)), format_bytes(max_bytes)),
         hint);
   }
@@ -64,7 +67,8 @@ std::vector<uint8_t> read_file_head(const std::string& path, size_t n, const std
                                     const std::string& hint) {
   std::ifstream in = open_at_end(path, what, hint);
   const std::streamoff size = in.tellg();
-  if (size < 0) throw DataError(fmt::format("cannot read the size of {} '{}'", what, path), hint);
+  if (size < 0)
+    throw DataError(fmt::format("cannot read the size of {} '{}'", what, printable(path)), hint);
   return read_prefix(in, std::min(n, static_cast<size_t>(size)), path, what, hint);
 }
 

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ferry {
 
@@ -24,7 +25,7 @@ constexpr const char* kHint =
     "data.skip_bad=true to skip unreadable images";
 
 [[noreturn]] void fail(const std::string& name, const std::string& reason) {
-  throw DataError(fmt::format("cannot decode image '{}': {}", name, reason), kHint);
+  throw DataError(fmt::format("cannot decode image '{}': {}", printable(name), reason), kHint);
 }
 
 void check_dimensions(int64_t width, int64_t height, size_t bytes, const std::string& name,

@@ -98,6 +98,14 @@ TEST(HostileInput, AConfigThatIsNotAConfigFileIsRefusedWithoutReadingItAll) {
   expect_user_error(run(trainer() + " config " + deep), "malformed YAML: nested more than");
 }
 
+TEST(HostileInput, AFileNameWithANewlineStaysOnTheErrorLine) {
+  const std::string dir = scratch("hostile_newline");
+  const Exit e = run(trainer() + " config '" + dir + "/bad\nname.yaml'");
+  expect_user_error(e, "cannot read config file '" + dir + "/bad\\nname.yaml'");
+  EXPECT_EQ(e.output.rfind("error: ", 0), 0u) << e.output;
+  EXPECT_EQ(e.output.find("\nhint: "), e.output.find('\n')) << "two lines:\n" << e.output;
+}
+
 TEST(HostileInput, UnwritableRunAndCheckpointFoldersFailBeforeTraining) {
   const std::string dir = scratch("hostile_unwritable");
   { std::ofstream(dir + "/a_file") << "x"; }
