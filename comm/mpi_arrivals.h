@@ -2,7 +2,8 @@
 // help: each rank posts the sequence number of the collective it enters, and a thread of its own
 // beats a counter, into its slot of an MPI one-sided window; a rank whose collective has timed out
 // reads every slot. Private to comm/ (the watchdog's side channel, Note [The collective watchdog]
-// in comm/collective_watchdog.h). Invariant: a rank's slot only grows, and only that rank writes it.
+// in comm/collective_watchdog.h). Invariant: a rank's slot only grows, and only that rank writes
+// it.
 #pragma once
 
 #include <mpi.h>

@@ -430,9 +430,10 @@ std::string read_file(const std::string& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
-    throw ConfigError(fmt::format("topology file '{}' does not exist", path),
-                      "check the path (topology.file, trainer's --topology or topo-probe's --synthetic); "
-                      "example descriptions are in configs/topologies/");
+    throw ConfigError(
+        fmt::format("topology file '{}' does not exist", path),
+        "check the path (topology.file, trainer's --topology or topo-probe's --synthetic); "
+        "example descriptions are in configs/topologies/");
   }
   if (!fs::is_regular_file(status)) {
     throw ConfigError(fmt::format("topology file '{}' is not a regular file", path),

@@ -71,7 +71,7 @@ TEST(NodeRings, AJobOfRRanksSendsTwoRMinusOneOverROfEachBucketPerHop) {
   NodeSimInput in;
   in.ring = cross_node_rings(topo, bindings, nl, 12.5);
   in.links = nl.links;
-  in.job_ranks = 16;  // two nodes
+  in.job_ranks = 16;                               // two nodes
   in.buckets = {SimBucket{uint64_t{1} << 30, 0}};  // ready after step 0, before the update
   for (int r = 0; r < 8; ++r) {
     SimRank rank;
