@@ -1,6 +1,8 @@
 // Rank discovery through MPI when a launcher started the process; one rank otherwise.
 #include "comm/ranks.h"
 
+#include <unistd.h>
+
 #include <mpi.h>
 
 #include <cstdio>
@@ -97,6 +99,12 @@ void abort_job(int code) {
     std::_Exit(code == 0 ? 1 : code);  // MPI_Abort does not return; if it did, still end
   }
   std::exit(code);
+}
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "";
+  return host;
 }
 
 }  // namespace ferry

@@ -28,6 +28,10 @@ bool launched_by_mpi();
 // failures.
 RankInfo init_ranks();
 
+// This machine's host name (the node a rank runs on, in messages and per-node files); "" when
+// it cannot be read.
+std::string host_name();
+
 // Whether MPI is initialised and not yet finalised in this process.
 bool mpi_active();
 

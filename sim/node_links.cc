@@ -23,6 +23,26 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
   return out;
 }
 
+// The hop from a path `a` up to where it meets path `b`, then down `b`. Traffic between two
+// devices under one switch turns around in that switch, between switches of one root complex in
+// the root complex, which it then crosses. `root_complex_under_a_switch`: charge the root
+// complex in the first case too, as the node's own ring has always done (its figures in the
+// README were simulated so).
+SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vector<int>& b,
+                   bool root_complex_under_a_switch) {
+  const std::vector<int> common = LinkMap::shared(a, b);
+  SimHop hop;
+  hop.up = minus(a, common);
+  hop.down = minus(b, common);
+  const bool under_one_switch = std::any_of(common.begin(), common.end(), [&](int l) {
+    return map.link(l).kind == LinkKind::kSwitchUplink;
+  });
+  if (under_one_switch && !root_complex_under_a_switch) return hop;
+  for (int l : common)
+    if (map.link(l).kind == LinkKind::kRootComplex) hop.up.push_back(l);
+  return hop;
+}
+
 }  // namespace
 
 NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& bindings,
@@ -62,40 +82,12 @@ NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& b
   if (n > 1) {
     for (size_t r = 0; r < n; ++r) {
       const size_t q = (r + 1) % n;
-      const std::vector<int> a = map.gpu_path(out.gpus[r], bindings[q].numa);
-      const std::vector<int>& b = out.paths[q];
-      const std::vector<int> common = LinkMap::shared(a, b);
-      SimHop hop;
-      hop.up = minus(a, common);
-      hop.down = minus(b, common);
-      // Peer traffic between switches of one root complex turns around in it.
-      for (int l : common)
-        if (map.link(l).kind == LinkKind::kRootComplex) hop.up.push_back(l);
-      out.ring.push_back(std::move(hop));
+      out.ring.push_back(hop_between(map, map.gpu_path(out.gpus[r], bindings[q].numa), out.paths[q],
+                                     /*root_complex_under_a_switch=*/true));
     }
   }
   return out;
 }
-
-namespace {
-
-// The hop from a path `a` up to where it meets path `b`, then down `b`: traffic between two
-// devices under one switch turns around in that switch; between switches of one root complex,
-// in the root complex (which it crosses).
-SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vector<int>& b) {
-  const std::vector<int> common = LinkMap::shared(a, b);
-  SimHop hop;
-  hop.up = minus(a, common);
-  hop.down = minus(b, common);
-  const bool under_one_switch = std::any_of(common.begin(), common.end(), [&](int l) {
-    return map.link(l).kind == LinkKind::kSwitchUplink;
-  });
-  for (int l : common)
-    if (!under_one_switch && map.link(l).kind == LinkKind::kRootComplex) hop.up.push_back(l);
-  return hop;
-}
-
-}  // namespace
 
 std::vector<SimHop> cross_node_rings(const Topology& topology,
                                      const std::vector<RankBinding>& bindings, NodeLinks& links,
@@ -144,9 +136,11 @@ std::vector<SimHop> cross_node_rings(const Topology& topology,
       }
       const int numa_out = bindings[exit].numa, numa_in = bindings[entry].numa;
       SimHop out =
-          hop_between(map, map.gpu_path(links.gpus[exit], numa_out), map.nic_path(nic, numa_out));
+          hop_between(map, map.gpu_path(links.gpus[exit], numa_out), map.nic_path(nic, numa_out),
+                      /*root_complex_under_a_switch=*/false);
       const SimHop in =
-          hop_between(map, map.nic_path(nic, numa_in), map.gpu_path(links.gpus[entry], numa_in));
+          hop_between(map, map.nic_path(nic, numa_in), map.gpu_path(links.gpus[entry], numa_in),
+                      /*root_complex_under_a_switch=*/false);
       out.down.push_back(wire);
       out.then_up = in.up;
       out.then_down = in.down;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ferry {
 
@@ -116,12 +117,10 @@ std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
     const size_t at = name.rfind(".tmp.");
     if (at == std::string::npos) continue;
     const std::string digits = name.substr(at + 5);
-    if (digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    const std::optional<pid_t> pid =
+        digits.size() <= 9 ? parse_digits<pid_t>(digits) : std::nullopt;
+    if (!pid || *pid <= 0 || ::kill(*pid, 0) == 0 || errno != ESRCH)
+      continue;  // alive, or not ours
     std::error_code remove_ec;
     if (fs::remove(entry.path(), remove_ec)) removed.push_back(entry.path().string());
   }

@@ -2,12 +2,12 @@
 #include "trainer/session/checkpoints.h"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ferry {
 
@@ -31,10 +31,9 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
     const std::string digits =
         name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
     // Not ours unless the whole middle is a step number that fits (step_9999...9 is skipped).
-    int64_t step = 0;
-    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (digits.empty() || err != std::errc() || end != digits.data() + digits.size()) continue;
-    out.emplace_back(step, entry.path().string());
+    const std::optional<int64_t> step = parse_digits<int64_t>(digits);
+    if (!step) continue;
+    out.emplace_back(*step, entry.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -147,8 +147,6 @@ void check_same_resume(Communicator& comm, const RankInfo& ranks, const std::str
   if (ranks.is_root()) root_resume = resume;
   if (length > 0) comm.broadcast_host(root_resume.data(), length, 0);
   if (ranks.is_root()) return;
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
   const std::string hint =
       "put checkpoint.dir on a filesystem every host of the job mounts at the same path";
   std::error_code ec;
@@ -158,7 +156,7 @@ void check_same_resume(Communicator& comm, const RankInfo& ranks, const std::str
     throw ConfigError(fmt::format("checkpoint.resume: rank 0 resumes {} but rank {} (host {}) {}",
                                   length == 0 ? std::string("nothing (a fresh start)")
                                               : fmt::format("'{}'", root_resume),
-                                  ranks.rank, host,
+                                  ranks.rank, host_name(),
                                   !readable        ? "cannot read it"
                                   : resume.empty() ? "finds no checkpoint in checkpoint.dir"
                                                    : fmt::format("resolved '{}'", resume)),

@@ -10,8 +10,6 @@
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
 #include "trainer/session/train.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -46,11 +44,9 @@ namespace {
 std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
                                  const std::string& table) {
   if (ranks.local_size == ranks.size) return table;
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
-  const std::string mine = ranks.local_rank == 0
-                               ? fmt::format("node {} (first rank {})\n{}", host, ranks.rank, table)
-                               : std::string();
+  const std::string mine = ranks.local_rank == 0 ? fmt::format("node {} (first rank {})\n{}",
+                                                               host_name(), ranks.rank, table)
+                                                 : std::string();
   std::string out;
   for (int r = 0; r < ranks.size; ++r) {
     uint64_t length = ranks.rank == r ? mine.size() : 0;
@@ -207,10 +203,8 @@ void write_link_usage(const Config& config, const RankInfo& ranks,
                       {"bin_s", usage.front().bin_s},
                       {"directions", {"to_host", "to_device"}},
                       {"links", links}};
-  char host[256] = {};
-  if (ranks.local_size < ranks.size && ::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
-  const std::string name =
-      host[0] != 0 ? fmt::format("links.{}.json", host) : std::string("links.json");
+  const std::string host = ranks.local_size < ranks.size ? host_name() : "";
+  const std::string name = host.empty() ? "links.json" : fmt::format("links.{}.json", host);
   const std::string path = (fs::path(config.run.dir) / name).string();
   write_run_file(path, j.dump(2) + "\n");
   if (busiest) {

@@ -169,6 +169,7 @@ TEST(HostileInput, StaleTempFilesOfDeadWritersAreRemovedAndOddNamesIgnored) {
   { std::ofstream(stale) << "half a checkpoint"; }
   { std::ofstream(live) << "being written"; }
   { std::ofstream(dir + "/ckpt/step_99999999999999999999.safetensors") << "not ours"; }
+  { std::ofstream(dir + "/ckpt/step_-5.safetensors") << "not ours either"; }
   Exit e = run(train_into(dir, 5, "checkpoint.resume=latest"));
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_FALSE(fs::exists(stale));
