@@ -41,7 +41,13 @@ void conv(KeyBuilder& k, const ConvGeom& g) {
   k("n", g.n)("c", g.c)("h", g.h)("w", g.w)("k", g.k)("r", g.r)("s", g.s)("sh", g.stride_h)(
       "sw", g.stride_w)("ph", g.pad_h)("pw", g.pad_w)("g", g.groups);
 }
-void linear(KeyBuilder& k, const LinearGeom& g) { k("m", g.m)("k", g.k)("n", g.n); }
+void linear(KeyBuilder& k, const LinearGeom& g) {
+  k("m", g.m)("k", g.k)("n", g.n);
+  if (g.weight_in_out) k("weight_in_out", true);
+}
+void attention(KeyBuilder& k, const AttentionGeom& g) {
+  k("n", g.n)("t", g.t)("heads", g.heads)("c", g.c)("dropout", g.dropout > 0);
+}
 void pool(KeyBuilder& k, const PoolGeom& g) {
   k("max", g.kind == PoolKind::kMax)("n", g.n)("c", g.c)("h", g.h)("w", g.w)("kh", g.kh)(
       "kw", g.kw)("sh", g.stride_h)("sw", g.stride_w)("ph", g.pad_h)("pw", g.pad_w)(
@@ -251,6 +257,60 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.grad, a.n, 0.0f);
           o.bind<float>(a.m, a.n, 0.0f);
           o.bind<float>(a.v, a.n, 0.0f);
+        } else if constexpr (std::is_same_v<T, EmbeddingForward>) {
+          o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
+          o.bind<float>(a.wte, a.vocab * a.c);
+          o.bind<float>(a.wpe, a.t * a.c);
+          o.bind<float>(a.y, a.n * a.t * a.c);
+        } else if constexpr (std::is_same_v<T, EmbeddingBackward>) {
+          o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
+          o.bind<float>(a.dy, a.n * a.t * a.c);
+          o.bind<float>(a.dwte, a.vocab * a.c);
+          o.bind<float>(a.dwpe, a.context * a.c);
+        } else if constexpr (std::is_same_v<T, LayerNormForward>) {
+          o.bind<float>(a.x, a.g.rows * a.g.c);
+          o.bind<float>(a.gamma, a.g.c);
+          o.bind<float>(a.beta, a.g.c);
+          o.bind<float>(a.y, a.g.rows * a.g.c);
+          o.bind<float>(a.mean, a.g.rows);
+          o.bind<float>(a.rstd, a.g.rows);
+        } else if constexpr (std::is_same_v<T, LayerNormBackward>) {
+          o.bind<float>(a.x, a.g.rows * a.g.c);
+          o.bind<float>(a.dy, a.g.rows * a.g.c);
+          o.bind<float>(a.gamma, a.g.c);
+          o.bind<float>(a.mean, a.g.rows, 0.0f);
+          o.bind<float>(a.rstd, a.g.rows);
+          o.bind<float>(a.dx, a.g.rows * a.g.c);
+          o.bind<float>(a.dgamma, a.g.c);
+          o.bind<float>(a.dbeta, a.g.c);
+        } else if constexpr (std::is_same_v<T, GeluForward>) {
+          o.bind<float>(a.x, a.n);
+          o.bind<float>(a.y, a.n);
+        } else if constexpr (std::is_same_v<T, GeluBackward>) {
+          o.bind<float>(a.x, a.n);
+          o.bind<float>(a.dy, a.n);
+          o.bind<float>(a.dx, a.n);
+        } else if constexpr (std::is_same_v<T, AttentionForward>) {
+          const int64_t scores = a.g.n * a.g.heads * a.g.t * a.g.t;
+          o.bind<float>(a.qkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind<float>(a.y, a.g.n * a.g.t * a.g.c);
+          o.bind<float>(a.probs, scores);
+          o.bind<float>(a.mask, (scores + 3) / 4, 0.0f);
+          o.workspace(a.ws, shape);
+        } else if constexpr (std::is_same_v<T, AttentionBackward>) {
+          const int64_t scores = a.g.n * a.g.heads * a.g.t * a.g.t;
+          o.bind<float>(a.qkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind<float>(a.probs, scores);
+          o.bind<float>(a.mask, (scores + 3) / 4, 0.0f);
+          o.bind<float>(a.dy, a.g.n * a.g.t * a.g.c);
+          o.bind<float>(a.dqkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.workspace(a.ws, shape);
+        } else if constexpr (std::is_same_v<T, SumOfSquares>) {
+          o.bind<float>(a.x, a.n);
+          o.bind<float>(a.out, 1);
+        } else if constexpr (std::is_same_v<T, ClipByNorm>) {
+          o.bind<float>(a.sum_sq, 1);
+          o.bind<float>(a.y, a.n);
         } else {
           static_assert(sizeof(T) == 0, "a kernel without scratch operands");
         }
@@ -299,6 +359,17 @@ std::string kernel_key(const KernelArgs& args) {
         } else if constexpr (std::is_same_v<T, SgdUpdate>) {
           k("n", a.n)("momentum", a.momentum > 0)("nesterov", a.nesterov)("wd",
                                                                           a.weight_decay != 0);
+        } else if constexpr (std::is_same_v<T, EmbeddingForward> ||
+                             std::is_same_v<T, EmbeddingBackward>) {
+          k("n", a.n)("t", a.t)("c", a.c)("vocab", a.vocab);
+        } else if constexpr (std::is_same_v<T, LayerNormForward> ||
+                             std::is_same_v<T, LayerNormBackward>) {
+          k("rows", a.g.rows)("c", a.g.c);
+        } else if constexpr (std::is_same_v<T, AttentionForward>) {
+          attention(k, a.g);
+          k("training", a.training);
+        } else if constexpr (std::is_same_v<T, AttentionBackward>) {
+          attention(k, a.g);
         } else {
           k("n", a.n);
         }

@@ -29,7 +29,17 @@ std::string_view kernel_name(KernelKind kind) {
                                                 "softmax_cross_entropy_forward",
                                                 "softmax_cross_entropy_backward",
                                                 "sgd_update",
-                                                "adamw_update"};
+                                                "adamw_update",
+                                                "embedding_forward",
+                                                "embedding_backward",
+                                                "layer_norm_forward",
+                                                "layer_norm_backward",
+                                                "gelu_forward",
+                                                "gelu_backward",
+                                                "attention_forward",
+                                                "attention_backward",
+                                                "sum_of_squares",
+                                                "clip_by_norm"};
   static_assert(std::size(kNames) == std::variant_size_v<KernelArgs>);
   return kind < std::size(kNames) ? kNames[kind] : "unknown";
 }

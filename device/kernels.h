@@ -70,6 +70,9 @@ struct LinearGeom {
   int64_t m = 1;  // batch rows
   int64_t k = 1;  // in features
   int64_t n = 1;  // out features
+  // The weight is stored (K, N), in then out (Hugging Face's Conv1D, GPT-2's layout), instead of
+  // nn.Linear's (N, K). Every formula below reads w^T for w when this is set.
+  bool weight_in_out = false;
   bool operator==(const LinearGeom&) const = default;
 };
 
@@ -301,6 +304,138 @@ struct SoftmaxCrossEntropyBackward {
   float* dlogits = nullptr;
 };
 
+// ---- transformers ---------------------------------------------------------------------------
+
+// GPT-2's input embedding: y[n, t, :] = wte[tokens[n, t], :] + wpe[t, :]. Tokens are int32 in
+// [0, vocab) (the loader checks them; a kernel may assume it).
+struct EmbeddingForward {
+  int64_t n = 1, t = 1;  // batch rows, positions
+  int64_t c = 1;         // width
+  int64_t vocab = 1;     // rows of wte
+  const int32_t* tokens = nullptr;  // (N, T)
+  const float* wte = nullptr;       // (vocab, C)
+  const float* wpe = nullptr;       // (context >= T, C); only its first T rows are read
+  float* y = nullptr;               // (N, T, C)
+};
+
+// dwte[v, :] = sum of dy[n, t, :] over the (n, t) with tokens[n, t] == v, added in increasing
+// (n, t) order (no atomics: the same bits on every run and backend); rows of tokens that do not
+// occur are 0. With accumulate_wte, the sums are added to dwte instead (a tied LM head wrote it
+// first). dwpe[t, :] = sum over n of dy[n, t, :] in increasing n, for t < T (rows >= T: 0).
+struct EmbeddingBackward {
+  int64_t n = 1, t = 1, c = 1, vocab = 1;
+  int64_t context = 1;  // rows of wpe (>= T)
+  const int32_t* tokens = nullptr;
+  const float* dy = nullptr;  // (N, T, C)
+  float* dwte = nullptr;      // (vocab, C)
+  float* dwpe = nullptr;      // (context, C)
+  bool accumulate_wte = false;
+};
+
+// torch.nn.LayerNorm over the last dimension: rows (M) of C values.
+struct LayerNormGeom {
+  int64_t rows = 1, c = 1;
+  float eps = 1e-5f;
+  bool operator==(const LayerNormGeom&) const = default;
+};
+
+// y = (x - mean) * rstd * gamma + beta, mean and the biased variance per row, rstd =
+// 1 / sqrt(var + eps); mean and rstd (rows) are saved for backward.
+struct LayerNormForward {
+  LayerNormGeom g;
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* y = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+};
+
+// Gradients of LayerNormForward. Overwrites dx, dgamma, dbeta (dgamma and dbeta summed over the
+// rows). dx may equal dy (in place).
+struct LayerNormBackward {
+  LayerNormGeom g;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  const float* gamma = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  float* dx = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+};
+
+// GELU with the tanh approximation (nn.GELU(approximate="tanh"), GPT-2's "gelu_new"):
+// y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+struct GeluForward {
+  int64_t n = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+struct GeluBackward {  // dx = dy * d/dx gelu(x); dx may equal dy
+  int64_t n = 0;
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  float* dx = nullptr;
+};
+
+// GPT-2's causal self-attention core, between the fused QKV projection and the output
+// projection. qkv (N, T, 3C) holds q, k and v side by side (each C wide, as c_attn writes them);
+// head h is columns [h D, (h + 1) D) of each, D = C / heads.
+struct AttentionGeom {
+  int64_t n = 1, t = 1, heads = 1, c = 1;
+  float dropout = 0.0f;  // attn_dropout's p on the probabilities (training only)
+  int64_t head_dim() const { return c / heads; }
+  bool operator==(const AttentionGeom&) const = default;
+};
+
+// Per (n, h): S = q k^T / sqrt(D) with S[i, j] masked for j > i; P = softmax(S) by rows (masked
+// entries exactly 0); probs = P (N, heads, T, T), saved for backward. In training with dropout,
+// P' = dropout(P) as DropoutForward draws it over the (N, heads, T, T) elements (seed, offset 0),
+// mask as there; otherwise P' = P and mask is unused (may be null). y[n, i, h D + d] = (P' v)[i, d],
+// heads merged back to (N, T, C).
+struct AttentionForward {
+  AttentionGeom g;
+  bool training = true;
+  uint64_t seed = 0;
+  const float* qkv = nullptr;
+  float* y = nullptr;
+  float* probs = nullptr;
+  uint8_t* mask = nullptr;
+  Workspace ws;
+};
+
+// Gradients of AttentionForward in training: dqkv (N, T, 3C), overwritten (the dq, dk and dv
+// column blocks). Reads qkv, probs and (with dropout) mask.
+struct AttentionBackward {
+  AttentionGeom g;
+  const float* qkv = nullptr;
+  const float* probs = nullptr;
+  const uint8_t* mask = nullptr;
+  const float* dy = nullptr;  // (N, T, C)
+  float* dqkv = nullptr;
+  Workspace ws;
+};
+
+// ---- gradient clipping -------------------------------------------------------------------------
+
+// out[0] = sum of x[i]^2 over i < n, a deterministic float sum (the same bits on every run).
+struct SumOfSquares {
+  int64_t n = 0;
+  const float* x = nullptr;
+  float* out = nullptr;
+};
+
+// torch.nn.utils.clip_grad_norm_'s scaling: y *= min(1, max_norm / (sqrt(sum_sq[0]) + 1e-6)),
+// reading sum_sq on the device (no host wait).
+struct ClipByNorm {
+  int64_t n = 0;
+  float max_norm = 1.0f;
+  const float* sum_sq = nullptr;
+  float* y = nullptr;
+};
+
 // ---- optimizers --------------------------------------------------------------------------------
 
 // torch.optim.SGD (dampening 0): d = g + wd * p; buf = momentum * buf + d (buf starts at zero,
@@ -341,7 +476,10 @@ using KernelArgs =
                  AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward, BatchNormForwardTraining,
                  BatchNormForwardInference, BatchNormBackward, ReluForward, ReluBackward,
                  AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward, DropoutBackward,
-                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate>;
+                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate,
+                 EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
+                 GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
+                 ClipByNorm>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

@@ -203,4 +203,18 @@ void run(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
 void run(PlanCache& plans, const SgdUpdate& a);
 void run(PlanCache& plans, const AdamWUpdate& a);
 
+// kernels_transformer.cc
+void run(PlanCache& plans, const EmbeddingForward& a);
+void run(PlanCache& plans, const EmbeddingBackward& a);
+void run(PlanCache& plans, const LayerNormForward& a);
+void run(PlanCache& plans, const LayerNormBackward& a);
+void run(PlanCache& plans, const GeluForward& a);
+void run(PlanCache& plans, const GeluBackward& a);
+uint64_t workspace(PlanCache& plans, const AttentionForward& a);
+uint64_t workspace(PlanCache& plans, const AttentionBackward& a);
+void run(PlanCache& plans, const AttentionForward& a);
+void run(PlanCache& plans, const AttentionBackward& a);
+void run(PlanCache& plans, const SumOfSquares& a);
+void run(PlanCache& plans, const ClipByNorm& a);
+
 }  // namespace ferry::cpu
