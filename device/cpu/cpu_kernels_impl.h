@@ -200,6 +200,9 @@ void run(PlanCache& plans, const DropoutBackward& a);
 void run(PlanCache& plans, const SoftmaxCrossEntropyForward& a);
 void run(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
 
+// kernels_optim.cc
+void run(PlanCache& plans, const SumOfSquares& a);
+void run(PlanCache& plans, const ClipByNorm& a);
 void run(PlanCache& plans, const SgdUpdate& a);
 void run(PlanCache& plans, const AdamWUpdate& a);
 
@@ -214,7 +217,5 @@ uint64_t workspace(PlanCache& plans, const AttentionForward& a);
 uint64_t workspace(PlanCache& plans, const AttentionBackward& a);
 void run(PlanCache& plans, const AttentionForward& a);
 void run(PlanCache& plans, const AttentionBackward& a);
-void run(PlanCache& plans, const SumOfSquares& a);
-void run(PlanCache& plans, const ClipByNorm& a);
 
 }  // namespace ferry::cpu

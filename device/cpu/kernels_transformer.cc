@@ -24,7 +24,5 @@ uint64_t workspace(PlanCache&, const AttentionForward&) { return 0; }
 uint64_t workspace(PlanCache&, const AttentionBackward&) { return 0; }
 void run(PlanCache&, const AttentionForward& a) { not_yet(a); }
 void run(PlanCache&, const AttentionBackward& a) { not_yet(a); }
-void run(PlanCache&, const SumOfSquares& a) { not_yet(a); }
-void run(PlanCache&, const ClipByNorm& a) { not_yet(a); }
 
 }  // namespace ferry::cpu
