@@ -11,7 +11,8 @@
 
 // Choices that name a lower layer's concept reuse its enum: device.backend (Backend),
 // device.algorithms (AlgorithmSearch),
-// optim.name and optim.schedule (OptimizerKind, ScheduleKind), memory.policy (MemoryPolicy).
+// optim.name, optim.schedule and optim.decay (OptimizerKind, ScheduleKind, WeightDecayGroups),
+// memory.policy (MemoryPolicy).
 #include "device/device.h"
 #include "prefetch/policy.h"
 #include "trainer/optim/kinds.h"
@@ -49,6 +50,13 @@ struct EnumNames<ScheduleKind> {
       {{ScheduleKind::kConstant, "constant"},
        {ScheduleKind::kStep, "step"},
        {ScheduleKind::kCosine, "cosine"}}};
+};
+template <>
+struct EnumNames<WeightDecayGroups> {
+  static constexpr std::array<std::pair<WeightDecayGroups, std::string_view>, 3> kNames{
+      {{WeightDecayGroups::kAuto, "auto"},
+       {WeightDecayGroups::kMatrices, "matrices"},
+       {WeightDecayGroups::kAll, "all"}}};
 };
 template <>
 struct EnumNames<Backend> {

@@ -204,6 +204,13 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(optim, nesterov), "sgd: Nesterov momentum; needs momentum > 0."),
       real(FERRY_CONFIG_KEY(optim, weight_decay), at_least(0),
            "L2 penalty (sgd) or decoupled weight decay (adamw)."),
+      choice(FERRY_CONFIG_KEY(optim, decay),
+             "Which parameters optim.weight_decay applies to: matrices = those of 2+ dimensions "
+             "(linear, conv and embedding weights; not biases or norm weights), all = every one, "
+             "auto = the model's choice (matrices for transformers, all otherwise)."),
+      real(FERRY_CONFIG_KEY(optim, clip_norm), at_least(0),
+           "Clip the gradients' global L2 norm (after the all-reduce) to this before the "
+           "update, as torch.nn.utils.clip_grad_norm_; 0 = off."),
       choice(FERRY_CONFIG_KEY(optim, schedule), "Learning-rate schedule after warm-up."),
       integer(FERRY_CONFIG_KEY(optim, warmup_steps), at_least(0),
               "Linear warm-up from 0 to optim.lr over this many steps."),

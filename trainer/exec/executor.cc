@@ -284,9 +284,9 @@ StepMetrics Executor::read_metrics() {
   return host_metrics_;
 }
 
-void Executor::stage_metrics(uint64_t step) {
+void Executor::stage_metrics(uint64_t step, const float* grad_sq) {
   FERRY_ASSERT(last_ != nullptr, "stage_metrics before any step");
-  metrics_.stage(step, store_.loss_address(), store_.correct_address());
+  metrics_.stage(step, store_.loss_address(), store_.correct_address(), grad_sq);
 }
 
 std::vector<StagedMetrics> Executor::drain_metrics() {

@@ -115,7 +115,9 @@ class Executor {
   // stream, a copy of the last enqueued batch's loss and correct count into pinned host memory,
   // tagged `step`; it never blocks. drain_metrics waits for the compute stream once and returns
   // every step staged since the last drain, in order (and resolves a traced step's trace).
-  void stage_metrics(uint64_t step);
+  // `grad_sq`, when not null, is a device scalar staged with them (the optimizer's gradient sum
+  // of squares, StagedMetrics::grad_norm).
+  void stage_metrics(uint64_t step, const float* grad_sq = nullptr);
   std::vector<StagedMetrics> drain_metrics();
   size_t staged_metrics() const { return metrics_.staged(); }
   // Steps the pinned ring holds without growing (at least ExecutorOptions::metrics_steps).

@@ -2,6 +2,7 @@
 #include "trainer/exec/metrics_ring.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ferry {
 
@@ -9,26 +10,28 @@ MetricsRing::MetricsRing(Device& device, size_t steps) : device_(device) {
   const size_t chunks = (std::max<size_t>(steps, 1) + kChunk - 1) / kChunk;
   for (size_t i = 0; i < chunks; ++i) {
     chunks_.push_back(
-        static_cast<StepMetrics*>(device.pinned().allocate(kChunk * sizeof(StepMetrics))));
+        static_cast<Entry*>(device.pinned().allocate(kChunk * sizeof(Entry))));
   }
 }
 
 MetricsRing::~MetricsRing() {
-  for (StepMetrics* chunk : chunks_)
-    device_.pinned().deallocate(chunk, kChunk * sizeof(StepMetrics));
+  for (Entry* chunk : chunks_) device_.pinned().deallocate(chunk, kChunk * sizeof(Entry));
 }
 
-void MetricsRing::stage(uint64_t step, const float* loss, const int32_t* correct) {
+void MetricsRing::stage(uint64_t step, const float* loss, const int32_t* correct,
+                        const float* grad_sq) {
   const size_t i = staged_steps_.size();
   if (i / kChunk == chunks_.size()) {
     chunks_.push_back(
-        static_cast<StepMetrics*>(device_.pinned().allocate(kChunk * sizeof(StepMetrics))));
+        static_cast<Entry*>(device_.pinned().allocate(kChunk * sizeof(Entry))));
   }
-  StepMetrics* entry = chunks_[i / kChunk] + i % kChunk;
+  Entry* entry = chunks_[i / kChunk] + i % kChunk;
   Stream& compute = device_.stream(StreamKind::kCompute);
-  device_.copy_async(&entry->loss, loss, sizeof(float), compute);
-  device_.copy_async(&entry->correct, correct, sizeof(int32_t), compute);
+  device_.copy_async(&entry->metrics.loss, loss, sizeof(float), compute);
+  device_.copy_async(&entry->metrics.correct, correct, sizeof(int32_t), compute);
+  if (grad_sq) device_.copy_async(&entry->grad_sq, grad_sq, sizeof(float), compute);
   staged_steps_.push_back(step);
+  staged_grad_sq_.push_back(grad_sq != nullptr);
 }
 
 std::vector<StagedMetrics> MetricsRing::drain() {
@@ -36,10 +39,13 @@ std::vector<StagedMetrics> MetricsRing::drain() {
   std::vector<StagedMetrics> out;
   out.reserve(staged_steps_.size());
   for (size_t i = 0; i < staged_steps_.size(); ++i) {
-    const StepMetrics& m = chunks_[i / kChunk][i % kChunk];
-    out.push_back({staged_steps_[i], m.loss, m.correct});
+    const Entry& e = chunks_[i / kChunk][i % kChunk];
+    StagedMetrics m{staged_steps_[i], e.metrics.loss, e.metrics.correct, std::nullopt};
+    if (staged_grad_sq_[i]) m.grad_norm = std::sqrt(e.grad_sq);
+    out.push_back(m);
   }
   staged_steps_.clear();
+  staged_grad_sq_.clear();
   return out;
 }
 

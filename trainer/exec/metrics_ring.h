@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "device/device.h"
@@ -31,6 +32,8 @@ struct StagedMetrics {
   uint64_t step = 0;
   float loss = 0;
   int32_t correct = 0;
+  // The gradients' L2 norm before clipping, when the step staged it (optim.clip_norm > 0).
+  std::optional<float> grad_norm;
 };
 
 class MetricsRing {
@@ -44,10 +47,12 @@ class MetricsRing {
   MetricsRing(const MetricsRing&) = delete;
   MetricsRing& operator=(const MetricsRing&) = delete;
 
-  // Enqueues, on the compute stream, copies of the device's `loss` and `correct` into the next
-  // entry, tagged `step`. Never blocks; grows by a chunk (never by a wait) only when more steps
-  // are staged between drains than the ring holds.
-  void stage(uint64_t step, const float* loss, const int32_t* correct);
+  // Enqueues, on the compute stream, copies of the device's `loss` and `correct` (and, when not
+  // null, the gradients' sum of squares `grad_sq`) into the next entry, tagged `step`. Never
+  // blocks; grows by a chunk (never by a wait) only when more steps are staged between drains
+  // than the ring holds.
+  void stage(uint64_t step, const float* loss, const int32_t* correct,
+             const float* grad_sq = nullptr);
   // Waits for the compute stream once and returns every step staged since the last drain, in
   // order.
   std::vector<StagedMetrics> drain();
@@ -57,10 +62,15 @@ class MetricsRing {
 
  private:
   Device& device_;
+  struct Entry {
+    StepMetrics metrics;
+    float grad_sq = 0;
+  };
   // Pinned chunks of kChunk entries each, filled in staging order; never moved, so a copy in
   // flight keeps its target.
-  std::vector<StepMetrics*> chunks_;
+  std::vector<Entry*> chunks_;
   std::vector<uint64_t> staged_steps_;
+  std::vector<bool> staged_grad_sq_;
 };
 
 }  // namespace ferry

@@ -51,6 +51,10 @@ class ParameterStore {
   int32_t* correct_address() const {
     return reinterpret_cast<int32_t*>(static_cast<std::byte*>(metrics_.data()) + 64);
   }
+  // The gradients' sum of squares of the last step that clipped them (optim.clip_norm).
+  float* grad_sq_address() const {
+    return reinterpret_cast<float*>(static_cast<std::byte*>(metrics_.data()) + 128);
+  }
 
   PersistentBytes bytes() const;
 

@@ -10,20 +10,67 @@ int optimizer_slots(const OptimizerOptions& options) {
   return options.momentum > 0 ? 1 : 0;
 }
 
+bool decays(const ParameterStore::Entry& e, WeightDecayGroups groups) {
+  return groups != WeightDecayGroups::kMatrices || e.desc.shape.rank() >= 2;
+}
+
+std::vector<DecayRun> decay_runs(const ParameterStore& store, WeightDecayGroups groups,
+                                 float weight_decay) {
+  const int64_t n = store.param_floats();
+  std::vector<DecayRun> runs;
+  if (weight_decay == 0.0f || groups != WeightDecayGroups::kMatrices) return {{0, n, true}};
+  // Entries are in block order; a run starts at the block's start, then at each parameter that
+  // decays unlike the one before.
+  for (const ParameterStore::Entry& e : store.params()) {
+    const bool d = decays(e, groups);
+    const auto at = static_cast<int64_t>(e.offset / sizeof(float));
+    if (runs.empty()) {
+      runs.push_back({0, n, d});
+    } else if (runs.back().decay != d) {
+      runs.back().end = at;
+      runs.push_back({at, n, d});
+    }
+  }
+  if (runs.empty()) runs.push_back({0, n, true});
+  return runs;
+}
+
 void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, float lr) {
   ++steps_;
-  const int64_t n = store.param_floats();
-  if (options_.kind == OptimizerKind::kSgd) {
-    kernels.launch(SgdUpdate{n, lr, options_.momentum, options_.weight_decay, options_.nesterov,
-                             store.param_block(), store.grad_block(),
-                             options_.momentum > 0 ? store.optimizer_block(0) : nullptr},
-                   stream);
-    return;
+  launches_ = 0;
+  if (runs_of_ != &store) {
+    runs_ = decay_runs(store, options_.decay, options_.weight_decay);
+    runs_of_ = &store;
   }
-  kernels.launch(AdamWUpdate{n, lr, options_.beta1, options_.beta2, options_.eps,
-                             options_.weight_decay, steps_, store.param_block(), store.grad_block(),
-                             store.optimizer_block(0), store.optimizer_block(1)},
-                 stream);
+  if (options_.clip_norm > 0) {
+    // Note [Clipping after the all-reduce]: the caller enqueues this after the compute stream
+    // waits for every bucket's all-reduce, so the norm is of the averaged gradients, the one
+    // torch.nn.utils.clip_grad_norm_ sees after DDP's backward; every rank computes the same
+    // norm from the same bits. The scale is read on the device: no host wait.
+    const int64_t n = store.param_floats();
+    kernels.launch(SumOfSquares{n, store.grad_block(), store.grad_sq_address()}, stream);
+    kernels.launch(ClipByNorm{n, options_.clip_norm, store.grad_sq_address(), store.grad_block()},
+                   stream);
+    launches_ += 2;
+  }
+  for (const DecayRun& r : runs_) {
+    const int64_t n = r.end - r.begin;
+    const float wd = r.decay ? options_.weight_decay : 0.0f;
+    float* param = store.param_block() + r.begin;
+    const float* grad = store.grad_block() + r.begin;
+    if (options_.kind == OptimizerKind::kSgd) {
+      kernels.launch(SgdUpdate{n, lr, options_.momentum, wd, options_.nesterov, param, grad,
+                               options_.momentum > 0 ? store.optimizer_block(0) + r.begin
+                                                     : nullptr},
+                     stream);
+    } else {
+      kernels.launch(AdamWUpdate{n, lr, options_.beta1, options_.beta2, options_.eps, wd, steps_,
+                                 param, grad, store.optimizer_block(0) + r.begin,
+                                 store.optimizer_block(1) + r.begin},
+                     stream);
+    }
+    ++launches_;
+  }
 }
 
 float LrSchedule::at(int64_t step) const {

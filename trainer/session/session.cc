@@ -64,6 +64,12 @@ OptimizerOptions optimizer_options(const Config& config) {
   o.beta1 = static_cast<float>(config.optim.beta1);
   o.beta2 = static_cast<float>(config.optim.beta2);
   o.eps = static_cast<float>(config.optim.eps);
+  o.decay = config.optim.decay;
+  if (o.decay == WeightDecayGroups::kAuto) {
+    o.decay = model_info(config.model.name).decay_matrices_only ? WeightDecayGroups::kMatrices
+                                                                : WeightDecayGroups::kAll;
+  }
+  o.clip_norm = static_cast<float>(config.optim.clip_norm);
   return o;
 }
 
@@ -320,6 +326,10 @@ void Session::reduce_gradients() { buckets_->finish(device_->stream(StreamKind::
 
 void Session::update(float lr) {
   optimizer_->step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
+}
+
+const float* Session::grad_norm_sq() const {
+  return optimizer_->measures_grad_norm() ? store_->grad_sq_address() : nullptr;
 }
 
 std::vector<BucketSpan> Session::reduce_spans() const {

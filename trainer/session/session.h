@@ -54,6 +54,9 @@ class Session {
   void reduce_gradients();
   void update(float lr);
   StepMetrics metrics() { return executor_->read_metrics(); }
+  // The device scalar holding the last update's gradient sum of squares (before clipping), or
+  // null when the optimizer does not measure it (optim.clip_norm 0).
+  const float* grad_norm_sq() const;
   // The all-reduce spans of the last step (for traces); empty on one rank.
   std::vector<BucketSpan> reduce_spans() const;
   // What the node's link ledger measured on every emulated link (CPU ranks on topology.file);
@@ -95,6 +98,7 @@ DeviceOptions device_options(const Config& config);
 // resumed run takes them (Note [Timed choices across processes] in
 // device/cuda/algorithm_cache.h): <run.dir>/conv_algorithms.rank<R>.txt; "" for any other run.
 std::string conv_algorithm_file(const Config& config, int rank);
+// The config's optim.* keys; optim.decay=auto resolved from the model (ModelInfo).
 OptimizerOptions optimizer_options(const Config& config);
 LrSchedule lr_schedule(const Config& config);
 

@@ -250,6 +250,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                      /*fresh=*/start.resume.empty());
   TrainResult result;
   double interval_loss = 0, interval_correct = 0, interval_samples = 0;
+  std::optional<float> grad_norm;  // of the last step drained (optim.clip_norm > 0)
   int64_t interval_steps = 0;
   auto interval_start = std::chrono::steady_clock::now();
   const auto run_start = interval_start;
@@ -284,7 +285,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
-    session.executor().stage_metrics(static_cast<uint64_t>(step));
+    session.executor().stage_metrics(static_cast<uint64_t>(step), session.grad_norm_sq());
     const int64_t samples = batch.size() * ranks.size;
     batch.release_after(compute_done(device));
     result.steps = step;
@@ -304,6 +305,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
         interval_loss += m.loss;
         interval_correct += m.correct;
         ++interval_steps;
+        grad_norm = m.grad_norm;
       }
       const auto now = std::chrono::steady_clock::now();
       timed_intervals.emplace_back(step - drained_step,
@@ -340,7 +342,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.device_capacity = device.memory().capacity();
       r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
       log.line(progress_line(r));
-      metrics.write(r);
+      // The logged step's gradient norm before clipping, as nanoGPT logs it.
+      metrics.write(r, grad_norm ? nlohmann::json{{"grad_norm", *grad_norm}} : nlohmann::json{});
       interval_loss = interval_correct = interval_samples = 0;
       interval_steps = 0;
       interval_start = now;

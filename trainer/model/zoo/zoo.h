@@ -18,6 +18,9 @@ struct ModelInfo {
   std::string summary;  // one line: architecture, what input it is made for, parameters
   Shape default_input;  // (C, H, W)
   int64_t default_classes = 0;
+  // optim.decay=auto decays only parameters of 2+ dimensions (transformers: not biases, layer
+  // norm weights); false: every parameter (the CNNs, as torchvision's recipes train them).
+  bool decay_matrices_only = false;
 };
 
 // Every model name, in the order `trainer info` lists them.
