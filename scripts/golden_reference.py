@@ -4,7 +4,13 @@ residual block, run in PyTorch (Debian's python3-torch). The fixture holds the i
 three batches, the logits, loss and gradients of the first step, and the loss, parameters and
 BN running statistics after each of three SGD steps.
 
+With --optim, writes the optimizer fixture instead: from the golden fixture's initial weights
+and batches, three steps of each optimizer variant in OPTIM_VARIANTS (gradient clipping by
+global norm, weight decay only on parameters of 2+ dimensions), the loss, the norm
+torch.nn.utils.clip_grad_norm_ returns and the parameters after each step.
+
 Usage: /usr/bin/python3 scripts/golden_reference.py [OUT.safetensors]
+       /usr/bin/python3 scripts/golden_reference.py --optim [GOLDEN.safetensors [OUT.safetensors]]
 """
 import json
 import struct
@@ -64,7 +70,77 @@ def save(path, tensors, metadata):
             f.write(b)
 
 
+def load(path):
+    """The tensors of a safetensors file (F32, I32 and I64)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        dtype = {"F32": torch.float32, "I32": torch.int32, "I64": torch.int64}[e["dtype"]]
+        t = torch.frombuffer(bytearray(data[begin:end]), dtype=dtype)
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+# name: (optimizer, lr, weight_decay, decay only parameters of 2+ dimensions, clip_norm or 0)
+OPTIM_VARIANTS = {
+    "sgd_clip": ("sgd", 0.1, 5e-4, False, 0.5),
+    "sgd_matrices": ("sgd", 0.1, 0.05, True, 0.0),
+    "adamw_matrices_clip": ("adamw", 0.01, 0.1, True, 0.5),
+}
+
+
+def optim_main(golden, out):
+    torch.set_num_threads(1)
+    fixture = load(golden)
+    tensors = {}
+    meta = {"torch": torch.__version__}
+    for variant, (kind, lr, wd, matrices, clip) in OPTIM_VARIANTS.items():
+        model = GoldenNet()
+        model.load_state_dict({k[len("init."):]: v for k, v in fixture.items()
+                               if k.startswith("init.")})
+        params = list(model.parameters())
+        decayed = [p for p in params if p.dim() >= 2 or not matrices]
+        others = [p for p in params if not (p.dim() >= 2 or not matrices)]
+        groups = [{"params": decayed, "weight_decay": wd}, {"params": others, "weight_decay": 0.0}]
+        if kind == "sgd":
+            opt = torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM)
+        else:
+            opt = torch.optim.AdamW(groups, lr=lr)
+        model.train()
+        for k in range(3):
+            x = fixture[f"batch{k}.images"]
+            y = fixture[f"batch{k}.labels"]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y.long())
+            loss.backward()
+            tensors[f"{variant}.step{k}.loss"] = loss.detach().reshape(())
+            if clip > 0:
+                norm = torch.nn.utils.clip_grad_norm_(params, clip)
+                tensors[f"{variant}.step{k}.grad_norm"] = norm.detach().reshape(())
+            opt.step()
+            for name, p in model.named_parameters():
+                tensors[f"{variant}.after{k}.{name}"] = p.detach().clone()
+        meta[variant] = json.dumps({"optimizer": kind, "lr": lr, "weight_decay": wd,
+                                    "decay": "matrices" if matrices else "all",
+                                    "clip_norm": clip, "momentum": MOMENTUM})
+    save(out, tensors, meta)
+    print(f"wrote {out}: {len(tensors)} tensors; grad norms",
+          {k: round(v.item(), 4) for k, v in tensors.items() if k.endswith("grad_norm")})
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--optim":
+        args = sys.argv[2:]
+        golden = args[0] if args else "tests/trainer/golden/golden_fixture.safetensors"
+        out = args[1] if len(args) > 1 else "tests/trainer/golden/golden_optim_fixture.safetensors"
+        optim_main(golden, out)
+        return
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/trainer/golden/golden_fixture.safetensors"
     torch.manual_seed(0)
     torch.set_num_threads(1)

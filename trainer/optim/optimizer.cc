@@ -14,14 +14,14 @@ bool decays(const ParameterStore::Entry& e, WeightDecayGroups groups) {
   return groups != WeightDecayGroups::kMatrices || e.desc.shape.rank() >= 2;
 }
 
-std::vector<DecayRun> decay_runs(const ParameterStore& store, WeightDecayGroups groups,
-                                 float weight_decay) {
-  const int64_t n = store.param_floats();
+std::vector<DecayRun> decay_runs(const std::vector<ParameterStore::Entry>& params, int64_t floats,
+                                 WeightDecayGroups groups, float weight_decay) {
+  const int64_t n = floats;
   std::vector<DecayRun> runs;
   if (weight_decay == 0.0f || groups != WeightDecayGroups::kMatrices) return {{0, n, true}};
   // Entries are in block order; a run starts at the block's start, then at each parameter that
   // decays unlike the one before.
-  for (const ParameterStore::Entry& e : store.params()) {
+  for (const ParameterStore::Entry& e : params) {
     const bool d = decays(e, groups);
     const auto at = static_cast<int64_t>(e.offset / sizeof(float));
     if (runs.empty()) {
@@ -39,7 +39,7 @@ void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, fl
   ++steps_;
   launches_ = 0;
   if (runs_of_ != &store) {
-    runs_ = decay_runs(store, options_.decay, options_.weight_decay);
+    runs_ = decay_runs(store.params(), store.param_floats(), options_.decay, options_.weight_decay);
     runs_of_ = &store;
   }
   if (options_.clip_norm > 0) {

@@ -41,11 +41,11 @@ struct DecayRun {
   bool decay = true;
 };
 
-// The parameter block cut into maximal runs of neighbouring parameters that decay alike (the
-// padding after a parameter goes with it), covering [0, param_floats()). One run when every
-// parameter decays alike or `weight_decay` is 0.
-std::vector<DecayRun> decay_runs(const ParameterStore& store, WeightDecayGroups groups,
-                                 float weight_decay);
+// A parameter block of `floats` floats holding `params` (in block order) cut into maximal runs of
+// neighbouring parameters that decay alike (the padding after a parameter goes with it),
+// covering [0, floats). One run when every parameter decays alike or `weight_decay` is 0.
+std::vector<DecayRun> decay_runs(const std::vector<ParameterStore::Entry>& params, int64_t floats,
+                                 WeightDecayGroups groups, float weight_decay);
 
 class Optimizer {
  public:

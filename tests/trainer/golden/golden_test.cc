@@ -8,6 +8,11 @@
 // |torch| elementwise, with rtol 1e-4 and atol 1e-5 * max|torch| for forward values, and rtol
 // 1e-3, atol 1e-4 * max|torch| for gradients and updated parameters (which compound three
 // steps of rounding differences).
+//
+// The optimizer fixture (scripts/golden_reference.py --optim) starts from the same weights and
+// batches and holds three steps of SGD and AdamW with gradient clipping by global norm
+// (torch.nn.utils.clip_grad_norm_) and with weight decay only on parameters of 2+ dimensions
+// (PyTorch param groups), checked with the same tolerances.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -60,7 +65,7 @@ class GoldenTest : public ::testing::Test {
     options.memory = 256ull << 20;
     device_ = create_device(options);
     graph_ = build_golden_net(kGoldenBatch);
-    store_ = std::make_unique<ParameterStore>(*device_, graph_, 1);
+    store_ = std::make_unique<ParameterStore>(*device_, graph_, /*optimizer_slots=*/2);  // AdamW
     store_->initialize(graph_, 0);
     for (size_t i = 0; i < store_->params().size(); ++i) {
       store_->write_param(i, fixture_.at("init." + store_->params()[i].name).bytes.data());
@@ -74,8 +79,8 @@ class GoldenTest : public ::testing::Test {
     executor_->keep_alive({"fc"});
   }
 
-  // Runs SGD step k on batch k and returns the loss.
-  float step(int k, Optimizer& optimizer) {
+  // Runs step k of `optimizer` on batch k with rate `lr` and returns the loss.
+  float step(int k, Optimizer& optimizer, float lr = 0.1f) {
     const auto images = floats(fixture_.at("batch" + std::to_string(k) + ".images").bytes);
     const auto& label_entry = fixture_.at("batch" + std::to_string(k) + ".labels");
     std::vector<int32_t> labels(kGoldenBatch);
@@ -88,7 +93,7 @@ class GoldenTest : public ::testing::Test {
       for (size_t i = 0; i < store_->params().size(); ++i)
         grads0_.push_back(floats(store_->read_grad(i)));
     }
-    optimizer.step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, 0.1f);
+    optimizer.step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
     device_->synchronize();
     return loss;
   }
@@ -138,6 +143,66 @@ TEST_F(GoldenTest, ThreeSgdStepsMatchPyTorch) {
                    1e-5, "step " + std::to_string(k) + " " + b.name);
     }
   }
+}
+
+class GoldenOptimTest : public GoldenTest {
+ protected:
+  void SetUp() override {
+    GoldenTest::SetUp();
+    optim_ = read_safetensors(std::string(FERRY_SOURCE_DIR) +
+                              "/tests/trainer/golden/golden_optim_fixture.safetensors");
+  }
+
+  float scalar(const std::string& name) { return floats(optim_.at(name).bytes)[0]; }
+
+  // Three steps of `options` at rate `lr` against the fixture's `variant`.
+  void expect_trajectory(const std::string& variant, const OptimizerOptions& options, float lr) {
+    Optimizer optimizer(options);
+    for (int k = 0; k < 3; ++k) {
+      const std::string at = variant + ".step" + std::to_string(k) + ".";
+      const float loss = step(k, optimizer, lr);
+      const float ref = scalar(at + "loss");
+      EXPECT_NEAR(loss, ref, 1e-4 * std::fabs(ref)) << variant << " loss of step " << k;
+      if (options.clip_norm > 0) {
+        float sum_sq = 0;
+        device_->copy_async(&sum_sq, store_->grad_sq_address(), sizeof(float),
+                            device_->stream(StreamKind::kCompute));
+        device_->synchronize();
+        const float norm = scalar(at + "grad_norm");
+        EXPECT_GT(norm, options.clip_norm) << "the fixture must clip";
+        EXPECT_NEAR(std::sqrt(sum_sq), norm, 1e-3 * norm) << variant << " grad norm " << k;
+      }
+      const std::string after = variant + ".after" + std::to_string(k) + ".";
+      for (size_t i = 0; i < store_->params().size(); ++i) {
+        const std::string& name = store_->params()[i].name;
+        expect_close(floats(store_->read_param(i)), floats(optim_.at(after + name).bytes), 1e-3,
+                     1e-4, variant + " step " + std::to_string(k) + " " + name);
+      }
+    }
+  }
+
+  SafetensorsFile optim_;
+};
+
+TEST_F(GoldenOptimTest, SgdWithGradientClippingMatchesPyTorch) {
+  OptimizerOptions o{OptimizerKind::kSgd, 0.9f, false, 5e-4f};
+  o.clip_norm = 0.5f;
+  expect_trajectory("sgd_clip", o, 0.1f);
+}
+
+TEST_F(GoldenOptimTest, SgdDecayingOnlyMatricesMatchesPyTorchParamGroups) {
+  OptimizerOptions o{OptimizerKind::kSgd, 0.9f, false, 0.05f};
+  o.decay = WeightDecayGroups::kMatrices;
+  expect_trajectory("sgd_matrices", o, 0.1f);
+}
+
+TEST_F(GoldenOptimTest, AdamWDecayingOnlyMatricesWithClippingMatchesPyTorch) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdamW;
+  o.weight_decay = 0.1f;
+  o.decay = WeightDecayGroups::kMatrices;
+  o.clip_norm = 0.5f;
+  expect_trajectory("adamw_matrices_clip", o, 0.01f);
 }
 
 }  // namespace
