@@ -107,7 +107,8 @@ struct OptimConfig {
   double momentum = 0.9;      // [0, 1), sgd
   bool nesterov = false;      // sgd; needs momentum > 0
   double weight_decay = 0.0;  // >= 0 (decoupled for adamw)
-  WeightDecayGroups decay = WeightDecayGroups::kAuto;  // which parameters weight_decay applies to
+  // Which parameters weight_decay applies to; auto: the model's choice (ModelInfo).
+  WeightDecayGroups decay = WeightDecayGroups::kAuto;
   double clip_norm = 0.0;  // >= 0, 0 = off: clip the gradients' global L2 norm to this
   ScheduleKind schedule = ScheduleKind::kConstant;
   int64_t warmup_steps = 0;  // >= 0, linear warm-up from 0 to lr

@@ -9,8 +9,7 @@ namespace ferry {
 MetricsRing::MetricsRing(Device& device, size_t steps) : device_(device) {
   const size_t chunks = (std::max<size_t>(steps, 1) + kChunk - 1) / kChunk;
   for (size_t i = 0; i < chunks; ++i) {
-    chunks_.push_back(
-        static_cast<Entry*>(device.pinned().allocate(kChunk * sizeof(Entry))));
+    chunks_.push_back(static_cast<Entry*>(device.pinned().allocate(kChunk * sizeof(Entry))));
   }
 }
 
@@ -22,8 +21,7 @@ void MetricsRing::stage(uint64_t step, const float* loss, const int32_t* correct
                         const float* grad_sq) {
   const size_t i = staged_steps_.size();
   if (i / kChunk == chunks_.size()) {
-    chunks_.push_back(
-        static_cast<Entry*>(device_.pinned().allocate(kChunk * sizeof(Entry))));
+    chunks_.push_back(static_cast<Entry*>(device_.pinned().allocate(kChunk * sizeof(Entry))));
   }
   Entry* entry = chunks_[i / kChunk] + i % kChunk;
   Stream& compute = device_.stream(StreamKind::kCompute);

@@ -59,15 +59,15 @@ void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, fl
     float* param = store.param_block() + r.begin;
     const float* grad = store.grad_block() + r.begin;
     if (options_.kind == OptimizerKind::kSgd) {
-      kernels.launch(SgdUpdate{n, lr, options_.momentum, wd, options_.nesterov, param, grad,
-                               options_.momentum > 0 ? store.optimizer_block(0) + r.begin
-                                                     : nullptr},
-                     stream);
+      kernels.launch(
+          SgdUpdate{n, lr, options_.momentum, wd, options_.nesterov, param, grad,
+                    options_.momentum > 0 ? store.optimizer_block(0) + r.begin : nullptr},
+          stream);
     } else {
-      kernels.launch(AdamWUpdate{n, lr, options_.beta1, options_.beta2, options_.eps, wd, steps_,
-                                 param, grad, store.optimizer_block(0) + r.begin,
-                                 store.optimizer_block(1) + r.begin},
-                     stream);
+      kernels.launch(
+          AdamWUpdate{n, lr, options_.beta1, options_.beta2, options_.eps, wd, steps_, param, grad,
+                      store.optimizer_block(0) + r.begin, store.optimizer_block(1) + r.begin},
+          stream);
     }
     ++launches_;
   }

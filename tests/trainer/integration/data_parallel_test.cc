@@ -1,9 +1,14 @@
 // Data parallelism changes nothing: 2 ranks at batch B and 1 rank at batch 2B on the same
 // global data order give the same parameters after 5 SGD steps (lenet5: no BatchNorm, whose
 // statistics are per rank as in PyTorch DDP), with comm.overlap on and off and with
-// memory.policy vdnn-all. A failure on one rank ends the whole job with that rank's message; a
-// rank that stops ends it after comm.timeout_s, named by the rank that waited for it.
+// memory.policy vdnn-all, and with gradient clipping (the norm is of the averaged gradients, so
+// both runs clip alike) and matrices-only weight decay. A failure on one rank ends the whole job
+// with that rank's message; a rank that stops ends it after comm.timeout_s, named by the rank that
+// waited for it.
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tests/trainer/integration/run_util.h"
 
@@ -44,6 +49,38 @@ TEST_F(DataParallel, TwoRanksAtBatchBEqualOneRankAtBatch2B) {
     // Rank 0 alone prints; each rank logs to its own file.
     EXPECT_TRUE(std::filesystem::exists(two + "/rank0.log"));
     EXPECT_TRUE(std::filesystem::exists(two + "/rank1.log"));
+  }
+}
+
+// The grad_norm of each logged step in <dir>/metrics.jsonl.
+std::vector<double> grad_norms(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("grad_norm")) out.push_back(j["grad_norm"].get<double>());
+  }
+  return out;
+}
+
+TEST_F(DataParallel, TwoRanksClippingEqualOneRankClipping) {
+  const std::string clip = " optim.clip_norm=0.2 optim.weight_decay=0.01 optim.decay=matrices";
+  const std::string one = scratch("dp_clip_one_rank");
+  Exit e = run(trainer() + base_args(one) + " data.batch_size=16 device.threads=1" + clip);
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string two = scratch("dp_clip_two_ranks");
+  e = run(mpirun(2) + trainer() + base_args(two) +
+          " data.batch_size=8 comm.overlap=true "
+          "comm.bucket_mb=0.05" +
+          clip);
+  ASSERT_EQ(e.code, 0) << e.output;
+  expect_same_parameters(ckpt(two), ckpt(one), 1e-5);
+  const auto norms_one = grad_norms(one), norms_two = grad_norms(two);
+  ASSERT_EQ(norms_one.size(), 5u) << "grad_norm on every logged step";
+  ASSERT_EQ(norms_two.size(), 5u);
+  for (size_t i = 0; i < norms_one.size(); ++i) {
+    EXPECT_GT(norms_one[i], 0.2) << "step " << i + 1 << " must clip for the test to mean much";
+    EXPECT_NEAR(norms_two[i], norms_one[i], 1e-5 * norms_one[i]) << "step " << i + 1;
   }
 }
 

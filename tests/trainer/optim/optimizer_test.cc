@@ -24,22 +24,22 @@ namespace {
 std::vector<ParameterStore::Entry> gpt2_params(int64_t* floats) {
   const int64_t d = 768, vocab = 50304, ctx = 1024;
   std::vector<std::pair<std::string, Shape>> shapes = {{"wte", Shape{vocab, d}},
-                                                      {"wpe", Shape{ctx, d}}};
+                                                       {"wpe", Shape{ctx, d}}};
   for (int l = 0; l < 12; ++l) {
     const std::string h = fmt::format("h.{}.", l);
-    for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{
-             {"ln_1.weight", Shape{d}},
-             {"ln_1.bias", Shape{d}},
-             {"attn.c_attn.weight", Shape{3 * d, d}},
-             {"attn.c_attn.bias", Shape{3 * d}},
-             {"attn.c_proj.weight", Shape{d, d}},
-             {"attn.c_proj.bias", Shape{d}},
-             {"ln_2.weight", Shape{d}},
-             {"ln_2.bias", Shape{d}},
-             {"mlp.c_fc.weight", Shape{4 * d, d}},
-             {"mlp.c_fc.bias", Shape{4 * d}},
-             {"mlp.c_proj.weight", Shape{d, 4 * d}},
-             {"mlp.c_proj.bias", Shape{d}}}) {
+    for (auto [name, shape] :
+         std::vector<std::pair<std::string, Shape>>{{"ln_1.weight", Shape{d}},
+                                                    {"ln_1.bias", Shape{d}},
+                                                    {"attn.c_attn.weight", Shape{3 * d, d}},
+                                                    {"attn.c_attn.bias", Shape{3 * d}},
+                                                    {"attn.c_proj.weight", Shape{d, d}},
+                                                    {"attn.c_proj.bias", Shape{d}},
+                                                    {"ln_2.weight", Shape{d}},
+                                                    {"ln_2.bias", Shape{d}},
+                                                    {"mlp.c_fc.weight", Shape{4 * d, d}},
+                                                    {"mlp.c_fc.bias", Shape{4 * d}},
+                                                    {"mlp.c_proj.weight", Shape{d, 4 * d}},
+                                                    {"mlp.c_proj.bias", Shape{d}}}) {
       shapes.emplace_back(h + name, shape);
     }
   }
@@ -102,8 +102,8 @@ TEST(DecayRuns, MatricesOnlyOnResNet18DecaysConvAndFcWeightsOnly) {
   options.memory = uint64_t{1} << 30;
   auto device = create_device(options);
   ParameterStore store(*device, g, 0);
-  const auto runs = decay_runs(store.params(), store.param_floats(), WeightDecayGroups::kMatrices,
-                               1e-4f);
+  const auto runs =
+      decay_runs(store.params(), store.param_floats(), WeightDecayGroups::kMatrices, 1e-4f);
   expect_partition(runs, store.params(), store.param_floats(), WeightDecayGroups::kMatrices);
   int decayed = 0;
   for (const auto& e : store.params()) decayed += decays(e, WeightDecayGroups::kMatrices);
@@ -165,9 +165,9 @@ TEST_F(OptimizerOnDevice, MatricesOnlyLeavesOneDimensionalParametersBitwiseUndec
     o.kind = kind;
     o.weight_decay = 0.1f;
     std::vector<std::vector<float>> after;
-    for (auto [groups, wd] : {std::pair{WeightDecayGroups::kMatrices, 0.1f},
-                              std::pair{WeightDecayGroups::kAll, 0.0f},
-                              std::pair{WeightDecayGroups::kAll, 0.1f}}) {
+    for (auto [groups, wd] :
+         {std::pair{WeightDecayGroups::kMatrices, 0.1f}, std::pair{WeightDecayGroups::kAll, 0.0f},
+          std::pair{WeightDecayGroups::kAll, 0.1f}}) {
       o.decay = groups;
       o.weight_decay = wd;
       auto store = make_store(2);
