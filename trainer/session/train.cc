@@ -83,6 +83,16 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
             format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
+  const OptimizerOptions& opt = session.optimizer().options();
+  const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
+                                 opt.decay, opt.weight_decay)
+                          .size();
+  const size_t launches = runs + (opt.clip_norm > 0 ? 2 : 0);
+  log.print("optim    {}, weight decay {} on {} parameters, clip_norm {}: {} launch{} per update",
+            to_string(opt.kind), opt.weight_decay,
+            opt.decay == WeightDecayGroups::kMatrices ? "2+ dimensional" : "all",
+            opt.clip_norm > 0 ? fmt::format("{}", opt.clip_norm) : std::string("off"), launches,
+            launches == 1 ? "" : "es");
   log.print(
       "plan     policy {}, predicted peak {} (activations {}, gradients {}, workspace {}), "
       "offloaded {}/step, recomputed {:.3g} GFLOP/step, host pool {}, budget {}",
