@@ -1,4 +1,11 @@
-// SGD / AdamW launches and the schedules.
+// SGD / AdamW launches (one per decay run), gradient clipping before them, and the schedules.
+//
+// Note [Clipping after the all-reduce]
+// Session::update enqueues the step after GradientBuckets::finish has made the compute stream
+// wait for every bucket's all-reduce, and passes that stream here: the norm is of the averaged
+// gradients, the one torch.nn.utils.clip_grad_norm_ sees after DDP's backward, and every rank
+// computes the same norm from the same bits (SumOfSquares is deterministic), so the ranks stay
+// in step. ClipByNorm reads the sum on the device: no host wait.
 #include "trainer/optim/optimizer.h"
 
 #include <cmath>
@@ -43,10 +50,7 @@ void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, fl
     runs_of_ = &store;
   }
   if (options_.clip_norm > 0) {
-    // Note [Clipping after the all-reduce]: the caller enqueues this after the compute stream
-    // waits for every bucket's all-reduce, so the norm is of the averaged gradients, the one
-    // torch.nn.utils.clip_grad_norm_ sees after DDP's backward; every rank computes the same
-    // norm from the same bits. The scale is read on the device: no host wait.
+    // Note [Clipping after the all-reduce].
     const int64_t n = store.param_floats();
     kernels.launch(SumOfSquares{n, store.grad_block(), store.grad_sq_address()}, stream);
     kernels.launch(ClipByNorm{n, options_.clip_norm, store.grad_sq_address(), store.grad_block()},

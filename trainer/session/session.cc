@@ -324,6 +324,8 @@ void Session::forward_backward(const HostBatch& batch, uint64_t step) {
 
 void Session::reduce_gradients() { buckets_->finish(device_->stream(StreamKind::kCompute)); }
 
+// After reduce_gradients, on the stream it ordered (Note [Clipping after the all-reduce] in
+// trainer/optim/optimizer.cc).
 void Session::update(float lr) {
   optimizer_->step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
 }
