@@ -79,6 +79,13 @@ struct ModelConfig {
   int64_t classes = 10;                     // >= 1
   std::array<int64_t, 3> input{3, 32, 32};  // [C, H, W], each >= 1
   std::string init_from;                    // safetensors weights to start from, "" = fresh init
+  // Token models (gpt2, gpt2-medium): sizes, 0 = the named model's.
+  int64_t layers = 0;    // >= 0
+  int64_t heads = 0;     // >= 0, divides width
+  int64_t width = 0;     // >= 0
+  int64_t vocab = 0;     // >= 0
+  int64_t context = 0;   // >= 0
+  double dropout = 0.0;  // [0, 1)
   bool operator==(const ModelConfig&) const = default;
 };
 

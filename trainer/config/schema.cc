@@ -163,6 +163,18 @@ std::vector<KeySpec> build_schema() {
                 "Input image shape: channels, height, width."),
       text(FERRY_CONFIG_KEY(model, init_from),
            "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
+      integer(FERRY_CONFIG_KEY(model, layers), at_least(0),
+              "Transformer blocks (gpt2 models); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, heads), at_least(0),
+              "Attention heads (gpt2 models; must divide model.width); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, width), at_least(0),
+              "Embedding width (gpt2 models); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, vocab), at_least(0),
+              "Vocabulary size (gpt2 models; tokens must be below it); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, context), at_least(0),
+              "Positions (gpt2 models; the longest data.seq_len); 0 = the named model's."),
+      real(FERRY_CONFIG_KEY(model, dropout), closed_open(0, 1),
+           "gpt2 models: embedding, attention and residual dropout probability."),
       // data
       choice(FERRY_CONFIG_KEY(data, source),
              "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches or a folder of "

@@ -8,6 +8,7 @@
 // and the last. A non-finite loss is therefore detected at the next such step, and reported
 // with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
+#include "trainer/session/model_of.h"
 #include "trainer/session/train.h"
 
 #include <chrono>
@@ -74,10 +75,11 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
               emulates_server_links(config) ? " (emulated by this rank's copies)" : "");
   }
   log.print("device   {}", session.device().name());
-  log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",
-            config.model.name, session.graph().parameter_count(), session.graph().nodes().size(),
-            config.model.input[0], config.model.input[1], config.model.input[2],
-            config.model.classes);
+  const Graph& graph = session.graph();
+  log.print("model    {}: {} parameters, {} layers, {}, {} {}", config.model.name,
+            graph.parameter_count(), graph.nodes().size(), input_text(config),
+            graph.tensor(graph.logits()).desc.shape[1],
+            model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
   log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
             config.data.batch_size * ranks.size);
   log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
