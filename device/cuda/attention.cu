@@ -137,8 +137,8 @@ void launch_attention_softmax(int64_t rows, int64_t t, float p, uint64_t seed, f
                 seed, probs, p > 0.0f ? dropped : nullptr, mask);
 }
 
-void launch_attention_dropout_apply(int64_t count, float p, const float* probs,
-                                    const uint8_t* mask, float* dropped, cudaStream_t stream) {
+void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
+                                    float* dropped, cudaStream_t stream) {
   if (count <= 0) return;
   launch_kernel(attention_dropout_apply_kernel, grid_for(count), kThreads, stream, count, 1.0f - p,
                 probs, mask, dropped);

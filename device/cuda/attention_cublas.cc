@@ -39,10 +39,9 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 void check(const AttentionGeom& g, const char* what) {
   check_attention(g, what);
   if (g.t > INT_MAX || 3 * g.c > INT_MAX || g.heads > INT_MAX) {
-    throw UnsupportedError(
-        fmt::format("{}: T={} C={} heads={} exceed cuBLAS's int dimensions", what, g.t, g.c,
-                    g.heads),
-        "lower the sequence length");
+    throw UnsupportedError(fmt::format("{}: T={} C={} heads={} exceed cuBLAS's int dimensions",
+                                       what, g.t, g.c, g.heads),
+                           "lower the sequence length");
   }
 }
 
@@ -139,9 +138,12 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   check(a.g, "attention_forward");
   std::lock_guard lock(mutex_);
   const bool drops = forward_drops(a);
+  if (drops && a.mask == nullptr) {
+    throw ConfigError("attention_forward: training with dropout needs a mask",
+                      "pass the (N, heads, T, T) mask buffer the backward reads");
+  }
   const uint64_t blas = blas_workspace();
-  cublasHandle_t h =
-      bind(stream, a.ws, blas + (drops ? score_bytes(a.g) : 0), "attention_forward");
+  cublasHandle_t h = bind(stream, a.ws, blas + (drops ? score_bytes(a.g) : 0), "attention_forward");
   const AttentionGeom& g = a.g;
   const int t = i32(g.t), d = i32(g.head_dim()), ld_qkv = i32(3 * g.c), ld_y = i32(g.c);
   const long long tt = static_cast<long long>(g.t) * g.t;
@@ -149,8 +151,9 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   for (int64_t n = 0; n < g.n; ++n) {
     const float* q = a.qkv + n * g.t * 3 * g.c;
     // S^T (T x T, ld T) = op_T(K^T) Q^T: row-major S.
-    run_heads(h, {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, scale, q + g.c, ld_qkv, d, q, ld_qkv, d,
-                  a.probs + n * g.heads * tt, t, tt},
+    run_heads(h,
+              {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, scale, q + g.c, ld_qkv, d, q, ld_qkv, d,
+               a.probs + n * g.heads * tt, t, tt},
               i32(g.heads));
   }
   float* dropped = drops ? after(a.ws, blas) : nullptr;
@@ -160,8 +163,9 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   for (int64_t n = 0; n < g.n; ++n) {
     const float* v = a.qkv + n * g.t * 3 * g.c + 2 * g.c;
     // Y^T (D x T, ld C) = V^T P'^T.
-    run_heads(h, {CUBLAS_OP_N, CUBLAS_OP_N, d, t, t, 1.0f, v, ld_qkv, d, p + n * g.heads * tt, t, tt,
-                  a.y + n * g.t * g.c, ld_y, d},
+    run_heads(h,
+              {CUBLAS_OP_N, CUBLAS_OP_N, d, t, t, 1.0f, v, ld_qkv, d, p + n * g.heads * tt, t, tt,
+               a.y + n * g.t * g.c, ld_y, d},
               i32(g.heads));
   }
 }
@@ -172,6 +176,10 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
   check(a.g, "attention_backward");
   std::lock_guard lock(mutex_);
   const bool drops = backward_drops(a);
+  if (drops && a.mask == nullptr) {
+    throw ConfigError("attention_backward: dropout needs the forward's mask",
+                      "pass the mask attention_forward wrote");
+  }
   const uint64_t blas = blas_workspace();
   cublasHandle_t h =
       bind(stream, a.ws, blas + score_bytes(a.g) * (drops ? 2 : 1), "attention_backward");
@@ -183,8 +191,9 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
   for (int64_t n = 0; n < g.n; ++n) {
     const float* v = a.qkv + n * g.t * 3 * g.c + 2 * g.c;
     // dP'^T (T x T, ld T) = op_T(V^T) dY^T: row-major dP' = dY V^T.
-    run_heads(h, {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, 1.0f, v, ld_qkv, d, a.dy + n * g.t * g.c, ld_y,
-                  d, dscores + n * g.heads * tt, t, tt},
+    run_heads(h,
+              {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, 1.0f, v, ld_qkv, d, a.dy + n * g.t * g.c, ld_y, d,
+               dscores + n * g.heads * tt, t, tt},
               i32(g.heads));
   }
   const float* p = a.probs;
@@ -195,8 +204,9 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
   }
   for (int64_t n = 0; n < g.n; ++n) {
     // dV^T (D x T, ld 3C) = dY^T op_T(P'^T): dV = P'^T dY.
-    run_heads(h, {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, 1.0f, a.dy + n * g.t * g.c, ld_y, d,
-                  p + n * g.heads * tt, t, tt, a.dqkv + n * g.t * 3 * g.c + 2 * g.c, ld_qkv, d},
+    run_heads(h,
+              {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, 1.0f, a.dy + n * g.t * g.c, ld_y, d,
+               p + n * g.heads * tt, t, tt, a.dqkv + n * g.t * 3 * g.c + 2 * g.c, ld_qkv, d},
               i32(g.heads));
   }
   launch_attention_softmax_backward(g.n * g.heads * g.t, g.t, g.dropout, a.probs, a.mask, dscores,
@@ -210,9 +220,9 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
     run_heads(h, {CUBLAS_OP_N, CUBLAS_OP_N, d, t, t, scale, k, ld_qkv, d, ds, t, tt, dq, ld_qkv, d},
               i32(g.heads));
     // dK^T (D x T, ld 3C) = Q^T op_T(dS^T): dK = dS^T Q.
-    run_heads(h,
-              {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, scale, q, ld_qkv, d, ds, t, tt, dq + g.c, ld_qkv, d},
-              i32(g.heads));
+    run_heads(
+        h, {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, scale, q, ld_qkv, d, ds, t, tt, dq + g.c, ld_qkv, d},
+        i32(g.heads));
   }
 }
 

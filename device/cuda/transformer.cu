@@ -144,8 +144,7 @@ __global__ void layer_norm_column_sums_kernel(int64_t rows, int64_t c, LnSplit s
 }
 
 __global__ void layer_norm_column_totals_kernel(int64_t c, LnSplit split, const double* part_a,
-                                                const double* part_b, float* dgamma,
-                                                float* dbeta) {
+                                                const double* part_b, float* dgamma, float* dbeta) {
   FERRY_GRID_STRIDE(col, c) {
     double a = 0.0, b = 0.0;
     for (int64_t j = 0; j < split.chunks; ++j) {
@@ -297,7 +296,8 @@ void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* to
 void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
                                const int32_t* tokens, const float* dy, float* dwte, float* dwpe,
                                bool accumulate, cudaStream_t stream) {
-  if (!accumulate) launch_kernel(zero_kernel, grid_for(vocab * c), kThreads, stream, vocab * c, dwte);
+  if (!accumulate)
+    launch_kernel(zero_kernel, grid_for(vocab * c), kThreads, stream, vocab * c, dwte);
   const auto owners = static_cast<unsigned int>(std::min<int64_t>(vocab, kMaxBlocks));
   launch_kernel(embedding_wte_grad_kernel, owners, kThreads, stream, n * t, c, tokens, dy, dwte);
   launch_kernel(embedding_wpe_grad_kernel, grid_for(context * c), kThreads, stream, n, t, c,
@@ -313,9 +313,9 @@ void launch_layer_norm_forward(int64_t rows, int64_t c, float eps, const float* 
 }
 
 void launch_layer_norm_backward(int64_t rows, int64_t c, const float* x, const float* dy,
-                                const float* gamma, const float* mean, const float* rstd,
-                                float* dx, float* dgamma, float* dbeta,
-                                const ReductionScratch& scratch, cudaStream_t stream) {
+                                const float* gamma, const float* mean, const float* rstd, float* dx,
+                                float* dgamma, float* dbeta, const ReductionScratch& scratch,
+                                cudaStream_t stream) {
   const LnSplit split = ln_split(rows, c);
   double* part_a = scratch.ptr;
   double* part_b = scratch.ptr + kReductionPartials;

@@ -47,9 +47,9 @@ constexpr int64_t kLayerNormMaxColumns = kReductionPartials;
 // reductions]); then dx per row as the forward. The column sums read dy before dx is written,
 // so dx may equal dy. c <= kLayerNormMaxColumns.
 void launch_layer_norm_backward(int64_t rows, int64_t c, const float* x, const float* dy,
-                                const float* gamma, const float* mean, const float* rstd,
-                                float* dx, float* dgamma, float* dbeta,
-                                const ReductionScratch& scratch, cudaStream_t stream);
+                                const float* gamma, const float* mean, const float* rstd, float* dx,
+                                float* dgamma, float* dbeta, const ReductionScratch& scratch,
+                                cudaStream_t stream);
 
 // ---- GELU, tanh approximation (transformer.cu) -----------------------------------------------
 
@@ -79,8 +79,8 @@ void launch_clip_by_norm(int64_t n, float max_norm, const float* sum_sq, float* 
 void launch_attention_softmax(int64_t rows, int64_t t, float p, uint64_t seed, float* probs,
                               float* dropped, uint8_t* mask, cudaStream_t stream);
 // dropped = mask ? probs / (1 - p) : 0 (the forward's P', rebuilt for dV).
-void launch_attention_dropout_apply(int64_t count, float p, const float* probs,
-                                    const uint8_t* mask, float* dropped, cudaStream_t stream);
+void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
+                                    float* dropped, cudaStream_t stream);
 // In place on `dprobs`: dP' -> dS = P (dP - rowsum(dP P)), dP = DropoutBackward(dP') when p > 0
 // (mask may be null otherwise); masked entries 0. The 1/sqrt(D) is left to the products.
 void launch_attention_softmax_backward(int64_t rows, int64_t t, float p, const float* probs,

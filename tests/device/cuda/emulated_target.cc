@@ -15,12 +15,12 @@
 
 // The kernels, each .cu once, against the emulated launch.cuh.
 #include "device/cuda/activation.cu"
+#include "device/cuda/attention.cu"
 #include "device/cuda/batchnorm.cu"
 #include "device/cuda/loss.cu"
 #include "device/cuda/optim.cu"
 #include "device/cuda/pool.cu"
 #include "device/cuda/transformer.cu"
-#include "device/cuda/attention.cu"
 
 namespace ferry::cuda {
 

@@ -49,7 +49,6 @@ std::vector<float> tied_floats(size_t n, std::mt19937& rng) {
   return v;
 }
 
-
 class FERRY_PARITY_SUITE : public ::testing::Test {
  public:
   void SetUp() override {

@@ -19,7 +19,8 @@ inline constexpr double kRel = 1e-4;
 // Absolute floor for values that are sums cancelling to about zero (gradients of batch norm).
 inline constexpr double kAbs = 1e-5;
 
-inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.0f,
+                                        float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
@@ -31,8 +32,9 @@ inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
 }
 
 // |gpu - cpu| <= abs + rel * |cpu| everywhere, NaN matching NaN; names the worst element.
-inline ::testing::AssertionResult close(const std::vector<float>& gpu, const std::vector<float>& cpu,
-                                 double rel = kRel, double abs = kAbs) {
+inline ::testing::AssertionResult close(const std::vector<float>& gpu,
+                                        const std::vector<float>& cpu, double rel = kRel,
+                                        double abs = kAbs) {
   if (gpu.size() != cpu.size()) return ::testing::AssertionFailure() << "sizes differ";
   size_t bad = 0, worst = 0;
   double worst_err = -1.0;

@@ -39,17 +39,17 @@ constexpr bool kEmulated = false;
 
 // Runs `args` on the CPU backend, or skips the test while the CPU's transformer kernels are not
 // written (they land in another branch); any other error propagates.
-#define FERRY_CPU_OR_SKIP(args)                                                          \
-  do {                                                                                   \
-    try {                                                                                \
-      cpu(args);                                                                         \
-    } catch (const UnsupportedError& cpu_error) {                                        \
-      if (std::string(cpu_error.what()).find("not written yet") == std::string::npos) {  \
-        throw;                                                                           \
-      }                                                                                  \
-      GTEST_SKIP() << "the CPU backend's " << kernel_name(KernelArgs(args))              \
-                   << " is not written yet";                                             \
-    }                                                                                    \
+#define FERRY_CPU_OR_SKIP(args)                                                         \
+  do {                                                                                  \
+    try {                                                                               \
+      cpu(args);                                                                        \
+    } catch (const UnsupportedError& cpu_error) {                                       \
+      if (std::string(cpu_error.what()).find("not written yet") == std::string::npos) { \
+        throw;                                                                          \
+      }                                                                                 \
+      GTEST_SKIP() << "the CPU backend's " << kernel_name(KernelArgs(args))             \
+                   << " is not written yet";                                            \
+    }                                                                                   \
   } while (0)
 
 namespace ferry {
@@ -102,8 +102,11 @@ struct EmbeddingCase {
   int64_t n, t, c, vocab, context;
 };
 
-const EmbeddingCase kEmbeddingCases[] = {
-    {1, 1, 1, 1, 1}, {2, 5, 3, 7, 9}, {3, 17, 33, 5, 20}, {4, 64, 48, 300, 64}, {2, 9, 300, 40, 16}};
+const EmbeddingCase kEmbeddingCases[] = {{1, 1, 1, 1, 1},
+                                         {2, 5, 3, 7, 9},
+                                         {3, 17, 33, 5, 20},
+                                         {4, 64, 48, 300, 64},
+                                         {2, 9, 300, 40, 16}};
 
 // The contract's float order: y = wte[token] + wpe[t]; dwte rows accumulated in increasing
 // (n, t) (onto dwte when accumulating), dwpe over n in increasing order.
@@ -165,8 +168,8 @@ TEST_F(FERRY_PARITY_SUITE, EmbeddingIsTheContractsFloatOrder) {
   std::mt19937 rng(61);
   for (const EmbeddingCase& e : kEmbeddingCases) {
     for (const bool accumulate : {false, true}) {
-      SCOPED_TRACE(fmt::format("N{} T{} C{} vocab{} context{}{}", e.n, e.t, e.c, e.vocab,
-                               e.context, accumulate ? " accumulate" : ""));
+      SCOPED_TRACE(fmt::format("N{} T{} C{} vocab{} context{}{}", e.n, e.t, e.c, e.vocab, e.context,
+                               accumulate ? " accumulate" : ""));
       const EmbeddingData d(e, rng);
       const EmbeddingResult want =
           embedding_reference(e, d.tokens, d.wte, d.wpe, d.dy, d.dwte_before, accumulate);
@@ -188,9 +191,9 @@ TEST_F(FERRY_PARITY_SUITE, EmbeddingMatchesTheCpuBackend) {
       if (!accumulate) cpu_r.dwte = poisoned(e.vocab * e.c);
       FERRY_CPU_OR_SKIP((EmbeddingForward{e.n, e.t, e.c, e.vocab, d.tokens.data(), d.wte.data(),
                                           d.wpe.data(), cpu_r.y.data()}));
-      FERRY_CPU_OR_SKIP((EmbeddingBackward{e.n, e.t, e.c, e.vocab, e.context, d.tokens.data(),
-                                           d.dy.data(), cpu_r.dwte.data(), cpu_r.dwpe.data(),
-                                           accumulate}));
+      FERRY_CPU_OR_SKIP(
+          (EmbeddingBackward{e.n, e.t, e.c, e.vocab, e.context, d.tokens.data(), d.dy.data(),
+                             cpu_r.dwte.data(), cpu_r.dwpe.data(), accumulate}));
       const EmbeddingResult got = embedding_on_target(*this, mem_, e, d, accumulate);
       // No atomics on either side: the same additions in the same order.
       EXPECT_TRUE(bitwise(got.y, cpu_r.y));
@@ -212,8 +215,7 @@ struct LayerNormResult {
 
 LayerNormResult layer_norm_reference(const LayerNormGeom& g, const std::vector<float>& x,
                                      const std::vector<float>& gamma,
-                                     const std::vector<float>& beta,
-                                     const std::vector<float>& dy) {
+                                     const std::vector<float>& beta, const std::vector<float>& dy) {
   const int64_t rows = g.rows, c = g.c;
   LayerNormResult r{std::vector<float>(rows * c), std::vector<float>(rows),
                     std::vector<float>(rows),     std::vector<float>(rows * c),
@@ -402,7 +404,8 @@ TEST_F(FERRY_PARITY_SUITE, GeluMatchesTheCpuBackend) {
   }
 }
 
-// ---- gradient clipping ---------------------------------------------------------------------------
+// ---- gradient clipping
+// ---------------------------------------------------------------------------
 
 TEST_F(FERRY_PARITY_SUITE, SumOfSquaresIsExactlyRoundedAndGridIndependent) {
   std::mt19937 rng(91);
@@ -422,7 +425,8 @@ TEST_F(FERRY_PARITY_SUITE, SumOfSquaresIsExactlyRoundedAndGridIndependent) {
     target_->set_sm_count(132);
     // A float64 sum rounded once: the float of any summation order (to 1e-9 here).
     EXPECT_TRUE(close({runs[0]}, {static_cast<float>(want)}, 1e-6, 0.0));
-    EXPECT_TRUE(bitwise(std::vector<float>{runs[1], runs[2]}, std::vector<float>{runs[0], runs[0]}));
+    EXPECT_TRUE(
+        bitwise(std::vector<float>{runs[1], runs[2]}, std::vector<float>{runs[0], runs[0]}));
   }
 }
 
@@ -504,7 +508,8 @@ AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t 
         std::vector<double> s(i + 1);
         for (int64_t j = 0; j <= i; ++j) {
           double dot = 0.0;
-          for (int64_t k = 0; k < d; ++k) dot += static_cast<double>(qkv[at(i, 0, k)]) * qkv[at(j, 1, k)];
+          for (int64_t k = 0; k < d; ++k)
+            dot += static_cast<double>(qkv[at(i, 0, k)]) * qkv[at(j, 1, k)];
           s[j] = dot * scale;
           top = std::max(top, s[j]);
         }
@@ -533,7 +538,8 @@ AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t 
       for (int64_t i = 0; i < t; ++i) {
         for (int64_t j = 0; j < t; ++j) {
           double acc = 0.0;
-          for (int64_t k = 0; k < d; ++k) acc += static_cast<double>(dy_at(i, k)) * qkv[at(j, 2, k)];
+          for (int64_t k = 0; k < d; ++k)
+            acc += static_cast<double>(dy_at(i, k)) * qkv[at(j, 2, k)];
           if (drop) acc = r.mask[base + i * t + j] ? acc / keep : 0.0;
           dp[i * t + j] = acc;
         }
@@ -606,7 +612,8 @@ TEST_F(FERRY_PARITY_SUITE, AttentionSoftmaxKernelsMatchFloat64) {
           if (j <= i) dot += dp[j] * pj;
         }
         for (int64_t j = 0; j < t; ++j) {
-          want_ds[r * t + j] = j <= i ? static_cast<float>(want_p[r * t + j] * (dp[j] - dot)) : 0.0f;
+          want_ds[r * t + j] =
+              j <= i ? static_cast<float>(want_p[r * t + j] * (dp[j] - dot)) : 0.0f;
         }
       }
       const std::vector<float> got_p = mem_.download(probs, count);
@@ -634,10 +641,10 @@ struct AttentionCase {
   bool training;
 };
 
-const AttentionCase kAttentionCases[] = {
-    {{1, 1, 1, 1, 0.0f}, true},    {{2, 7, 3, 12, 0.0f}, true},   {{2, 7, 3, 12, 0.2f}, true},
-    {{1, 33, 2, 16, 0.1f}, true},  {{3, 64, 4, 64, 0.0f}, true},  {{3, 64, 4, 64, 0.1f}, true},
-    {{2, 20, 2, 8, 0.5f}, false}};
+const AttentionCase kAttentionCases[] = {{{1, 1, 1, 1, 0.0f}, true},   {{2, 7, 3, 12, 0.0f}, true},
+                                         {{2, 7, 3, 12, 0.2f}, true},  {{1, 33, 2, 16, 0.1f}, true},
+                                         {{3, 64, 4, 64, 0.0f}, true}, {{3, 64, 4, 64, 0.1f}, true},
+                                         {{2, 20, 2, 8, 0.5f}, false}};
 
 AttentionResult attention_on_target(FERRY_PARITY_SUITE& t, GpuArena& mem, const AttentionCase& a,
                                     uint64_t seed, const std::vector<float>& qkv,
@@ -703,9 +710,9 @@ TEST_F(FERRY_PARITY_SUITE, AttentionMatchesTheCpuBackend) {
     FERRY_CPU_OR_SKIP((AttentionForward{g, a.training, seed, qkv.data(), cpu_r.y.data(),
                                         cpu_r.probs.data(), drop ? cpu_r.mask.data() : nullptr}));
     if (a.training) {
-      FERRY_CPU_OR_SKIP((AttentionBackward{g, qkv.data(), cpu_r.probs.data(),
-                                           drop ? cpu_r.mask.data() : nullptr, dy.data(),
-                                           cpu_r.dqkv.data()}));
+      FERRY_CPU_OR_SKIP(
+          (AttentionBackward{g, qkv.data(), cpu_r.probs.data(), drop ? cpu_r.mask.data() : nullptr,
+                             dy.data(), cpu_r.dqkv.data()}));
     }
     const AttentionResult got = attention_on_target(*this, mem_, a, seed, qkv, dy);
     EXPECT_TRUE(close(got.probs, cpu_r.probs, 1e-5, 1e-6));
