@@ -113,8 +113,9 @@ struct LnSplit {
 };
 
 LnSplit ln_split(int64_t rows, int64_t c) {
-  const int64_t most = std::max<int64_t>(1, kReductionPartials / c);
   LnSplit s;
+  if (rows <= 0) return {0, 1};  // no rows: the column totals are 0
+  const int64_t most = std::max<int64_t>(1, kReductionPartials / c);
   s.chunks = std::max<int64_t>(1, std::min(most, (rows + kLnMinChunkRows - 1) / kLnMinChunkRows));
   s.len = (rows + s.chunks - 1) / s.chunks;
   s.chunks = (rows + s.len - 1) / s.len;
@@ -320,10 +321,13 @@ void launch_layer_norm_backward(int64_t rows, int64_t c, const float* x, const f
   double* part_a = scratch.ptr;
   double* part_b = scratch.ptr + kReductionPartials;
   // The column sums first: they read dy, which dx may overwrite.
-  launch_kernel(layer_norm_column_sums_kernel, grid_for(split.chunks * c), kThreads, stream, rows,
-                c, split, x, dy, mean, rstd, part_a, part_b);
+  if (split.chunks > 0) {
+    launch_kernel(layer_norm_column_sums_kernel, grid_for(split.chunks * c), kThreads, stream, rows,
+                  c, split, x, dy, mean, rstd, part_a, part_b);
+  }
   launch_kernel(layer_norm_column_totals_kernel, grid_for(c), kThreads, stream, c, split, part_a,
                 part_b, dgamma, dbeta);
+  if (rows == 0) return;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
   launch_kernel(layer_norm_grad_input_kernel, blocks, kLnLanes, stream, rows, c, x, dy, gamma, mean,
                 rstd, dx);
