@@ -25,15 +25,25 @@ __global__ void zero_kernel(int64_t n, float* y) {
   FERRY_GRID_STRIDE(i, n) { y[i] = 0.0f; }
 }
 
+// Tokens staged per tile of the walk, so each block reads every token from global memory once.
+constexpr int64_t kTokenTile = 256;
+
 // Note [Embedding backward without atomics]: row v of dwte belongs to block v % gridDim.x.
 __global__ void embedding_wte_grad_kernel(int64_t count, int64_t c, const int32_t* tokens,
                                           const float* dy, float* dwte) {
-  for (int64_t p = 0; p < count; ++p) {
-    const auto v = static_cast<uint32_t>(tokens[p]);
-    if (v % gridDim.x != blockIdx.x) continue;  // the same branch for the whole block
-    float* row = dwte + static_cast<int64_t>(v) * c;
-    const float* g = dy + p * c;
-    for (int64_t col = threadIdx.x; col < c; col += blockDim.x) row[col] += g[col];
+  __shared__ int32_t tile[kTokenTile];
+  for (int64_t first = 0; first < count; first += kTokenTile) {
+    const int64_t in_tile = count - first < kTokenTile ? count - first : kTokenTile;
+    __syncthreads();  // the previous tile is used up
+    for (int64_t k = threadIdx.x; k < in_tile; k += blockDim.x) tile[k] = tokens[first + k];
+    __syncthreads();
+    for (int64_t k = 0; k < in_tile; ++k) {
+      const auto v = static_cast<uint32_t>(tile[k]);
+      if (v % gridDim.x != blockIdx.x) continue;  // the same branch for the whole block
+      float* row = dwte + static_cast<int64_t>(v) * c;
+      const float* g = dy + (first + k) * c;
+      for (int64_t col = threadIdx.x; col < c; col += blockDim.x) row[col] += g[col];
+    }
   }
 }
 

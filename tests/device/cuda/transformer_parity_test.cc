@@ -142,8 +142,9 @@ struct EmbeddingData {
   std::vector<int32_t> tokens;
   std::vector<float> wte, wpe, dy, dwte_before;
   EmbeddingData(const EmbeddingCase& e, std::mt19937& rng) {
-    // Few distinct tokens, so rows repeat and the accumulation order shows.
-    tokens = random_tokens(e.n * e.t, std::min<int64_t>(e.vocab, 4), rng);
+    // Fewer distinct tokens than positions, so rows repeat and the accumulation order shows,
+    // spread over several owner blocks.
+    tokens = random_tokens(e.n * e.t, std::min<int64_t>(e.vocab, 4 + e.t), rng);
     wte = random_floats(e.vocab * e.c, rng);
     wpe = random_floats(e.context * e.c, rng);
     dy = random_floats(e.n * e.t * e.c, rng, -100.0f, 100.0f);
