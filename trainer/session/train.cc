@@ -334,8 +334,13 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.step = step;
       r.steps = config.run.steps;
       r.loss = interval_loss / static_cast<double>(interval_steps);
-      // Correct counts are this rank's, over its share of the samples.
-      r.accuracy = interval_correct / std::max(1.0, interval_samples / ranks.size);
+      // Correct counts are this rank's, over its share of the labels (one per sample, or one
+      // per token for a token model).
+      const Graph& g = session.graph();
+      const double labels_per_sample =
+          static_cast<double>(g.tensor(g.labels()).desc.shape.numel()) / g.batch();
+      r.accuracy = interval_correct /
+                   std::max(1.0, interval_samples / ranks.size * labels_per_sample);
       r.lr = lr;
       r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
       r.device_peak_bytes = device.memory().stats().peak;
