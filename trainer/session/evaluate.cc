@@ -93,7 +93,7 @@ EvalResult evaluate(const Config& config) {
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
     for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, false, 0);
+    session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
     const StepMetrics m = session.metrics();
     const std::vector<std::byte> out = session.executor().read_activation(logits);
     FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),

@@ -166,8 +166,8 @@ TEST(ConfigErrors, BadChoiceListsTheAllowedOnes) {
             "memory.policy: must be one of none|vdnn-conv|vdnn-all|auto, got 'vdnn' "
             "(override 'memory.policy=vdnn')");
   EXPECT_EQ(override_error("data.source=cifar"),
-            "data.source: must be one of synthetic|idx|cifar10|imagefolder, got 'cifar' (override "
-            "'data.source=cifar'); did you mean 'cifar10'?");
+            "data.source: must be one of synthetic|idx|cifar10|imagefolder|tokens, got 'cifar' "
+            "(override 'data.source=cifar'); did you mean 'cifar10'?");
 }
 
 TEST(ConfigErrors, MalformedSize) {
