@@ -137,7 +137,7 @@ def main():
     if len(tokens) < 2:
         sys.exit("error: the inputs hold %d tokens; need at least 2 (train and val)" % len(tokens))
 
-    val = max(1, int(round(len(tokens) * args.val_fraction)))
+    val = max(1, int(len(tokens) * args.val_fraction + 0.5))
     val = min(val, len(tokens) - 1)
     train_path = os.path.join(args.out, "train.bin")
     val_path = os.path.join(args.out, "val.bin")

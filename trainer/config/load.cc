@@ -236,10 +236,10 @@ void Loader::check_cross_keys(const Config& c) const {
          {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},
           std::pair<const char*, const std::vector<double>*>{"data.std", &c.data.std}}) {
       if (!values->empty())
-        throw ConfigError(fmt::format("{}: must be [] when data.source is tokens, got {} value{}{}",
-                                      key, values->size(), values->size() == 1 ? "" : "s",
-                                      given_at(key)),
-                          fmt::format("remove {}: tokens are not normalised", key));
+        throw ConfigError(
+            fmt::format("{}: must be [] when data.source is tokens, got {} value{}{}", key,
+                        values->size(), values->size() == 1 ? "" : "s", given_at(key)),
+            fmt::format("remove {}: tokens are not normalised", key));
     }
   }
   const int64_t channels = c.model.input[0];
@@ -364,12 +364,11 @@ Config default_config() { return parse_config_text("", {}, "<defaults>"); }
 int64_t check_seq_len(int64_t seq_len, int64_t context, const std::string& where) {
   if (seq_len == 0) return context;
   if (seq_len > context) {
-    throw ConfigError(
-        fmt::format("data.seq_len: must be <= model.context ({}), got {}{}", context, seq_len,
-                    where),
-        fmt::format("lower data.seq_len to {} or less (0 = model.context), or raise "
-                    "model.context",
-                    context));
+    throw ConfigError(fmt::format("data.seq_len: must be <= model.context ({}), got {}{}", context,
+                                  seq_len, where),
+                      fmt::format("lower data.seq_len to {} or less (0 = model.context), or raise "
+                                  "model.context",
+                                  context));
   }
   return seq_len;
 }

@@ -118,11 +118,11 @@ std::unique_ptr<Dataset> load_imagefolder_dataset(const ImageFolderOptions& opti
 //     count, rank count or timing, and fresh windows every epoch.
 // Input row = window[0, T), labels row = window[1, T + 1).
 struct TokenDatasetOptions {
-  std::string path;         // an llm.c or nanoGPT token file (trainer/data/token_file.h)
-  int64_t seq_len = 0;      // T >= 1
-  int64_t vocab = 0;        // every token read must be below it (>= 1)
-  bool random = true;       // training: random windows; false: consecutive windows
-  uint64_t seed = 0;        // random windows: a function of (seed, epoch, index)
+  std::string path;     // an llm.c or nanoGPT token file (trainer/data/token_file.h)
+  int64_t seq_len = 0;  // T >= 1
+  int64_t vocab = 0;    // every token read must be below it (>= 1)
+  bool random = true;   // training: random windows; false: consecutive windows
+  uint64_t seed = 0;    // random windows: a function of (seed, epoch, index)
 };
 
 // Opens a token source (Note [Token windows]). DataError naming the file for the TokenFile

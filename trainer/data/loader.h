@@ -72,7 +72,7 @@ class Batch {
   // unspecified.
   void* input() const;
   // input() as floats for an image dataset; nullptr for any other input dtype.
-  float* images() const;    // (n, C, H, W), rows beyond n unspecified
+  float* images() const;  // (n, C, H, W), rows beyond n unspecified
   // (n) class labels, or (n, labels_per_sample) (tokens: (n, T) next tokens).
   int32_t* labels() const;
   // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).

@@ -59,12 +59,14 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   const uint64_t bytes = static_cast<uint64_t>(st.st_size);
   if (bytes == 0) bad(path, "is empty");
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, f.fd, 0);
-  if (map == MAP_FAILED) bad(path, fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)));
+  if (map == MAP_FAILED)
+    bad(path, fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)));
   map_ = map;
   map_bytes_ = bytes;
   try {
     const auto* p = static_cast<const unsigned char*>(map);
-    if (bytes >= 2 && p[0] == 0x1f && p[1] == 0x8b) bad(path, "is gzip-compressed; gunzip it first");
+    if (bytes >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+      bad(path, "is gzip-compressed; gunzip it first");
     const int32_t magic = bytes >= 4 ? le_i32(p) : 0;
     if (magic == kLlmcModelMagic || magic == kLlmcTokenizerMagic) {
       bad(path, fmt::format("is an llm.c {} file (magic {}), not tokens",
@@ -80,11 +82,12 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
       }
       const int32_t version = le_i32(p + 4);
       if (version != kLlmcTokensVersion) {
-        bad(path, fmt::format("llm.c token format version {}, expected {}", version,
-                              kLlmcTokensVersion));
+        bad(path,
+            fmt::format("llm.c token format version {}, expected {}", version, kLlmcTokensVersion));
       }
       const int32_t count = le_i32(p + 8);
-      if (count < 0) bad(path, fmt::format("llm.c header gives a negative token count ({})", count));
+      if (count < 0)
+        bad(path, fmt::format("llm.c header gives a negative token count ({})", count));
       offset = static_cast<uint64_t>(kLlmcHeaderBytes);
       const uint64_t payload = bytes - offset;
       if (payload % 2 != 0) {
@@ -93,11 +96,10 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                               payload));
       }
       if (payload / 2 != static_cast<uint64_t>(count)) {
-        bad(path, fmt::format("llm.c header says {} tokens but the file holds {} ({})", count,
-                              payload / 2,
-                              payload / 2 < static_cast<uint64_t>(count)
-                                  ? "truncated"
-                                  : "bytes after the last token"));
+        bad(path, fmt::format(
+                      "llm.c header says {} tokens but the file holds {} ({})", count, payload / 2,
+                      payload / 2 < static_cast<uint64_t>(count) ? "truncated"
+                                                                 : "bytes after the last token"));
       }
     } else {
       format_ = TokenFormat::kNanoGpt;

@@ -24,8 +24,7 @@ std::shared_ptr<const Dataset> open_token_dataset(const Config& config, bool eva
   }
   DatasetSpec spec;
   spec.source = "tokens";
-  spec.path = evaluation && !config.data.val_path.empty() ? config.data.val_path
-                                                          : config.data.path;
+  spec.path = evaluation && !config.data.val_path.empty() ? config.data.val_path : config.data.path;
   spec.seq_len = config.data.seq_len;
   spec.classes = token_vocab(config);
   spec.augment = !evaluation && config.data.shuffle;
