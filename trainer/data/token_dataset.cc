@@ -18,7 +18,9 @@ constexpr uint64_t kWindowDomain = 0x546f6b57696e646full;  // "TokWindo"
 class TokenDataset : public Dataset {
  public:
   TokenDataset(TokenFile file, const TokenDatasetOptions& o)
-      : file_(std::move(file)), o_(o), windows_((file_.size() - 1) / o.seq_len) {}
+      : file_(std::move(file)), o_(o), windows_((file_.size() - 1) / o.seq_len) {
+    file_.advise(o.random);
+  }
 
   int64_t size() const override { return windows_; }
   Shape image_shape() const override { return Shape{}; }

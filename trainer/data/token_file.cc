@@ -112,8 +112,6 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     count_ = static_cast<int64_t>((bytes - offset) / 2);
     if (count_ == 0) bad(path, "holds no tokens");
     tokens_ = reinterpret_cast<const uint16_t*>(p + offset);
-    // Windows are read at random offsets during training.
-    ::madvise(map, bytes, MADV_RANDOM);
   } catch (...) {
     unmap();
     throw;
@@ -176,6 +174,10 @@ void TokenFile::read(int64_t begin, int64_t n, int64_t vocab, int32_t* out) cons
                       "prints it), or re-tokenise the text");
     }
   }
+}
+
+void TokenFile::advise(bool random) const {
+  if (map_ != nullptr) ::madvise(map_, map_bytes_, random ? MADV_RANDOM : MADV_SEQUENTIAL);
 }
 
 const char* TokenFile::format_name() const {

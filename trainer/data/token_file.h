@@ -43,6 +43,9 @@ class TokenFile {
   void read(int64_t begin, int64_t n, int64_t vocab, int32_t* out) const;
   // "llm.c" or "nanoGPT".
   const char* format_name() const;
+  // Tells the kernel how windows will be read: random (training: no read-ahead of pages no
+  // window needs) or in order (evaluation: read ahead). Only a hint.
+  void advise(bool random) const;
 
  private:
   void unmap();
