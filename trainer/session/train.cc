@@ -282,7 +282,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     Batch batch = loader.next();
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
-    session.forward_backward({batch.images(), batch.labels(), batch.size()},
+    session.forward_backward({batch.input(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
