@@ -44,7 +44,7 @@ Result measure(Config c, int warmup, int steps, const std::string& trace_dir) {
     session.executor().set_trace(traced ? &trace : nullptr);
     Batch batch = loader.next();
     const auto start = std::chrono::steady_clock::now();
-    session.forward_backward({batch.images(), batch.labels(), batch.size()},
+    session.forward_backward({batch.input(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(static_cast<float>(c.optim.lr));

@@ -31,6 +31,7 @@ build_packages=(
 # The tests' and benchmarks' peers: PyTorch for golden and benchmark references.
 test_packages=(
   clang-format python3 python3-pip python3-torch python3-torchvision python3-pil
+  python3-regex python3-tqdm python3-filelock python3-packaging python3-requests python3-yaml
   iproute2 util-linux procps
 )
 packages=("${build_packages[@]}")
@@ -55,6 +56,21 @@ if [[ "$mode" != "--quickstart" ]] && ! /usr/bin/python3 -c "import safetensors"
   echo "setup: installing the safetensors wheel for /usr/bin/python3"
   /usr/bin/python3 -m pip install -q --break-system-packages safetensors ||
     echo "setup: warning: safetensors could not be installed; its interop test will skip"
+fi
+
+# Hugging Face transformers (not in Debian) is the GPT-2 reference. Pinned to the last releases
+# that run on Debian's torch 1.13; their Python dependencies come from Debian (above).
+hf_wheels=(transformers==4.46.3 tokenizers==0.20.3 huggingface_hub==0.26.2)
+if [[ "$mode" != "--quickstart" ]] &&
+  ! /usr/bin/python3 -c "import transformers, tokenizers" 2>/dev/null; then
+  echo "setup: installing ${hf_wheels[*]} for /usr/bin/python3"
+  hf_installed=0
+  /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "${hf_wheels[@]}" &&
+    hf_installed=1
+  if ((!hf_installed)); then
+    echo "setup: warning: transformers could not be installed; the GPT-2 parity tests will skip"
+  fi
+  missing+=(transformers)  # reconfigure: the parity tests register by what python3 imports
 fi
 
 if [[ "$mode" != "--no-build" ]]; then

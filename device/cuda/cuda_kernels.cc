@@ -1,4 +1,5 @@
-// CUDA kernel dispatch: convolutions to conv_cudnn, linear layers to linear_cublas, and every
+// CUDA kernel dispatch: convolutions to conv_cudnn, linear layers to linear_cublas, the attention
+// core to attention_cublas, and every
 // kernel with a run() overload in cuda_ops.h to that overload (the table below is derived from
 // those overloads); any other kernel is refused with an UnsupportedError that names it.
 #include "device/cuda/cuda_kernels.h"
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/cuda/attention_cublas.h"
 #include "device/cuda/conv_cudnn.h"
 #include "device/cuda/cuda_ops.h"
 #include "device/cuda/cuda_stream.h"
@@ -45,6 +47,8 @@ template <typename T>
 constexpr bool is_conv = is_one_of<T, ConvForward, ConvBackwardData, ConvBackwardWeights>;
 template <typename T>
 constexpr bool is_linear = is_one_of<T, LinearForward, LinearBackwardData, LinearBackwardWeights>;
+template <typename T>
+constexpr bool is_attention = is_one_of<T, AttentionForward, AttentionBackward>;
 
 // Whether cuda_ops.h runs kernel arguments of type T (no library handle, no workspace, no
 // scratch).
@@ -60,7 +64,7 @@ concept Reducing = requires(const T& args, cudaStream_t stream, const ReductionS
 };
 
 template <typename T>
-constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T>;
+constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T> || is_attention<T>;
 
 // The kernel table: kRuns[kernel_kind<T>()] says whether T runs on this backend.
 template <size_t... I>
@@ -74,7 +78,8 @@ constexpr auto kRuns = runs_table(std::make_index_sequence<std::variant_size_v<K
 CudaKernels::CudaKernels(const DeviceOptions& options)
     : options_(options),
       conv_(std::make_unique<CudnnConv>(options)),
-      linear_(std::make_unique<CublasLinear>(options)) {}
+      linear_(std::make_unique<CublasLinear>(options)),
+      attention_(std::make_unique<CublasAttention>(options)) {}
 
 CudaKernels::CudaKernels(int ordinal) : CudaKernels(ordinal_options(ordinal)) {}
 
@@ -91,8 +96,10 @@ uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (is_conv<T>) return conv_->workspace_bytes(a);
         if constexpr (is_linear<T>) return linear_->workspace_bytes(a);
-        return 0;  // no other kernel has a workspace (batch norm and the loss use the fixed
-                   // reduction scratch, which CudaDevice holds outside the heap)
+        if constexpr (is_attention<T>) return attention_->workspace_bytes(a);
+        return 0;  // no other kernel has a workspace (batch norm, the loss, layer norm's
+                   // backward and the sum of squares use the fixed reduction scratch, which
+                   // CudaDevice holds outside the heap)
       },
       args);
 }
@@ -105,12 +112,15 @@ void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
           conv_->launch(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (is_linear<T>) {
           linear_->launch(a, launch_stream(stream, options_.ordinal));
+        } else if constexpr (is_attention<T>) {
+          attention_->launch(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (Stateless<T>) {
           run(a, launch_stream(stream, options_.ordinal));
         } else if constexpr (Reducing<T>) {
           FERRY_ASSERT(stream.kind() == StreamKind::kCompute,
-                       "batch norm and the loss share one reduction scratch: launch them on the "
-                       "compute stream");
+                       "the reducing kernels (batch norm, the loss, layer norm's backward, the "
+                       "sum of squares) share one reduction scratch: launch them on the compute "
+                       "stream");
           run(a, launch_stream(stream, options_.ordinal), ReductionScratch{scratch_, sm_count_});
         } else {
           throw_unsupported(args);

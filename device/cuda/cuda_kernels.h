@@ -1,7 +1,8 @@
-// The CUDA backend's kernels: convolutions on cuDNN (conv_cudnn.h), linear layers on cuBLAS
-// (linear_cublas.h), and the kernels with a run() overload in cuda_ops.h (pooling, batch norm,
-// elementwise, dropout, loss, optimizers). workspace_bytes(args) is exactly what launch(args)
-// uses.
+// The CUDA backend's kernels: convolutions on cuDNN (conv_cudnn.h), linear layers and the
+// attention core on cuBLAS (linear_cublas.h, attention_cublas.h), and the kernels with a run()
+// overload in cuda_ops.h (pooling, batch norm, elementwise, dropout, loss, optimizers,
+// embedding, layer norm, GELU, gradient clipping). workspace_bytes(args) is exactly what
+// launch(args) uses.
 #pragma once
 
 #include <memory>
@@ -22,6 +23,7 @@ namespace ferry::cuda {
 
 class CudnnConv;
 class CublasLinear;
+class CublasAttention;
 
 class CudaKernels : public Kernels {
  public:
@@ -56,6 +58,7 @@ class CudaKernels : public Kernels {
   int sm_count_ = 1;
   std::unique_ptr<CudnnConv> conv_;
   std::unique_ptr<CublasLinear> linear_;
+  std::unique_ptr<CublasAttention> attention_;
 };
 
 }  // namespace ferry::cuda

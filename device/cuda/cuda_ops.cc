@@ -12,6 +12,8 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/elementwise.h"
 #include "device/cuda/kernel_ops.h"
+#include "device/cuda/transformer_checks.h"
+#include "device/cuda/transformer_ops.h"
 #include "device/kernel_checks.h"
 
 namespace ferry::cuda {
@@ -183,6 +185,59 @@ void run(const SgdUpdate& a, cudaStream_t stream) {
 void run(const AdamWUpdate& a, cudaStream_t stream) {
   check_adamw_update(a);
   launch_adamw_update(a.n, adamw_scalars(a), a.param, a.grad, a.m, a.v, stream);
+}
+
+// ---- transformers ----------------------------------------------------------------------------
+
+void run(const EmbeddingForward& a, cudaStream_t stream) {
+  check_embedding_forward(a);
+  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.wte, a.wpe, a.y, stream);
+}
+
+void run(const EmbeddingBackward& a, cudaStream_t stream) {
+  check_embedding_backward(a);
+  launch_embedding_backward(a.n, a.t, a.c, a.vocab, a.context, a.tokens, a.dy, a.dwte, a.dwpe,
+                            a.accumulate_wte, stream);
+}
+
+void run(const LayerNormForward& a, cudaStream_t stream) {
+  check_layer_norm(a.g, "layer_norm_forward");
+  if (a.g.rows == 0) return;
+  launch_layer_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.gamma, a.beta, a.y, a.mean, a.rstd,
+                            stream);
+}
+
+void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
+  check_layer_norm(a.g, "layer_norm_backward");
+  if (a.g.c > kLayerNormMaxColumns) {
+    throw UnsupportedError(
+        fmt::format("layer_norm_backward: {} columns exceed the CUDA kernel's {} (its reduction "
+                    "scratch)",
+                    a.g.c, kLayerNormMaxColumns),
+        "use a narrower model, or set device.backend=cpu");
+  }
+  launch_layer_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.gamma, a.mean, a.rstd, a.dx, a.dgamma,
+                             a.dbeta, checked(scratch, "layer_norm_backward"), stream);
+}
+
+void run(const GeluForward& a, cudaStream_t stream) {
+  check_element_count(a.n, "gelu_forward");
+  launch_gelu_forward(a.n, a.x, a.y, stream);
+}
+
+void run(const GeluBackward& a, cudaStream_t stream) {
+  check_element_count(a.n, "gelu_backward");
+  launch_gelu_backward(a.n, a.x, a.dy, a.dx, stream);
+}
+
+void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch) {
+  check_element_count(a.n, "sum_of_squares");
+  launch_sum_of_squares(a.n, a.x, a.out, checked(scratch, "sum_of_squares"), stream);
+}
+
+void run(const ClipByNorm& a, cudaStream_t stream) {
+  check_element_count(a.n, "clip_by_norm");
+  launch_clip_by_norm(a.n, a.max_norm, a.sum_sq, a.y, stream);
 }
 
 }  // namespace ferry::cuda

@@ -3,7 +3,8 @@
 // enqueues on `stream` (of the GPU current on this thread) and returns without synchronising.
 // CudaKernels (cuda_kernels.cc) dispatches to whichever overloads exist. The reducing kernels
 // (batch norm's training forward and backward, the loss forward) also take the GPU's fixed
-// reduction scratch (Note [Deterministic multi-block reductions] in kernel_ops.h).
+// reduction scratch (Note [Deterministic multi-block reductions] in kernel_ops.h), as do layer
+// norm's backward and the sum of squares.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,5 +34,14 @@ void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream, const Reducti
 void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream);
 void run(const SgdUpdate& a, cudaStream_t stream);
 void run(const AdamWUpdate& a, cudaStream_t stream);
+// Transformers (transformer.cu); the attention core runs on cuBLAS (attention_cublas.h).
+void run(const EmbeddingForward& a, cudaStream_t stream);
+void run(const EmbeddingBackward& a, cudaStream_t stream);
+void run(const LayerNormForward& a, cudaStream_t stream);
+void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch);
+void run(const GeluForward& a, cudaStream_t stream);
+void run(const GeluBackward& a, cudaStream_t stream);
+void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch);
+void run(const ClipByNorm& a, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -1,6 +1,8 @@
 // cuBLAS linear layers. Note [Row-major products on cuBLAS]: a row-major (R, C) matrix is the
 // column-major (C, R) matrix with leading dimension C, so each product of kernels.h is computed
 // transposed: y = x w^T is y^T = w x^T, i.e. SGEMM(op_w = T, op_x = N) on the stored arrays.
+// A weight stored (K, N) (LinearGeom.weight_in_out) is already the transposed array, so each
+// product flips the weight's transpose flag and takes leading dimension N for it.
 #include "device/cuda/linear_cublas.h"
 
 #include <cublas_v2.h>
@@ -120,8 +122,14 @@ void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
   cublasHandle_t h = bind(stream, a.ws, needed(a.bias != nullptr, a.g.m), "linear_forward");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
-  CUBLAS_CHECK(
-      cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &kOne, a.w, k, a.x, k, &kZero, a.y, n));
+  if (a.g.weight_in_out) {
+    // w (K, N) is the column-major (N x K, ld N) matrix W^T itself: no transpose.
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &kOne, a.w, n, a.x, k, &kZero, a.y, n));
+  } else {
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &kOne, a.w, k, a.x, k, &kZero, a.y, n));
+  }
   if (a.bias != nullptr) {
     // Y (N x M) += bias (N) * ones (M)^T.
     const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
@@ -135,8 +143,14 @@ void CublasLinear::launch(const LinearBackwardData& a, cudaStream_t stream) {
   std::lock_guard lock(mutex_);
   cublasHandle_t h = bind(stream, a.ws, needed(false, a.g.m), "linear_backward_data");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
-  CUBLAS_CHECK(
-      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, &kOne, a.w, k, a.dy, n, &kZero, a.dx, k));
+  if (a.g.weight_in_out) {
+    // dx = dy w^T, w (K, N): DX (K x M) = op_T(W^T (N x K, ld N)) DY.
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k, m, n, &kOne, a.w, n, a.dy, n, &kZero, a.dx, k));
+  } else {
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, &kOne, a.w, k, a.dy, n, &kZero, a.dx, k));
+  }
 }
 
 // dw (N, K) = dy^T (N, M) x (M, K): DW (K x N, ld K) = X (K x M, ld K) op_T(DY (N x M, ld N)).
@@ -147,8 +161,14 @@ void CublasLinear::launch(const LinearBackwardWeights& a, cudaStream_t stream) {
   cublasHandle_t h =
       bind(stream, a.ws, needed(a.dbias != nullptr, a.g.m), "linear_backward_weights");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
-  CUBLAS_CHECK(
-      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, &kOne, a.x, k, a.dy, n, &kZero, a.dw, k));
+  if (a.g.weight_in_out) {
+    // dw (K, N) = x^T dy: DW^T (N x K, ld N) = DY (N x M, ld N) op_T(X (K x M, ld K)).
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, n, k, m, &kOne, a.dy, n, a.x, k, &kZero, a.dw, n));
+  } else {
+    CUBLAS_CHECK(
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, &kOne, a.x, k, a.dy, n, &kZero, a.dw, k));
+  }
   if (a.dbias != nullptr) {
     const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
     CUBLAS_CHECK(cublasSgemv(h, CUBLAS_OP_N, n, m, &kOne, a.dy, n, ones, 1, &kZero, a.dbias, 1));

@@ -17,6 +17,19 @@ int report_error(const Error& e, int code) {
   return code;
 }
 
+namespace {
+
+void print_table(const Graph& graph, const InfoArgs& args) {
+  if (args.json) {
+    std::printf("%s\n", layer_table_json(graph, args.model).dump(2).c_str());
+  } else {
+    std::printf("%s", layer_table(graph, args.model).c_str());
+  }
+  check_stdout();
+}
+
+}  // namespace
+
 int run_info(const InfoArgs& args) {
   if (args.model.empty()) {
     for (const auto& name : zoo_names()) {
@@ -26,6 +39,14 @@ int run_info(const InfoArgs& args) {
     return 0;
   }
   const ModelInfo& m = model_info(args.model);
+  if (m.tokens) {
+    if (!args.input.empty()) {
+      throw ConfigError(fmt::format("--input is C,H,W for image models; '{}' takes tokens",
+                                    args.model));
+    }
+    print_table(build_token_model(args.model, 1, m.sizes.context, {}), args);
+    return 0;
+  }
   Shape chw = m.default_input;
   if (!args.input.empty()) {
     const auto parts = split(args.input, ',');
@@ -43,13 +64,7 @@ int run_info(const InfoArgs& args) {
     }
   }
   const int64_t classes = args.classes > 0 ? args.classes : m.default_classes;
-  const Graph graph = build_model(args.model, Shape{1, chw[0], chw[1], chw[2]}, classes);
-  if (args.json) {
-    std::printf("%s\n", layer_table_json(graph, args.model).dump(2).c_str());
-  } else {
-    std::printf("%s", layer_table(graph, args.model).c_str());
-  }
-  check_stdout();
+  print_table(build_model(args.model, Shape{1, chw[0], chw[1], chw[2]}, classes), args);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "common/file_write.h"
 #include "common/strings.h"
 #include "device/backend_traits.h"
+#include "trainer/session/model_of.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/model/zoo/zoo.h"
@@ -94,10 +95,7 @@ bool measure_here(const PlanArgs& args, const Config& config) {
 DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   const DeviceOptions d = device_options(config);  // the numerics and workspace limit of training
   std::unique_ptr<Device> device = create_device(d);
-  const Graph graph = build_model(config.model.name,
-                                  Shape{config.data.batch_size, config.model.input[0],
-                                        config.model.input[1], config.model.input[2]},
-                                  config.model.classes);
+  const Graph graph = build_configured_model(config, config.data.batch_size);
   const Lowered lowered = lower_graph(graph, device->kernels(), /*training=*/true);
   ProfileOptions po;
   po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
@@ -207,10 +205,8 @@ int run_plan(const PlanArgs& args) {
   }
 
   std::printf(
-      "plan: %s, batch %lld, input [%lld, %lld, %lld], budget %s%s\n", config.model.name.c_str(),
-      static_cast<long long>(batch), static_cast<long long>(config.model.input[0]),
-      static_cast<long long>(config.model.input[1]), static_cast<long long>(config.model.input[2]),
-      format_bytes(config.memory.budget).c_str(),
+      "plan: %s, batch %lld, %s, budget %s%s\n", config.model.name.c_str(),
+      static_cast<long long>(batch), input_text(config).c_str(), format_bytes(config.memory.budget).c_str(),
       planner.substituted() ? (" (" + planner.substitute() + ")").c_str() : "");
   std::printf("cost model: %s\n", cost_source.c_str());
   const PersistentBytes& p = planner.persistent();

@@ -29,7 +29,9 @@
 //   FILE: expected one YAML document, found 2
 // Cross-key checks, after all overrides (WHERE: where the named key was last given, with the
 // parentheses omitted when it kept its default):
-//   data.path: required when data.source is idx            (or cifar10, imagefolder)
+//   data.path: required when data.source is idx            (or cifar10, imagefolder, tokens)
+//   data.mean: must be [] when data.source is tokens, got 1 value (WHERE)   (or data.std)
+//   data.seq_len: must be <= model.context (1024), got 2048 (WHERE)       (check_seq_len)
 //   data.crop: must equal model.input's height and width (64 x 64) or be 0, got 32 (WHERE)
 //   data.mean: needs one value per channel of model.input (3), got 1 (WHERE)   (or data.std)
 //   memory.budget: must be <= device.memory (4GiB), got 8GiB (WHERE)
@@ -79,12 +81,20 @@ struct ModelConfig {
   int64_t classes = 10;                     // >= 1
   std::array<int64_t, 3> input{3, 32, 32};  // [C, H, W], each >= 1
   std::string init_from;                    // safetensors weights to start from, "" = fresh init
+  // Token models (gpt2, gpt2-medium): sizes, 0 = the named model's.
+  int64_t layers = 0;    // >= 0
+  int64_t heads = 0;     // >= 0, divides width
+  int64_t width = 0;     // >= 0
+  int64_t vocab = 0;     // >= 0
+  int64_t context = 0;   // >= 0
+  double dropout = 0.0;  // [0, 1)
   bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
   DataSource source = DataSource::kSynthetic;
-  std::string path;         // required for idx (images file) and cifar10 (file or folder)
+  std::string path;         // required for idx (images file), cifar10 (file or folder),
+                            // imagefolder (folder) and tokens (token file)
   std::string labels;       // idx labels file; "" = derived from path by the loader
   int64_t batch_size = 32;  // >= 1, per rank
   bool shuffle = true;
@@ -93,11 +103,12 @@ struct DataConfig {
   int64_t samples = 4096;    // synthetic dataset size, >= 1
   int64_t seed = -1;         // synthetic: which samples, >= -1, -1 = run.seed
   bool drop_last = true;     // drop a final partial batch
-  std::string val_path;      // imagefolder: the folder `trainer eval` reads; "" = path
+  std::string val_path;      // imagefolder, tokens: what `trainer eval` reads; "" = path
   int64_t workers = 2;       // >= 1, loader threads decoding and transforming samples
   int64_t crop = 0;          // imagefolder: crop side, >= 0; 0 = model.input's H and W
   int64_t resize = 256;      // imagefolder eval: short side before the center crop, >= 1
   bool skip_bad = false;     // imagefolder: skip unreadable images with a warning
+  int64_t seq_len = 0;       // tokens: window length T, >= 0; 0 = model.context (check_seq_len)
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -215,6 +226,12 @@ std::string to_yaml(const Config& config);
 
 // The same as nested JSON: sizes are integers (bytes), choices are strings.
 nlohmann::json to_json(const Config& config);
+
+// data.seq_len resolved against the model's context length (Note [Token windows] in
+// trainer/data/dataset.h): 0 -> `context`; a value in [1, context] is kept. ConfigError
+// "data.seq_len: must be <= model.context (C), got S" (with `where`, e.g. " (FILE:LINE)",
+// appended) naming both keys when seq_len > context. Called where model.context is known.
+int64_t check_seq_len(int64_t seq_len, int64_t context, const std::string& where = "");
 
 // One row of the config reference.
 struct KeyInfo {

@@ -20,7 +20,7 @@
 namespace ferry {
 
 // data.source
-enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder };
+enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder, kTokens };
 // comm.backend
 enum class CommBackend { kAuto, kMpi, kNccl };
 // topology.scheduler: how the link scheduler orders offload/prefetch transfers.
@@ -33,11 +33,12 @@ struct EnumNames;
 
 template <>
 struct EnumNames<DataSource> {
-  static constexpr std::array<std::pair<DataSource, std::string_view>, 4> kNames{
+  static constexpr std::array<std::pair<DataSource, std::string_view>, 5> kNames{
       {{DataSource::kSynthetic, "synthetic"},
        {DataSource::kIdx, "idx"},
        {DataSource::kCifar10, "cifar10"},
-       {DataSource::kImageFolder, "imagefolder"}}};
+       {DataSource::kImageFolder, "imagefolder"},
+       {DataSource::kTokens, "tokens"}}};
 };
 template <>
 struct EnumNames<OptimizerKind> {

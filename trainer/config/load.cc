@@ -218,6 +218,8 @@ void Loader::check_cross_keys(const Config& c) const {
         : c.data.source == DataSource::kCifar10
             ? "set data.path to a CIFAR-10 binary batch file (data_batch_1.bin) or the folder "
               "holding them"
+        : c.data.source == DataSource::kTokens
+            ? "set data.path to a token file, e.g. one scripts/prepare_tokens.py wrote"
             : "set data.path to a folder with one subfolder of .jpg/.png images per class";
     throw ConfigError(
         fmt::format("data.path: required when data.source is {}", to_string(c.data.source)), hint);
@@ -229,6 +231,17 @@ void Loader::check_cross_keys(const Config& c) const {
                     c.model.input[1], c.model.input[2], c.data.crop, given_at("data.crop")),
         fmt::format("set model.input=[{}, {}, {}] too, or leave data.crop at 0", c.model.input[0],
                     c.data.crop, c.data.crop));
+  if (c.data.source == DataSource::kTokens) {
+    for (const auto& [key, values] :
+         {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},
+          std::pair<const char*, const std::vector<double>*>{"data.std", &c.data.std}}) {
+      if (!values->empty())
+        throw ConfigError(
+            fmt::format("{}: must be [] when data.source is tokens, got {} value{}{}", key,
+                        values->size(), values->size() == 1 ? "" : "s", given_at(key)),
+            fmt::format("remove {}: tokens are not normalised", key));
+    }
+  }
   const int64_t channels = c.model.input[0];
   for (const auto& [key, values] :
        {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},
@@ -347,5 +360,17 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
 }
 
 Config default_config() { return parse_config_text("", {}, "<defaults>"); }
+
+int64_t check_seq_len(int64_t seq_len, int64_t context, const std::string& where) {
+  if (seq_len == 0) return context;
+  if (seq_len > context) {
+    throw ConfigError(fmt::format("data.seq_len: must be <= model.context ({}), got {}{}", context,
+                                  seq_len, where),
+                      fmt::format("lower data.seq_len to {} or less (0 = model.context), or raise "
+                                  "model.context",
+                                  context));
+  }
+  return seq_len;
+}
 
 }  // namespace ferry

@@ -163,18 +163,32 @@ std::vector<KeySpec> build_schema() {
                 "Input image shape: channels, height, width."),
       text(FERRY_CONFIG_KEY(model, init_from),
            "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
+      integer(FERRY_CONFIG_KEY(model, layers), at_least(0),
+              "Transformer blocks (gpt2 models); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, heads), at_least(0),
+              "Attention heads (gpt2 models; must divide model.width); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, width), at_least(0),
+              "Embedding width (gpt2 models); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, vocab), at_least(0),
+              "Vocabulary size (gpt2 models; tokens must be below it); 0 = the named model's."),
+      integer(FERRY_CONFIG_KEY(model, context), at_least(0),
+              "Positions (gpt2 models; the longest data.seq_len); 0 = the named model's."),
+      real(FERRY_CONFIG_KEY(model, dropout), closed_open(0, 1),
+           "gpt2 models: embedding, attention and residual dropout probability."),
       // data
       choice(FERRY_CONFIG_KEY(data, source),
-             "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches or a folder of "
-             "JPEG/PNG images (one subfolder per class)."),
+             "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches, a folder of "
+             "JPEG/PNG images (one subfolder per class) or a token file (llm.c or nanoGPT "
+             "format) for language models."),
       text(FERRY_CONFIG_KEY(data, path),
            "idx: the images file; cifar10: a batch file or a folder of them; imagefolder: the "
-           "training folder. Required for all three."),
+           "training folder; tokens: the training token file. Required for all four."),
       text(FERRY_CONFIG_KEY(data, labels),
            "idx: the labels file; \"\" = derived from data.path by the loader."),
       integer(FERRY_CONFIG_KEY(data, batch_size), at_least(1), "Samples per step, per rank."),
       flag(FERRY_CONFIG_KEY(data, shuffle),
-           "Shuffle every epoch (seeded); false keeps file order."),
+           "Shuffle every epoch (seeded); false keeps file order (tokens: training reads "
+           "consecutive windows instead of random ones)."),
       real_list(FERRY_CONFIG_KEY(data, mean), unbounded(),
                 "Per-channel mean subtracted from pixels in [0, 1]; [] = none, else one per "
                 "channel of model.input."),
@@ -183,10 +197,12 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(data, samples), at_least(1), "synthetic: samples in the dataset."),
       integer(FERRY_CONFIG_KEY(data, seed), at_least(-1),
               "synthetic: which samples are drawn; -1 = run.seed. Another seed gives a held-out "
-              "set of the same task. imagefolder: seeds the augmentation draws."),
+              "set of the same task. imagefolder: seeds the augmentation draws; tokens: the random "
+              "training windows."),
       flag(FERRY_CONFIG_KEY(data, drop_last), "Drop the final partial batch of an epoch."),
       text(FERRY_CONFIG_KEY(data, val_path),
-           "imagefolder: the folder trainer eval reads; \"\" = data.path."),
+           "imagefolder: the folder trainer eval reads; tokens: the validation token file; "
+           "\"\" = data.path."),
       integer(FERRY_CONFIG_KEY(data, workers), closed(1, 256),
               "Loader threads that read, decode, augment and normalise the samples of a batch."),
       integer(FERRY_CONFIG_KEY(data, crop), closed(0, 16384),
@@ -197,6 +213,9 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(data, skip_bad),
            "imagefolder: an unreadable image is skipped with a warning (replaced by the next "
            "readable one) instead of an error."),
+      integer(FERRY_CONFIG_KEY(data, seq_len), closed(0, 1 << 20),
+              "tokens: tokens per training row (the window holds seq_len + 1: inputs and their "
+              "next tokens); 0 = model.context; must be <= model.context."),
       // optim
       choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),
       real(FERRY_CONFIG_KEY(optim, lr), above(0), "Base learning rate (after warm-up)."),

@@ -103,10 +103,20 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     o.skip_bad = spec.skip_bad;
     return load_imagefolder_dataset(o);
   }
-  const std::string near = nearest(spec.source, {"synthetic", "idx", "cifar10", "imagefolder"});
+  if (spec.source == "tokens") {
+    TokenDatasetOptions o;
+    o.path = spec.path;
+    o.seq_len = spec.seq_len;
+    o.vocab = spec.classes;
+    o.random = spec.augment;
+    o.seed = spec.seed;
+    return load_token_dataset(o);
+  }
+  const std::string near =
+      nearest(spec.source, {"synthetic", "idx", "cifar10", "imagefolder", "tokens"});
   throw ConfigError(fmt::format("unknown data source '{}'{}", spec.source,
                                 near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
-                    "data.source is one of: synthetic, idx, cifar10, imagefolder");
+                    "data.source is one of: synthetic, idx, cifar10, imagefolder, tokens");
 }
 
 }  // namespace ferry

@@ -1,7 +1,7 @@
-// Image classification datasets: a procedural synthetic task, MNIST IDX files, CIFAR-10
-// binary batches and image folders behind one small interface. Invariant: get() and sample()
-// are pure, thread-safe functions of (index, epoch), so the loader's order alone decides what
-// a batch holds.
+// Datasets behind one small interface: image classification (a procedural synthetic task,
+// MNIST IDX files, CIFAR-10 binary batches, image folders) and token windows for language
+// models. Invariant: get(), sample() and read() are pure, thread-safe functions of (index,
+// epoch), so the loader's order alone decides what a batch holds.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device/dtype.h"
 #include "device/shape.h"
 #include "trainer/data/image_decode.h"
 
@@ -19,10 +20,26 @@ class Dataset {
   virtual ~Dataset() = default;
   // Number of samples.
   virtual int64_t size() const = 0;
-  // (C, H, W) of every sample.
+  // (C, H, W) of every sample (images); empty for a token source.
   virtual Shape image_shape() const = 0;
-  // Labels lie in [0, classes()).
+  // Labels lie in [0, classes()) (for tokens: the vocabulary).
   virtual int64_t classes() const = 0;
+
+  // Note [Sample layout]: what one sample is, for the loader's buffers and the graph's input
+  // and labels tensors. A batch of n samples is an input tensor of input_dtype() and shape
+  // (n, sample_shape()...) and labels int32 (n, labels_per_sample()), row-major; with one
+  // label per sample the labels are (n). Images (the defaults): float32 (C, H, W), 1 label.
+  // Tokens: int32 (T) = window[0, T), labels (T) = window[1, T + 1).
+  virtual DType input_dtype() const { return DType::kF32; }
+  virtual Shape sample_shape() const { return image_shape(); }
+  virtual int64_t labels_per_sample() const { return 1; }
+  // Writes sample `index`'s draw in `epoch`: sample_shape().numel() values of input_dtype()
+  // into `input` and labels_per_sample() labels into `labels`. Const and thread-safe. By
+  // default sample() with its one label.
+  virtual void read(int64_t index, int64_t epoch, void* input, int32_t* labels) const {
+    labels[0] = sample(index, epoch, static_cast<float*>(input));
+  }
+
   // Writes sample `index` (0 <= index < size()) into `pixels`: C*H*W floats, CHW order, scaled
   // to [0, 1]; returns its label. Const and safe to call from several threads at once.
   virtual int32_t get(int64_t index, float* pixels /* (C, H, W) */) const = 0;
@@ -91,18 +108,49 @@ struct ImageFolderOptions {
 // (unless skip_bad).
 std::unique_ptr<Dataset> load_imagefolder_dataset(const ImageFolderOptions& options);
 
+// Note [Token windows]: a token source of N tokens and sequence length T has
+// floor((N - 1) / T) samples (an epoch): as many as the non-overlapping windows of T + 1 tokens
+// (T inputs and their T next tokens) that start at multiples of T. Sample k is
+//   sequential (evaluation, or training with data.shuffle false): tokens [k*T, k*T + T + 1),
+//     so one pass covers every full window once, in file order;
+//   random (training): tokens [o, o + T + 1) at o = token_window_start(...), uniform in
+//     [0, N - T - 1] and a pure function of (seed, epoch, k): the same whatever the worker
+//     count, rank count or timing, and fresh windows every epoch.
+// Input row = window[0, T), labels row = window[1, T + 1).
+struct TokenDatasetOptions {
+  std::string path;     // an llm.c or nanoGPT token file (trainer/data/token_file.h)
+  int64_t seq_len = 0;  // T >= 1
+  int64_t vocab = 0;    // every token read must be below it (>= 1)
+  bool random = true;   // training: random windows; false: consecutive windows
+  uint64_t seed = 0;    // random windows: a function of (seed, epoch, index)
+};
+
+// Opens a token source (Note [Token windows]). DataError naming the file for the TokenFile
+// errors and for a file of fewer than seq_len + 1 tokens; ConfigError for seq_len or vocab
+// < 1. A token >= vocab is a DataError naming the file and its position when it is read.
+std::unique_ptr<Dataset> load_token_dataset(const TokenDatasetOptions& options);
+
+// The first token of sample `index`'s window in `epoch` (Note [Token windows]) for a file of
+// `tokens` tokens (>= seq_len + 1).
+int64_t token_window_start(int64_t tokens, int64_t seq_len, bool random, uint64_t seed,
+                           int64_t epoch, int64_t index);
+
 // What a config's data section says about the source; the session fills it.
 struct DatasetSpec {
-  std::string source = "synthetic";  // "synthetic", "idx", "cifar10" or "imagefolder"
-  std::string path;                  // idx: the images file; cifar10: a batch file or folder
+  std::string source = "synthetic";  // "synthetic", "idx", "cifar10", "imagefolder", "tokens"
+  std::string path;                  // idx: the images file; cifar10: a batch file or folder;
+                                     // tokens: the token file
   std::string labels_path;           // idx only; empty = derived from `path`
   Shape image_shape;                 // synthetic: (C, H, W)
-  int64_t classes = 10;              // synthetic: classes; idx: labels must be below it
+  int64_t classes = 10;              // synthetic: classes; idx: labels must be below it;
+                                     // tokens: the vocabulary
   int64_t samples = 0;               // synthetic: number of samples
-  uint64_t seed = 0;                 // synthetic: which samples; imagefolder: augmentation
+  uint64_t seed = 0;                 // synthetic: which samples; imagefolder: augmentation;
+                                     // tokens: random windows
+  int64_t seq_len = 0;               // tokens: T (resolved, >= 1)
   // imagefolder: crop = image_shape's H and W; path = the folder.
   int64_t resize = 256;
-  bool augment = true;
+  bool augment = true;  // tokens: random windows (false: consecutive, in file order)
   bool skip_bad = false;
 };
 

@@ -32,8 +32,9 @@ namespace loader_detail {
 struct Slot {
   void* block = nullptr;
   uint64_t block_bytes = 0;
-  float* images = nullptr;    // (batch_size, C, H, W)
-  int32_t* labels = nullptr;  // (batch_size)
+  void* input = nullptr;      // (batch_size, sample_shape...) (Note [Sample layout])
+  int32_t* labels = nullptr;  // (batch_size, labels_per_sample)
+  bool float_input = true;    // images: input holds floats
   int64_t n = 0;
   LoaderPosition position;
 };
@@ -169,7 +170,10 @@ Batch& Batch::operator=(Batch&& other) noexcept {
   return *this;
 }
 
-float* Batch::images() const { return slot_ ? slot_->images : nullptr; }
+void* Batch::input() const { return slot_ ? slot_->input : nullptr; }
+float* Batch::images() const {
+  return slot_ && slot_->float_input ? static_cast<float*>(slot_->input) : nullptr;
+}
 int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
 int64_t Batch::size() const { return slot_ ? slot_->n : 0; }
 LoaderPosition Batch::position() const { return slot_ ? slot_->position : LoaderPosition{}; }
@@ -213,9 +217,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
     throw ConfigError(fmt::format("data loader needs at least 1 worker, got {}", o.workers),
                       "set data.workers >= 1");
   }
-  const Shape chw = dataset_->image_shape();
-  FERRY_ASSERT(chw.rank() == 3, "dataset image shape must be (C, H, W)");
-  const size_t channels = static_cast<size_t>(chw[0]);
+  const Shape sample = dataset_->sample_shape();
+  const bool images = dataset_->input_dtype() == DType::kF32;
+  FERRY_ASSERT(!images || sample.rank() == 3, "dataset image shape must be (C, H, W)");
+  FERRY_ASSERT(dataset_->labels_per_sample() >= 1, "a sample needs at least one label");
+  if (!images && (!o.mean.empty() || !o.stddev.empty())) {
+    throw ConfigError(fmt::format("data.mean and data.std normalise images; dataset {} holds "
+                                  "no images",
+                                  dataset_->describe()),
+                      "set data.mean=[] and data.std=[]");
+  }
+  const size_t channels = images ? static_cast<size_t>(sample[0]) : 0;
   if (o.mean.size() != o.stddev.size() || (!o.mean.empty() && o.mean.size() != channels)) {
     throw ConfigError(
         fmt::format("data.mean has {} values and data.std {}; the data has {} "
@@ -243,17 +255,22 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
-  const uint64_t image_bytes = round_up(
-      static_cast<uint64_t>(o.batch_size) * static_cast<uint64_t>(chw.numel()) * 4, kAlign);
-  const uint64_t block_bytes = round_up(image_bytes + uint64_t(o.batch_size) * 4, kAlign);
+  const uint64_t input_bytes =
+      round_up(static_cast<uint64_t>(o.batch_size) * static_cast<uint64_t>(sample.numel()) *
+                   dtype_size(dataset_->input_dtype()),
+               kAlign);
+  const uint64_t labels_bytes = static_cast<uint64_t>(o.batch_size) *
+                                static_cast<uint64_t>(dataset_->labels_per_sample()) * 4;
+  const uint64_t block_bytes = round_up(input_bytes + labels_bytes, kAlign);
   for (int i = 0; i < o.prefetch + o.max_leases; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->block_bytes = block_bytes;
     slot->block =
         o.allocator ? o.allocator->allocate(block_bytes) : std::aligned_alloc(kAlign, block_bytes);
     if (slot->block == nullptr) throw std::bad_alloc();
-    slot->images = static_cast<float*>(slot->block);
-    slot->labels = reinterpret_cast<int32_t*>(static_cast<char*>(slot->block) + image_bytes);
+    slot->input = slot->block;
+    slot->labels = reinterpret_cast<int32_t*>(static_cast<char*>(slot->block) + input_bytes);
+    slot->float_input = images;
     state_->free.push_back(slot.get());
     state_->slots.push_back(std::move(slot));
   }
@@ -324,8 +341,10 @@ std::vector<int64_t> DataLoader::indices(LoaderPosition p) const {
 }
 
 Shape DataLoader::batch_shape() const {
-  const Shape chw = dataset_->image_shape();
-  return Shape{options_.batch_size, chw[0], chw[1], chw[2]};
+  const Shape sample = dataset_->sample_shape();
+  std::vector<int64_t> dims{options_.batch_size};
+  for (size_t d = 0; d < sample.rank(); ++d) dims.push_back(sample[d]);
+  return Shape(dims);
 }
 
 Batch DataLoader::next() {
@@ -356,8 +375,11 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const Dataset& ds = *dataset_;
   const SliceRange r = rank_slice(ds.size(), options_.batch_size, options_.world_size,
                                   options_.rank, slot.position.batch);
-  const Shape chw = ds.image_shape();
-  const int64_t plane = chw[1] * chw[2], sample = chw[0] * plane;
+  const Shape shape = ds.sample_shape();
+  const int64_t sample = shape.numel();
+  const int64_t row_bytes = sample * static_cast<int64_t>(dtype_size(ds.input_dtype()));
+  const int64_t per_row = ds.labels_per_sample();
+  const int64_t plane = slot.float_input ? shape[1] * shape[2] : 0;
   const int64_t classes = ds.classes();
   slot.n = r.count;
   // Rows are independent: the workers share them; each row's content depends only on
@@ -365,15 +387,18 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   pool_->run(r.count, [&](int64_t i) {
     if (state_->stop.load(std::memory_order_relaxed)) return;
     const int64_t index = order[r.begin + i];
-    float* pixels = slot.images + i * sample;
-    const int32_t label = ds.sample(index, slot.position.epoch, pixels);
-    if (label < 0 || label >= classes) {
-      throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",
-                                  ds.describe(), label, index, classes));
+    void* row = static_cast<char*>(slot.input) + i * row_bytes;
+    int32_t* labels = slot.labels + i * per_row;
+    ds.read(index, slot.position.epoch, row, labels);
+    for (int64_t k = 0; k < per_row; ++k) {
+      if (labels[k] < 0 || labels[k] >= classes) {
+        throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",
+                                    ds.describe(), labels[k], index, classes));
+      }
     }
-    slot.labels[i] = label;
     if (!options_.mean.empty()) {
-      for (int64_t c = 0; c < chw[0]; ++c) {
+      float* pixels = static_cast<float*>(row);
+      for (int64_t c = 0; c < shape[0]; ++c) {
         const float mean = options_.mean[c], stddev = options_.stddev[c];
         float* p = pixels + c * plane;
         for (int64_t k = 0; k < plane; ++k) p[k] = (p[k] - mean) / stddev;

@@ -32,7 +32,7 @@ struct LoaderOptions {
   int world_size = 1;
   int rank = 0;
   // Per-channel normalisation after scaling to [0, 1]: x = (x - mean[c]) / stddev[c].
-  // Both empty (none) or both of C values.
+  // Both empty (none) or both of C values; empty for a non-image (token) dataset.
   std::vector<float> mean;
   std::vector<float> stddev;
   // true: a trailing partial global batch is skipped. false: it is kept and split across the
@@ -67,8 +67,14 @@ class Batch {
 
   // false at the end of a finite pass (LoaderOptions::epochs > 0).
   explicit operator bool() const { return slot_ != nullptr; }
-  float* images() const;    // (n, C, H, W), rows beyond n unspecified
-  int32_t* labels() const;  // (n)
+  // The graph's input rows (Note [Sample layout] in dataset.h): (n, sample_shape...) of the
+  // dataset's input_dtype(): float (n, C, H, W) images or int32 (n, T) tokens. Rows beyond n
+  // unspecified.
+  void* input() const;
+  // input() as floats for an image dataset; nullptr for any other input dtype.
+  float* images() const;  // (n, C, H, W), rows beyond n unspecified
+  // (n) class labels, or (n, labels_per_sample) (tokens: (n, T) next tokens).
+  int32_t* labels() const;
   // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).
   int64_t size() const;
   LoaderPosition position() const;
@@ -117,7 +123,8 @@ class DataLoader {
   // Dataset indices this rank gets in the batch at `position`, in row order. A pure function of
   // the options: what next() returns for that position.
   std::vector<int64_t> indices(LoaderPosition position) const;
-  // (batch_size, C, H, W): the capacity of a batch buffer.
+  // (batch_size, sample_shape...): the capacity of a batch buffer's input, e.g.
+  // (batch_size, C, H, W) for images and (batch_size, T) for tokens.
   Shape batch_shape() const;
   const LoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }

@@ -203,7 +203,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
       h2d.wait(arena_free);
       const Graph& g = p.graph;
       device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.input())], s),
-                         batch.images, g.tensor(g.input()).desc.bytes(), h2d);
+                         batch.input, g.tensor(g.input()).desc.bytes(), h2d);
       device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.labels())], s),
                          batch.labels, g.tensor(g.labels()).desc.bytes(), h2d);
       h2d.record(*upload_done_);

@@ -64,10 +64,11 @@
 
 namespace ferry {
 
-// One batch in pinned host memory.
+// One batch in pinned host memory, uploaded byte for byte into the graph's input and labels
+// tensors (their sizes come from the graph; Note [Sample layout] in trainer/data/dataset.h).
 struct HostBatch {
-  const float* images = nullptr;    // (N, C, H, W)
-  const int32_t* labels = nullptr;  // (N)
+  const void* input = nullptr;      // float (N, C, H, W) images, or int32 (N, T) tokens
+  const int32_t* labels = nullptr;  // (N) classes, or (N, T) next tokens
   int64_t n = 0;
 };
 

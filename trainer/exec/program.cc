@@ -1,6 +1,8 @@
 // Planning a program per shape and mode, and indexing its plan by step.
 #include "trainer/exec/program.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "common/bytes.h"
@@ -88,11 +90,22 @@ void ProgramCache::index_plan(Program& p) {
   p.needed_at.resize(steps);
   p.offload_after.resize(steps);
   p.dies_at.resize(steps);
+  // A gradient is written at its last backward writer (Note [Tied weights] in graph.cc: a tied
+  // weight's first writer leaves half of it).
+  std::map<size_t, size_t> last_writer;  // parameter index -> step
   for (size_t s = 0; s < steps; ++s) {
     if (p.plan.tape.steps[s].phase != StepPhase::kBackward) continue;
     const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])];
     for (int slot : b.grad_params) {
-      p.grads_written[s].push_back(store_.param_index(p.graph, persistent_id(slot)));
+      last_writer[store_.param_index(p.graph, persistent_id(slot))] = s;
+    }
+  }
+  for (size_t s = 0; s < steps; ++s) {
+    if (p.plan.tape.steps[s].phase != StepPhase::kBackward) continue;
+    const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])];
+    for (int slot : b.grad_params) {
+      const size_t param = store_.param_index(p.graph, persistent_id(slot));
+      if (last_writer[param] == s) p.grads_written[s].push_back(param);
     }
   }
   for (size_t t = 0; t < p.plan.tensors.size(); ++t) {

@@ -30,19 +30,28 @@ std::vector<TensorId> Graph::saved_by(const Node& node) const {
 }
 
 GraphBuilder::GraphBuilder(const Shape& input, int64_t classes) : classes_(classes) {
-  if (input.rank() != 4 || input[0] < 1 || input[1] < 1 || input[2] < 1 || input[3] < 1) {
-    throw ConfigError(
-        fmt::format("model input must be (N, C, H, W) with positive sizes, got {}", input.str()));
+  const bool tokens = input.rank() == 2;
+  bool positive = true;
+  for (size_t i = 0; i < input.rank(); ++i) positive = positive && input[i] >= 1;
+  if ((input.rank() != 4 && !tokens) || !positive) {
+    throw ConfigError(fmt::format(
+        "model input must be (N, C, H, W) images or (N, T) tokens with positive sizes, got {}",
+        input.str()));
   }
   // Element counts of every tensor are int64: keep the batch far from overflowing them.
   constexpr int64_t kMaxElements = int64_t{1} << 48;
   int64_t elements = 1;
-  for (int i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < input.rank(); ++i) {
     if (input[i] > kMaxElements / elements) {
       throw ConfigError(fmt::format("a batch of {} holds more than 2^48 values", input.str()),
                         "lower data.batch_size (per rank) or model.input");
     }
     elements *= input[i];
+  }
+  if (tokens) {
+    graph_.input_ = add_tensor("input", {input, DType::kI32}, TensorRole::kInput);
+    graph_.labels_ = add_tensor("labels", {input, DType::kI32}, TensorRole::kLabel);
+    return;
   }
   graph_.input_ = add_tensor("input", {input, DType::kF32}, TensorRole::kInput);
   graph_.labels_ = add_tensor("labels", {Shape{input[0]}, DType::kI32}, TensorRole::kLabel);
@@ -233,12 +242,97 @@ TensorId GraphBuilder::add(TensorId a, TensorId b, const std::string& name) {
   return add_node(name, make_add(in.numel()), {a, b}, {in});
 }
 
+// Note [Tied weights]
+// GPT-2's LM head multiplies by the token embedding's table. The table is one parameter listed
+// by both nodes: the head's backward (first in the backward pass) writes its gradient, the
+// embedding's adds to it, and the gradient counts as written (ready to all-reduce) only after
+// the embedding's backward (Program's grads_written lists a parameter at its last writer).
+TensorId GraphBuilder::embedding(const std::string& name, const std::string& wte,
+                                 const std::string& wpe, int64_t vocab, int64_t context,
+                                 int64_t width, const ParamInit& init, bool tied,
+                                 TensorId* wte_id) {
+  FERRY_ASSERT(tokens(), "an embedding needs a token input");
+  const Shape in = shape(graph_.input_);
+  if (in[1] > context) {
+    throw ConfigError(fmt::format("{} tokens per row exceed the model's context of {}", in[1],
+                                  context),
+                      "lower data.seq_len or raise model.context");
+  }
+  const TensorId table = add_param(wte, Shape{vocab, width}, init);
+  const TensorId positions = add_param(wpe, Shape{context, width}, init);
+  if (wte_id) *wte_id = table;
+  EmbeddingForward shape_of{.n = in[0], .t = in[1], .c = width, .vocab = vocab};
+  return add_node(name, make_embedding(shape_of, context, tied), {graph_.input_},
+                  {Shape{in[0] * in[1], width}}, {table, positions});
+}
+
+TensorId GraphBuilder::layer_norm(TensorId x, const std::string& name, float eps) {
+  expect_rank(x, 2, name);
+  const Shape in = shape(x);
+  std::vector<TensorId> params{
+      add_param(name + ".weight", Shape{in[1]}, ParamInit::resolve(InitRule::kOnes, 0, 0)),
+      add_param(name + ".bias", Shape{in[1]}, ParamInit::resolve(InitRule::kZeros, 0, 0))};
+  const LayerNormGeom g{in[0], in[1], eps};
+  return add_node(name, make_layer_norm(g), {x}, {in}, std::move(params), {},
+                  {TensorDesc{Shape{in[0]}, DType::kF32}, TensorDesc{Shape{in[0]}, DType::kF32}});
+}
+
+TensorId GraphBuilder::gelu(TensorId x, const std::string& name) {
+  const Shape in = shape(x);
+  return add_node(name, make_gelu(in.numel()), {x}, {in});
+}
+
+TensorId GraphBuilder::conv1d(TensorId x, const std::string& name, int64_t out_features,
+                              const ParamInit& weight) {
+  expect_rank(x, 2, name);
+  const Shape in = shape(x);
+  const LinearGeom g{in[0], in[1], out_features, /*weight_in_out=*/true};
+  std::vector<TensorId> params{
+      add_param(name + ".weight", Shape{in[1], out_features}, weight),
+      add_param(name + ".bias", Shape{out_features}, ParamInit::resolve(InitRule::kZeros, 0, 0))};
+  return add_node(name, make_linear(g, true), {x}, {Shape{in[0], out_features}},
+                  std::move(params));
+}
+
+TensorId GraphBuilder::attention(TensorId qkv, const std::string& name, int64_t heads,
+                                 float dropout) {
+  expect_rank(qkv, 2, name);
+  FERRY_ASSERT(tokens(), "attention needs a token input");
+  const Shape in = shape(qkv);
+  const Shape batch = shape(graph_.input_);
+  const int64_t c = in[1] / 3;
+  if (in[1] % 3 != 0 || in[0] != batch[0] * batch[1]) {
+    throw ConfigError(fmt::format("attention '{}' expects (N*T, 3C) = ({}, 3C), got {}", name,
+                                  batch[0] * batch[1], in.str()));
+  }
+  if (heads < 1 || c % heads != 0) {
+    throw ConfigError(fmt::format("model.heads ({}) must divide model.width ({})", heads, c),
+                      "pick a width that is a multiple of the head count");
+  }
+  const AttentionGeom g{batch[0], batch[1], heads, c, dropout};
+  const Shape scores{batch[0], heads, batch[1], batch[1]};
+  std::vector<TensorDesc> aux{TensorDesc{scores, DType::kF32}};
+  if (dropout > 0) aux.push_back(TensorDesc{scores, DType::kU8});
+  return add_node(name, make_attention(g), {qkv}, {Shape{in[0], c}}, {}, {}, std::move(aux));
+}
+
+TensorId GraphBuilder::tied_linear(TensorId x, const std::string& name, TensorId weight) {
+  expect_rank(x, 2, name);
+  const Shape in = shape(x);
+  const Shape& w = shape(weight);
+  FERRY_ASSERT(graph_.tensor(weight).role == TensorRole::kParam && w.rank() == 2 && w[1] == in[1],
+               "a tied linear layer needs an (out, in) parameter");
+  const LinearGeom g{in[0], in[1], w[0]};
+  return add_node(name, make_linear(g, false), {x}, {Shape{in[0], w[0]}}, {weight});
+}
+
 void GraphBuilder::loss(TensorId logits) {
   const Shape in = shape(logits);
   if (in.rank() != 2 || in[1] != classes_) {
     throw ConfigError(
         fmt::format("the model's logits are {} but model.classes is {}", in.str(), classes_));
   }
+  FERRY_ASSERT(in[0] == shape(graph_.labels_).numel(), "one label per row of logits");
   graph_.logits_ = logits;
   const int index = static_cast<int>(graph_.nodes_.size());
   Node node;

@@ -1,6 +1,8 @@
 // A model graph for one input shape: a DAG of nodes (ResNet's skips included) over a tensor
 // table, built by the model zoo through GraphBuilder. Invariants: nodes are in a topological
-// order; every activation has exactly one producer; every parameter belongs to one node.
+// order; every activation has exactly one producer; every parameter belongs to one node, except
+// a tied weight (GPT-2's token embedding, also its LM head), whose gradient the later node in
+// forward order accumulates (Note [Tied weights] in graph.cc).
 #pragma once
 
 #include <memory>
@@ -58,8 +60,10 @@ class Graph {
 // Shapes are checked as layers are added; a mismatch is a ConfigError naming the layer.
 class GraphBuilder {
  public:
-  // input: (N, C, H, W); classes: the width of the logits the loss expects.
+  // input: images (N, C, H, W), float, with labels (N); or tokens (N, T), int32, with one label
+  // (the next token) per position, (N, T). classes: the width of the logits the loss expects.
   GraphBuilder(const Shape& input, int64_t classes);
+  bool tokens() const { return shape(graph_.input_).rank() == 2; }
 
   TensorId input() const { return graph_.input_; }
   const Shape& shape(TensorId t) const { return graph_.tensor(t).desc.shape; }
@@ -91,7 +95,26 @@ class GraphBuilder {
   TensorId flatten(TensorId x, const std::string& name = {});
   TensorId dropout(TensorId x, float p, const std::string& name = {});
   TensorId add(TensorId a, TensorId b, const std::string& name = {});
-  // Softmax cross-entropy of `logits` (N, classes) against the labels; ends the graph.
+
+  // Transformer layers (Hugging Face's GPT-2 semantics). Activations are (N*T, width).
+  // Token + position embedding of the token input: params `wte` (vocab, width) and `wpe`
+  // (context, width) drawn from `init`; returns (N*T, width) and the token table's id in *wte
+  // (for a tied head). tied: a later tied_linear shares wte.
+  TensorId embedding(const std::string& name, const std::string& wte, const std::string& wpe,
+                     int64_t vocab, int64_t context, int64_t width, const ParamInit& init,
+                     bool tied, TensorId* wte_id);
+  TensorId layer_norm(TensorId x, const std::string& name, float eps = 1e-5f);
+  TensorId gelu(TensorId x, const std::string& name = {});
+  // Hugging Face's Conv1D: a linear layer whose weight is stored (in, out); bias zeros.
+  TensorId conv1d(TensorId x, const std::string& name, int64_t out_features,
+                  const ParamInit& weight);
+  // qkv (N*T, 3C) -> (N*T, C): causal multi-head attention over the token input's (N, T).
+  TensorId attention(TensorId qkv, const std::string& name, int64_t heads, float dropout);
+  // A bias-free linear layer over an existing (out, in) parameter (a tied LM head).
+  TensorId tied_linear(TensorId x, const std::string& name, TensorId weight);
+
+  // Softmax cross-entropy of `logits` (rows, classes) against the labels (one per row); ends
+  // the graph.
   void loss(TensorId logits);
 
   Graph finish();

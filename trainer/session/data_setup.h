@@ -11,10 +11,15 @@
 namespace ferry {
 
 // The dataset the data.* keys describe; `evaluation`: an image folder reads data.val_path (when
-// set) with the evaluation transform. ConfigError when its images or classes do not fit
-// model.input and model.classes.
+// set) with the evaluation transform, a token source reads data.val_path (when set) in
+// consecutive windows (training: random windows, or consecutive when data.shuffle is false).
+// ConfigError when its images or classes do not fit model.input and model.classes.
 std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
                                                        bool evaluation = false);
+
+// The vocabulary every token must lie below: the classes the model's logits have.
+// TODO(model side): model.vocab once the GPT keys land.
+int64_t token_vocab(const Config& config);
 
 // The loader options the config gives, with batch buffers in the device's pinned memory.
 LoaderOptions loader_options(const Config& config, Device& device);

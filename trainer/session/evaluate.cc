@@ -90,14 +90,18 @@ EvalResult evaluate(const Config& config) {
   double loss_sum = 0;
   int64_t correct = 0, correct5 = 0, samples = 0;
   const int64_t classes = c.model.classes;
+  // Predictions per sample: 1 for an image, T for a token window (logits (n, T, classes) and
+  // labels (n, T); the loss is the mean over all of them, the accuracies count them).
+  const int64_t per_row = dataset->labels_per_sample();
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
     for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, false, 0);
+    session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
     const StepMetrics m = session.metrics();
     const std::vector<std::byte> out = session.executor().read_activation(logits);
-    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),
-                 "logits of an unexpected size");
+    FERRY_ASSERT(
+        out.size() == static_cast<size_t>(batch.size() * per_row * classes) * sizeof(float),
+        "logits of an unexpected size");
     const float* rows = reinterpret_cast<const float*>(out.data());
     // A substitute for an unreadable image is not a sample of the evaluation set.
     std::vector<bool> skip;
@@ -111,7 +115,7 @@ EvalResult evaluate(const Config& config) {
       samples += s.rows;
       continue;
     }
-    correct5 += top5_correct(rows, batch.labels(), batch.size(), classes);
+    correct5 += top5_correct(rows, batch.labels(), batch.size() * per_row, classes);
     loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size());
     correct += m.correct;
     samples += batch.size();
@@ -122,8 +126,9 @@ EvalResult evaluate(const Config& config) {
                 static_cast<long long>(dataset->skipped()), dataset->skipped() == 1 ? "" : "s");
   }
   const double denom = static_cast<double>(std::max<int64_t>(samples, 1));
-  EvalResult r{loss_sum / denom, static_cast<double>(correct) / denom,
-               static_cast<double>(correct5) / denom, samples};
+  const double predictions = denom * static_cast<double>(per_row);
+  EvalResult r{loss_sum / denom, static_cast<double>(correct) / predictions,
+               static_cast<double>(correct5) / predictions, samples};
   nlohmann::json j = {
       {"loss", r.loss},       {"accuracy", r.accuracy}, {"top5_accuracy", r.top5_accuracy},
       {"samples", r.samples}, {"model", c.model.name},  {"weights", c.model.init_from}};

@@ -1,4 +1,5 @@
 // Offline planning.
+#include "trainer/session/model_of.h"
 #include "trainer/session/planning.h"
 
 #include "common/error.h"
@@ -28,10 +29,7 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   PlanningKernels k = create_planning_kernels(device_options(config));
   kernels_ = std::move(k.kernels);
   substitute_ = std::move(k.substitute);
-  const Graph graph =
-      build_model(config.model.name,
-                  Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
-                  config.model.classes);
+  const Graph graph = build_configured_model(config, 1);
   persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
 }
 
@@ -40,10 +38,7 @@ OfflinePlanner::~OfflinePlanner() = default;
 const Lowered& OfflinePlanner::lowered(int64_t batch) {
   auto it = tapes_.find(batch);
   if (it != tapes_.end()) return *it->second;
-  const Graph g = build_model(
-      config_.model.name,
-      Shape{batch, config_.model.input[0], config_.model.input[1], config_.model.input[2]},
-      config_.model.classes);
+  const Graph g = build_configured_model(config_, batch);
   auto lowered = std::make_unique<Lowered>(lower_graph(g, *kernels_, /*training=*/true));
   return *tapes_.emplace(batch, std::move(lowered)).first->second;
 }

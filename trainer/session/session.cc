@@ -1,4 +1,5 @@
 // Building a run from its config.
+#include "trainer/session/model_of.h"
 #include "trainer/session/session.h"
 
 #include "device/backend_traits.h"
@@ -85,11 +86,6 @@ LrSchedule lr_schedule(const Config& config) {
   return s;
 }
 
-Shape Session::input_shape(int64_t n) const {
-  const auto& in = config_.model.input;
-  return Shape{n, in[0], in[1], in[2]};
-}
-
 namespace {
 
 // Tells the gradient buckets what backward has written.
@@ -131,8 +127,7 @@ LinkPathOptions link_path(const Config& config, const RankInfo& ranks, const Pla
 
 Session::Session(const Config& config, const RankInfo& ranks, bool training)
     : config_(config), ranks_(ranks) {
-  graph_ =
-      build_model(config.model.name, input_shape(config.data.batch_size), config.model.classes);
+  graph_ = build_configured_model(config, config.data.batch_size);
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
   // Note [A rank's GPU by PCI bus id] in placement.cc.
@@ -211,14 +206,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     std::shared_ptr<TransferAnnouncer> arbiter = arbiter_;
     exec.scheduler = [arbiter] { return std::make_unique<TopologyLinkScheduler>(arbiter); };
   }
-  const std::string name = config.model.name;
-  const int64_t classes = config.model.classes;
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
-      [this, name, classes](int64_t batch) {
-        return build_model(name, input_shape(batch), classes);
-      },
-      exec);
+      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec);
   comm_ =
       create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (arbiter_) attach_link_ledger();

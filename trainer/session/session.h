@@ -43,8 +43,6 @@ class Session {
   std::vector<std::string> optimizer_slot_names() const;
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
-  // The input shape (N, C, H, W) of a batch of n samples.
-  Shape input_shape(int64_t n) const;
 
   // One training step, in order. forward_backward enqueues the batch's forward and backward
   // passes, launching each gradient bucket's all-reduce as backward fills it (comm.overlap);

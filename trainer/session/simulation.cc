@@ -1,4 +1,5 @@
 // Planning every rank of a described server and running the node simulator.
+#include "trainer/session/model_of.h"
 #include "trainer/session/simulation.h"
 
 #include <algorithm>
@@ -29,19 +30,23 @@ std::string scheduler_name(const Config& config) {
 // planned step that produces its last gradient.
 std::vector<SimBucket> gradient_buckets(const Config& config, const Lowered& lowered,
                                         const MemoryPlan& plan) {
-  const Graph graph =
-      build_model(config.model.name,
-                  Shape{1, config.model.input[0], config.model.input[1], config.model.input[2]},
-                  config.model.classes);
+  const Graph graph = build_configured_model(config, 1);
   std::vector<GradSlice> slices;
   std::vector<int> ready;
+  std::map<TensorId, size_t> slice_of;  // a tied weight is one slice, ready at its last writer
   uint64_t offset = 0;
   for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
     if (plan.tape.steps[s].phase != StepPhase::kBackward) continue;
     const int origin = plan.origin[s];
     for (int slot : lowered.bindings[static_cast<size_t>(origin)].grad_params) {
       if (!is_persistent_slot(slot)) continue;
-      const uint64_t bytes = graph.tensor(persistent_id(slot)).desc.bytes();
+      const TensorId param = persistent_id(slot);
+      if (auto it = slice_of.find(param); it != slice_of.end()) {
+        ready[it->second] = static_cast<int>(s);
+        continue;
+      }
+      const uint64_t bytes = graph.tensor(param).desc.bytes();
+      slice_of.emplace(param, slices.size());
       slices.push_back({offset, bytes});
       ready.push_back(static_cast<int>(s));
       offset += bytes;

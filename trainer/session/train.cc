@@ -8,6 +8,7 @@
 // and the last. A non-finite loss is therefore detected at the next such step, and reported
 // with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
+#include "trainer/session/model_of.h"
 #include "trainer/session/train.h"
 
 #include <chrono>
@@ -74,10 +75,11 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
               emulates_server_links(config) ? " (emulated by this rank's copies)" : "");
   }
   log.print("device   {}", session.device().name());
-  log.print("model    {}: {} parameters, {} layers, input [{}, {}, {}], {} classes",
-            config.model.name, session.graph().parameter_count(), session.graph().nodes().size(),
-            config.model.input[0], config.model.input[1], config.model.input[2],
-            config.model.classes);
+  const Graph& graph = session.graph();
+  log.print("model    {}: {} parameters, {} layers, {}, {} {}", config.model.name,
+            graph.parameter_count(), graph.nodes().size(), input_text(config),
+            graph.tensor(graph.logits()).desc.shape[1],
+            model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
   log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
             config.data.batch_size * ranks.size);
   log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
@@ -291,7 +293,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     Batch batch = loader.next();
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
-    session.forward_backward({batch.images(), batch.labels(), batch.size()},
+    session.forward_backward({batch.input(), batch.labels(), batch.size()},
                              static_cast<uint64_t>(step));
     session.reduce_gradients();
     session.update(lr);
@@ -344,8 +346,13 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.step = step;
       r.steps = config.run.steps;
       r.loss = interval_loss / static_cast<double>(interval_steps);
-      // Correct counts are this rank's, over its share of the samples.
-      r.accuracy = interval_correct / std::max(1.0, interval_samples / ranks.size);
+      // Correct counts are this rank's, over its share of the labels (one per sample, or one
+      // per token for a token model).
+      const Graph& g = session.graph();
+      const double labels_per_sample =
+          static_cast<double>(g.tensor(g.labels()).desc.shape.numel()) / g.batch();
+      r.accuracy = interval_correct /
+                   std::max(1.0, interval_samples / ranks.size * labels_per_sample);
       r.lr = lr;
       r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
       r.device_peak_bytes = device.memory().stats().peak;

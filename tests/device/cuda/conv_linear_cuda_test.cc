@@ -381,6 +381,35 @@ TEST_F(CudaConvLinear, LinearLayersMatchTheCpuBackend) {
   }
 }
 
+// (rows, cols) row-major -> (cols, rows).
+std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
+  std::vector<float> t(a.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = a[r * cols + c];
+  }
+  return t;
+}
+
+// GPT-2's Conv1D layout: the weight stored (K, N). The same products as nn.Linear's layout with
+// the weight transposed on the host (and dw transposed back), independent of the CPU backend.
+TEST_F(CudaConvLinear, WeightInOutIsTheTransposedLayout) {
+  Gpu gpu(/*deterministic=*/false);
+  uint32_t seed = 101;
+  for (const LinearGeom& g : kLinearCases) {
+    SCOPED_TRACE(fmt::format("M{} K{} N{}", g.m, g.k, g.n));
+    const LinearData d(g, seed += 10);
+    const LinearResults out_in = linear_on_gpu(gpu, d, true);
+    LinearData flipped = d;
+    flipped.g.weight_in_out = true;
+    flipped.w = transposed(d.w, g.n, g.k);  // (N, K) -> (K, N)
+    const LinearResults in_out = linear_on_gpu(gpu, flipped, true);
+    EXPECT_TRUE(close(in_out.y, out_in.y, "y"));
+    EXPECT_TRUE(close(in_out.dx, out_in.dx, "dx"));
+    EXPECT_TRUE(close(transposed(in_out.dw, g.k, g.n), out_in.dw, "dw"));
+    EXPECT_TRUE(close(in_out.dbias, out_in.dbias, "dbias"));
+  }
+}
+
 TEST_F(CudaConvLinear, DeterministicLinearLayersRepeatBitForBit) {
   Gpu gpu(/*deterministic=*/true);
   const LinearData d({.m = 256, .k = 1024, .n = 100}, 9);

@@ -48,6 +48,9 @@ class CudaTarget : public ParityTarget {
     device_->kernels().launch(args, compute());
     compute().synchronize();
   }
+  uint64_t workspace_bytes(const KernelArgs& args) override {
+    return device_->kernels().workspace_bytes(args);
+  }
   void set_sm_count(int sm_count) override {
     auto& kernels = static_cast<cuda::CudaKernels&>(device_->kernels());
     kernels.set_reduction_scratch(kernels.reduction_scratch(), sm_count);

@@ -15,10 +15,12 @@
 
 // The kernels, each .cu once, against the emulated launch.cuh.
 #include "device/cuda/activation.cu"
+#include "device/cuda/attention.cu"
 #include "device/cuda/batchnorm.cu"
 #include "device/cuda/loss.cu"
 #include "device/cuda/optim.cu"
 #include "device/cuda/pool.cu"
+#include "device/cuda/transformer.cu"
 
 namespace ferry::cuda {
 
@@ -70,6 +72,7 @@ class EmulatedTarget : public ParityTarget {
         args);
   }
 
+  uint64_t workspace_bytes(const KernelArgs&) override { return 0; }
   void set_sm_count(int sm_count) override { sm_count_ = sm_count; }
 
  private:

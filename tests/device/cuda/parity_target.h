@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ class ParityTarget {
   virtual void copy_out(void* host, const void* src, size_t bytes) = 0;
   // Runs `args` on the target's kernels and waits for it.
   virtual void launch(const KernelArgs& args) = 0;
+  // The workspace `args` needs on the target (the cuBLAS attention's; 0 for the emulated
+  // kernels, which have none).
+  virtual uint64_t workspace_bytes(const KernelArgs& args) = 0;
   // Sizes the reducing kernels' grids as for a GPU of `sm_count` multiprocessors (their results
   // must not change: Note [Deterministic multi-block reductions]).
   virtual void set_sm_count(int sm_count) = 0;

@@ -166,8 +166,8 @@ TEST(ConfigErrors, BadChoiceListsTheAllowedOnes) {
             "memory.policy: must be one of none|vdnn-conv|vdnn-all|auto, got 'vdnn' "
             "(override 'memory.policy=vdnn')");
   EXPECT_EQ(override_error("data.source=cifar"),
-            "data.source: must be one of synthetic|idx|cifar10|imagefolder, got 'cifar' (override "
-            "'data.source=cifar'); did you mean 'cifar10'?");
+            "data.source: must be one of synthetic|idx|cifar10|imagefolder|tokens, got 'cifar' "
+            "(override 'data.source=cifar'); did you mean 'cifar10'?");
 }
 
 TEST(ConfigErrors, MalformedSize) {
@@ -202,6 +202,29 @@ TEST(ConfigErrors, RequiredDataPath) {
   EXPECT_NE(
       hint_of([] { parse_config_text("", {"data.source=idx"}, "x.yaml"); }).find("data.path="),
       std::string::npos);
+}
+
+TEST(ConfigErrors, TokenSourceKeys) {
+  EXPECT_EQ(override_error("data.source=tokens"), "data.path: required when data.source is tokens");
+  EXPECT_EQ(error("data:\n  source: tokens\n  path: t.bin\n  mean: [0.5]\n"),
+            "data.mean: must be [] when data.source is tokens, got 1 value (configs/x.yaml:4)");
+  EXPECT_EQ(error("data:\n  source: tokens\n  path: t.bin\n", {"data.std=[0.5, 0.5]"}),
+            "data.std: must be [] when data.source is tokens, got 2 values (override "
+            "'data.std=[0.5, 0.5]')");
+  EXPECT_EQ(override_error("data.seq_len=-1"),
+            "data.seq_len: must be in [0, 1048576], got -1 (override 'data.seq_len=-1')");
+  const Config c = parse_config_text(
+      "data:\n  source: tokens\n  path: t.bin\n  seq_len: 64\n"
+      "  val_path: v.bin\n");
+  EXPECT_EQ(c.data.source, DataSource::kTokens);
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.data.val_path, "v.bin");
+  // data.seq_len against model.context, where the model side resolves it.
+  EXPECT_EQ(check_seq_len(0, 128), 128);
+  EXPECT_EQ(check_seq_len(64, 128), 64);
+  EXPECT_EQ(check_seq_len(128, 128), 128);
+  EXPECT_EQ(error_of([] { check_seq_len(256, 128, " (configs/x.yaml:7)"); }),
+            "data.seq_len: must be <= model.context (128), got 256 (configs/x.yaml:7)");
 }
 
 TEST(ConfigErrors, CrossKeyChecks) {

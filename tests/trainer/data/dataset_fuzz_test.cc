@@ -1,8 +1,8 @@
 // A deterministic fuzz driver for the dataset file readers (MNIST IDX images and labels,
-// CIFAR-10 batches): mutated files (boundary integers in the IDX dimensions, truncation, bit
-// flips, inserted and deleted bytes) must each load a consistent dataset or fail with a
-// DataError, never crash or allocate from a header's claim. Run under ASan and UBSan by the
-// fuzz_asan test.
+// CIFAR-10 batches, llm.c and nanoGPT token files): mutated files (boundary integers in the IDX
+// dimensions, truncation, bit flips, inserted and deleted bytes) must each load a consistent
+// dataset or fail with a DataError, never crash or allocate from a header's claim. Run under ASan
+// and UBSan by the fuzz_asan test.
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -172,6 +172,97 @@ TEST(DatasetFuzz, Cifar10NastyFolders) {
   EXPECT_EQ(ds->size(), 1);
   write(dir.file("data_batch_2.bin"), "");
   EXPECT_THROW(load_cifar10_dataset(dir.path().string()), DataError);
+}
+
+std::string le32(int32_t v) {
+  std::string s(4, '\0');
+  fuzz::put_integer(s, 0, 4, static_cast<uint32_t>(v), false);
+  return s;
+}
+
+// llm.c's token format: 256 int32 (magic, version, count, zeros), then uint16 tokens.
+std::string llmc_tokens(int n) {
+  std::string b = le32(20240520) + le32(1) + le32(n) + std::string(253 * 4, '\0');
+  for (int i = 0; i < n; ++i) {
+    const int token = (i * 53 + 7) % 300;  // some above the 256 of a byte vocabulary
+    b += static_cast<char>(token & 0xff);
+    b += static_cast<char>(token >> 8);
+  }
+  return b;
+}
+
+// Everything a consumer does with a token source: read its first, middle and last windows in
+// two epochs; each read gives tokens below the vocabulary, labels shifted by one, or a
+// DataError (a token outside the vocabulary).
+void exercise_tokens(const Dataset& ds, uint64_t file_bytes, int64_t vocab) {
+  ASSERT_GT(ds.size(), 0);
+  const int64_t t = ds.sample_shape()[0];
+  ASSERT_EQ(ds.labels_per_sample(), t);
+  // Every window came from the file: size() * T + 1 tokens of 2 bytes at most.
+  ASSERT_LE(static_cast<uint64_t>(ds.size() * t + 1) * 2, file_bytes);
+  (void)ds.describe();
+  std::vector<int32_t> in(static_cast<size_t>(t)), labels(static_cast<size_t>(t));
+  for (int64_t epoch : {0, 1}) {
+    for (int64_t i : {int64_t{0}, ds.size() / 2, ds.size() - 1}) {
+      try {
+        ds.read(i, epoch, in.data(), labels.data());
+      } catch (const DataError&) {
+        continue;
+      }
+      for (int64_t k = 0; k < t; ++k) {
+        EXPECT_GE(in[k], 0);
+        EXPECT_LT(in[k], vocab);
+        EXPECT_LT(labels[k], vocab);
+        if (k + 1 < t) EXPECT_EQ(labels[k], in[k + 1]);
+      }
+    }
+  }
+}
+
+TEST(DatasetFuzz, MutatedTokenFiles) {
+  TempDir dir;
+  const std::string file = dir.file("train.bin");
+  const fuzz::IntegerFields header{{0, 4, 8}, 4, false};
+  Tally tally;
+  Rng rng(77);
+  for (int i = 0; i < 600; ++i) {
+    // Half llm.c files, half headerless (nanoGPT) ones; both mutated.
+    const std::string good = llmc_tokens(3 + static_cast<int>(rng.below(40)));
+    std::string bytes = i % 2 ? good : good.substr(1024);
+    bytes = fuzz::mutate_bytes(bytes, rng, header);
+    if (rng.one_in(3)) bytes = fuzz::mutate_bytes(bytes, rng, header);
+    write(file, bytes);
+    TokenDatasetOptions o;
+    o.path = file;
+    o.seq_len = 1 + static_cast<int64_t>(rng.below(8));
+    o.vocab = rng.one_in(2) ? 256 : 65536;
+    o.random = rng.one_in(2);
+    o.seed = rng.below(1000);
+    fuzz::run_case<DataError>("tokens", i, bytes, tally, [&](const std::string&) {
+      const auto ds = load_token_dataset(o);
+      exercise_tokens(*ds, bytes.size(), o.vocab);
+    });
+  }
+  std::printf("token fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
+              tally.rejected);
+  EXPECT_EQ(tally.accepted + tally.rejected, 600);
+  EXPECT_GT(tally.rejected, 100);
+  EXPECT_GT(tally.accepted, 100);
+}
+
+// Token counts that disagree with the file (up to INT32_MAX and negative) are refused from the
+// file size, and nothing is read past the mapping.
+TEST(DatasetFuzz, TokenCountsTheFileCannotHold) {
+  TempDir dir;
+  const std::string file = dir.file("t.bin");
+  const std::string tokens = llmc_tokens(10).substr(1024);
+  for (int32_t count : {11, 9, 0x7fffffff, -1, int32_t(0x80000000), 1 << 30}) {
+    write(file, le32(20240520) + le32(1) + le32(count) + std::string(253 * 4, '\0') + tokens);
+    EXPECT_THROW(load_token_dataset({file, 2, 65536, true, 0}), DataError) << count;
+  }
+  write(file, llmc_tokens(10));
+  EXPECT_EQ(load_token_dataset({file, 2, 65536, true, 0})->size(), 4);
+  EXPECT_THROW(load_token_dataset({dir.path().string(), 2, 65536, true, 0}), DataError);
 }
 
 }  // namespace

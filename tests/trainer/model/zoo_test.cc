@@ -65,7 +65,9 @@ TEST(Zoo, ListsEveryModelInOrder) {
                                           "resnet34_cifar",
                                           "resnet50_cifar",
                                           "resnet101_cifar",
-                                          "resnet152_cifar"};
+                                          "resnet152_cifar",
+                                          "gpt2",
+                                          "gpt2-medium"};
   EXPECT_EQ(zoo_names(), expected);
   for (const std::string& name : expected) EXPECT_TRUE(zoo_has(name)) << name;
   EXPECT_FALSE(zoo_has("resnet"));

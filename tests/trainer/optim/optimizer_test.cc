@@ -112,11 +112,12 @@ TEST(DecayRuns, MatricesOnlyOnResNet18DecaysConvAndFcWeightsOnly) {
   EXPECT_EQ(runs.size(), 42u);
 }
 
-TEST(ModelInfo, CnnsDecayEveryParameterUnderAuto) {
-  // The behaviour every PyTorch-parity test of the CNNs was written against.
+TEST(ModelInfo, CnnsDecayEveryParameterUnderAutoAndGptOnlyItsMatrices) {
+  // The CNNs: the behaviour every PyTorch-parity test of them was written against.
   for (const std::string& name : zoo_names()) {
-    EXPECT_FALSE(model_info(name).decay_matrices_only) << name;
+    EXPECT_EQ(model_info(name).decay_matrices_only, model_info(name).tokens) << name;
   }
+  EXPECT_TRUE(model_info("gpt2").decay_matrices_only);
 }
 
 class OptimizerOnDevice : public ::testing::Test {

@@ -22,11 +22,16 @@ struct Row {
 std::vector<Row> rows_of(const Graph& graph) {
   std::vector<Row> rows;
   rows.reserve(graph.nodes().size());
+  std::vector<bool> counted(graph.tensors().size(), false);  // a tied weight counts once
   for (const Node& node : graph.nodes()) {
     if (!node.outputs.empty() && node.outputs[0] == graph.loss()) continue;
     Row row{node.name, std::string(node.op->kind()), node.op->describe(), {}, 0};
     if (!node.outputs.empty()) row.output = graph.tensor(node.outputs[0]).desc.shape;
-    for (TensorId p : node.params) row.parameters += graph.tensor(p).desc.shape.numel();
+    for (TensorId p : node.params) {
+      if (counted[static_cast<size_t>(p)]) continue;
+      counted[static_cast<size_t>(p)] = true;
+      row.parameters += graph.tensor(p).desc.shape.numel();
+    }
     rows.push_back(std::move(row));
   }
   return rows;

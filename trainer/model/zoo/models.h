@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trainer/model/graph.h"
+#include "trainer/model/zoo/zoo.h"
 
 namespace ferry::zoo {
 
@@ -26,5 +27,8 @@ TensorId build_mlp(GraphBuilder& b);
 
 // LeNet-5 with ReLU and max-pooling (see small.cc for the padding rule).
 TensorId build_lenet5(GraphBuilder& b);
+
+// Hugging Face's GPT2LMHeadModel of the given sizes (all resolved, none 0) on a token input.
+TensorId build_gpt2(GraphBuilder& b, const TransformerSizes& sizes);
 
 }  // namespace ferry::zoo

@@ -17,7 +17,7 @@ namespace {
 
 struct Entry {
   ModelInfo info;
-  std::function<TensorId(GraphBuilder&)> build;
+  std::function<TensorId(GraphBuilder&)> build;  // image models
 };
 
 std::vector<Entry> make_registry() {
@@ -69,6 +69,18 @@ std::vector<Entry> make_registry() {
                     depth),
         kCifar, 10, [depth](GraphBuilder& b) { return zoo::build_resnet(b, depth, true); });
   }
+  // Token models: built by build_token_model from their resolved sizes.
+  const auto gpt = [&r](std::string name, TransformerSizes sizes) {
+    ModelInfo info{name,
+                   fmt::format("GPT-2, Hugging Face's GPT2LMHeadModel: {} layers, {} heads, width "
+                               "{}, vocabulary {}, context {} (sizes: model.layers, ...)",
+                               sizes.layers, sizes.heads, sizes.width, sizes.vocab, sizes.context),
+                   Shape{sizes.context}, sizes.vocab, /*tokens=*/true, sizes,
+                   /*decay_matrices_only=*/true};  // nanoGPT's and Hugging Face's groups
+    r.push_back({std::move(info), nullptr});
+  };
+  gpt("gpt2", {12, 12, 768, 50257, 1024, 0.0});
+  gpt("gpt2-medium", {24, 16, 1024, 50257, 1024, 0.0});
   return r;
 }
 
@@ -107,8 +119,60 @@ bool zoo_has(const std::string& name) {
 
 const ModelInfo& model_info(const std::string& name) { return find(name).info; }
 
+TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& overrides) {
+  TransformerSizes s = model.sizes;
+  const auto take = [&](int64_t value, int64_t& into, const char* key) {
+    if (value < 0) {
+      throw ConfigError(fmt::format("{} must be >= 0 (0 = {}'s value), got {}", key, model.name,
+                                    value));
+    }
+    if (value > 0) into = value;
+  };
+  take(overrides.layers, s.layers, "model.layers");
+  take(overrides.heads, s.heads, "model.heads");
+  take(overrides.width, s.width, "model.width");
+  take(overrides.vocab, s.vocab, "model.vocab");
+  take(overrides.context, s.context, "model.context");
+  if (!(overrides.dropout >= 0 && overrides.dropout < 1)) {
+    throw ConfigError(fmt::format("model.dropout must be in [0, 1), got {}", overrides.dropout));
+  }
+  s.dropout = overrides.dropout;
+  if (s.width % s.heads != 0) {
+    throw ConfigError(
+        fmt::format("model.heads ({}) must divide model.width ({})", s.heads, s.width),
+        "pick a width that is a multiple of the head count");
+  }
+  return s;
+}
+
+Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
+                        const TransformerSizes& sizes) {
+  const Entry& entry = find(name);
+  if (!entry.info.tokens) {
+    throw ConfigError(fmt::format("model '{}' takes images, not tokens", name),
+                      "pick a token model (gpt2, gpt2-medium) for data.source=tokens");
+  }
+  const TransformerSizes s = resolve_sizes(entry.info, sizes);
+  if (seq_len < 1 || seq_len > s.context) {
+    throw ConfigError(fmt::format("data.seq_len ({}) must be in [1, model.context = {}]", seq_len,
+                                  s.context),
+                      "lower data.seq_len or raise model.context");
+  }
+  GraphBuilder builder(Shape{batch, seq_len}, s.vocab);
+  builder.loss(zoo::build_gpt2(builder, s));
+  return builder.finish();
+}
+
 Graph build_model(const std::string& name, const Shape& input_nchw, int64_t classes) {
   const Entry& entry = find(name);
+  if (entry.info.tokens) {
+    if (input_nchw.rank() != 2) {
+      throw ConfigError(fmt::format("model '{}' takes (N, T) tokens, not {}", name,
+                                    input_nchw.str()),
+                        "set data.source=tokens for a token model");
+    }
+    return build_token_model(name, input_nchw[0], input_nchw[1], {});
+  }
   if (classes < 1) {
     throw ConfigError(fmt::format("model '{}' needs at least 1 class, got {}", name, classes),
                       "set model.classes to the number of labels in the dataset");

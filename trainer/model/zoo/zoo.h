@@ -12,16 +12,29 @@
 
 namespace ferry {
 
+// A transformer's sizes (model.layers, model.heads, ...); 0 = the named model's value.
+struct TransformerSizes {
+  int64_t layers = 0, heads = 0, width = 0, vocab = 0, context = 0;
+  double dropout = 0;  // embedding, attention and residual dropout
+  bool operator==(const TransformerSizes&) const = default;
+};
+
 // What `trainer info` and config validation need to know about a model without building it.
 struct ModelInfo {
   std::string name;
   std::string summary;  // one line: architecture, what input it is made for, parameters
-  Shape default_input;  // (C, H, W)
-  int64_t default_classes = 0;
+  Shape default_input;  // (C, H, W); for a token model (T): its context
+  int64_t default_classes = 0;  // a token model: its vocabulary
+  bool tokens = false;          // takes (N, T) int32 tokens, predicts the next token everywhere
+  TransformerSizes sizes;       // a token model's named sizes
   // optim.decay=auto decays only parameters of 2+ dimensions (transformers: not biases, layer
   // norm weights); false: every parameter (the CNNs, as torchvision's recipes train them).
   bool decay_matrices_only = false;
 };
+
+// `overrides` with each 0 replaced by the named model's size. ConfigError for a negative size
+// or a dropout outside [0, 1).
+TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& overrides);
 
 // Every model name, in the order `trainer info` lists them.
 std::vector<std::string> zoo_names();
@@ -35,5 +48,11 @@ const ModelInfo& model_info(const std::string& name);
 // Errors (ConfigError): an unknown name (the message names the nearest valid one and the hint
 // lists the zoo), classes < 1, or an input the model cannot take (the message names the layer).
 Graph build_model(const std::string& name, const Shape& input_nchw, int64_t classes);
+
+// Builds the token model `name` (ModelInfo::tokens) for a batch of `batch` rows of `seq_len`
+// tokens, with `sizes` resolved against the named model (resolve_sizes). ConfigError for a
+// seq_len above the context, heads that do not divide the width, or a non-token model.
+Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
+                        const TransformerSizes& sizes);
 
 }  // namespace ferry

@@ -57,6 +57,7 @@ using std::log;
 using std::max;
 using std::min;
 using std::sqrt;
+using std::tanh;
 
 inline float __int_as_float(int bits) {
   float f;

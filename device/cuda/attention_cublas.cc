@@ -1,0 +1,229 @@
+// The attention core on cuBLAS. Note [Row-major products on cuBLAS] (linear_cublas.cc): a
+// row-major (R, C) matrix with row stride L is the column-major (C x R) matrix with leading
+// dimension L, so head h of q in qkv (T rows of D, row stride 3C, starting at column h D) is the
+// column-major D x T matrix Q^T at qkv + h D, ld 3C; heads are a batch of stride D. Each product
+// below is written as the column-major product it computes.
+//
+// Note [Attention's workspace]
+// After cuBLAS's scratch (256-byte aligned): the forward with dropout holds P' = dropout(P)
+// (N, heads, T, T), since probs must keep P for the backward; the backward holds dP' / dS
+// (N, heads, T, T) and, with dropout, P' rebuilt from probs and mask for dV. These grow as T^2:
+// GPT-2 small at N = 8, T = 1024 needs 400 MB per buffer.
+#include "device/cuda/attention_cublas.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/transformer_checks.h"
+#include "device/cuda/transformer_ops.h"
+#include "device/kernel_checks.h"
+
+namespace ferry::cuda {
+
+namespace {
+
+constexpr uint64_t kAlign = 256;  // cublasSetWorkspace needs 256-byte alignment
+constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The backend-neutral rules, then cuBLAS's int dimensions.
+void check(const AttentionGeom& g, const char* what) {
+  check_attention(g, what);
+  if (g.t > INT_MAX || 3 * g.c > INT_MAX || g.heads > INT_MAX) {
+    throw UnsupportedError(fmt::format("{}: T={} C={} heads={} exceed cuBLAS's int dimensions",
+                                       what, g.t, g.c, g.heads),
+                           "lower the sequence length");
+  }
+}
+
+int i32(int64_t v) { return static_cast<int>(v); }
+
+// Elements of the (N, heads, T, T) scores, and of one batch row's heads.
+int64_t score_count(const AttentionGeom& g) { return g.n * g.heads * g.t * g.t; }
+uint64_t score_bytes(const AttentionGeom& g) {
+  return aligned(static_cast<uint64_t>(score_count(g)) * sizeof(float));
+}
+
+bool forward_drops(const AttentionForward& a) { return a.training && a.g.dropout > 0.0f; }
+bool backward_drops(const AttentionBackward& a) { return a.g.dropout > 0.0f; }
+
+float* after(const Workspace& ws, uint64_t offset) {
+  return reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + offset);
+}
+
+// C = alpha op(A) op(B) for each head of batch row n: one strided-batched SGEMM over the heads.
+struct HeadGemm {
+  cublasOperation_t op_a, op_b;
+  int m, n, k;
+  float alpha;
+  const float* a;
+  int lda;
+  long long stride_a;
+  const float* b;
+  int ldb;
+  long long stride_b;
+  float* c;
+  int ldc;
+  long long stride_c;
+};
+
+void run_heads(cublasHandle_t h, const HeadGemm& p, int heads) {
+  constexpr float kZero = 0.0f;
+  CUBLAS_CHECK(cublasSgemmStridedBatched(h, p.op_a, p.op_b, p.m, p.n, p.k, &p.alpha, p.a, p.lda,
+                                         p.stride_a, p.b, p.ldb, p.stride_b, &kZero, p.c, p.ldc,
+                                         p.stride_c, heads));
+}
+
+}  // namespace
+
+CublasAttention::CublasAttention(const DeviceOptions& options) : options_(options) {}
+
+CublasAttention::~CublasAttention() {
+  if (handle_ != nullptr) {
+    CUDA_WARN(cudaSetDevice(options_.ordinal));
+    (void)cublasDestroy(handle_);
+  }
+}
+
+uint64_t CublasAttention::blas_workspace() {
+  if (blas_workspace_ == 0) {
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.ordinal));
+    const uint64_t recommended = (major >= 9 ? uint64_t{32} : uint64_t{4}) << 20;
+    blas_workspace_ =
+        aligned(std::max(kMinBlasWorkspace, std::min(recommended, options_.workspace_limit)));
+  }
+  return blas_workspace_;
+}
+
+cublasContext* CublasAttention::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
+                                     const char* what) {
+  check_workspace(ws, need, what);
+  FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
+               "a cuBLAS workspace must be 256-byte aligned");
+  if (handle_ == nullptr) {
+    CUBLAS_CHECK(cublasCreate(&handle_));
+    // Note [TF32 and determinism] (cuda_kernels.h): FP32 products unless device.tf32_matmul.
+    CUBLAS_CHECK(cublasSetMathMode(
+        handle_, options_.cuda.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
+  CUBLAS_CHECK(cublasSetStream(handle_, stream));  // resets the workspace: set it after
+  CUBLAS_CHECK(cublasSetWorkspace(handle_, ws.ptr, blas_workspace()));
+  return handle_;
+}
+
+uint64_t CublasAttention::workspace_bytes(const AttentionForward& a) {
+  check(a.g, "attention_forward");
+  std::lock_guard lock(mutex_);
+  return blas_workspace() + (forward_drops(a) ? score_bytes(a.g) : 0);
+}
+
+uint64_t CublasAttention::workspace_bytes(const AttentionBackward& a) {
+  check(a.g, "attention_backward");
+  std::lock_guard lock(mutex_);
+  return blas_workspace() + score_bytes(a.g) * (backward_drops(a) ? 2 : 1);
+}
+
+// S = q k^T / sqrt(D) -> causal softmax (-> dropout) -> y = P' v, per batch row over its heads.
+void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
+  check(a.g, "attention_forward");
+  std::lock_guard lock(mutex_);
+  const bool drops = forward_drops(a);
+  if (drops && a.mask == nullptr) {
+    throw ConfigError("attention_forward: training with dropout needs a mask",
+                      "pass the (N, heads, T, T) mask buffer the backward reads");
+  }
+  const uint64_t blas = blas_workspace();
+  cublasHandle_t h = bind(stream, a.ws, blas + (drops ? score_bytes(a.g) : 0), "attention_forward");
+  const AttentionGeom& g = a.g;
+  const int t = i32(g.t), d = i32(g.head_dim()), ld_qkv = i32(3 * g.c), ld_y = i32(g.c);
+  const long long tt = static_cast<long long>(g.t) * g.t;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.head_dim())));
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* q = a.qkv + n * g.t * 3 * g.c;
+    // S^T (T x T, ld T) = op_T(K^T) Q^T: row-major S.
+    run_heads(h,
+              {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, scale, q + g.c, ld_qkv, d, q, ld_qkv, d,
+               a.probs + n * g.heads * tt, t, tt},
+              i32(g.heads));
+  }
+  float* dropped = drops ? after(a.ws, blas) : nullptr;
+  launch_attention_softmax(g.n * g.heads * g.t, g.t, drops ? g.dropout : 0.0f, a.seed, a.probs,
+                           dropped, a.mask, stream);
+  const float* p = drops ? dropped : a.probs;
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* v = a.qkv + n * g.t * 3 * g.c + 2 * g.c;
+    // Y^T (D x T, ld C) = V^T P'^T.
+    run_heads(h,
+              {CUBLAS_OP_N, CUBLAS_OP_N, d, t, t, 1.0f, v, ld_qkv, d, p + n * g.heads * tt, t, tt,
+               a.y + n * g.t * g.c, ld_y, d},
+              i32(g.heads));
+  }
+}
+
+// dP' = dy v^T; dv = P'^T dy; dS = softmax_backward(dropout_backward(dP')); dq = dS k / sqrt(D);
+// dk = dS^T q / sqrt(D). Every column of dqkv is written (beta 0).
+void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
+  check(a.g, "attention_backward");
+  std::lock_guard lock(mutex_);
+  const bool drops = backward_drops(a);
+  if (drops && a.mask == nullptr) {
+    throw ConfigError("attention_backward: dropout needs the forward's mask",
+                      "pass the mask attention_forward wrote");
+  }
+  const uint64_t blas = blas_workspace();
+  cublasHandle_t h =
+      bind(stream, a.ws, blas + score_bytes(a.g) * (drops ? 2 : 1), "attention_backward");
+  const AttentionGeom& g = a.g;
+  const int t = i32(g.t), d = i32(g.head_dim()), ld_qkv = i32(3 * g.c), ld_y = i32(g.c);
+  const long long tt = static_cast<long long>(g.t) * g.t;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.head_dim())));
+  float* dscores = after(a.ws, blas);
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* v = a.qkv + n * g.t * 3 * g.c + 2 * g.c;
+    // dP'^T (T x T, ld T) = op_T(V^T) dY^T: row-major dP' = dY V^T.
+    run_heads(h,
+              {CUBLAS_OP_T, CUBLAS_OP_N, t, t, d, 1.0f, v, ld_qkv, d, a.dy + n * g.t * g.c, ld_y, d,
+               dscores + n * g.heads * tt, t, tt},
+              i32(g.heads));
+  }
+  const float* p = a.probs;
+  if (drops) {
+    float* dropped = after(a.ws, blas + score_bytes(g));
+    launch_attention_dropout_apply(score_count(g), g.dropout, a.probs, a.mask, dropped, stream);
+    p = dropped;
+  }
+  for (int64_t n = 0; n < g.n; ++n) {
+    // dV^T (D x T, ld 3C) = dY^T op_T(P'^T): dV = P'^T dY.
+    run_heads(h,
+              {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, 1.0f, a.dy + n * g.t * g.c, ld_y, d,
+               p + n * g.heads * tt, t, tt, a.dqkv + n * g.t * 3 * g.c + 2 * g.c, ld_qkv, d},
+              i32(g.heads));
+  }
+  launch_attention_softmax_backward(g.n * g.heads * g.t, g.t, g.dropout, a.probs, a.mask, dscores,
+                                    stream);
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* q = a.qkv + n * g.t * 3 * g.c;
+    const float* k = q + g.c;
+    const float* ds = dscores + n * g.heads * tt;
+    float* dq = a.dqkv + n * g.t * 3 * g.c;
+    // dQ^T (D x T, ld 3C) = K^T dS^T: dQ = dS K.
+    run_heads(h, {CUBLAS_OP_N, CUBLAS_OP_N, d, t, t, scale, k, ld_qkv, d, ds, t, tt, dq, ld_qkv, d},
+              i32(g.heads));
+    // dK^T (D x T, ld 3C) = Q^T op_T(dS^T): dK = dS^T Q.
+    run_heads(
+        h, {CUBLAS_OP_N, CUBLAS_OP_T, d, t, t, scale, q, ld_qkv, d, ds, t, tt, dq + g.c, ld_qkv, d},
+        i32(g.heads));
+  }
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""GPT-2 parity of ferry's CPU backend with Hugging Face transformers (run by ctest).
+
+1. A random GPT2LMHeadModel (dropout 0) is saved by save_pretrained(safe_serialization=True);
+   `trainer eval` with model.init_from on it gives Hugging Face's mean token loss over every full
+   window of a token file within 1e-5 relative, and the perplexity exp(loss).
+2. 20 training steps (AdamW, decay on matrices only, clip_norm 1.0, windows in file order) give
+   Hugging Face's per-step losses within 1e-4 relative.
+3. ferry's last checkpoint loads into GPT2LMHeadModel.load_state_dict(strict=False) with only
+   lm_head.weight (tied) missing, and gives the loss `trainer eval` reports on it.
+Exits 77 (ctest: skipped) without torch or transformers.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+LAYERS, HEADS, WIDTH, VOCAB, CONTEXT = 2, 4, 64, 96, 32
+SEQ, BATCH, STEPS = 16, 4, 20
+LR, WD, CLIP = 3e-3, 0.1, 1.0
+
+
+def write_tokens(path, tokens):
+    """llm.c's token file: 256 int32 (magic 20240520, version 1, count), then uint16 tokens."""
+    import numpy as np
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def windows(tokens, seq):
+    """Consecutive non-overlapping windows: inputs tokens[kT, kT+T), targets shifted by one."""
+    count = (len(tokens) - 1) // seq
+    return [(tokens[k * seq:k * seq + seq], tokens[k * seq + 1:k * seq + seq + 1])
+            for k in range(count)]
+
+
+def mean_loss(model, tokens, seq):
+    import torch
+    import torch.nn.functional as F
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in windows(tokens, seq):
+            logits = model(torch.tensor([x])).logits[0]
+            total += F.cross_entropy(logits.double(), torch.tensor(y), reduction="sum").item()
+            count += len(y)
+    return total / count
+
+
+def run(cmd, **kw):
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def close(a, b, rtol):
+    return abs(a - b) <= rtol * max(abs(b), 1e-12)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainer", required=True)
+    parser.add_argument("--dir", required=True)
+    args = parser.parse_args()
+    try:
+        import numpy as np
+        import torch
+        import transformers
+        from safetensors.torch import load_file
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as e:
+        print(f"SKIP: {e}; scripts/setup.sh installs transformers for /usr/bin/python3")
+        return SKIP
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    train = [int(t) for t in rng.integers(0, VOCAB, size=BATCH * STEPS * SEQ + 1)]
+    val = [int(t) for t in rng.integers(0, VOCAB, size=7 * SEQ + 5)]  # 7 full windows + a tail
+    write_tokens(os.path.join(args.dir, "train.bin"), train)
+    write_tokens(os.path.join(args.dir, "val.bin"), val)
+
+    config = GPT2Config(n_layer=LAYERS, n_head=HEADS, n_embd=WIDTH, vocab_size=VOCAB,
+                        n_positions=CONTEXT, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    hf_dir = os.path.join(args.dir, "hf")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    weights = os.path.join(hf_dir, "model.safetensors")
+    common = [f"model.name=gpt2", f"model.layers={LAYERS}", f"model.heads={HEADS}",
+              f"model.width={WIDTH}", f"model.vocab={VOCAB}", f"model.context={CONTEXT}",
+              "data.source=tokens", f"data.seq_len={SEQ}", f"data.batch_size={BATCH}",
+              "device.backend=cpu", "device.threads=2"]
+    cfg = os.path.join(args.dir, "gpt.yaml")
+    with open(cfg, "w") as f:
+        f.write("# written by gpt2_parity.py\n")
+
+    failures = []
+
+    # 1. Evaluation of Hugging Face's weights.
+    run_dir = os.path.join(args.dir, "eval_hf")
+    run([args.trainer, "eval", cfg, *common, f"model.init_from={weights}",
+         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
+    ours = json.load(open(os.path.join(run_dir, "eval.json")))
+    ref = mean_loss(model, val, SEQ)
+    print(f"eval loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f}")
+    if not close(ours["loss"], ref, 1e-5):
+        failures.append(f"eval loss {ours['loss']} vs {ref}")
+    if not close(ours["perplexity"], math.exp(ref), 1e-5):
+        failures.append(f"perplexity {ours['perplexity']} vs {math.exp(ref)}")
+
+    # 2. Twenty training steps from the same weights.
+    run_dir = os.path.join(args.dir, "train")
+    run([args.trainer, "train", cfg, *common, f"model.init_from={weights}",
+         f"data.path={os.path.join(args.dir, 'train.bin')}", "data.shuffle=false",
+         f"run.dir={run_dir}", f"run.steps={STEPS}", "run.log_every=1", "optim.name=adamw",
+         f"optim.lr={LR}", f"optim.weight_decay={WD}", "optim.decay=matrices",
+         f"optim.clip_norm={CLIP}", f"checkpoint.every={STEPS}"])
+    losses = [json.loads(line)["loss"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+    import torch.nn.functional as F
+    batches = windows(train, SEQ)
+    ref_losses = []
+    for step in range(STEPS):
+        rows = batches[step * BATCH:(step + 1) * BATCH]
+        x = torch.tensor([r[0] for r in rows])
+        y = torch.tensor([r[1] for r in rows])
+        logits = model(x).logits
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        ref_losses.append(loss.item())
+    for i, (a, b) in enumerate(zip(losses, ref_losses)):
+        print(f"step {i + 1:2d}: ferry {a:.7f}  hugging face {b:.7f}")
+        if not close(a, b, 1e-4):
+            failures.append(f"step {i + 1} loss {a} vs {b}")
+    if len(losses) != STEPS:
+        failures.append(f"{len(losses)} logged losses, expected {STEPS}")
+
+    # 3. ferry's checkpoint in Hugging Face.
+    ckpt = os.path.join(run_dir, "checkpoints", f"step_{STEPS}.safetensors")
+    state = load_file(ckpt)
+    trained = GPT2LMHeadModel(config)
+    result = trained.load_state_dict(state, strict=False)
+    print(f"missing keys: {result.missing_keys}")
+    if result.missing_keys != ["lm_head.weight"]:
+        failures.append(f"missing keys {result.missing_keys}")
+    trained.tie_weights()
+    run_dir = os.path.join(args.dir, "eval_ferry")
+    run([args.trainer, "eval", cfg, *common, f"model.init_from={ckpt}",
+         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
+    ours = json.load(open(os.path.join(run_dir, "eval.json")))
+    ref = mean_loss(trained, val, SEQ)
+    print(f"checkpoint eval loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f}")
+    if not close(ours["loss"], ref, 1e-5):
+        failures.append(f"checkpoint eval loss {ours['loss']} vs {ref}")
+
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+// The transformer ops: token + position embedding, layer norm, GELU and the causal attention
+// core (GPT-2's blocks; the linear layers and dropout are the shared ops). Activations are
+// (rows = N * T, width) matrices, so every linear layer is one GEMM.
+#include <fmt/format.h>
+
+#include "trainer/model/ops/ops.h"
+
+namespace ferry {
+namespace {
+
+float* f(void* p) { return static_cast<float*>(p); }
+const float* cf(void* p) { return static_cast<const float*>(p); }
+
+class EmbeddingOp : public Op {
+ public:
+  EmbeddingOp(const EmbeddingForward& shape, int64_t context, bool tied)
+      : shape_(shape), context_(context), tied_(tied) {}
+  std::string_view kind() const override { return "embedding"; }
+  std::string describe() const override {
+    return fmt::format("{} tokens + {} positions -> {}{}", shape_.vocab, context_, shape_.c,
+                       tied_ ? ", tied head" : "");
+  }
+  SavedSet saved() const override { return {.inputs = 1}; }
+  OpCost cost() const override {
+    const double n = static_cast<double>(shape_.n) * shape_.t * shape_.c;
+    return {n, 2 * n};
+  }
+  bool recomputable() const override { return true; }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    EmbeddingForward a = shape_;
+    a.tokens = static_cast<const int32_t*>(io.inputs[0]);
+    a.wte = cf(io.params[0]);
+    a.wpe = cf(io.params[1]);
+    a.y = f(io.outputs[0]);
+    k.launch(a, s);
+  }
+  // With a tied head, the head's backward (earlier in the backward pass) wrote wte's gradient
+  // first: the embedding adds to it.
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(EmbeddingBackward{shape_.n, shape_.t, shape_.c, shape_.vocab, context_,
+                               static_cast<const int32_t*>(io.inputs[0]), cf(io.grad_outputs[0]),
+                               f(io.grad_params[0]), f(io.grad_params[1]), tied_},
+             s);
+  }
+
+ private:
+  EmbeddingForward shape_;
+  int64_t context_;
+  bool tied_;
+};
+
+class LayerNormOp : public Op {
+ public:
+  explicit LayerNormOp(const LayerNormGeom& g) : g_(g) {}
+  std::string_view kind() const override { return "layernorm"; }
+  std::string describe() const override { return fmt::format("{}", g_.c); }
+  SavedSet saved() const override { return {.inputs = 1, .aux = true}; }
+  OpCost cost() const override {
+    const double n = static_cast<double>(g_.rows) * g_.c;
+    return {8 * n, 12 * n};
+  }
+  bool recomputable() const override { return true; }
+  // dx over dy.
+  std::vector<std::pair<int, int>> inplace(Pass pass) const override {
+    if (pass == Pass::kBackward) return {{0, 0}};
+    return {};
+  }
+  // A recompute leaves the saved statistics alone: it writes scratch copies, (2, rows) floats.
+  uint64_t workspace_bytes(Kernels&, Pass pass, bool) const override {
+    return pass == Pass::kForward ? 2 * g_.rows * sizeof(float) : 0;
+  }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    float* mean = f(io.ws.ptr);
+    float* rstd = mean + g_.rows;
+    if (!io.aux.empty()) {
+      mean = f(io.aux[0]);
+      rstd = f(io.aux[1]);
+    }
+    k.launch(LayerNormForward{g_, cf(io.inputs[0]), cf(io.params[0]), cf(io.params[1]),
+                              f(io.outputs[0]), mean, rstd},
+             s);
+  }
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(LayerNormBackward{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), cf(io.params[0]),
+                               cf(io.aux[0]), cf(io.aux[1]), f(io.grad_inputs[0]),
+                               f(io.grad_params[0]), f(io.grad_params[1])},
+             s);
+  }
+
+ private:
+  LayerNormGeom g_;
+};
+
+class GeluOp : public Op {
+ public:
+  explicit GeluOp(int64_t n) : n_(n) {}
+  std::string_view kind() const override { return "gelu"; }
+  SavedSet saved() const override { return {.inputs = 1}; }
+  OpCost cost() const override { return {10.0 * n_, 14.0 * n_}; }
+  bool recomputable() const override { return true; }
+  // dx over dy (the forward keeps x, which its backward reads).
+  std::vector<std::pair<int, int>> inplace(Pass pass) const override {
+    if (pass == Pass::kBackward) return {{0, 0}};
+    return {};
+  }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(GeluForward{n_, cf(io.inputs[0]), f(io.outputs[0])}, s);
+  }
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(GeluBackward{n_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_inputs[0])}, s);
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Note [Attention's saved probabilities]
+// The core saves its softmax probabilities (N, heads, T, T), the largest tensor of a block at
+// long sequences, as aux state next to qkv; with dropout, the mask too. Aux state is offloaded
+// or kept, never rebuilt (a recompute writes scratch in its place), so the planner moves the
+// probabilities to the host or keeps them, and rebuilds the cheap tensors around them (layer
+// norms, GELU, the linear layers' outputs).
+class AttentionOp : public Op {
+ public:
+  explicit AttentionOp(const AttentionGeom& g) : g_(g) {}
+  std::string_view kind() const override { return "attention"; }
+  std::string describe() const override {
+    return fmt::format("{} heads x {}, causal{}", g_.heads, g_.head_dim(),
+                       g_.dropout > 0 ? fmt::format(", dropout {}", g_.dropout) : "");
+  }
+  SavedSet saved() const override { return {.inputs = 1, .aux = true}; }
+  OpCost cost() const override {
+    // Two (T x D) by (D x T) products per head forward, four backward; softmax per score.
+    const double scores = static_cast<double>(g_.n) * g_.heads * g_.t * g_.t;
+    return {4 * scores * g_.head_dim() + 5 * scores, 8 * scores * g_.head_dim() + 4 * scores};
+  }
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool training) const override {
+    if (pass == Pass::kForward) return k.workspace_bytes(AttentionForward{.g = g_, .training = training});
+    return k.workspace_bytes(AttentionBackward{.g = g_});
+  }
+  void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(AttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
+                              f(io.aux[0]),
+                              io.aux.size() > 1 ? static_cast<uint8_t*>(io.aux[1]) : nullptr,
+                              io.ws},
+             s);
+  }
+  void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    k.launch(AttentionBackward{g_, cf(io.inputs[0]), cf(io.aux[0]),
+                               io.aux.size() > 1 ? static_cast<const uint8_t*>(io.aux[1]) : nullptr,
+                               cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws},
+             s);
+  }
+
+ private:
+  AttentionGeom g_;
+};
+
+}  // namespace
+
+std::unique_ptr<Op> make_embedding(const EmbeddingForward& shape, int64_t context, bool tied) {
+  return std::make_unique<EmbeddingOp>(shape, context, tied);
+}
+std::unique_ptr<Op> make_layer_norm(const LayerNormGeom& g) {
+  return std::make_unique<LayerNormOp>(g);
+}
+std::unique_ptr<Op> make_gelu(int64_t n) { return std::make_unique<GeluOp>(n); }
+std::unique_ptr<Op> make_attention(const AttentionGeom& g) {
+  return std::make_unique<AttentionOp>(g);
+}
+
+}  // namespace ferry

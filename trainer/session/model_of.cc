@@ -1,0 +1,36 @@
+// Building the configured model, images or tokens.
+#include "trainer/session/model_of.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ferry {
+
+TransformerSizes transformer_sizes(const Config& config) {
+  const ModelConfig& m = config.model;
+  return TransformerSizes{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+}
+
+int64_t tokens_per_row(const Config& config) {
+  const ModelInfo& info = model_info(config.model.name);
+  return resolve_sizes(info, transformer_sizes(config)).context;
+}
+
+std::string input_text(const Config& config) {
+  if (model_info(config.model.name).tokens) {
+    return fmt::format("{} tokens per row", tokens_per_row(config));
+  }
+  return fmt::format("input [{}]", fmt::join(config.model.input, ", "));
+}
+
+Graph build_configured_model(const Config& config, int64_t batch) {
+  const ModelInfo& info = model_info(config.model.name);
+  if (info.tokens) {
+    return build_token_model(config.model.name, batch, tokens_per_row(config),
+                             transformer_sizes(config));
+  }
+  const auto& in = config.model.input;
+  return build_model(config.model.name, Shape{batch, in[0], in[1], in[2]}, config.model.classes);
+}
+
+}  // namespace ferry
