@@ -96,6 +96,33 @@ TEST(DecayRuns, MatricesOnlyCutsGpt2IntoAlternatingRuns) {
       << "without weight decay the groups do not matter";
 }
 
+TEST(DecayRuns, MatricesOnlyOnTheZoosGpt2) {
+  // gpt2's 12 blocks at a small width: the parameter order is the model's.
+  const Graph g = build_token_model("gpt2", 2, 16, TransformerSizes{12, 4, 64, 128, 32, 0.0});
+  DeviceOptions options;
+  options.memory = uint64_t{256} << 20;
+  auto device = create_device(options);
+  ParameterStore store(*device, g, 0);
+  const auto runs =
+      decay_runs(store.params(), store.param_floats(), WeightDecayGroups::kMatrices, 0.1f);
+  expect_partition(runs, store.params(), store.param_floats(), WeightDecayGroups::kMatrices);
+  std::string decayed;
+  for (const auto& e : store.params()) {
+    const bool in_block = e.name.find(".h.0.") != std::string::npos;
+    if (decays(e, WeightDecayGroups::kMatrices) &&
+        (in_block || e.name.find(".h.") == std::string::npos)) {
+      decayed += e.name + " ";
+    }
+  }
+  // The four matrices of a block and the two embeddings; not the layer norms, nor any bias.
+  EXPECT_EQ(decayed,
+            "transformer.wte.weight transformer.wpe.weight transformer.h.0.attn.c_attn.weight "
+            "transformer.h.0.attn.c_proj.weight transformer.h.0.mlp.c_fc.weight "
+            "transformer.h.0.mlp.c_proj.weight ");
+  // As nanoGPT's layout (DecayRuns.MatricesOnlyCutsGpt2IntoAlternatingRuns): 8 per block.
+  EXPECT_EQ(runs.size(), 1u + 12 * 8 + 1);
+}
+
 TEST(DecayRuns, MatricesOnlyOnResNet18DecaysConvAndFcWeightsOnly) {
   const Graph g = build_model("resnet18", Shape{2, 3, 224, 224}, 1000);
   DeviceOptions options;
