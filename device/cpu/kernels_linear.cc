@@ -15,27 +15,6 @@ PlanKey key(LinearPass pass, const LinearGeom& g, bool bias) {
   return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias, g.weight_in_out});
 }
 
-// dst (rows, cols) = src (rows, inner) * weights (inner, cols) [+ bias (1, cols)], each given as
-// dims and strides.
-std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& k,
-                                                 const dnnl::memory::desc& src,
-                                                 const dnnl::memory::desc& weights,
-                                                 const dnnl::memory::desc* bias,
-                                                 const dnnl::memory::desc& dst) {
-  return plans.plan<PrimitivePlan>(k, [&] {
-    PrimitivePlan plan(/*user_scratchpad=*/true);
-    const auto desc =
-        bias ? dnnl::matmul::desc(src, weights, *bias, dst) : dnnl::matmul::desc(src, weights, dst);
-    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, plan.attr(), cpu_engine()));
-    plan.add(DNNL_ARG_SRC, false, src, src);
-    plan.add(DNNL_ARG_WEIGHTS, false, weights, weights);
-    if (bias) plan.add(DNNL_ARG_BIAS, false, *bias, *bias);
-    plan.add(DNNL_ARG_DST, true, dst, dst);
-    plan.finish(DNNL_CHECK(dnnl::matmul(pd)), pd.scratchpad_desc());
-    return plan;
-  });
-}
-
 std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g,
                                                   bool bias) {
   check_linear_geom(g, "linear_forward");

@@ -1,0 +1,292 @@
+// GPT-2's causal attention core on the CPU: oneDNN batched matmuls that read q, k and v straight
+// out of the fused qkv and write y with the heads merged (strided views, no copies), and one fused
+// loop per score row for the scale, causal mask, softmax and dropout. Deterministic: every
+// partition depends on the shape and the thread count only.
+#include <cmath>
+
+#include "device/counter_rng.h"
+#include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/parallel.h"
+#include "device/cpu/simd.h"
+#include "device/cpu/vec_math.h"
+#include "device/kernel_checks.h"
+
+namespace ferry::cpu {
+namespace {
+
+// Note [Attention in chunks of the batch]
+// The scores of B batch rows fill B * heads * T * T floats; the kernels keep their per-score
+// scratch (the dropped probabilities, the score gradients) in the workspace and run over chunks
+// of B rows, B the largest divisor of N whose scores fit kChunkBytes (at least 1). The workspace
+// stays bounded for long contexts, a chunk's scores stay in cache from the matmul that writes them
+// to the loop that reads them, and every chunk runs the same cached primitives.
+constexpr int64_t kChunkBytes = 8 << 20;
+
+int64_t chunk_rows(const AttentionGeom& g) {
+  const int64_t per_row = g.heads * g.t * g.t * static_cast<int64_t>(sizeof(float));
+  int64_t best = 1;
+  for (int64_t b = 2; b <= g.n; ++b) {
+    if (g.n % b == 0 && b * per_row <= kChunkBytes) best = b;
+  }
+  return best;
+}
+
+enum AttentionMatmul : int64_t { kScores = 1, kContext, kGradProbs, kGradV, kGradQ, kGradK };
+
+// Memory descriptors of one chunk of b batch rows, as (b, heads, T, .) matrices.
+struct ChunkViews {
+  int64_t b, h, t, d, c;
+  ChunkViews(const AttentionGeom& g, int64_t rows)
+      : b(rows), h(g.heads), t(g.t), d(g.head_dim()), c(g.c) {}
+
+  // q, k or v (or their gradients) inside qkv (N, T, 3C): (b, H, T, D).
+  dnnl::memory::desc qkv() const { return strided_desc({b, h, t, d}, {t * 3 * c, d, 3 * c, 1}); }
+  // The same transposed: (b, H, D, T).
+  dnnl::memory::desc qkv_t() const { return strided_desc({b, h, d, t}, {t * 3 * c, d, 1, 3 * c}); }
+  // y or dy (N, T, C): (b, H, T, D).
+  dnnl::memory::desc merged() const { return strided_desc({b, h, t, d}, {t * c, d, c, 1}); }
+  // Scores (b, H, T, T), plain or transposed.
+  dnnl::memory::desc scores() const { return plain_desc({b, h, t, t}); }
+  dnnl::memory::desc scores_t() const { return strided_desc({b, h, t, t}, {h * t * t, t * t, 1, t}); }
+  int64_t score_floats() const { return b * h * t * t; }
+};
+
+std::shared_ptr<const PrimitivePlan> plan(PlanCache& plans, AttentionMatmul which,
+                                          const AttentionGeom& g, int64_t rows,
+                                          const dnnl::memory::desc& src,
+                                          const dnnl::memory::desc& weights,
+                                          const dnnl::memory::desc& dst) {
+  return matmul_plan(plans,
+                     make_key({kernel_kind<AttentionForward>(), which, rows, g.t, g.heads, g.c}),
+                     src, weights, nullptr, dst);
+}
+
+// A pass's matmuls and its workspace: [score buffers... | matmul scratchpad].
+template <int kMatmuls>
+struct Pass {
+  int64_t rows = 1;  // batch rows per chunk
+  std::shared_ptr<const PrimitivePlan> mm[kMatmuls];
+  uint64_t scratch_offset = 0;
+  uint64_t bytes = 0;
+
+  void lay_out(int buffers, int64_t buffer_floats) {
+    scratch_offset = buffers * align_up(buffer_floats * sizeof(float), kWorkspaceAlign);
+    uint64_t scratch = 0;
+    for (const auto& p : mm) scratch = std::max(scratch, p->workspace_bytes());
+    bytes = scratch_offset + scratch;
+  }
+  float* buffer(const Workspace& ws, int i, int64_t buffer_floats) const {
+    return reinterpret_cast<float*>(static_cast<char*>(ws.ptr) +
+                                    i * align_up(buffer_floats * sizeof(float), kWorkspaceAlign));
+  }
+  Workspace scratch(const Workspace& ws) const {
+    return Workspace{static_cast<char*>(ws.ptr) + scratch_offset, ws.bytes - scratch_offset};
+  }
+};
+
+bool dropping(const AttentionForward& a) { return a.training && a.g.dropout > 0.0f; }
+
+// Forward: S = q k^T into probs, then P' v into y. One buffer (P') when dropping.
+Pass<2> forward_pass(PlanCache& plans, const AttentionGeom& g, bool drop) {
+  check_attention_geom(g, "attention_forward");
+  Pass<2> p;
+  p.rows = chunk_rows(g);
+  const ChunkViews v(g, p.rows);
+  p.mm[0] = plan(plans, kScores, g, p.rows, v.qkv(), v.qkv_t(), v.scores());
+  p.mm[1] = plan(plans, kContext, g, p.rows, v.scores(), v.qkv(), v.merged());
+  p.lay_out(drop ? 1 : 0, v.score_floats());
+  return p;
+}
+
+// Backward: dP' = dy v^T, dv = P'^T dy, dq = dS k, dk = dS^T q. Buffers: dP' (then dS) and,
+// when dropping, P'.
+Pass<4> backward_pass(PlanCache& plans, const AttentionGeom& g) {
+  check_attention_geom(g, "attention_backward");
+  Pass<4> p;
+  p.rows = chunk_rows(g);
+  const ChunkViews v(g, p.rows);
+  p.mm[0] = plan(plans, kGradProbs, g, p.rows, v.merged(), v.qkv_t(), v.scores());
+  p.mm[1] = plan(plans, kGradV, g, p.rows, v.scores_t(), v.merged(), v.qkv());
+  p.mm[2] = plan(plans, kGradQ, g, p.rows, v.scores(), v.qkv(), v.qkv());
+  p.mm[3] = plan(plans, kGradK, g, p.rows, v.scores_t(), v.qkv(), v.qkv());
+  p.lay_out(g.dropout > 0.0f ? 2 : 1, v.score_floats());
+  return p;
+}
+
+// ---- the row loops ----
+// Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order) added by a
+// pairwise tree: a fixed order that vectorizes.
+
+constexpr int kLanes = 16;
+
+template <typename T>
+T lane_total(T* lanes) {
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
+// One row of scores s (t wide) becomes its causal softmax: the first `len` entries are scaled by
+// 1 / sqrt_d and normalized, the rest set to 0.
+FERRY_SIMD_CLONES void softmax_row(float* s, int64_t len, int64_t t, float sqrt_d) {
+  float max_lanes[kLanes];
+  for (float& m : max_lanes) m = -INFINITY;
+  const int64_t body = len / kLanes * kLanes;
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = s[j + l] / sqrt_d;
+      s[j + l] = x;
+      max_lanes[l] = x > max_lanes[l] ? x : max_lanes[l];
+    }
+  }
+  for (int64_t j = body; j < len; ++j) {
+    const float x = s[j] / sqrt_d;
+    s[j] = x;
+    max_lanes[0] = x > max_lanes[0] ? x : max_lanes[0];
+  }
+  float m = max_lanes[0];
+  for (int l = 1; l < kLanes; ++l) m = max_lanes[l] > m ? max_lanes[l] : m;
+
+  float sum_lanes[kLanes] = {};
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_approx(s[j + l] - m);
+      s[j + l] = e;
+      sum_lanes[l] += e;
+    }
+  }
+  for (int64_t j = body; j < len; ++j) {
+    const float e = exp_approx(s[j] - m);
+    s[j] = e;
+    sum_lanes[j - body] += e;
+  }
+  const float inv = 1.0f / lane_total(sum_lanes);
+  for (int64_t j = 0; j < len; ++j) s[j] *= inv;
+  for (int64_t j = len; j < t; ++j) s[j] = 0.0f;
+}
+
+// DropoutForward's draw on one row of t probabilities whose first element is element `index`.
+FERRY_SIMD_CLONES void dropout_row(const float* p, int64_t t, float prob, uint64_t seed,
+                                   uint64_t index, uint8_t* mask, float* out) {
+  const float keep = 1.0f - prob;
+  for (int64_t j = 0; j < t; ++j) {
+    const bool kept = counter_uniform(seed, index + static_cast<uint64_t>(j)) >= prob;
+    mask[j] = kept ? 1 : 0;
+    out[j] = kept ? p[j] / keep : 0.0f;
+  }
+}
+
+// With dropout: P' = mask ? P / keep : 0 into out, and dP = mask ? dP' / keep : 0 in place.
+FERRY_SIMD_CLONES void undrop_row(const float* p, const uint8_t* mask, int64_t t, float keep,
+                                  float* out, float* dp) {
+  for (int64_t j = 0; j < t; ++j) {
+    out[j] = mask[j] ? p[j] / keep : 0.0f;
+    dp[j] = mask[j] ? dp[j] / keep : 0.0f;
+  }
+}
+
+// Softmax backward on one row, dP in place becoming dS / sqrt_d (entries from len on: 0).
+FERRY_SIMD_CLONES void softmax_grad_row(const float* p, float* dp, int64_t len, int64_t t,
+                                        float sqrt_d) {
+  double lanes[kLanes] = {};
+  const int64_t body = len / kLanes * kLanes;
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(p[j + l] * dp[j + l]);
+  }
+  for (int64_t j = body; j < len; ++j) lanes[j - body] += static_cast<double>(p[j] * dp[j]);
+  const float dot = static_cast<float>(lane_total(lanes));
+  for (int64_t j = 0; j < len; ++j) dp[j] = p[j] * (dp[j] - dot) / sqrt_d;
+  for (int64_t j = len; j < t; ++j) dp[j] = 0.0f;
+}
+
+float sqrt_head_dim(const AttentionGeom& g) {
+  return static_cast<float>(std::sqrt(static_cast<double>(g.head_dim())));
+}
+
+}  // namespace
+
+uint64_t workspace(PlanCache& plans, const AttentionForward& a) {
+  return forward_pass(plans, a.g, dropping(a)).bytes;
+}
+
+uint64_t workspace(PlanCache& plans, const AttentionBackward& a) {
+  return backward_pass(plans, a.g).bytes;
+}
+
+void run(PlanCache& plans, const AttentionForward& a) {
+  check_attention_forward(a);
+  const AttentionGeom& g = a.g;
+  const bool drop = dropping(a);
+  const Pass<2> pass = forward_pass(plans, g, drop);
+  check_workspace(a.ws, pass.bytes, "attention_forward");
+  const int64_t t = g.t, c = g.c, tt = g.t * g.t;
+  const ChunkViews views(g, pass.rows);
+  float* dropped = drop ? pass.buffer(a.ws, 0, views.score_floats()) : nullptr;
+  const Workspace scratch = pass.scratch(a.ws);
+  const float sqrt_d = sqrt_head_dim(g);
+  for (int64_t n0 = 0; n0 < g.n; n0 += pass.rows) {
+    const float* qkv = a.qkv + n0 * t * 3 * c;
+    const int64_t first = n0 * g.heads * tt;  // the chunk's first score element
+    float* probs = a.probs + first;
+    pass.mm[0]->execute({{DNNL_ARG_SRC, qkv}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, probs}},
+                        scratch, "attention_forward");
+    parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
+      for (int64_t i = 0; i < t; ++i) {
+        const int64_t row = bh * tt + i * t;
+        softmax_row(probs + row, i + 1, t, sqrt_d);
+        if (drop) {
+          dropout_row(probs + row, t, g.dropout, a.seed, static_cast<uint64_t>(first + row),
+                      a.mask + first + row, dropped + row);
+        }
+      }
+    });
+    pass.mm[1]->execute({{DNNL_ARG_SRC, drop ? dropped : probs},
+                         {DNNL_ARG_WEIGHTS, qkv + 2 * c},
+                         {DNNL_ARG_DST, a.y + n0 * t * c}},
+                        scratch, "attention_forward");
+  }
+}
+
+void run(PlanCache& plans, const AttentionBackward& a) {
+  check_attention_backward(a);
+  const AttentionGeom& g = a.g;
+  const bool drop = g.dropout > 0.0f;
+  const Pass<4> pass = backward_pass(plans, g);
+  check_workspace(a.ws, pass.bytes, "attention_backward");
+  const int64_t t = g.t, c = g.c, tt = g.t * g.t;
+  const ChunkViews views(g, pass.rows);
+  float* dscores = pass.buffer(a.ws, 0, views.score_floats());
+  float* dropped = drop ? pass.buffer(a.ws, 1, views.score_floats()) : nullptr;
+  const Workspace scratch = pass.scratch(a.ws);
+  const float sqrt_d = sqrt_head_dim(g), keep = 1.0f - g.dropout;
+  for (int64_t n0 = 0; n0 < g.n; n0 += pass.rows) {
+    const float* qkv = a.qkv + n0 * t * 3 * c;
+    const float* dy = a.dy + n0 * t * c;
+    float* dqkv = a.dqkv + n0 * t * 3 * c;
+    const int64_t first = n0 * g.heads * tt;
+    const float* probs = a.probs + first;
+    pass.mm[0]->execute(
+        {{DNNL_ARG_SRC, dy}, {DNNL_ARG_WEIGHTS, qkv + 2 * c}, {DNNL_ARG_DST, dscores}}, scratch,
+        "attention_backward");
+    parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
+      for (int64_t i = 0; i < t; ++i) {
+        const int64_t row = bh * tt + i * t;
+        if (drop) undrop_row(probs + row, a.mask + first + row, t, keep, dropped + row,
+                             dscores + row);
+        softmax_grad_row(probs + row, dscores + row, i + 1, t, sqrt_d);
+      }
+    });
+    pass.mm[1]->execute({{DNNL_ARG_SRC, drop ? dropped : probs},
+                         {DNNL_ARG_WEIGHTS, dy},
+                         {DNNL_ARG_DST, dqkv + 2 * c}},
+                        scratch, "attention_backward");
+    pass.mm[2]->execute({{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, dqkv}},
+                        scratch, "attention_backward");
+    pass.mm[3]->execute(
+        {{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv}, {DNNL_ARG_DST, dqkv + c}}, scratch,
+        "attention_backward");
+  }
+}
+
+}  // namespace ferry::cpu
