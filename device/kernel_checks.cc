@@ -162,8 +162,9 @@ void check_embedding_backward(const EmbeddingBackward& a) {
 
 void check_layer_norm_geom(const LayerNormGeom& g, const char* what) {
   if (g.rows < 1 || g.c < 1 || !(g.eps >= 0.0f)) {
-    throw ConfigError(fmt::format("{}: invalid shape rows={} C={} eps={}", what, g.rows, g.c, g.eps),
-                      "rows and width must be positive and eps at least 0");
+    throw ConfigError(
+        fmt::format("{}: invalid shape rows={} C={} eps={}", what, g.rows, g.c, g.eps),
+        "rows and width must be positive and eps at least 0");
   }
 }
 

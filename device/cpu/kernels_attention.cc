@@ -47,7 +47,9 @@ struct ChunkViews {
   dnnl::memory::desc merged() const { return strided_desc({b, h, t, d}, {t * c, d, c, 1}); }
   // Scores (b, H, T, T), plain or transposed.
   dnnl::memory::desc scores() const { return plain_desc({b, h, t, t}); }
-  dnnl::memory::desc scores_t() const { return strided_desc({b, h, t, t}, {h * t * t, t * t, 1, t}); }
+  dnnl::memory::desc scores_t() const {
+    return strided_desc({b, h, t, t}, {h * t * t, t * t, 1, t});
+  }
   int64_t score_floats() const { return b * h * t * t; }
 };
 
@@ -272,8 +274,8 @@ void run(PlanCache& plans, const AttentionBackward& a) {
     parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
       for (int64_t i = 0; i < t; ++i) {
         const int64_t row = bh * tt + i * t;
-        if (drop) undrop_row(probs + row, a.mask + first + row, t, keep, dropped + row,
-                             dscores + row);
+        if (drop)
+          undrop_row(probs + row, a.mask + first + row, t, keep, dropped + row, dscores + row);
         softmax_grad_row(probs + row, dscores + row, i + 1, t, sqrt_d);
       }
     });
@@ -281,8 +283,9 @@ void run(PlanCache& plans, const AttentionBackward& a) {
                          {DNNL_ARG_WEIGHTS, dy},
                          {DNNL_ARG_DST, dqkv + 2 * c}},
                         scratch, "attention_backward");
-    pass.mm[2]->execute({{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, dqkv}},
-                        scratch, "attention_backward");
+    pass.mm[2]->execute(
+        {{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, dqkv}}, scratch,
+        "attention_backward");
     pass.mm[3]->execute(
         {{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv}, {DNNL_ARG_DST, dqkv + c}}, scratch,
         "attention_backward");

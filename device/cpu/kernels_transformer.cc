@@ -102,9 +102,9 @@ FERRY_SIMD_CLONES void layer_norm_dx_row(const float* x, const float* dy, const 
 
 // dgamma, dbeta for columns [begin, end): sums over the rows in order, in float64.
 FERRY_SIMD_CLONES void layer_norm_dparams(const float* x, const float* dy, const float* mean,
-                                          const float* rstd, int64_t rows, int64_t c,
-                                          int64_t begin, int64_t end, double* acc_g,
-                                          double* acc_b, float* dgamma, float* dbeta) {
+                                          const float* rstd, int64_t rows, int64_t c, int64_t begin,
+                                          int64_t end, double* acc_g, double* acc_b, float* dgamma,
+                                          float* dbeta) {
   const int64_t w = end - begin;
   for (int64_t j = 0; j < w; ++j) acc_g[j] = acc_b[j] = 0.0;
   for (int64_t r = 0; r < rows; ++r) {

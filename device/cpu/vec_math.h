@@ -28,8 +28,13 @@ inline float exp_approx(float x) {
   return e * std::bit_cast<float>(bits);
 }
 
-// tanh(x) = 1 - 2 / (e^{2x} + 1): absolute error about 1e-7 (relative error grows as x -> 0,
-// where tanh(x) ~ x; GELU multiplies it by x, keeping its own error relative).
-inline float tanh_approx(float x) { return 1.0f - 2.0f / (exp_approx(2.0f * x) + 1.0f); }
+// tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)): within about 1e-7 absolute; towards +-1 the
+// rounding of 1 - (a small term) is std::tanh's own, so 1 - tanh^2 in the tails (GELU's
+// derivative) is as good as PyTorch's. The relative error grows as x -> 0, where tanh(x) ~ x;
+// GELU multiplies it by x, keeping its own error relative.
+inline float tanh_approx(float x) {
+  const float t = 1.0f - 2.0f / (exp_approx(2.0f * std::fabs(x)) + 1.0f);
+  return std::copysign(t, x);
+}
 
 }  // namespace ferry::cpu
