@@ -169,13 +169,18 @@ FERRY_SIMD_CLONES void softmax_row(float* s, int64_t len, int64_t t, float sqrt_
 }
 
 // DropoutForward's draw on one row of t probabilities whose first element is element `index`.
+// counter_uniform's value, converted through int32 (exact: 24 bits) so that the loop vectorizes
+// (a uint64 -> float conversion does not, before AVX-512DQ).
 FERRY_SIMD_CLONES void dropout_row(const float* p, int64_t t, float prob, uint64_t seed,
                                    uint64_t index, uint8_t* mask, float* out) {
   const float keep = 1.0f - prob;
   for (int64_t j = 0; j < t; ++j) {
-    const bool kept = counter_uniform(seed, index + static_cast<uint64_t>(j)) >= prob;
-    mask[j] = kept ? 1 : 0;
-    out[j] = kept ? p[j] / keep : 0.0f;
+    const int32_t bits =
+        static_cast<int32_t>(counter_hash(seed, index + static_cast<uint64_t>(j)) >> 40);
+    const bool kept = static_cast<float>(bits) * (1.0f / 16777216.0f) >= prob;
+    const float scaled = p[j] / keep;
+    mask[j] = static_cast<uint8_t>(kept);
+    out[j] = kept ? scaled : 0.0f;
   }
 }
 

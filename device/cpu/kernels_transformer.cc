@@ -40,7 +40,8 @@ FERRY_SIMD_CLONES void zero_row(float* y, int64_t c) {
 
 constexpr int kLanes = 16;
 
-double lane_total(double* lanes) {
+template <typename T>
+T lane_total(T* lanes) {
   for (int half = kLanes / 2; half > 0; half /= 2) {
     for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
   }
@@ -77,49 +78,49 @@ FERRY_SIMD_CLONES void normalize_row(const float* x, const float* gamma, const f
   for (int64_t i = 0; i < c; ++i) y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
 }
 
-// dx for one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. dx may be dy.
-FERRY_SIMD_CLONES void layer_norm_dx_row(const float* x, const float* dy, const float* gamma,
-                                         int64_t c, float mean, float rstd, float* dx) {
-  double sum_g[kLanes] = {}, sum_gx[kLanes] = {};
+// Note [Layer norm's gradient order]
+// dgamma and dbeta are summed per block of kLayerNormBlockRows rows (in row order, in float, one
+// work item per block, fused with dx), then the blocks' partial sums are added in block order in
+// float64: an order fixed by the shape, so the bits do not depend on the threads. A row's two
+// sums for dx use float lanes (as PyTorch's vectorized loops do).
+constexpr int64_t kLayerNormBlockRows = 32;
+
+// One row's gradients: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, and
+// dy * xhat, dy added to the block's partial sums pg, pb. dx may be dy.
+FERRY_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* dy, const float* gamma,
+                                               int64_t c, float mean, float rstd, float* dx,
+                                               float* __restrict pg, float* __restrict pb) {
+  float sum_g[kLanes] = {}, sum_gx[kLanes] = {};
   auto add = [&](int64_t i, int l) {
     const float g = dy[i] * gamma[i];
     const float xhat = (x[i] - mean) * rstd;
-    sum_g[l] += static_cast<double>(g);
-    sum_gx[l] += static_cast<double>(g * xhat);
+    sum_g[l] += g;
+    sum_gx[l] += g * xhat;
   };
   const int64_t body = c / kLanes * kLanes;
   for (int64_t i = 0; i < body; i += kLanes) {
     for (int l = 0; l < kLanes; ++l) add(i + l, l);
   }
   for (int64_t i = body; i < c; ++i) add(i, static_cast<int>(i - body));
-  const float mg = static_cast<float>(lane_total(sum_g) / static_cast<double>(c));
-  const float mgx = static_cast<float>(lane_total(sum_gx) / static_cast<double>(c));
+  const float mg = lane_total(sum_g) / static_cast<float>(c);
+  const float mgx = lane_total(sum_gx) / static_cast<float>(c);
   for (int64_t i = 0; i < c; ++i) {
+    const float d = dy[i];
     const float xhat = (x[i] - mean) * rstd;
-    dx[i] = rstd * (dy[i] * gamma[i] - mg - xhat * mgx);
+    pg[i] += d * xhat;
+    pb[i] += d;
+    dx[i] = rstd * (d * gamma[i] - mg - xhat * mgx);
   }
 }
 
-// dgamma, dbeta for columns [begin, end): sums over the rows in order, in float64.
-FERRY_SIMD_CLONES void layer_norm_dparams(const float* x, const float* dy, const float* mean,
-                                          const float* rstd, int64_t rows, int64_t c, int64_t begin,
-                                          int64_t end, double* acc_g, double* acc_b, float* dgamma,
-                                          float* dbeta) {
-  const int64_t w = end - begin;
-  for (int64_t j = 0; j < w; ++j) acc_g[j] = acc_b[j] = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * c + begin;
-    const float* dyr = dy + r * c + begin;
-    const float m = mean[r], s = rstd[r];
-    for (int64_t j = 0; j < w; ++j) {
-      acc_g[j] += static_cast<double>(dyr[j] * ((xr[j] - m) * s));
-      acc_b[j] += static_cast<double>(dyr[j]);
-    }
+// out[j] = float(sum over blocks b, in order, of partial[b * stride + j]) for j < c.
+FERRY_SIMD_CLONES void sum_blocks(const float* partial, int64_t blocks, int64_t stride, int64_t c,
+                                  double* acc, float* out) {
+  for (int64_t j = 0; j < c; ++j) acc[j] = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(partial[b * stride + j]);
   }
-  for (int64_t j = 0; j < w; ++j) {
-    dgamma[begin + j] = static_cast<float>(acc_g[j]);
-    dbeta[begin + j] = static_cast<float>(acc_b[j]);
-  }
+  for (int64_t j = 0; j < c; ++j) out[j] = static_cast<float>(acc[j]);
 }
 
 // ---- GELU (tanh approximation), PyTorch's formulas ----
@@ -205,17 +206,24 @@ void run(PlanCache&, const LayerNormForward& a) {
 void run(PlanCache&, const LayerNormBackward& a) {
   check_layer_norm_backward(a);
   const int64_t rows = a.g.rows, c = a.g.c;
-  // dgamma and dbeta first: dx may overwrite dy.
-  constexpr int64_t kBlock = 64;  // columns per work item
-  parallel_items((c + kBlock - 1) / kBlock, rows * c * 2, [&](int64_t blk) {
-    double acc_g[kBlock], acc_b[kBlock];
-    const int64_t begin = blk * kBlock;
-    layer_norm_dparams(a.x, a.dy, a.mean, a.rstd, rows, c, begin, std::min(c, begin + kBlock),
-                       acc_g, acc_b, a.dgamma, a.dbeta);
+  const int64_t blocks = (rows + kLayerNormBlockRows - 1) / kLayerNormBlockRows;
+  // Per block: dgamma's partial sums, then dbeta's (Note [Layer norm's gradient order]).
+  // (The vector is this thread's; the workers see its data through `base`.)
+  thread_local std::vector<float> partial;
+  thread_local std::vector<double> acc;
+  partial.assign(blocks * 2 * c, 0.0f);
+  acc.resize(c);
+  float* base = partial.data();
+  parallel_items(blocks, rows * c * 4, [&](int64_t b) {
+    float* pg = base + b * 2 * c;
+    for (int64_t r = b * kLayerNormBlockRows; r < std::min(rows, (b + 1) * kLayerNormBlockRows);
+         ++r) {
+      layer_norm_backward_row(a.x + r * c, a.dy + r * c, a.gamma, c, a.mean[r], a.rstd[r],
+                              a.dx + r * c, pg, pg + c);
+    }
   });
-  parallel_items(rows, rows * c * 3, [&](int64_t r) {
-    layer_norm_dx_row(a.x + r * c, a.dy + r * c, a.gamma, c, a.mean[r], a.rstd[r], a.dx + r * c);
-  });
+  sum_blocks(base, blocks, 2 * c, c, acc.data(), a.dgamma);
+  sum_blocks(base + c, blocks, 2 * c, c, acc.data(), a.dbeta);
 }
 
 void run(PlanCache&, const GeluForward& a) {
