@@ -31,50 +31,81 @@ int64_t chunk_rows(const AttentionGeom& g) {
   return best;
 }
 
+// Note [Causal blocks]
+// Score rows are cut into blocks of kb rows (causal_block()); row block r, rows [r0, r1), needs
+// only columns [0, r1) (the rest are masked), and column block r only rows [r0, T). Each pass
+// runs one matmul per block over that triangle-covering part, about (1 + 1/R) / 2 of the full
+// product for R blocks. Scores outside it are never written by a matmul; the row loops zero
+// every masked entry, and the matmuls read only entries the row loops wrote.
+int64_t causal_block(const AttentionGeom& g) {
+  const int64_t eighth = (g.t + 7) / 8;
+  return std::max<int64_t>(64, (eighth + 15) / 16 * 16);
+}
+
 enum AttentionMatmul : int64_t { kScores = 1, kContext, kGradProbs, kGradV, kGradQ, kGradK };
 
-// Memory descriptors of one chunk of b batch rows, as (b, heads, T, .) matrices.
+// Memory descriptors of one chunk of b batch rows, as (b, heads, rows, cols) matrices; row
+// ranges are applied by offsetting the pointer (the offsets in elements are given below).
 struct ChunkViews {
   int64_t b, h, t, d, c;
   ChunkViews(const AttentionGeom& g, int64_t rows)
       : b(rows), h(g.heads), t(g.t), d(g.head_dim()), c(g.c) {}
 
-  // q, k or v (or their gradients) inside qkv (N, T, 3C): (b, H, T, D).
-  dnnl::memory::desc qkv() const { return strided_desc({b, h, t, d}, {t * 3 * c, d, 3 * c, 1}); }
-  // The same transposed: (b, H, D, T).
-  dnnl::memory::desc qkv_t() const { return strided_desc({b, h, d, t}, {t * 3 * c, d, 1, 3 * c}); }
-  // y or dy (N, T, C): (b, H, T, D).
-  dnnl::memory::desc merged() const { return strided_desc({b, h, t, d}, {t * c, d, c, 1}); }
-  // Scores (b, H, T, T), plain or transposed.
-  dnnl::memory::desc scores() const { return plain_desc({b, h, t, t}); }
-  dnnl::memory::desc scores_t() const {
-    return strided_desc({b, h, t, t}, {h * t * t, t * t, 1, t});
+  // `len` rows of q, k or v (or their gradients) inside qkv (N, T, 3C): (b, H, len, D); the
+  // rows from r0 start at element r0 * 3C.
+  dnnl::memory::desc qkv(int64_t len) const {
+    return strided_desc({b, h, len, d}, {t * 3 * c, d, 3 * c, 1});
+  }
+  // The same transposed: (b, H, D, len).
+  dnnl::memory::desc qkv_t(int64_t len) const {
+    return strided_desc({b, h, d, len}, {t * 3 * c, d, 1, 3 * c});
+  }
+  // `len` rows of y or dy (N, T, C): (b, H, len, D), from r0 at element r0 * C.
+  dnnl::memory::desc merged(int64_t len) const {
+    return strided_desc({b, h, len, d}, {t * c, d, c, 1});
+  }
+  // A (rows, cols) block of the scores (b, H, T, T), at element r0 * T + c0; or its transpose.
+  dnnl::memory::desc scores(int64_t rows, int64_t cols) const {
+    return strided_desc({b, h, rows, cols}, {h * t * t, t * t, t, 1});
+  }
+  dnnl::memory::desc scores_t(int64_t rows, int64_t cols) const {
+    return strided_desc({b, h, cols, rows}, {h * t * t, t * t, 1, t});
   }
   int64_t score_floats() const { return b * h * t * t; }
 };
 
 std::shared_ptr<const PrimitivePlan> plan(PlanCache& plans, AttentionMatmul which,
-                                          const AttentionGeom& g, int64_t rows,
+                                          const AttentionGeom& g, int64_t rows, int64_t block,
                                           const dnnl::memory::desc& src,
                                           const dnnl::memory::desc& weights,
                                           const dnnl::memory::desc& dst) {
-  return matmul_plan(plans,
-                     make_key({kernel_kind<AttentionForward>(), which, rows, g.t, g.heads, g.c}),
-                     src, weights, nullptr, dst);
+  return matmul_plan(
+      plans, make_key({kernel_kind<AttentionForward>(), which, rows, g.t, g.heads, g.c, block}),
+      src, weights, nullptr, dst);
 }
 
-// A pass's matmuls and its workspace: [score buffers... | matmul scratchpad].
-template <int kMatmuls>
+// A pass's matmuls (kinds x causal blocks) and its workspace: [score buffers... | matmul
+// scratchpad].
+template <int kKinds>
 struct Pass {
   int64_t rows = 1;  // batch rows per chunk
-  std::shared_ptr<const PrimitivePlan> mm[kMatmuls];
+  int64_t kb = 1;    // rows per causal block
+  int64_t blocks = 1;
+  std::vector<std::shared_ptr<const PrimitivePlan>> mm[kKinds];  // [kind][block]
   uint64_t scratch_offset = 0;
   uint64_t bytes = 0;
 
+  void init(const AttentionGeom& g) {
+    rows = chunk_rows(g);
+    kb = causal_block(g);
+    blocks = (g.t + kb - 1) / kb;
+  }
   void lay_out(int buffers, int64_t buffer_floats) {
     scratch_offset = buffers * align_up(buffer_floats * sizeof(float), kWorkspaceAlign);
     uint64_t scratch = 0;
-    for (const auto& p : mm) scratch = std::max(scratch, p->workspace_bytes());
+    for (const auto& kind : mm) {
+      for (const auto& p : kind) scratch = std::max(scratch, p->workspace_bytes());
+    }
     bytes = scratch_offset + scratch;
   }
   float* buffer(const Workspace& ws, int i, int64_t buffer_floats) const {
@@ -88,29 +119,40 @@ struct Pass {
 
 bool dropping(const AttentionForward& a) { return a.training && a.g.dropout > 0.0f; }
 
-// Forward: S = q k^T into probs, then P' v into y. One buffer (P') when dropping.
+// Forward, per row block [r0, r1): S[r0:r1, :r1] = q[r0:r1] k[:r1]^T into probs, then
+// y[r0:r1] = P'[r0:r1, :r1] v[:r1]. One buffer (P') when dropping.
 Pass<2> forward_pass(PlanCache& plans, const AttentionGeom& g, bool drop) {
   check_attention_geom(g, "attention_forward");
   Pass<2> p;
-  p.rows = chunk_rows(g);
+  p.init(g);
   const ChunkViews v(g, p.rows);
-  p.mm[0] = plan(plans, kScores, g, p.rows, v.qkv(), v.qkv_t(), v.scores());
-  p.mm[1] = plan(plans, kContext, g, p.rows, v.scores(), v.qkv(), v.merged());
+  for (int64_t r = 0; r < p.blocks; ++r) {
+    const int64_t r0 = r * p.kb, r1 = std::min(g.t, r0 + p.kb), m = r1 - r0;
+    p.mm[0].push_back(plan(plans, kScores, g, p.rows, r, v.qkv(m), v.qkv_t(r1), v.scores(m, r1)));
+    p.mm[1].push_back(plan(plans, kContext, g, p.rows, r, v.scores(m, r1), v.qkv(r1), v.merged(m)));
+  }
   p.lay_out(drop ? 1 : 0, v.score_floats());
   return p;
 }
 
-// Backward: dP' = dy v^T, dv = P'^T dy, dq = dS k, dk = dS^T q. Buffers: dP' (then dS) and,
-// when dropping, P'.
+// Backward, per row block [r0, r1): dP'[r0:r1, :r1] = dy[r0:r1] v[:r1]^T, dq[r0:r1] =
+// dS[r0:r1, :r1] k[:r1]; per column block [c0, c1): dv[c0:c1] = P'[c0:, c0:c1]^T dy[c0:],
+// dk[c0:c1] = dS[c0:, c0:c1]^T q[c0:]. Buffers: dP' (then dS) and, when dropping, P'.
 Pass<4> backward_pass(PlanCache& plans, const AttentionGeom& g) {
   check_attention_geom(g, "attention_backward");
   Pass<4> p;
-  p.rows = chunk_rows(g);
+  p.init(g);
   const ChunkViews v(g, p.rows);
-  p.mm[0] = plan(plans, kGradProbs, g, p.rows, v.merged(), v.qkv_t(), v.scores());
-  p.mm[1] = plan(plans, kGradV, g, p.rows, v.scores_t(), v.merged(), v.qkv());
-  p.mm[2] = plan(plans, kGradQ, g, p.rows, v.scores(), v.qkv(), v.qkv());
-  p.mm[3] = plan(plans, kGradK, g, p.rows, v.scores_t(), v.qkv(), v.qkv());
+  for (int64_t r = 0; r < p.blocks; ++r) {
+    const int64_t r0 = r * p.kb, r1 = std::min(g.t, r0 + p.kb), m = r1 - r0, below = g.t - r0;
+    p.mm[0].push_back(
+        plan(plans, kGradProbs, g, p.rows, r, v.merged(m), v.qkv_t(r1), v.scores(m, r1)));
+    p.mm[1].push_back(plan(plans, kGradQ, g, p.rows, r, v.scores(m, r1), v.qkv(r1), v.qkv(m)));
+    p.mm[2].push_back(
+        plan(plans, kGradV, g, p.rows, r, v.scores_t(below, m), v.merged(below), v.qkv(m)));
+    p.mm[3].push_back(
+        plan(plans, kGradK, g, p.rows, r, v.scores_t(below, m), v.qkv(below), v.qkv(m)));
+  }
   p.lay_out(g.dropout > 0.0f ? 2 : 1, v.score_floats());
   return p;
 }
@@ -184,13 +226,12 @@ FERRY_SIMD_CLONES void dropout_row(const float* p, int64_t t, float prob, uint64
   }
 }
 
-// With dropout: P' = mask ? P / keep : 0 into out, and dP = mask ? dP' / keep : 0 in place.
-FERRY_SIMD_CLONES void undrop_row(const float* p, const uint8_t* mask, int64_t t, float keep,
-                                  float* out, float* dp) {
-  for (int64_t j = 0; j < t; ++j) {
-    out[j] = mask[j] ? p[j] / keep : 0.0f;
-    dp[j] = mask[j] ? dp[j] / keep : 0.0f;
-  }
+// With dropout: P' = mask ? P / keep : 0 into out (t wide), and dP = mask ? dP' / keep : 0 in
+// place (the first len).
+FERRY_SIMD_CLONES void undrop_row(const float* p, const uint8_t* mask, int64_t len, int64_t t,
+                                  float keep, float* out, float* dp) {
+  for (int64_t j = 0; j < t; ++j) out[j] = mask[j] ? p[j] / keep : 0.0f;
+  for (int64_t j = 0; j < len; ++j) dp[j] = mask[j] ? dp[j] / keep : 0.0f;
 }
 
 // Softmax backward on one row, dP in place becoming dS / sqrt_d (entries from len on: 0).
@@ -236,8 +277,13 @@ void run(PlanCache& plans, const AttentionForward& a) {
     const float* qkv = a.qkv + n0 * t * 3 * c;
     const int64_t first = n0 * g.heads * tt;  // the chunk's first score element
     float* probs = a.probs + first;
-    pass.mm[0]->execute({{DNNL_ARG_SRC, qkv}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, probs}},
-                        scratch, "attention_forward");
+    for (int64_t r = 0; r < pass.blocks; ++r) {
+      const int64_t r0 = r * pass.kb;
+      pass.mm[0][r]->execute({{DNNL_ARG_SRC, qkv + r0 * 3 * c},
+                              {DNNL_ARG_WEIGHTS, qkv + c},
+                              {DNNL_ARG_DST, probs + r0 * t}},
+                             scratch, "attention_forward");
+    }
     parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
       for (int64_t i = 0; i < t; ++i) {
         const int64_t row = bh * tt + i * t;
@@ -248,10 +294,14 @@ void run(PlanCache& plans, const AttentionForward& a) {
         }
       }
     });
-    pass.mm[1]->execute({{DNNL_ARG_SRC, drop ? dropped : probs},
-                         {DNNL_ARG_WEIGHTS, qkv + 2 * c},
-                         {DNNL_ARG_DST, a.y + n0 * t * c}},
-                        scratch, "attention_forward");
+    const float* p = drop ? dropped : probs;
+    for (int64_t r = 0; r < pass.blocks; ++r) {
+      const int64_t r0 = r * pass.kb;
+      pass.mm[1][r]->execute({{DNNL_ARG_SRC, p + r0 * t},
+                              {DNNL_ARG_WEIGHTS, qkv + 2 * c},
+                              {DNNL_ARG_DST, a.y + (n0 * t + r0) * c}},
+                             scratch, "attention_forward");
+    }
   }
 }
 
@@ -273,27 +323,40 @@ void run(PlanCache& plans, const AttentionBackward& a) {
     float* dqkv = a.dqkv + n0 * t * 3 * c;
     const int64_t first = n0 * g.heads * tt;
     const float* probs = a.probs + first;
-    pass.mm[0]->execute(
-        {{DNNL_ARG_SRC, dy}, {DNNL_ARG_WEIGHTS, qkv + 2 * c}, {DNNL_ARG_DST, dscores}}, scratch,
-        "attention_backward");
+    for (int64_t r = 0; r < pass.blocks; ++r) {
+      const int64_t r0 = r * pass.kb;
+      pass.mm[0][r]->execute({{DNNL_ARG_SRC, dy + r0 * c},
+                              {DNNL_ARG_WEIGHTS, qkv + 2 * c},
+                              {DNNL_ARG_DST, dscores + r0 * t}},
+                             scratch, "attention_backward");
+    }
     parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
       for (int64_t i = 0; i < t; ++i) {
         const int64_t row = bh * tt + i * t;
-        if (drop)
-          undrop_row(probs + row, a.mask + first + row, t, keep, dropped + row, dscores + row);
+        if (drop) {
+          undrop_row(probs + row, a.mask + first + row, i + 1, t, keep, dropped + row,
+                     dscores + row);
+        }
         softmax_grad_row(probs + row, dscores + row, i + 1, t, sqrt_d);
       }
     });
-    pass.mm[1]->execute({{DNNL_ARG_SRC, drop ? dropped : probs},
-                         {DNNL_ARG_WEIGHTS, dy},
-                         {DNNL_ARG_DST, dqkv + 2 * c}},
-                        scratch, "attention_backward");
-    pass.mm[2]->execute(
-        {{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv + c}, {DNNL_ARG_DST, dqkv}}, scratch,
-        "attention_backward");
-    pass.mm[3]->execute(
-        {{DNNL_ARG_SRC, dscores}, {DNNL_ARG_WEIGHTS, qkv}, {DNNL_ARG_DST, dqkv + c}}, scratch,
-        "attention_backward");
+    const float* p = drop ? dropped : probs;
+    for (int64_t r = 0; r < pass.blocks; ++r) {
+      const int64_t r0 = r * pass.kb;
+      const int64_t diag = r0 * t + r0;  // the block's first element on the diagonal
+      pass.mm[1][r]->execute({{DNNL_ARG_SRC, dscores + r0 * t},
+                              {DNNL_ARG_WEIGHTS, qkv + c},
+                              {DNNL_ARG_DST, dqkv + r0 * 3 * c}},
+                             scratch, "attention_backward");
+      pass.mm[2][r]->execute({{DNNL_ARG_SRC, p + diag},
+                              {DNNL_ARG_WEIGHTS, dy + r0 * c},
+                              {DNNL_ARG_DST, dqkv + r0 * 3 * c + 2 * c}},
+                             scratch, "attention_backward");
+      pass.mm[3][r]->execute({{DNNL_ARG_SRC, dscores + diag},
+                              {DNNL_ARG_WEIGHTS, qkv + r0 * 3 * c},
+                              {DNNL_ARG_DST, dqkv + r0 * 3 * c + c}},
+                             scratch, "attention_backward");
+    }
   }
 }
 

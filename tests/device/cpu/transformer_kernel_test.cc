@@ -226,10 +226,12 @@ AttentionRun run_attention(test::KernelRunner& k, const AttentionGeom& g, bool t
 }
 
 TEST(AttentionKernel, MatchesReference) {
-  // (N, T, heads, C, dropout); the last cuts N=3 into chunks of one row (Note [Attention in
-  // chunks of the batch]).
-  const AttentionGeom shapes[] = {{1, 1, 1, 1, 0.0f},   {2, 7, 2, 8, 0.0f},   {1, 17, 3, 12, 0.1f},
-                                  {2, 33, 2, 64, 0.0f}, {3, 20, 4, 32, 0.5f}, {3, 600, 2, 4, 0.0f}};
+  // (N, T, heads, C, dropout); T = 130 and 600 cut the scores into causal blocks with a short
+  // last one (Note [Causal blocks]), and T = 600 cuts N = 3 into chunks of one row (Note
+  // [Attention in chunks of the batch]).
+  const AttentionGeom shapes[] = {{1, 1, 1, 1, 0.0f},    {2, 7, 2, 8, 0.0f},   {1, 17, 3, 12, 0.1f},
+                                  {2, 33, 2, 64, 0.0f},  {3, 20, 4, 32, 0.5f}, {2, 130, 2, 8, 0.2f},
+                                  {1, 200, 1, 16, 0.0f}, {3, 600, 2, 4, 0.1f}};
   uint32_t seed = 60;
   for (const AttentionGeom& g : shapes) {
     SCOPED_TRACE(
