@@ -36,7 +36,8 @@ int64_t chunk_rows(const AttentionGeom& g) {
 // only columns [0, r1) (the rest are masked), and column block r only rows [r0, T). Each pass
 // runs one matmul per block over that triangle-covering part, about (1 + 1/R) / 2 of the full
 // product for R blocks. Scores outside it are never written by a matmul; the row loops zero
-// every masked entry, and the matmuls read only entries the row loops wrote.
+// every masked entry, and the matmuls read only entries the row loops wrote. Blocks are at least
+// 64 rows (a matmul that small still runs near full speed) and at most 8 per T.
 int64_t causal_block(const AttentionGeom& g) {
   const int64_t eighth = (g.t + 7) / 8;
   return std::max<int64_t>(64, (eighth + 15) / 16 * 16);

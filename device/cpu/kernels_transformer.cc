@@ -35,8 +35,8 @@ FERRY_SIMD_CLONES void zero_row(float* y, int64_t c) {
 }
 
 // ---- layer norm ----
-// Row sums use kLanes float64 lanes (lane l adds elements l, l + kLanes, ... in order) added
-// by a pairwise tree: a fixed order that vectorizes.
+// Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order; float64 for the
+// statistics) added by a pairwise tree: a fixed order that vectorizes.
 
 constexpr int kLanes = 16;
 
@@ -182,7 +182,8 @@ void run(PlanCache&, const EmbeddingBackward& a) {
       for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, out, c);
       return;
     }
-    std::vector<float> sum(c, 0.0f);
+    thread_local std::vector<float> sum;  // the running worker's
+    sum.assign(c, 0.0f);
     for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, sum.data(), c);
     accumulate_row(sum.data(), out, c);
   });
