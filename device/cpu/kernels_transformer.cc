@@ -173,19 +173,10 @@ void run(PlanCache&, const EmbeddingBackward& a) {
   parallel_items(a.vocab, rows * c + (a.accumulate_wte ? 0 : a.vocab * c), [&](int64_t v) {
     float* out = a.dwte + v * c;
     const int64_t b = start[v], e = start[v + 1];
-    if (b == e) {
-      if (!a.accumulate_wte) zero_row(out, c);
-      return;
-    }
-    if (!a.accumulate_wte) {
-      zero_row(out, c);
-      for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, out, c);
-      return;
-    }
-    thread_local std::vector<float> sum;  // the running worker's
-    sum.assign(c, 0.0f);
-    for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, sum.data(), c);
-    accumulate_row(sum.data(), out, c);
+    // Each dy row is added onto the row in (n, t) order, from 0 or (accumulating) from what the
+    // tied head wrote: the CUDA kernel's order too.
+    if (!a.accumulate_wte) zero_row(out, c);
+    for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, out, c);
   });
   parallel_items(a.context, a.n * a.t * c, [&](int64_t t) {
     float* out = a.dwpe + t * c;
