@@ -201,10 +201,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     }
   }
   exec.seed = config.run.seed;
-  if (arbitrate) {
-    std::shared_ptr<TransferAnnouncer> arbiter = arbiter_;
-    exec.scheduler = [arbiter] { return std::make_unique<TopologyLinkScheduler>(arbiter); };
-  }
+  if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
   const std::string name = config.model.name;
   const int64_t classes = config.model.classes;
   executor_ = std::make_unique<Executor>(
