@@ -1,8 +1,8 @@
 // bench_cpu_kernel_timing: times the CPU kernels on the shapes of resnet18_cifar / vgg11_cifar at
-// batch 64 (best of several runs after a warm-up); cpu_kernel_timing_torch.py times the
-// same operations in PyTorch for comparison. Usage: bench_cpu_kernel_timing [threads] [reps] [cpu]
-// With "cpu", times are process CPU time rather than wall time: with 1 thread on a busy machine
-// that measures the kernel's own work, unaffected by time slicing.
+// batch 64 and of small GPT-2s (best of several runs after a warm-up); cpu_kernel_timing_torch.py
+// times the same operations in PyTorch for comparison. Usage: bench_cpu_kernel_timing [threads]
+// [reps] [cpu] With "cpu", times are process CPU time rather than wall time: with 1 thread on a
+// busy machine that measures the kernel's own work, unaffected by time slicing.
 #include <omp.h>
 
 #include <algorithm>
@@ -141,6 +141,64 @@ void time_tail(cpu::CpuKernels& k) {
   std::printf("optimizer 11.2M     sgd(momentum, wd) %8.3f  adamw %8.3f ms\n", sgd, adamw);
 }
 
+// GPT-2 block pieces at (N, T, C, heads): the attention core (dropout p in training), layer norm
+// over N*T rows and GELU on the MLP's N*T*4C activations.
+void time_transformer(cpu::CpuKernels& k, int64_t n, int64_t t, int64_t c, int64_t heads,
+                      float dropout) {
+  const AttentionGeom g{n, t, heads, c, dropout};
+  auto qkv = random_floats(n * t * 3 * c, 14), dy = random_floats(n * t * c, 15);
+  std::vector<float> y(n * t * c), probs(n * heads * t * t), dqkv(qkv.size());
+  std::vector<uint8_t> mask(probs.size());
+  std::vector<char> ws1, ws2;
+  AttentionForward af;
+  af.g = g, af.seed = 1, af.qkv = qkv.data(), af.y = y.data(), af.probs = probs.data();
+  af.mask = mask.data();
+  AttentionBackward ab;
+  ab.g = g, ab.qkv = qkv.data(), ab.probs = probs.data(), ab.mask = mask.data();
+  ab.dy = dy.data(), ab.dqkv = dqkv.data();
+  const double f = best_ms(runner(k, af, ws1));
+  const double b = best_ms(runner(k, ab, ws2));
+
+  const LayerNormGeom lg{n * t, c, 1e-5f};
+  auto x = random_floats(n * t * c, 16);
+  std::vector<float> ly(x.size()), ldx(x.size()), gamma(c, 1.0f), beta(c, 0.0f), mean(n * t),
+      rstd(n * t), dg(c), db(c);
+  const double lf = best_ms([&] {
+    k.run(LayerNormForward{lg, x.data(), gamma.data(), beta.data(), ly.data(), mean.data(),
+                           rstd.data()});
+  });
+  const double lb = best_ms([&] {
+    k.run(LayerNormBackward{lg, x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
+                            ldx.data(), dg.data(), db.data()});
+  });
+  const int64_t m = n * t * 4 * c;
+  auto h = random_floats(m, 17), dh = random_floats(m, 18);
+  std::vector<float> hy(m), hdx(m);
+  const double gf = best_ms([&] { k.run(GeluForward{m, h.data(), hy.data()}); });
+  const double gb = best_ms([&] { k.run(GeluBackward{m, h.data(), dh.data(), hdx.data()}); });
+  std::printf(
+      "gpt N=%ld T=%ld C=%ld heads=%ld   attention(p=%.1f) fwd %8.3f bwd %8.3f | layernorm fwd "
+      "%7.3f bwd %7.3f | gelu(4C) fwd %7.3f bwd %7.3f ms\n",
+      n, t, c, heads, dropout, f, b, lf, lb, gf, gb);
+}
+
+// The CNN shapes: resnet18_cifar / vgg11_cifar at batch 64.
+void time_cnn(cpu::CpuKernels& k) {
+  time_conv(k, 64, 3, 32, 64, 3, 1, 1);
+  time_conv(k, 64, 64, 32, 64, 3, 1, 1);
+  time_conv(k, 64, 64, 32, 128, 3, 2, 1);
+  time_conv(k, 64, 64, 32, 128, 1, 2, 0);
+  time_conv(k, 64, 128, 16, 128, 3, 1, 1);
+  time_conv(k, 64, 256, 8, 256, 3, 1, 1);
+  time_conv(k, 64, 512, 4, 512, 3, 1, 1);
+  time_batchnorm_relu(k, 64, 64, 32);
+  time_batchnorm_relu(k, 64, 128, 16);
+  time_batchnorm_relu(k, 64, 512, 4);
+  time_maxpool(k, 64, 64, 32);
+  time_maxpool(k, 64, 256, 8);
+  time_tail(k);
+}
+
 }  // namespace
 }  // namespace ferry
 
@@ -152,18 +210,11 @@ int main(int argc, char** argv) {
   ferry::cpu::CpuKernels k(threads);
   std::printf("threads %d, best of %d, %s time\n", threads, ferry::g_reps,
               ferry::g_cpu_clock ? "process CPU" : "wall");
-  ferry::time_conv(k, 64, 3, 32, 64, 3, 1, 1);
-  ferry::time_conv(k, 64, 64, 32, 64, 3, 1, 1);
-  ferry::time_conv(k, 64, 64, 32, 128, 3, 2, 1);
-  ferry::time_conv(k, 64, 64, 32, 128, 1, 2, 0);
-  ferry::time_conv(k, 64, 128, 16, 128, 3, 1, 1);
-  ferry::time_conv(k, 64, 256, 8, 256, 3, 1, 1);
-  ferry::time_conv(k, 64, 512, 4, 512, 3, 1, 1);
-  ferry::time_batchnorm_relu(k, 64, 64, 32);
-  ferry::time_batchnorm_relu(k, 64, 128, 16);
-  ferry::time_batchnorm_relu(k, 64, 512, 4);
-  ferry::time_maxpool(k, 64, 64, 32);
-  ferry::time_maxpool(k, 64, 256, 8);
-  ferry::time_tail(k);
+  const bool only_gpt = argc > 4 && std::string(argv[4]) == "gpt";
+  if (!only_gpt) ferry::time_cnn(k);
+  ferry::time_transformer(k, 8, 256, 384, 6, 0.0f);
+  ferry::time_transformer(k, 8, 256, 384, 6, 0.1f);
+  ferry::time_transformer(k, 4, 256, 768, 12, 0.0f);
+  ferry::time_transformer(k, 4, 256, 768, 12, 0.1f);
   return 0;
 }

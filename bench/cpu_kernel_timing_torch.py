@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # The operations of bench_cpu_kernel_timing, timed in PyTorch 1.13 through the same aten calls its
 # autograd uses (best of several runs after a warm-up), for a like-for-like comparison.
-# Usage: /usr/bin/python3 kernel_timing_torch.py [threads] [reps] [cpu]
+# Usage: /usr/bin/python3 kernel_timing_torch.py [threads] [reps] [cpu|wall] [gpt (only GPT-2)]
 # With "cpu", times are process CPU time rather than wall time (see cpu_kernel_timing.cc).
 import sys
 import time
@@ -84,18 +84,58 @@ def tail():
     print(f"optimizer 11.2M     sgd(momentum, wd) {s:8.3f}  adamw {a:8.3f} ms")
 
 
+def transformer(n, t, c, heads, p):
+    # Hugging Face GPT2Attention._attn (transformers 4.x) on the fused qkv, autograd backward.
+    d = c // heads
+    qkv = torch.randn(n, t, 3 * c, requires_grad=True)
+    dy = torch.randn(n, t, c)
+    bias = torch.tril(torch.ones(t, t, dtype=torch.uint8)).view(1, 1, t, t)
+    drop = torch.nn.Dropout(p)
+
+    def attn():
+        q, k, v = qkv.split(c, dim=2)
+        q, k, v = (z.view(n, t, heads, d).permute(0, 2, 1, 3) for z in (q, k, v))
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype)
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype)
+        w = torch.where(bias[:, :, :t, :t].bool(), w, mask_value)
+        w = drop(torch.nn.functional.softmax(w, dim=-1))
+        return torch.matmul(w, v).permute(0, 2, 1, 3).contiguous().view(n, t, c)
+
+    f = best_ms(attn)
+    y = attn()
+    b = best_ms(lambda: torch.autograd.backward(y, dy, retain_graph=True))
+    x = torch.randn(n * t, c)
+    gamma, beta = torch.ones(c), torch.zeros(c)
+    _, mean, rstd = aten.native_layer_norm(x, [c], gamma, beta, 1e-5)
+    dyl = torch.randn(n * t, c)
+    lf = best_ms(lambda: aten.native_layer_norm(x, [c], gamma, beta, 1e-5))
+    lb = best_ms(lambda: aten.native_layer_norm_backward(dyl, x, [c], mean, rstd, gamma, beta,
+                                                         [True, True, True]))
+    h, dh = torch.randn(n * t * 4 * c), torch.randn(n * t * 4 * c)
+    gf = best_ms(lambda: aten.gelu(h, approximate="tanh"))
+    gb = best_ms(lambda: aten.gelu_backward(dh, h, approximate="tanh"))
+    print(f"gpt N={n} T={t} C={c} heads={heads}   attention(p={p:.1f}) fwd {f:8.3f} bwd {b:8.3f}"
+          f" | layernorm fwd {lf:7.3f} bwd {lb:7.3f} | gelu(4C) fwd {gf:7.3f} bwd {gb:7.3f} ms")
+
+
 print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, best of {reps}, "
       f"{'process CPU' if clock is time.process_time else 'wall'} time")
-conv(3, 32, 64, 3, 1, 1)
-conv(64, 32, 64, 3, 1, 1)
-conv(64, 32, 128, 3, 2, 1)
-conv(64, 32, 128, 1, 2, 0)
-conv(128, 16, 128, 3, 1, 1)
-conv(256, 8, 256, 3, 1, 1)
-conv(512, 4, 512, 3, 1, 1)
-bn_relu(64, 32)
-bn_relu(128, 16)
-bn_relu(512, 4)
-maxpool(64, 32)
-maxpool(256, 8)
-tail()
+if not (len(sys.argv) > 4 and sys.argv[4] == "gpt"):
+    conv(3, 32, 64, 3, 1, 1)
+    conv(64, 32, 64, 3, 1, 1)
+    conv(64, 32, 128, 3, 2, 1)
+    conv(64, 32, 128, 1, 2, 0)
+    conv(128, 16, 128, 3, 1, 1)
+    conv(256, 8, 256, 3, 1, 1)
+    conv(512, 4, 512, 3, 1, 1)
+    bn_relu(64, 32)
+    bn_relu(128, 16)
+    bn_relu(512, 4)
+    maxpool(64, 32)
+    maxpool(256, 8)
+    tail()
+transformer(8, 256, 384, 6, 0.0)
+transformer(8, 256, 384, 6, 0.1)
+transformer(4, 256, 768, 12, 0.0)
+transformer(4, 256, 768, 12, 0.1)

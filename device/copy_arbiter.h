@@ -17,9 +17,11 @@ namespace ferry {
 // them itself on a copy thread, so the arbiter can pace that thread (kPaced: CopyPacer::carry
 // runs the moves). A GPU's copy engine moves them on a stream the host enqueued a whole step
 // ahead, so the arbiter can only hold the stream at flags it opens chunk by chunk (kGated:
-// CopyGate). The device says which protocol it speaks (backend_traits(backend).arbitration in
-// device/backend_traits.h) and the arbiter is built for it, so the layers above never ask which
-// backend they run on.
+// CopyGate). Either way the arbiter learns of a copy in its protocol's enqueue(), which hands it
+// the CopyDeadline (device/copy_deadline.h) that Device::copy_async received with the copy, so a
+// copy and its deadline never travel apart. The device says which protocol it speaks
+// (backend_traits(backend).arbitration in device/backend_traits.h) and the arbiter is built for
+// it, so the layers above never ask which backend they run on.
 enum class CopyArbitration {
   kPaced,  // the device's copy threads move bytes through the arbiter's carry() (cpu)
   kGated,  // the device's copy streams hold each chunk until the arbiter opens its gate (cuda)

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "device/copy_deadline.h"
+
 namespace ferry {
 
 // One direction's flags, each the sequence number of the latest chunk it concerns (0: none).
@@ -78,8 +80,9 @@ class CopyGate {
   // Once, by the device before its first copy: the signals of its flags, valid until close().
   virtual void bind(std::shared_ptr<GateSignals> signals) = 0;
   // On the thread that enqueues a copy of `bytes` on the direction's copy stream, in stream
-  // order: how to enqueue it. Throws the arbiter's failure, if it has failed (the job ends).
-  virtual GateTicket enqueue(bool to_device, uint64_t bytes) = 0;
+  // order: how to enqueue it (a copy not `deadline.scheduled` is never gated). Throws the
+  // arbiter's failure, if it has failed (the job ends).
+  virtual GateTicket enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) = 0;
   // By the device once its streams have drained, before the flags go: opens every gate and stops
   // reading the signals. Idempotent; never throws.
   virtual void close() = 0;

@@ -7,13 +7,16 @@
 #include <cstdint>
 #include <functional>
 
+#include "device/copy_deadline.h"
+
 namespace ferry {
 
 class CopyPacer {
  public:
   virtual ~CopyPacer() = default;
-  // On the thread that enqueues the copy, in stream order: a ticket for carry().
-  virtual uint64_t enqueue(bool to_device, uint64_t bytes) = 0;
+  // On the thread that enqueues the copy, in stream order: a ticket for carry(). `deadline`
+  // travels with the copy: a scheduled copy may be carried in arbitrated chunks.
+  virtual uint64_t enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) = 0;
   // On the copy stream's worker: moves the copy through calls of move(offset, length) that cover
   // [0, bytes) in order, pacing them as the emulated links allow. Throws when pacing fails (the
   // stream is then poisoned and the error reaches whoever synchronizes).

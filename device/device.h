@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/copy_arbiter.h"
+#include "device/copy_deadline.h"
 #include "device/heap.h"
 #include "device/host_pool.h"
 #include "device/kernels.h"
@@ -91,8 +92,14 @@ class Device {
 
   // Copies `bytes` from src to dst, ordered on `stream`. Either side may be device memory or
   // pinned host memory; the ranges must not overlap. Offloads and prefetches come here from
-  // ResidentTensor (Note [Life of an offloaded activation] in trainer/exec/executor.h, step 6).
-  virtual void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) = 0;
+  // ResidentTensor with their deadline, which the copy arbiter (DeviceOptions::arbiter) receives
+  // with the copy (Note [Life of an offloaded activation] in trainer/exec/executor.h, step 6).
+  virtual void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream,
+                          const CopyDeadline& deadline) = 0;
+  // A copy without a schedule (an input, a parameter, a metric): never arbitrated.
+  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+    copy_async(dst, src, bytes, stream, CopyDeadline{});
+  }
 
   virtual Kernels& kernels() = 0;
 

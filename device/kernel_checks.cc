@@ -2,6 +2,9 @@
 // backend runs the kernel.
 #include "device/kernel_checks.h"
 
+#include <initializer_list>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "common/bytes.h"
@@ -119,6 +122,107 @@ void check_adamw_update(const AdamWUpdate& a) {
     throw ConfigError(fmt::format("adamw_update: step {} (steps count from 1)", a.step),
                       "pass the number of this update, starting at 1");
   }
+}
+
+namespace {
+
+// ConfigError naming the first null operand of `what`.
+void check_operands(const char* what,
+                    std::initializer_list<std::pair<const char*, const void*>> operands) {
+  for (const auto& [name, ptr] : operands) {
+    if (ptr == nullptr) {
+      throw ConfigError(fmt::format("{}: operand {} is null", what, name),
+                        "bind every operand of the kernel to device memory");
+    }
+  }
+}
+
+}  // namespace
+
+void check_embedding_forward(const EmbeddingForward& a) {
+  if (a.n < 1 || a.t < 1 || a.c < 1 || a.vocab < 1) {
+    throw ConfigError(fmt::format("embedding_forward: invalid shape N={} T={} C={} vocab={}", a.n,
+                                  a.t, a.c, a.vocab),
+                      "every size must be positive");
+  }
+  check_operands("embedding_forward",
+                 {{"tokens", a.tokens}, {"wte", a.wte}, {"wpe", a.wpe}, {"y", a.y}});
+}
+
+void check_embedding_backward(const EmbeddingBackward& a) {
+  if (a.n < 1 || a.t < 1 || a.c < 1 || a.vocab < 1 || a.context < a.t) {
+    throw ConfigError(
+        fmt::format("embedding_backward: invalid shape N={} T={} C={} vocab={} context={}", a.n,
+                    a.t, a.c, a.vocab, a.context),
+        "every size must be positive and the context at least T");
+  }
+  check_operands("embedding_backward",
+                 {{"tokens", a.tokens}, {"dy", a.dy}, {"dwte", a.dwte}, {"dwpe", a.dwpe}});
+}
+
+void check_layer_norm_geom(const LayerNormGeom& g, const char* what) {
+  if (g.rows < 1 || g.c < 1 || !(g.eps >= 0.0f)) {
+    throw ConfigError(
+        fmt::format("{}: invalid shape rows={} C={} eps={}", what, g.rows, g.c, g.eps),
+        "rows and width must be positive and eps at least 0");
+  }
+}
+
+void check_layer_norm_forward(const LayerNormForward& a) {
+  check_layer_norm_geom(a.g, "layer_norm_forward");
+  check_operands("layer_norm_forward", {{"x", a.x},
+                                        {"gamma", a.gamma},
+                                        {"beta", a.beta},
+                                        {"y", a.y},
+                                        {"mean", a.mean},
+                                        {"rstd", a.rstd}});
+}
+
+void check_layer_norm_backward(const LayerNormBackward& a) {
+  check_layer_norm_geom(a.g, "layer_norm_backward");
+  check_operands("layer_norm_backward", {{"x", a.x},
+                                         {"dy", a.dy},
+                                         {"gamma", a.gamma},
+                                         {"mean", a.mean},
+                                         {"rstd", a.rstd},
+                                         {"dx", a.dx},
+                                         {"dgamma", a.dgamma},
+                                         {"dbeta", a.dbeta}});
+}
+
+void check_gelu_forward(const GeluForward& a) {
+  check_element_count(a.n, "gelu_forward");
+  if (a.n > 0) check_operands("gelu_forward", {{"x", a.x}, {"y", a.y}});
+}
+
+void check_gelu_backward(const GeluBackward& a) {
+  check_element_count(a.n, "gelu_backward");
+  if (a.n > 0) check_operands("gelu_backward", {{"x", a.x}, {"dy", a.dy}, {"dx", a.dx}});
+}
+
+void check_attention_geom(const AttentionGeom& g, const char* what) {
+  if (g.n < 1 || g.t < 1 || g.heads < 1 || g.c < 1 || g.c % g.heads != 0) {
+    throw ConfigError(
+        fmt::format("{}: invalid shape N={} T={} heads={} C={}", what, g.n, g.t, g.heads, g.c),
+        "sizes must be positive and the width divisible by the heads");
+  }
+  if (!(g.dropout >= 0.0f && g.dropout < 1.0f)) {
+    throw ConfigError(fmt::format("{}: dropout {} is not in [0, 1)", what, g.dropout),
+                      "set the attention dropout probability in [0, 1)");
+  }
+}
+
+void check_attention_forward(const AttentionForward& a) {
+  check_attention_geom(a.g, "attention_forward");
+  check_operands("attention_forward", {{"qkv", a.qkv}, {"y", a.y}, {"probs", a.probs}});
+  if (a.training && a.g.dropout > 0.0f) check_operands("attention_forward", {{"mask", a.mask}});
+}
+
+void check_attention_backward(const AttentionBackward& a) {
+  check_attention_geom(a.g, "attention_backward");
+  check_operands("attention_backward",
+                 {{"qkv", a.qkv}, {"probs", a.probs}, {"dy", a.dy}, {"dqkv", a.dqkv}});
+  if (a.g.dropout > 0.0f) check_operands("attention_backward", {{"mask", a.mask}});
 }
 
 }  // namespace ferry

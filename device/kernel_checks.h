@@ -47,6 +47,21 @@ void check_sgd_update(const SgdUpdate& a);
 // The element count, and steps counted from 1.
 void check_adamw_update(const AdamWUpdate& a);
 
+// Transformer kernels: positive sizes, every operand present (mask only when dropout draws one).
+// Embedding: positive N, T, C and vocab; backward also context >= T.
+void check_embedding_forward(const EmbeddingForward& a);
+void check_embedding_backward(const EmbeddingBackward& a);
+// Layer norm: positive rows and width, eps >= 0.
+void check_layer_norm_geom(const LayerNormGeom& g, const char* what);
+void check_layer_norm_forward(const LayerNormForward& a);
+void check_layer_norm_backward(const LayerNormBackward& a);
+void check_gelu_forward(const GeluForward& a);
+void check_gelu_backward(const GeluBackward& a);
+// Attention: positive sizes, C divisible by the heads, dropout in [0, 1).
+void check_attention_geom(const AttentionGeom& g, const char* what);
+void check_attention_forward(const AttentionForward& a);
+void check_attention_backward(const AttentionBackward& a);
+
 // Not an argument error but a sizing one: UnsupportedError unless `ws` holds `need` bytes
 // (nothing to check when need is 0). `geometry`, when given, is named in the message
 // ("... of workspace for <geometry>").

@@ -318,10 +318,11 @@ struct EmbeddingForward {
   float* y = nullptr;               // (N, T, C)
 };
 
-// dwte[v, :] = sum of dy[n, t, :] over the (n, t) with tokens[n, t] == v, added in increasing
-// (n, t) order (no atomics: the same bits on every run and backend); rows of tokens that do not
-// occur are 0. With accumulate_wte, the sums are added to dwte instead (a tied LM head wrote it
-// first). dwpe[t, :] = sum over n of dy[n, t, :] in increasing n, for t < T (rows >= T: 0).
+// dwte[v, :] = 0 + each dy[n, t, :] with tokens[n, t] == v, added one row at a time in
+// increasing (n, t) order (no atomics: the same bits on every run and backend); rows of tokens
+// that do not occur are 0. With accumulate_wte the rows are added onto dwte instead of onto 0
+// (a tied LM head wrote it first), in the same order. dwpe[t, :] = sum over n of dy[n, t, :] in
+// increasing n, for t < T (rows >= T: 0).
 struct EmbeddingBackward {
   int64_t n = 1, t = 1, c = 1, vocab = 1;
   int64_t context = 1;  // rows of wpe (>= T)

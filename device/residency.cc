@@ -33,24 +33,26 @@ void ResidentTensor::expect(bool ok, std::string_view action) const {
                                residency_name(state_)));
 }
 
-void ResidentTensor::offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready) {
+void ResidentTensor::offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready,
+                             const CopyDeadline& deadline) {
   expect(state_ == ResidencyState::kOnDevice || state_ == ResidencyState::kPrefetching, "offload");
   // A new offload of a tensor whose last fetch may still be in flight (the next step's, issued
   // without a host wait) writes the host copy only after that fetch has read it.
   if (state_ == ResidencyState::kPrefetching) d2h.wait(*prefetched_);
   host_ = host_ptr;
   d2h.wait(ready);
-  device_.copy_async(host_ptr, device_ptr, bytes_, d2h);
+  device_.copy_async(host_ptr, device_ptr, bytes_, d2h, deadline);
   d2h.record(*offloaded_);
   state_ = ResidencyState::kOffloading;
 }
 
-void ResidentTensor::prefetch(void* device_ptr, Stream& h2d, Event& ready) {
+void ResidentTensor::prefetch(void* device_ptr, Stream& h2d, Event& ready,
+                              const CopyDeadline& deadline) {
   expect(state_ == ResidencyState::kOnHost || state_ == ResidencyState::kOffloading, "prefetch");
   // A fetch of a tensor whose offload is still in flight reads the host copy only after it.
   if (state_ == ResidencyState::kOffloading) h2d.wait(*offloaded_);
   h2d.wait(ready);
-  device_.copy_async(device_ptr, host_, bytes_, h2d);
+  device_.copy_async(device_ptr, host_, bytes_, h2d, deadline);
   h2d.record(*prefetched_);
   state_ = ResidencyState::kPrefetching;
 }

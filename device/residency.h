@@ -37,12 +37,13 @@ class ResidentTensor {
 
   // on_device, or prefetching (the copy then waits for the fetch) -> offloading. Copies `bytes`
   // from `device_ptr` to `host_ptr` on `d2h`, after `ready` (the event of the last work that
-  // wrote or read the tensor).
-  void offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready);
+  // wrote or read the tensor). `deadline` goes with the copy to the device (Device::copy_async).
+  void offload(const void* device_ptr, void* host_ptr, Stream& d2h, Event& ready,
+               const CopyDeadline& deadline = {});
   // on_host, or offloading (the fetch then waits for the offload) -> prefetching. Copies back
   // from the host copy to `device_ptr` on `h2d`, after `ready` (the event of the last work that
-  // used `device_ptr`'s space for something else).
-  void prefetch(void* device_ptr, Stream& h2d, Event& ready);
+  // used `device_ptr`'s space for something else), with `deadline` as offload() does.
+  void prefetch(void* device_ptr, Stream& h2d, Event& ready, const CopyDeadline& deadline = {});
 
   // Orders work enqueued on `stream` from now on after the offload's copy (the device space may
   // then be reused). Valid in offloading and on_host.

@@ -1,19 +1,32 @@
 // A rank's link arbiter: the device's copy arbiter (device/copy_arbiter.h) that takes the
-// node's link ledger and the topology scheduler's announcements. The CPU link emulator (paced)
-// and the GPU link gatekeeper (gated) are its two kinds; make_link_arbiter picks the one the
-// device's protocol needs. Invariant: an arbiter built here speaks the protocol it was asked for.
+// node's link ledger and arbitrates the copies that arrive with a scheduled deadline
+// (device/copy_deadline.h). The CPU link emulator (paced) and the GPU link gatekeeper (gated)
+// are its two kinds; make_link_arbiter picks the one the device's protocol needs. Invariant: an
+// arbiter built here speaks the protocol it was asked for.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/copy_arbiter.h"
-#include "links/link_announcer.h"
 #include "links/link_ledger.h"
 
 namespace ferry {
 
-class LinkArbiter : public CopyArbiter, public TransferAnnouncer {
+// A rank's copy path through the node's link ledger, as its link arbiter sees it.
+struct LinkPathOptions {
+  int rank = 0;           // for the ledger's records and error messages
+  std::vector<int> path;  // the ledger's link ids this rank's copies cross (GPU side first)
+  // The links of `path` whose tokens a chunk takes: those one chunk can fill (capacity at most
+  // the path's bottleneck). A wider link (a root complex summing its ports) is shared by the
+  // fluid model alone, so arbitration never leaves it idle. Empty: the whole path.
+  std::vector<int> arbitrated;
+  uint64_t chunk_bytes = 4ull << 20;  // topology.chunk_mb
+};
+
+class LinkArbiter : public CopyArbiter {
  public:
   // Attaches the node's ledger; copies before this are neither shared nor arbitrated.
   virtual void attach(std::shared_ptr<LinkLedger> ledger) = 0;

@@ -13,8 +13,6 @@ namespace {
 // Enough chunks queued to ride out a copy thread's wait for a core (a few scheduler slices),
 // few enough that 16 ranks' two directions stay within the ledger's claim slots.
 constexpr size_t kChunksClaimedAhead = 6;
-
-int dir_index(TransferDirection d) { return d == TransferDirection::kToDevice ? 1 : 0; }
 }  // namespace
 
 LinkEmulator::LinkEmulator(LinkEmulationOptions options) : options_(std::move(options)) {
@@ -31,27 +29,12 @@ std::shared_ptr<LinkLedger> LinkEmulator::ledger() const {
   return ledger_;
 }
 
-void LinkEmulator::announce(const TransferRequest& request) {
-  std::lock_guard lock(mu_);
-  announced_[dir_index(request.direction)] = request;
-}
-
-void LinkEmulator::withdraw(TransferDirection direction) {
-  std::lock_guard lock(mu_);
-  announced_[dir_index(direction)].reset();
-}
-
-uint64_t LinkEmulator::enqueue(bool to_device, uint64_t bytes) {
+uint64_t LinkEmulator::enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) {
   Ticket t;
   t.direction = to_device ? TransferDirection::kToDevice : TransferDirection::kToHost;
   t.bytes = bytes;
+  t.deadline = deadline;
   std::lock_guard lock(mu_);
-  auto& a = announced_[dir_index(t.direction)];
-  if (a && a->bytes == bytes) {
-    t.scheduled = true;
-    t.deadline_s = a->deadline_s;
-    a.reset();
-  }
   const uint64_t id = next_ticket_++;
   tickets_[id] = t;
   return id;
@@ -79,7 +62,7 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
     }
     return;
   }
-  if (!options_.arbitrate || !t.scheduled) {
+  if (!options_.arbitrate || !t.deadline.scheduled) {
     const uint64_t flow = ledger->begin_flow(options_.rank, t.direction, options_.path, t.bytes);
     move(0, t.bytes);
     ledger->wait_flow(flow);
@@ -89,7 +72,7 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   // pipelining]). Its latest start is the deadline less the time the rest of the transfer needs
   // alone on the path. The deadline counts from the copy's start: the moment the stream reaches
   // it, which is when the plan issues it (the host enqueues a whole step ahead).
-  const double deadline = LinkLedger::now() + t.deadline_s;
+  const double deadline = LinkLedger::now() + t.deadline.deadline_s;
   const double rate = options_.link_gbps > 0 ? options_.link_gbps * 1e9 : 1e12;
   const std::vector<int>& tokens =
       options_.arbitrated.empty() ? options_.path : options_.arbitrated;

@@ -1,24 +1,22 @@
 // Shared-link emulation for CPU ranks standing in for a described server's GPUs: a paced
 // LinkArbiter whose CopyPacer runs every copy of this rank through the node's link ledger, so
 // its time follows its fair share of each link on its path given every concurrent copy on the
-// node. With arbitration on
-// (the `topology` scheduler), scheduled copies move in chunks, each waiting for its turn on every
-// link-direction of the path (least deadline slack first). Invariant: every byte goes through
-// the caller's move() exactly once; tokens taken are released even when moving throws.
+// node. With arbitration on (the `topology` scheduler), copies enqueued with a scheduled deadline
+// move in chunks, each waiting for its turn on every link-direction of the path (least deadline
+// slack first). Invariant: every byte goes through the caller's move() exactly once; tokens
+// taken are released even when moving throws.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 #include "device/copy_pacer.h"
-#include "links/link_announcer.h"
 #include "links/link_arbiter.h"
 #include "links/link_ledger.h"
-#include "prefetch/link_scheduler.h"
+#include "prefetch/transfer_direction.h"
 
 namespace ferry {
 
@@ -38,25 +36,20 @@ class LinkEmulator : public LinkArbiter, public CopyPacer {
   CopyPacer* pacer() override { return this; }
   const LinkEmulationOptions& options() const { return options_; }
 
-  // The link scheduler announces the transfer whose copy is enqueued next in its direction, so
-  // that copy carries its deadline. A copy nobody announced (inputs, parameters) has none.
-  void announce(const TransferRequest& request) override;
-  void withdraw(TransferDirection direction) override;
-
-  uint64_t enqueue(bool to_device, uint64_t bytes) override;
+  // A copy whose `deadline` is scheduled (the link scheduler's offloads and prefetches) is
+  // carried in arbitrated chunks when arbitration is on; any other (inputs, parameters) whole.
+  uint64_t enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) override;
   void carry(uint64_t ticket, const std::function<void(uint64_t, uint64_t)>& move) override;
 
  private:
   struct Ticket {
     TransferDirection direction = TransferDirection::kToHost;
     uint64_t bytes = 0;
-    bool scheduled = false;  // announced by the scheduler: arbitrated in chunks
-    double deadline_s = 0;   // planned seconds from the copy's start to its deadline
+    CopyDeadline deadline;  // scheduled: arbitrated in chunks
   };
   LinkEmulationOptions options_;
   mutable std::mutex mu_;
   std::shared_ptr<LinkLedger> ledger_;
-  std::optional<TransferRequest> announced_[2];
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 1;
 };

@@ -13,8 +13,6 @@ namespace ferry {
 
 namespace {
 
-int dir_index(TransferDirection d) { return d == TransferDirection::kToDevice ? 1 : 0; }
-
 // At most this many chunks per copy (a tiny topology.chunk_mb grows the chunk instead), so the
 // sequence numbers of the copies in flight stay far from wrapping onto each other.
 constexpr uint64_t kMaxChunksPerCopy = uint64_t{1} << 20;
@@ -45,17 +43,6 @@ void LinkGatekeeper::check() const {
   if (error_) std::rethrow_exception(error_);
 }
 
-void LinkGatekeeper::announce(const TransferRequest& request) {
-  std::lock_guard lock(mu_);
-  if (error_) std::rethrow_exception(error_);
-  lanes_[dir_index(request.direction)].announced = request;
-}
-
-void LinkGatekeeper::withdraw(TransferDirection direction) {
-  std::lock_guard lock(mu_);
-  lanes_[dir_index(direction)].announced.reset();
-}
-
 void LinkGatekeeper::bind(std::shared_ptr<GateSignals> signals) {
   std::lock_guard lock(mu_);
   if (signals_ || stopping_) return;  // bound once; a closed gatekeeper stays closed
@@ -63,14 +50,11 @@ void LinkGatekeeper::bind(std::shared_ptr<GateSignals> signals) {
   for (int d = 0; d < 2; ++d) lanes_[d].worker = std::thread([this, d] { run(d); });
 }
 
-GateTicket LinkGatekeeper::enqueue(bool to_device, uint64_t bytes) {
+GateTicket LinkGatekeeper::enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) {
   std::lock_guard lock(mu_);
   if (error_) std::rethrow_exception(error_);
   Lane& lane = lanes_[to_device ? 1 : 0];
-  auto& a = lane.announced;
-  if (!a || a->bytes != bytes) return {};  // not a scheduled transfer: not gated
-  const double deadline_s = a->deadline_s;
-  a.reset();
+  if (!deadline.scheduled) return {};  // not a scheduled transfer: not gated
   if (!ledger_ || !signals_ || stopping_ || bytes == 0) return {};
   const uint64_t chunk = std::max(options_.chunk_bytes, (bytes - 1) / kMaxChunksPerCopy + 1);
   GateTicket t;
@@ -78,7 +62,7 @@ GateTicket LinkGatekeeper::enqueue(bool to_device, uint64_t bytes) {
   t.chunks = static_cast<uint32_t>((bytes + chunk - 1) / chunk);
   t.chunk_bytes = chunk;
   lane.next_seq += t.chunks;
-  lane.queue.push_back(Copy{t.first_seq, t.chunks, bytes, chunk, deadline_s});
+  lane.queue.push_back(Copy{t.first_seq, t.chunks, bytes, chunk, deadline.deadline_s});
   cv_.notify_all();
   return t;
 }

@@ -1,5 +1,5 @@
 // The topology scheduler on real GPUs: a gated LinkArbiter whose CopyGate has two threads (one
-// per direction) hold each announced copy's chunks on the GPU's copy stream until the node's
+// per direction) hold each scheduled copy's chunks on the GPU's copy stream until the node's
 // link ledger grants them (least deadline slack first, across every local rank), and hold the
 // chunk's tokens until the GPU reports it moved (Note [Gating a GPU copy stream]). Invariant: per
 // direction, chunks are granted, opened and finished in enqueue order; a token taken is freed on
@@ -14,12 +14,10 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <vector>
 
 #include "device/copy_gate.h"
-#include "links/link_announcer.h"
 #include "links/link_arbiter.h"
 #include "links/link_ledger.h"
 
@@ -32,7 +30,8 @@ namespace ferry {
 // mapped host words, device/copy_gate.h). The gatekeeper, per direction and in enqueue order,
 // waits until the stream reaches a chunk (its arrival starts the copy's deadline clock, as the
 // CPU emulator's carry() does), asks the ledger for its tokens, opens its gate, waits for its
-// done word and frees the tokens. Copies nobody announced (inputs, parameters) are not gated.
+// done word and frees the tokens. Copies enqueued without a scheduled deadline (inputs,
+// parameters) are not gated.
 // Events that compute waits on are enqueued as before; they simply complete once the gated
 // chunks before them have moved.
 
@@ -68,14 +67,11 @@ class LinkGatekeeper : public LinkArbiter, public CopyGate {
   CopyGate* gate() override { return this; }
   const LinkGateOptions& options() const { return options_; }
 
-  // TransferAnnouncer. announce() rethrows a failure of the gatekeeper's threads.
-  void announce(const TransferRequest& request) override;
-  void withdraw(TransferDirection direction) override;
-
-  // CopyGate. bind() starts the threads. enqueue() gates an announced copy when a ledger is
-  // attached and the gatekeeper is running; it rethrows a failure of the threads.
+  // CopyGate. bind() starts the threads. enqueue() gates a copy whose deadline is scheduled when
+  // a ledger is attached and the gatekeeper is running; it rethrows a failure of the threads,
+  // whatever the copy.
   void bind(std::shared_ptr<GateSignals> signals) override;
-  GateTicket enqueue(bool to_device, uint64_t bytes) override;
+  GateTicket enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) override;
   void close() override;
 
   // Rethrows the first failure of a gatekeeper thread, if any.
@@ -94,7 +90,6 @@ class LinkGatekeeper : public LinkArbiter, public CopyGate {
   struct Lane {
     std::deque<Copy> queue;
     uint32_t next_seq = 1;
-    std::optional<TransferRequest> announced;
     std::thread worker;
   };
   struct Stopped {};  // thrown inside a thread when the gatekeeper closes

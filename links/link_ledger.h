@@ -1,10 +1,10 @@
 // The node-shared link ledger: one POSIX shared-memory block per job and node that every local
-// rank attaches, holding the node's emulated links, the copies in flight on them (a fluid model:
-// each link's bandwidth shared max-min fairly among the copies crossing it, advanced by whoever
-// touches the ledger), the topology scheduler's per-link-direction tokens and waiting claims, and
-// bytes per link per direction over time. Invariant: under the ledger's (robust, process-shared)
-// mutex the fluid state is advanced to `now` before it is read or changed, so no link-direction
-// ever carries more than its capacity in any interval.
+// rank attaches, holding the node's fluid model (links/fluid_model.h: the emulated links, the
+// copies in flight on them with each link's bandwidth shared max-min fairly, the topology
+// scheduler's per-link-direction tokens and waiting claims, and bytes per link per direction over
+// time), advanced on the node's clock by whoever touches the ledger. Invariant: under the
+// ledger's (robust, process-shared) mutex the fluid state is advanced to `now` before it is read
+// or changed, so no link-direction ever carries more than its capacity in any interval.
 #pragma once
 
 #include <cstdint>
@@ -13,23 +13,10 @@
 #include <vector>
 
 #include "common/error.h"
+#include "links/fluid_model.h"
 #include "links/link_share.h"
 
 namespace ferry {
-
-// What the ledger measured on one link.
-struct LinkUsage {
-  std::string name;
-  LinkCapacity capacity;         // emulated GB/s
-  double bytes[2] = {0, 0};      // [to host, to device] carried since the ledger was created
-  double peak_gbps[2] = {0, 0};  // the highest rate over any measurement bin
-  double bin_s = 0;              // the bin width the peak is measured over
-};
-
-// A link-arbitration failure: a token holder that stays silent past the timeout. Exit code 1.
-class LinkArbiterError : public Error {
-  using Error::Error;
-};
 
 struct LedgerOptions {
   double bin_s = 0.01;           // measurement bin of the bytes-over-time record
@@ -40,10 +27,10 @@ struct LedgerOptions {
 
 class LinkLedger {
  public:
-  static constexpr int kMaxLinks = 64;
-  static constexpr int kMaxPath = 8;
-  static constexpr int kMaxFlows = 128;
-  static constexpr int kMaxClaims = 256;
+  static constexpr int kMaxLinks = kFluidMaxLinks;
+  static constexpr int kMaxPath = kFluidMaxPath;
+  static constexpr int kMaxFlows = kFluidMaxFlows;
+  static constexpr int kMaxClaims = kFluidMaxClaims;
 
   // Creates the shared block `name` (from name_for()), which must not exist yet, with `links`,
   // after removing the blocks of this machine whose creators died (Note [Shared-memory names that
@@ -88,7 +75,7 @@ class LinkLedger {
   // through, so a copy thread that wakes late (or a rank that hangs) never holds a link. A copy
   // claims its next chunk while the current one moves (Note [Chunk pipelining] in
   // link_emulator.cc), so the hand-off between its chunks costs no link time.
-  // `held` (a real GPU's chunk, Note [Held chunks] in link_ledger.cc): the chunk keeps its tokens
+  // `held` (a real GPU's chunk, Note [Held chunks] in fluid_model.cc): the chunk keeps its tokens
   // after the fluid model has carried its bytes, until finish(); it is not waited on.
   uint64_t claim(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
                  const std::vector<int>& path, uint64_t bytes, double latest_start,
@@ -111,7 +98,7 @@ class LinkLedger {
   // Per-link measurements so far.
   std::vector<LinkUsage> usage() const;
 
-  struct Shared;  // the block's layout, private to link_ledger.cc
+  struct Shared;  // the block's layout, private to link_ledger*.cc (link_ledger_impl.h)
 
  private:
   LinkLedger(Shared* shared, const LedgerOptions& options) : s_(shared), options_(options) {}

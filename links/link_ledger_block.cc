@@ -8,14 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "links/fluid_model.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
 #include "links/shm_names.h"
@@ -70,15 +69,7 @@ std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
   Shared* s = map_block(fd, name);
   // The block is zero-filled by ftruncate; set what is not zero.
   s->version = kVersion;
-  s->n_links = static_cast<int32_t>(links.size());
-  s->bin_s = options.bin_s;
-  s->t_last = now();
-  s->next_id = 1;
-  for (size_t l = 0; l < links.size(); ++l) {
-    std::snprintf(s->links[l].name, sizeof(s->links[l].name), "%s", links[l].name.c_str());
-    s->links[l].capacity = links[l].capacity;
-    for (auto& b : s->bins[l]) std::fill(b.id, b.id + kBins, int64_t{-1});
-  }
+  FluidModel::init(s->fluid, links, options.bin_s, now());
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
   pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);

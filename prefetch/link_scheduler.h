@@ -1,6 +1,7 @@
 // When each offload or prefetch may start. The transfer engine asks its LinkScheduler around
 // every copy it issues; the scheduler may order the copy stream after other work (a link
-// token, another rank's transfer) before the copy and release what it took after it.
+// token, another rank's transfer) before the copy and release what it took after it, and gives
+// the deadline that travels with the copy to the device's copy arbiter (device/copy_deadline.h).
 // `fifo` issues every copy at once in request order: the copy streams alone serialise them.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "device/copy_deadline.h"
 #include "device/stream.h"
 #include "prefetch/transfer_direction.h"
 
@@ -32,6 +34,9 @@ class LinkScheduler {
   virtual void before_copy(const TransferRequest& request, Stream& copy_stream) = 0;
   // Called after the copy is enqueued on `copy_stream`.
   virtual void after_copy(const TransferRequest& request, Stream& copy_stream) = 0;
+  // The deadline the request's copy carries to the device (Device::copy_async). Unscheduled by
+  // default: the copy is never arbitrated.
+  virtual CopyDeadline deadline(const TransferRequest& /*request*/) const { return {}; }
 };
 
 // Oblivious: no ordering beyond the copy streams' own.

@@ -30,7 +30,7 @@ void TransferEngine::offload(ResidentTensor& tensor, const void* device_ptr, voi
   const TransferRequest request{TransferDirection::kToHost, tensor.name(), tensor.bytes(),
                                 deadline_step, deadline_s};
   Event* traced_end = begin(request, d2h, ready);
-  tensor.offload(device_ptr, host, d2h, ready);
+  tensor.offload(device_ptr, host, d2h, ready, scheduler_->deadline(request));
   end(request, d2h, traced_end);
 }
 
@@ -42,7 +42,7 @@ void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& r
   // A fetch of an in-flight offload waits for it; so does the trace's start mark.
   if (tracing_) tensor.order_after_offload(h2d);
   Event* traced_end = begin(request, h2d, ready);
-  tensor.prefetch(device_ptr, h2d, ready);
+  tensor.prefetch(device_ptr, h2d, ready, scheduler_->deadline(request));
   end(request, h2d, traced_end);
 }
 

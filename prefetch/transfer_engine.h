@@ -1,8 +1,8 @@
 // The transfer engine: issues a rank's offloads (device -> pinned host, on the device-to-host
 // stream) and prefetches (host -> device, on the host-to-device stream) through the residency
-// state machine, asking a LinkScheduler around each copy, and keeps per-step totals and,
-// when tracing, each copy's start and end events (Note [Life of an offloaded activation] in
-// trainer/exec/executor.h, steps 4 and 7).
+// state machine, asking a LinkScheduler around each copy and for the deadline the copy carries
+// to the device, and keeps per-step totals and, when tracing, each copy's start and end events
+// (Note [Life of an offloaded activation] in trainer/exec/executor.h, steps 4 and 7).
 #pragma once
 
 #include <cstdint>

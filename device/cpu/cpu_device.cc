@@ -78,13 +78,14 @@ std::string CpuDevice::name() const {
 
 Stream& CpuDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
 
-void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream,
+                           const CopyDeadline& deadline) {
   if (pacer_) {
     // The direction from the addresses: a copy into the device block goes to the device.
     const auto* d = static_cast<const std::byte*>(dst);
     const auto* base = static_cast<const std::byte*>(block_);
     const bool to_device = d >= base && d < base + options_.memory;
-    const uint64_t ticket = pacer_->enqueue(to_device, bytes);
+    const uint64_t ticket = pacer_->enqueue(to_device, bytes, deadline);
     std::shared_ptr<CopyPacer> pacer = pacer_;
     static_cast<CpuStream&>(stream).enqueue([dst, src, ticket, pacer] {
       pacer->carry(ticket, [dst, src](uint64_t offset, uint64_t length) {

@@ -39,7 +39,9 @@ class CpuDevice : public Device {
   // Every CPU event keeps its completion time.
   std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CpuEvent>(); }
   double elapsed_ms(Event& start, Event& end) override;
-  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  using Device::copy_async;
+  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream,
+                  const CopyDeadline& deadline) override;
   Kernels& kernels() override { return *kernels_; }
   void synchronize() override;
 

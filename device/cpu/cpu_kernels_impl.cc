@@ -44,6 +44,25 @@ dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memo
   return DNNL_CHECK(dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides));
 }
 
+std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& key,
+                                                 const dnnl::memory::desc& src,
+                                                 const dnnl::memory::desc& weights,
+                                                 const dnnl::memory::desc* bias,
+                                                 const dnnl::memory::desc& dst) {
+  return plans.plan<PrimitivePlan>(key, [&] {
+    PrimitivePlan plan(/*user_scratchpad=*/true);
+    const auto desc =
+        bias ? dnnl::matmul::desc(src, weights, *bias, dst) : dnnl::matmul::desc(src, weights, dst);
+    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, plan.attr(), cpu_engine()));
+    plan.add(DNNL_ARG_SRC, false, src, src);
+    plan.add(DNNL_ARG_WEIGHTS, false, weights, weights);
+    if (bias) plan.add(DNNL_ARG_BIAS, false, *bias, *bias);
+    plan.add(DNNL_ARG_DST, true, dst, dst);
+    plan.finish(DNNL_CHECK(dnnl::matmul(pd)), pd.scratchpad_desc());
+    return plan;
+  });
+}
+
 dnnl::primitive_attr PrimitivePlan::attr() const {
   dnnl::primitive_attr attr;
   DNNL_CHECK(attr.set_scratchpad_mode(user_scratchpad_ ? dnnl::scratchpad_mode::user

@@ -161,6 +161,15 @@ struct CpuKernels::Impl {
 dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims);
 dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides);
 
+// A cached oneDNN matmul on the caller's layouts (any strides, no reorders), user scratchpad:
+// dst (..., rows, cols) = src (..., rows, inner) * weights (..., inner, cols) [+ bias (1, cols)],
+// with up to two leading batch dimensions.
+std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& key,
+                                                 const dnnl::memory::desc& src,
+                                                 const dnnl::memory::desc& weights,
+                                                 const dnnl::memory::desc* bias,
+                                                 const dnnl::memory::desc& dst);
+
 // ---- the kernel families (kernels_*.cc) -------------------------------------------------------
 // workspace(): bytes of args.ws the kernel needs; run(): runs it now on the calling thread.
 
@@ -206,7 +215,7 @@ void run(PlanCache& plans, const ClipByNorm& a);
 void run(PlanCache& plans, const SgdUpdate& a);
 void run(PlanCache& plans, const AdamWUpdate& a);
 
-// kernels_transformer.cc
+// kernels_transformer.cc (attention: kernels_attention.cc)
 void run(PlanCache& plans, const EmbeddingForward& a);
 void run(PlanCache& plans, const EmbeddingBackward& a);
 void run(PlanCache& plans, const LayerNormForward& a);

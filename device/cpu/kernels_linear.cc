@@ -1,5 +1,6 @@
 // Fully connected layers on oneDNN matmul over the caller's row-major matrices (transposes are
-// strided views, no copies); the bias gradient is a fixed-order column sum.
+// strided views, no copies, for either weight layout); the bias gradient is a fixed-order column
+// sum.
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
@@ -11,35 +12,15 @@ namespace {
 enum LinearPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
 
 PlanKey key(LinearPass pass, const LinearGeom& g, bool bias) {
-  return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias});
-}
-
-// dst (rows, cols) = src (rows, inner) * weights (inner, cols) [+ bias (1, cols)], each given as
-// dims and strides.
-std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& k,
-                                                 const dnnl::memory::desc& src,
-                                                 const dnnl::memory::desc& weights,
-                                                 const dnnl::memory::desc* bias,
-                                                 const dnnl::memory::desc& dst) {
-  return plans.plan<PrimitivePlan>(k, [&] {
-    PrimitivePlan plan(/*user_scratchpad=*/true);
-    const auto desc =
-        bias ? dnnl::matmul::desc(src, weights, *bias, dst) : dnnl::matmul::desc(src, weights, dst);
-    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, plan.attr(), cpu_engine()));
-    plan.add(DNNL_ARG_SRC, false, src, src);
-    plan.add(DNNL_ARG_WEIGHTS, false, weights, weights);
-    if (bias) plan.add(DNNL_ARG_BIAS, false, *bias, *bias);
-    plan.add(DNNL_ARG_DST, true, dst, dst);
-    plan.finish(DNNL_CHECK(dnnl::matmul(pd)), pd.scratchpad_desc());
-    return plan;
-  });
+  return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias, g.weight_in_out});
 }
 
 std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g,
                                                   bool bias) {
   check_linear_geom(g, "linear_forward");
   const auto x = plain_desc({g.m, g.k});
-  const auto w_t = strided_desc({g.k, g.n}, {1, g.k});  // w (N, K) viewed as (K, N)
+  // w^T (K, N): Conv1D's w as stored, or nn.Linear's w (N, K) viewed transposed.
+  const auto w_t = g.weight_in_out ? plain_desc({g.k, g.n}) : strided_desc({g.k, g.n}, {1, g.k});
   const auto b = plain_desc({1, g.n});
   const auto y = plain_desc({g.m, g.n});
   return matmul_plan(plans, key(kForward, g, bias), x, w_t, bias ? &b : nullptr, y);
@@ -47,12 +28,18 @@ std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const Linear
 
 std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const LinearGeom& g) {
   check_linear_geom(g, "linear_backward_data");
-  return matmul_plan(plans, key(kBackwardData, g, false), plain_desc({g.m, g.n}),
-                     plain_desc({g.n, g.k}), nullptr, plain_desc({g.m, g.k}));
+  // w (N, K): nn.Linear's as stored, or Conv1D's (K, N) viewed transposed.
+  const auto w = g.weight_in_out ? strided_desc({g.n, g.k}, {1, g.n}) : plain_desc({g.n, g.k});
+  return matmul_plan(plans, key(kBackwardData, g, false), plain_desc({g.m, g.n}), w, nullptr,
+                     plain_desc({g.m, g.k}));
 }
 
 std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const LinearGeom& g) {
   check_linear_geom(g, "linear_backward_weights");
+  if (g.weight_in_out) {  // dw (K, N) = x^T dy, x (M, K) viewed as (K, M)
+    return matmul_plan(plans, key(kBackwardWeights, g, false), strided_desc({g.k, g.m}, {1, g.k}),
+                       plain_desc({g.m, g.n}), nullptr, plain_desc({g.k, g.n}));
+  }
   const auto dy_t = strided_desc({g.n, g.m}, {1, g.n});  // dy (M, N) viewed as (N, M)
   return matmul_plan(plans, key(kBackwardWeights, g, false), dy_t, plain_desc({g.m, g.k}), nullptr,
                      plain_desc({g.n, g.k}));
@@ -100,8 +87,10 @@ void run(PlanCache& plans, const LinearBackwardData& a) {
 
 void run(PlanCache& plans, const LinearBackwardWeights& a) {
   const LinearGeom& g = a.g;
+  const void* src = g.weight_in_out ? a.x : a.dy;
+  const void* weights = g.weight_in_out ? a.dy : a.x;
   backward_weights_plan(plans, g)->execute(
-      {{DNNL_ARG_SRC, a.dy}, {DNNL_ARG_WEIGHTS, a.x}, {DNNL_ARG_DST, a.dw}}, a.ws,
+      {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, a.dw}}, a.ws,
       "linear_backward_weights");
   if (a.dbias == nullptr) return;
   constexpr int64_t kBlock = 256;  // columns per work item

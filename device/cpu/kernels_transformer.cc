@@ -1,28 +1,226 @@
-// Transformer kernels on the CPU: embedding, layer norm, GELU, the attention core, and the
-// gradient-clipping reductions. (Being written: until then each refuses to run.)
-#include "common/error.h"
+// Transformer kernels on the CPU: GPT-2's embedding, layer norm and GELU as plain loops (the
+// attention core is in kernels_attention.cc; the gradient-clipping reductions in kernels_optim.cc).
+// Every sum runs inside one work item in a fixed order, so results do not depend on the threads.
+#include <cmath>
+#include <vector>
+
 #include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/parallel.h"
+#include "device/cpu/simd.h"
+#include "device/cpu/vec_math.h"
+#include "device/kernel_checks.h"
 
 namespace ferry::cpu {
 namespace {
 
-template <typename Args>
-[[noreturn]] void not_yet(const Args& a) {
-  throw UnsupportedError(std::string(kernel_name(KernelArgs(a))) + " is not written yet on the CPU",
-                         "use a model without transformer layers");
+// ---- embedding ----
+
+FERRY_SIMD_CLONES void add_rows(const float* a, const float* b, float* y, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) y[i] = a[i] + b[i];
+}
+
+FERRY_SIMD_CLONES void accumulate_row(const float* x, float* y, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) y[i] += x[i];
+}
+
+FERRY_SIMD_CLONES void zero_row(float* y, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) y[i] = 0.0f;
+}
+
+// ---- layer norm ----
+// Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order; float64 for the
+// statistics) added by a pairwise tree: a fixed order that vectorizes.
+
+constexpr int kLanes = 16;
+
+template <typename T>
+T lane_total(T* lanes) {
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
+// mean and rstd of one row of c values.
+FERRY_SIMD_CLONES void row_stats(const float* x, int64_t c, float eps, float* mean, float* rstd) {
+  double lanes[kLanes] = {};
+  const int64_t body = c / kLanes * kLanes;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(x[i + l]);
+  }
+  for (int64_t i = body; i < c; ++i) lanes[i - body] += static_cast<double>(x[i]);
+  const double m = lane_total(lanes) / static_cast<double>(c);
+  for (double& l : lanes) l = 0.0;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = static_cast<double>(x[i + l]) - m;
+      lanes[l] += d * d;
+    }
+  }
+  for (int64_t i = body; i < c; ++i) {
+    const double d = static_cast<double>(x[i]) - m;
+    lanes[i - body] += d * d;
+  }
+  const double var = lane_total(lanes) / static_cast<double>(c);
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+}
+
+FERRY_SIMD_CLONES void normalize_row(const float* x, const float* gamma, const float* beta,
+                                     int64_t c, float mean, float rstd, float* y) {
+  for (int64_t i = 0; i < c; ++i) y[i] = (x[i] - mean) * rstd * gamma[i] + beta[i];
+}
+
+// Note [Layer norm's gradient order]
+// dgamma and dbeta are summed per block of kLayerNormBlockRows rows (in row order, in float, one
+// work item per block, fused with dx), then the blocks' partial sums are added in block order in
+// float64: an order fixed by the shape, so the bits do not depend on the threads. A row's two
+// sums for dx use float lanes (as PyTorch's vectorized loops do).
+constexpr int64_t kLayerNormBlockRows = 32;
+
+// One row's gradients: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, and
+// dy * xhat, dy added to the block's partial sums pg, pb. dx may be dy.
+FERRY_SIMD_CLONES void layer_norm_backward_row(const float* x, const float* dy, const float* gamma,
+                                               int64_t c, float mean, float rstd, float* dx,
+                                               float* __restrict pg, float* __restrict pb) {
+  float sum_g[kLanes] = {}, sum_gx[kLanes] = {};
+  auto add = [&](int64_t i, int l) {
+    const float g = dy[i] * gamma[i];
+    const float xhat = (x[i] - mean) * rstd;
+    sum_g[l] += g;
+    sum_gx[l] += g * xhat;
+  };
+  const int64_t body = c / kLanes * kLanes;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) add(i + l, l);
+  }
+  for (int64_t i = body; i < c; ++i) add(i, static_cast<int>(i - body));
+  const float mg = lane_total(sum_g) / static_cast<float>(c);
+  const float mgx = lane_total(sum_gx) / static_cast<float>(c);
+  for (int64_t i = 0; i < c; ++i) {
+    const float d = dy[i];
+    const float xhat = (x[i] - mean) * rstd;
+    pg[i] += d * xhat;
+    pb[i] += d;
+    dx[i] = rstd * (d * gamma[i] - mg - xhat * mgx);
+  }
+}
+
+// out[j] = float(sum over blocks b, in order, of partial[b * stride + j]) for j < c.
+FERRY_SIMD_CLONES void sum_blocks(const float* partial, int64_t blocks, int64_t stride, int64_t c,
+                                  double* acc, float* out) {
+  for (int64_t j = 0; j < c; ++j) acc[j] = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t j = 0; j < c; ++j) acc[j] += static_cast<double>(partial[b * stride + j]);
+  }
+  for (int64_t j = 0; j < c; ++j) out[j] = static_cast<float>(acc[j]);
+}
+
+// ---- GELU (tanh approximation), PyTorch's formulas ----
+
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+FERRY_SIMD_CLONES void gelu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float inner = kGeluBeta * (v + kGeluKappa * (v * v * v));
+    y[i] = 0.5f * v * (1.0f + tanh_approx(inner));
+  }
+}
+
+FERRY_SIMD_CLONES void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float v2 = v * v;
+    const float t = tanh_approx(kGeluBeta * (v + kGeluKappa * (v2 * v)));
+    const float left_derivative = 0.5f * (1.0f + t);
+    const float right_derivative =
+        0.5f * v * (1.0f - t * t) * (kGeluBeta * (1.0f + 3.0f * kGeluKappa * v2));
+    dx[i] = dy[i] * (left_derivative + right_derivative);
+  }
 }
 
 }  // namespace
 
-void run(PlanCache&, const EmbeddingForward& a) { not_yet(a); }
-void run(PlanCache&, const EmbeddingBackward& a) { not_yet(a); }
-void run(PlanCache&, const LayerNormForward& a) { not_yet(a); }
-void run(PlanCache&, const LayerNormBackward& a) { not_yet(a); }
-void run(PlanCache&, const GeluForward& a) { not_yet(a); }
-void run(PlanCache&, const GeluBackward& a) { not_yet(a); }
-uint64_t workspace(PlanCache&, const AttentionForward&) { return 0; }
-uint64_t workspace(PlanCache&, const AttentionBackward&) { return 0; }
-void run(PlanCache&, const AttentionForward& a) { not_yet(a); }
-void run(PlanCache&, const AttentionBackward& a) { not_yet(a); }
+void run(PlanCache&, const EmbeddingForward& a) {
+  check_embedding_forward(a);
+  parallel_items(a.n * a.t, a.n * a.t * a.c, [&](int64_t row) {
+    const int64_t t = row % a.t;
+    add_rows(a.wte + static_cast<int64_t>(a.tokens[row]) * a.c, a.wpe + t * a.c, a.y + row * a.c,
+             a.c);
+  });
+}
+
+void run(PlanCache&, const EmbeddingBackward& a) {
+  check_embedding_backward(a);
+  const int64_t rows = a.n * a.t, c = a.c;
+  // The positions of each token, in increasing (n, t) order (a counting sort).
+  std::vector<int64_t> start(a.vocab + 1, 0), positions(rows);
+  for (int64_t r = 0; r < rows; ++r) ++start[a.tokens[r] + 1];
+  for (int64_t v = 0; v < a.vocab; ++v) start[v + 1] += start[v];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t r = 0; r < rows; ++r) positions[next[a.tokens[r]]++] = r;
+  }
+  parallel_items(a.vocab, rows * c + (a.accumulate_wte ? 0 : a.vocab * c), [&](int64_t v) {
+    float* out = a.dwte + v * c;
+    const int64_t b = start[v], e = start[v + 1];
+    // Each dy row is added onto the row in (n, t) order, from 0 or (accumulating) from what the
+    // tied head wrote: the CUDA kernel's order too.
+    if (!a.accumulate_wte) zero_row(out, c);
+    for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, out, c);
+  });
+  parallel_items(a.context, a.n * a.t * c, [&](int64_t t) {
+    float* out = a.dwpe + t * c;
+    zero_row(out, c);
+    if (t >= a.t) return;
+    for (int64_t n = 0; n < a.n; ++n) accumulate_row(a.dy + (n * a.t + t) * c, out, c);
+  });
+}
+
+void run(PlanCache&, const LayerNormForward& a) {
+  check_layer_norm_forward(a);
+  const int64_t c = a.g.c;
+  parallel_items(a.g.rows, a.g.rows * c * 3, [&](int64_t r) {
+    row_stats(a.x + r * c, c, a.g.eps, &a.mean[r], &a.rstd[r]);
+    normalize_row(a.x + r * c, a.gamma, a.beta, c, a.mean[r], a.rstd[r], a.y + r * c);
+  });
+}
+
+void run(PlanCache&, const LayerNormBackward& a) {
+  check_layer_norm_backward(a);
+  const int64_t rows = a.g.rows, c = a.g.c;
+  const int64_t blocks = (rows + kLayerNormBlockRows - 1) / kLayerNormBlockRows;
+  // Per block: dgamma's partial sums, then dbeta's (Note [Layer norm's gradient order]).
+  // (The vector is this thread's; the workers see its data through `base`.)
+  thread_local std::vector<float> partial;
+  thread_local std::vector<double> acc;
+  partial.assign(blocks * 2 * c, 0.0f);
+  acc.resize(c);
+  float* base = partial.data();
+  parallel_items(blocks, rows * c * 4, [&](int64_t b) {
+    float* pg = base + b * 2 * c;
+    for (int64_t r = b * kLayerNormBlockRows; r < std::min(rows, (b + 1) * kLayerNormBlockRows);
+         ++r) {
+      layer_norm_backward_row(a.x + r * c, a.dy + r * c, a.gamma, c, a.mean[r], a.rstd[r],
+                              a.dx + r * c, pg, pg + c);
+    }
+  });
+  sum_blocks(base, blocks, 2 * c, c, acc.data(), a.dgamma);
+  sum_blocks(base + c, blocks, 2 * c, c, acc.data(), a.dbeta);
+}
+
+void run(PlanCache&, const GeluForward& a) {
+  check_gelu_forward(a);
+  parallel_chunks(a.n, kParallelGrain / 4,
+                  [&](int64_t b, int64_t e) { gelu(a.x + b, a.y + b, e - b); });
+}
+
+void run(PlanCache&, const GeluBackward& a) {
+  check_gelu_backward(a);
+  parallel_chunks(a.n, kParallelGrain / 4,
+                  [&](int64_t b, int64_t e) { gelu_grad(a.x + b, a.dy + b, a.dx + b, e - b); });
+}
 
 }  // namespace ferry::cpu

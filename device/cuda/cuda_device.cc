@@ -221,13 +221,15 @@ double CudaDevice::elapsed_ms(Event& start, Event& end) {
   return ferry::cuda::elapsed_ms(as_cuda(start), as_cuda(end));
 }
 
-void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
+void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream,
+                            const CopyDeadline& deadline) {
   if (bytes == 0) return;
   CudaStream& cuda = as_cuda(stream);
   use_device(ordinal_);
   if (gated_ &&
       (cuda.kind() == StreamKind::kDeviceToHost || cuda.kind() == StreamKind::kHostToDevice)) {
-    gated_->copy(dst, src, bytes, cuda.kind() == StreamKind::kHostToDevice, cuda.handle());
+    gated_->copy(dst, src, bytes, cuda.kind() == StreamKind::kHostToDevice, cuda.handle(),
+                 deadline);
     return;
   }
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda.handle()));

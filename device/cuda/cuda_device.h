@@ -78,8 +78,10 @@ class CudaDevice : public Device {
   // cudaMemcpyAsync(cudaMemcpyDefault) on `stream`, a stream of this device. Host memory must
   // be pinned (pinned()) for the copy to be asynchronous. With a gating arbiter
   // (DeviceOptions::arbiter), a copy on a copy stream the gate chooses is chunked, each chunk held
-  // until its gate opens.
-  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  // until its gate opens; the gate decides by the copy's `deadline`.
+  using Device::copy_async;
+  void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream,
+                  const CopyDeadline& deadline) override;
   Kernels& kernels() override { return kernels_; }
   // cudaStreamSynchronize on each of the four streams.
   void synchronize() override;

@@ -101,8 +101,8 @@ GatedCopies::~GatedCopies() {
 }
 
 void GatedCopies::copy(void* dst, const void* src, uint64_t bytes, bool to_device,
-                       cudaStream_t stream) {
-  const GateTicket t = gate_->enqueue(to_device, bytes);
+                       cudaStream_t stream, const CopyDeadline& deadline) {
+  const GateTicket t = gate_->enqueue(to_device, bytes, deadline);
   if (t.chunks == 0) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
     return;

@@ -28,8 +28,9 @@ class GatedCopies {
   GatedCopies& operator=(const GatedCopies&) = delete;
 
   // Enqueues a copy of `bytes` on `stream` (the copy stream of its direction): chunked and gated
-  // when the gate says so, one cudaMemcpyAsync otherwise.
-  void copy(void* dst, const void* src, uint64_t bytes, bool to_device, cudaStream_t stream);
+  // when the gate says so for its `deadline`, one cudaMemcpyAsync otherwise.
+  void copy(void* dst, const void* src, uint64_t bytes, bool to_device, cudaStream_t stream,
+            const CopyDeadline& deadline);
 
  private:
   int ordinal_;

@@ -1,7 +1,8 @@
 // make_link_arbiter: the arbiter a device's copy protocol needs (Note [One hook, two protocols]
 // in device/copy_arbiter.h): the emulator for paced copies that emulate a server's link, the
 // gatekeeper for gated copies under arbitration, none otherwise, and a refusal for gated copies
-// whose path the topology does not show.
+// whose path the topology does not show; and the topology scheduler's deadline, which travels
+// with each copy to that arbiter.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +11,7 @@
 #include "links/link_arbiter.h"
 #include "links/link_emulator.h"
 #include "links/link_gatekeeper.h"
+#include "links/topology_scheduler.h"
 
 namespace ferry {
 namespace {
@@ -80,6 +82,17 @@ TEST(MakeLinkArbiter, GatedCopiesWithoutAPathAreRefusedNamingTheTopology) {
   o = options(false, true);
   o.link_gbps = 0;
   EXPECT_THROW(make_link_arbiter(CopyArbitration::kGated, o), ConfigError);
+}
+
+TEST(TopologyLinkScheduler, SchedulesEveryCopyWithItsPlannedSeconds) {
+  TopologyLinkScheduler topology;
+  EXPECT_EQ(topology.name(), "topology");
+  const CopyDeadline d =
+      topology.deadline(TransferRequest{TransferDirection::kToDevice, "conv1", 4096, 7, 0.125});
+  EXPECT_TRUE(d.scheduled);
+  EXPECT_DOUBLE_EQ(d.deadline_s, 0.125);
+  // A request without a known time is still scheduled: its chunks go as soon as they may.
+  EXPECT_TRUE(topology.deadline(TransferRequest{}).scheduled);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // The CPU link emulator in one process, without mpirun: several ranks' emulators on one ledger.
 // Every byte of a copy goes through move() exactly once and in order (whole, or in chunks when
-// the topology scheduler announced it); the ledger accounts each copy on exactly the links of
-// its rank's path and direction; a copy never beats its link's rate; the copy with less slack
-// takes a shared link first; a move that throws gives back its tokens and queued claims.
-// Times are only checked from below (a copy cannot be faster than its rate), never from above.
+// it carries a scheduled deadline from the topology scheduler); the ledger accounts each copy on
+// exactly the links of its rank's path and direction; a copy never beats its link's rate; the
+// copy with less slack takes a shared link first; a move that throws gives back its tokens and
+// queued claims. Times are only checked from below (a copy cannot be faster than its rate),
+// never from above.
 #include "links/link_emulator.h"
 
 #include <algorithm>
@@ -45,11 +46,11 @@ LinkEmulationOptions rank_options(int rank, bool arbitrate, uint64_t chunk_bytes
   return o;
 }
 
-// A copy nobody announced (an input, a parameter): the pieces move() was given.
+// A copy without a schedule (an input, a parameter): the pieces move() was given.
 Pieces carry(LinkEmulator& e, TransferDirection d, uint64_t bytes,
              const std::function<void(uint64_t, uint64_t)>& also = nullptr) {
   Pieces pieces;
-  const uint64_t ticket = e.enqueue(d == kD, bytes);
+  const uint64_t ticket = e.enqueue(d == kD, bytes, CopyDeadline{});
   e.carry(ticket, [&](uint64_t offset, uint64_t length) {
     pieces.emplace_back(offset, length);
     if (also) also(offset, length);
@@ -58,17 +59,10 @@ Pieces carry(LinkEmulator& e, TransferDirection d, uint64_t bytes,
 }
 
 // The one place that says how a copy the topology scheduler planned reaches the emulator with
-// its deadline (seconds from the copy's start): the scheduler's announcement before the enqueue.
+// its deadline (seconds from the copy's start): the deadline travels with the enqueue.
 uint64_t enqueue_scheduled(LinkEmulator& e, TransferDirection d, uint64_t bytes,
                            double deadline_s) {
-  TransferRequest r;
-  r.direction = d;
-  r.bytes = bytes;
-  r.deadline_s = deadline_s;
-  e.announce(r);
-  const uint64_t ticket = e.enqueue(d == kD, bytes);
-  e.withdraw(d);
-  return ticket;
+  return e.enqueue(d == kD, bytes, CopyDeadline{true, deadline_s});
 }
 
 Pieces carry_scheduled(LinkEmulator& e, TransferDirection d, uint64_t bytes, double deadline_s,
@@ -107,7 +101,7 @@ TEST_F(LinkEmulatorTest, WithoutALedgerACopyMovesWholeAtTheSoloRate) {
   LinkEmulator e(o);
   EXPECT_EQ(e.ledger(), nullptr);
   const auto start = std::chrono::steady_clock::now();
-  // Announced or not, a copy before the ledger is attached is one piece.
+  // Scheduled or not, a copy before the ledger is attached is one piece.
   EXPECT_EQ(carry_scheduled(e, kH, 2'000'000, 1.0), (Pieces{{0, 2'000'000}}));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -135,38 +129,32 @@ TEST_F(LinkEmulatorTest, ACopyIsAccountedOnItsPathAndDirectionAndNeverBeatsTheLi
   EXPECT_EQ(bytes_on(*ledger, 1, kD), 0);
 }
 
-TEST_F(LinkEmulatorTest, AnAnnouncedCopyMovesInChunksAndOnlyThatCopy) {
+TEST_F(LinkEmulatorTest, AScheduledCopyMovesInChunksAndOnlyThatCopy) {
   auto ledger = make(1.0);  // 1 GB/s: these copies take a millisecond or two
   LinkEmulator e(rank_options(0, /*arbitrate=*/true, 300'000));
   e.attach(ledger);
   EXPECT_EQ(carry_scheduled(e, kH, 1'000'000, 1.0), chunks(1'000'000, 300'000));
   EXPECT_NEAR(bytes_on(*ledger, 0, kH), 1e6, 1);
   EXPECT_NEAR(bytes_on(*ledger, 2, kH), 1e6, 1);
-  // Not announced: whole.
+  // Not scheduled: whole.
   EXPECT_EQ(carry(e, kH, 1'000'000), (Pieces{{0, 1'000'000}}));
-  // Announced for another size, or for the other direction: the copy is not the one announced.
-  TransferRequest r;
-  r.direction = kH;
-  r.bytes = 999'999;
-  r.deadline_s = 1;
-  e.announce(r);
+  // The copies enqueued after a scheduled one, of its size, in either direction, do not take its
+  // deadline: it stays with the copy it came with, however late that copy is carried.
+  const uint64_t first = enqueue_scheduled(e, kH, 1'000'000, 1.0);
   EXPECT_EQ(carry(e, kH, 1'000'000), (Pieces{{0, 1'000'000}}));
-  r.bytes = 1'000'000;
-  e.announce(r);
   EXPECT_EQ(carry(e, kD, 1'000'000), (Pieces{{0, 1'000'000}}));
-  // The announcement still waiting above is taken by the next to-host copy of its size, once.
-  const uint64_t first = e.enqueue(false, 1'000'000);
-  const uint64_t second = e.enqueue(false, 1'000'000);
+  const uint64_t second = e.enqueue(false, 1'000'000, CopyDeadline{});
   Pieces a, b;
   e.carry(first, [&](uint64_t o, uint64_t n) { a.emplace_back(o, n); });
   e.carry(second, [&](uint64_t o, uint64_t n) { b.emplace_back(o, n); });
   EXPECT_EQ(a, chunks(1'000'000, 300'000));
   EXPECT_EQ(b, (Pieces{{0, 1'000'000}}));
-  // Withdrawn before its copy: whole.
-  e.announce(r);
-  e.withdraw(kH);
-  EXPECT_EQ(carry(e, kH, 1'000'000), (Pieces{{0, 1'000'000}}));
-  // Without arbitration (the fifo scheduler) an announced copy is whole too.
+  // A deadline that is not scheduled (a planned time the fifo scheduler ignores): whole.
+  const uint64_t unscheduled = e.enqueue(false, 1'000'000, CopyDeadline{false, 1.0});
+  Pieces c;
+  e.carry(unscheduled, [&](uint64_t o, uint64_t n) { c.emplace_back(o, n); });
+  EXPECT_EQ(c, (Pieces{{0, 1'000'000}}));
+  // Without arbitration (the fifo scheduler) a scheduled copy is whole too.
   LinkEmulator fifo(rank_options(1, /*arbitrate=*/false, 300'000));
   fifo.attach(ledger);
   EXPECT_EQ(carry_scheduled(fifo, kD, 1'000'000, 1.0), (Pieces{{0, 1'000'000}}));

@@ -115,10 +115,11 @@ class FakeDevice {
     synchronize();
     gate_->close();
   }
-  void copy_async(void* dst, const void* src, uint64_t bytes, bool to_device) {
+  void copy_async(void* dst, const void* src, uint64_t bytes, bool to_device,
+                  const CopyDeadline& deadline = {}) {
     const int d = to_device ? 1 : 0;
     FakeStream& s = streams_[d];
-    const GateTicket t = gate_->enqueue(to_device, bytes);
+    const GateTicket t = gate_->enqueue(to_device, bytes, deadline);
     if (t.chunks == 0) {
       s.enqueue([=] { std::memcpy(dst, src, bytes); });
       return;
@@ -202,9 +203,8 @@ uint64_t finished_after_catch_up(const LinkGatekeeper& g, uint64_t want) {
   return g.chunks_finished();
 }
 
-TransferRequest request(TransferDirection d, uint64_t bytes, double deadline_s = 0.01) {
-  return TransferRequest{d, "t", bytes, 1, deadline_s};
-}
+// The deadline the topology scheduler gives an offload or prefetch.
+CopyDeadline scheduled(double deadline_s = 0.01) { return CopyDeadline{true, deadline_s}; }
 
 std::vector<char> pattern(size_t n, int seed) {
   std::vector<char> v(n);
@@ -239,18 +239,12 @@ TEST_F(Gatekeeper, OpensEveryChunkInOrderAndTheDataLands) {
     back[i].assign(sizes[i], 0);
     chunks += static_cast<uint32_t>((sizes[i] + 999) / 1000);
   }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    gate->announce(request(TransferDirection::kToHost, sizes[i]));
-    dev.copy_async(host[i].data(), src[i].data(), sizes[i], false);
-    gate->withdraw(TransferDirection::kToHost);
-  }
+  for (size_t i = 0; i < sizes.size(); ++i)
+    dev.copy_async(host[i].data(), src[i].data(), sizes[i], false, scheduled());
   dev.synchronize();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    gate->announce(request(TransferDirection::kToDevice, sizes[i]));
-    dev.copy_async(back[i].data(), host[i].data(), sizes[i], true);
-    gate->withdraw(TransferDirection::kToDevice);
-  }
-  // An unannounced copy (an input) is not gated.
+  for (size_t i = 0; i < sizes.size(); ++i)
+    dev.copy_async(back[i].data(), host[i].data(), sizes[i], true, scheduled());
+  // An unscheduled copy (an input) is not gated.
   std::vector<char> input = pattern(5000, 9), input_dst(5000, 0);
   dev.copy_async(input_dst.data(), input.data(), input.size(), true);
   dev.synchronize();
@@ -291,10 +285,8 @@ TEST_F(Gatekeeper, TwoRanksOnOneUplinkNeverMoveChunksAtOnce) {
     std::vector<char> a = pattern(n, 1), b = pattern(n, 2), ha(n), hb(n), da(n), db(n);
     for (auto [g, dev, src, host, dst] :
          {std::tuple{g0, &d0, &a, &ha, &da}, std::tuple{g1, &d1, &b, &hb, &db}}) {
-      g->announce(request(TransferDirection::kToHost, n));
-      dev->copy_async(host->data(), src->data(), n, false);
-      g->announce(request(TransferDirection::kToDevice, n));
-      dev->copy_async(dst->data(), src->data(), n, true);
+      dev->copy_async(host->data(), src->data(), n, false, scheduled());
+      dev->copy_async(dst->data(), src->data(), n, true, scheduled());
     }
     d0.synchronize();
     d1.synchronize();
@@ -318,8 +310,7 @@ TEST_F(Gatekeeper, ClosingOpensEveryGateSoTheStreamDrains) {
   });
   const uint64_t n = 5000;
   std::vector<char> src = pattern(n, 3), dst(n, 0);
-  gate->announce(request(TransferDirection::kToHost, n));
-  dev.copy_async(dst.data(), src.data(), n, false);
+  dev.copy_async(dst.data(), src.data(), n, false, scheduled());
   std::this_thread::sleep_for(5ms);
   gate->close();  // the gatekeeper stops while no chunk has arrived
   hold = false;
@@ -328,8 +319,7 @@ TEST_F(Gatekeeper, ClosingOpensEveryGateSoTheStreamDrains) {
   EXPECT_EQ(gate->chunks_finished(), 0u);
   // Closed: later copies are not gated, and no token was left behind.
   std::vector<char> dst2(n, 0);
-  gate->announce(request(TransferDirection::kToHost, n));
-  dev.copy_async(dst2.data(), src.data(), n, false);
+  dev.copy_async(dst2.data(), src.data(), n, false, scheduled());
   dev.synchronize();
   EXPECT_EQ(dst2, src);
   EXPECT_TRUE(uplink_free(TransferDirection::kToHost));
@@ -348,8 +338,7 @@ TEST_F(Gatekeeper, ADeviceFailureFreesTheTokenOpensTheGatesAndEndsTheJob) {
   };
   const uint64_t n = 3000;
   std::vector<char> src = pattern(n, 4), dst(n, 0);
-  gate->announce(request(TransferDirection::kToHost, n));
-  dev.copy_async(dst.data(), src.data(), n, false);
+  dev.copy_async(dst.data(), src.data(), n, false, scheduled());
   while (!in_chunk) std::this_thread::sleep_for(100us);
   // The first chunk is granted and moving: its token is held.
   EXPECT_FALSE(uplink_free(TransferDirection::kToHost, 0.05));
@@ -365,8 +354,8 @@ TEST_F(Gatekeeper, ADeviceFailureFreesTheTokenOpensTheGatesAndEndsTheJob) {
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_THROW(gate->check(), LibraryError);
-  EXPECT_THROW(gate->enqueue(false, n), LibraryError);
-  EXPECT_THROW(gate->announce(request(TransferDirection::kToHost, n)), LibraryError);
+  EXPECT_THROW(gate->enqueue(false, n, CopyDeadline{}), LibraryError);
+  EXPECT_THROW(gate->enqueue(false, n, scheduled()), LibraryError);
   stall = false;
   dev.synchronize();  // the remaining chunks' gates are open
   EXPECT_EQ(dst, src);

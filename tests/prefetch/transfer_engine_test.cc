@@ -1,8 +1,14 @@
 // The transfer engine: copies go through the link scheduler's hooks in request order, totals
-// are kept, and traced copies carry start and end events that bracket the copy.
+// are kept, traced copies carry start and end events that bracket the copy, and each copy hands
+// the scheduler's deadline to the device's copy arbiter with the copy itself.
 #include "prefetch/transfer_engine.h"
 
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -70,6 +76,73 @@ TEST(TransferEngine, CopiesGoThroughTheSchedulerAndAreCountedAndTraced) {
 TEST(TransferEngine, FifoIsTheDefaultObliviousScheduler) {
   FifoLinkScheduler fifo;
   EXPECT_EQ(fifo.name(), "fifo");
+  EXPECT_FALSE(
+      fifo.deadline(TransferRequest{TransferDirection::kToHost, "t", 1, 2, 0.5}).scheduled);
+}
+
+// A scheduler that schedules every copy at three times its planned seconds (to tell them apart).
+class StretchingScheduler : public FifoLinkScheduler {
+ public:
+  CopyDeadline deadline(const TransferRequest& r) const override {
+    return CopyDeadline{true, 3 * r.deadline_s};
+  }
+};
+
+// A pacing arbiter that records the deadline each copy arrives with.
+class DeadlineRecorder : public CopyArbiter, public CopyPacer {
+ public:
+  CopyPacer* pacer() override { return this; }
+  uint64_t enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) override {
+    std::lock_guard lock(mu_);
+    seen_.push_back({to_device, bytes, deadline.scheduled, deadline.deadline_s});
+    return 1;
+  }
+  void carry(uint64_t, const std::function<void(uint64_t, uint64_t)>&) override {}
+  struct Seen {
+    bool to_device;
+    uint64_t bytes;
+    bool scheduled;
+    double deadline_s;
+  };
+  std::vector<Seen> seen() {
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Seen> seen_;
+};
+
+TEST(TransferEngine, EachCopyCarriesItsSchedulersDeadlineToTheArbiter) {
+  auto recorder = std::make_shared<DeadlineRecorder>();
+  DeviceOptions o;
+  o.memory = 1 << 20;
+  o.arbiter = recorder;
+  auto device = create_device(o);
+  constexpr uint64_t kBytes = 4096;
+  void* a = device->memory().allocate(kBytes, "a");
+  void* host = device->pinned().allocate(kBytes);
+  TransferEngine engine(*device, std::make_unique<StretchingScheduler>());
+  auto ready = device->create_event();
+  device->stream(StreamKind::kCompute).record(*ready);
+  ResidentTensor t(*device, "act", kBytes);
+  device->copy_async(a, host, 16, device->stream(StreamKind::kHostToDevice));  // an input
+  engine.offload(t, a, host, *ready, 5, 0.25);
+  engine.prefetch(t, a, *ready, 9, 0.5);
+  device->synchronize();
+  const auto seen = recorder->seen();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_TRUE(seen[0].to_device);
+  EXPECT_FALSE(seen[0].scheduled) << "a copy outside the engine has no deadline";
+  EXPECT_FALSE(seen[1].to_device);
+  EXPECT_EQ(seen[1].bytes, kBytes);
+  EXPECT_TRUE(seen[1].scheduled);
+  EXPECT_DOUBLE_EQ(seen[1].deadline_s, 0.75);
+  EXPECT_TRUE(seen[2].to_device);
+  EXPECT_TRUE(seen[2].scheduled);
+  EXPECT_DOUBLE_EQ(seen[2].deadline_s, 1.5);
+  device->pinned().deallocate(host, kBytes);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 // to the backward kernel. Each place on the way cites this note with its step number.
 //  1. Config: memory.policy, memory.budget and memory.recompute (MemoryConfig, config.h) become
 //     PlanOptions (plan_options, session.h); topology.scheduler picks the LinkScheduler in
-//     ExecutorOptions (fifo, or topology with the rank's link arbiter).
+//     ExecutorOptions (fifo, or topology) and the rank's link arbiter on its device.
 //  2. Plan: run() (train.cc) asks the executor for its program before the first step; the
 //     ProgramCache (program.h) lowers the graph to a tape (Note [Three ids of a tensor],
 //     lower.h) and plan_memory (prefetch/planner.cc) decides kOffload for the tensor and its
@@ -23,18 +23,21 @@
 //     offload, with release_at as the deadline step and its planned seconds away
 //     (Program::planned_start).
 //  4. Transfer engine: TransferEngine::offload (prefetch/transfer_engine.h) makes the
-//     TransferRequest (direction, bytes, deadline) and calls the LinkScheduler around the copy.
-//  5. Arbiter: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) announces
-//     the request to the rank's link arbiter (the CPU LinkEmulator or the CUDA LinkGatekeeper)
-//     just before the copy is enqueued; under `fifo` nothing does, and the copy streams alone
-//     order copies.
+//     TransferRequest (direction, bytes, deadline), calls the LinkScheduler around the copy and
+//     asks it for the CopyDeadline (device/copy_deadline.h) the copy will carry.
+//  5. Deadline: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) makes it
+//     scheduled, with the request's planned seconds; under `fifo` it is unscheduled, and the
+//     copy streams alone order copies. The deadline goes with the copy as an argument from
+//     here on (ResidentTensor::offload, Device::copy_async, the arbiter's enqueue).
 //  6. Device copy: ResidentTensor::offload (device/residency.h) makes the device-to-host stream
-//     wait for the producer's event and enqueues Device::copy_async (on_device -> offloading).
-//     The device's copy hook (CopyPacer on the CPU, CopyGate on CUDA), which the arbiter
-//     implements, takes the announcement with that copy and moves it in chunks that cross the
-//     node's links least deadline slack first (links/arbiter_policy.h). The copy's event
-//     fires; before_step(release_at) has made compute wait for it, and from release_at on the
-//     first stretch's space holds other tensors (offloading -> on_host once observed).
+//     wait for the producer's event and enqueues Device::copy_async with the deadline
+//     (on_device -> offloading). The device's copy hook (CopyPacer on the CPU, CopyGate on
+//     CUDA), which the rank's link arbiter implements (the CPU LinkEmulator or the CUDA
+//     LinkGatekeeper), receives the copy with its deadline and moves a scheduled one in chunks
+//     that cross the node's links least deadline slack first (links/arbiter_policy.h). The
+//     copy's event fires; before_step(release_at) has made compute wait for it, and from
+//     release_at on the first stretch's space holds other tensors (offloading -> on_host once
+//     observed).
 //  7. Prefetch: before_step(fetch_at) makes the host-to-device stream wait for compute to end
 //     step fetch_at - 1 (the second stretch is free) and asks the transfer engine to prefetch
 //     with needed_at as the deadline step; steps 4-6 again in the other direction

@@ -6,26 +6,22 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "trainer/session/model_of.h"
 
 namespace ferry {
 
 namespace fs = std::filesystem;
 
-int64_t token_vocab(const Config& config) { return config.model.classes; }
+int64_t token_vocab(const Config& config) { return resolved_sizes(config).vocab; }
 
 namespace {
 
 // Token windows of data.seq_len (Note [Token windows] in trainer/data/dataset.h).
 std::shared_ptr<const Dataset> open_token_dataset(const Config& config, bool evaluation) {
-  if (config.data.seq_len < 1) {
-    // Loader::finish resolves 0 to model.context (check_seq_len) once that key exists.
-    throw ConfigError("data.seq_len: 0 (= model.context) is not resolved",
-                      "set data.seq_len to the tokens per row");
-  }
   DatasetSpec spec;
   spec.source = "tokens";
   spec.path = evaluation && !config.data.val_path.empty() ? config.data.val_path : config.data.path;
-  spec.seq_len = config.data.seq_len;
+  spec.seq_len = tokens_per_row(config);
   spec.classes = token_vocab(config);
   spec.augment = !evaluation && config.data.shuffle;
   spec.seed = config.data.seed >= 0 ? static_cast<uint64_t>(config.data.seed) : config.run.seed;

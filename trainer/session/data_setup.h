@@ -17,8 +17,7 @@ namespace ferry {
 std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
                                                        bool evaluation = false);
 
-// The vocabulary every token must lie below: the classes the model's logits have.
-// TODO(model side): model.vocab once the GPT keys land.
+// The vocabulary every token must lie below: model.vocab resolved (the logits' width).
 int64_t token_vocab(const Config& config);
 
 // The loader options the config gives, with batch buffers in the device's pinned memory.

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/error.h"
+
 namespace ferry {
 
 TransformerSizes transformer_sizes(const Config& config) {
@@ -11,9 +13,12 @@ TransformerSizes transformer_sizes(const Config& config) {
   return TransformerSizes{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
 }
 
+TransformerSizes resolved_sizes(const Config& config) {
+  return resolve_sizes(model_info(config.model.name), transformer_sizes(config));
+}
+
 int64_t tokens_per_row(const Config& config) {
-  const ModelInfo& info = model_info(config.model.name);
-  return resolve_sizes(info, transformer_sizes(config)).context;
+  return check_seq_len(config.data.seq_len, resolved_sizes(config).context);
 }
 
 std::string input_text(const Config& config) {
@@ -25,6 +30,16 @@ std::string input_text(const Config& config) {
 
 Graph build_configured_model(const Config& config, int64_t batch) {
   const ModelInfo& info = model_info(config.model.name);
+  if (info.tokens != (config.data.source == DataSource::kTokens)) {
+    throw ConfigError(
+        info.tokens ? fmt::format("model '{}' reads tokens, but data.source is {}",
+                                  config.model.name, to_string(config.data.source))
+                    : fmt::format("model '{}' reads images, but data.source is tokens",
+                                  config.model.name),
+        info.tokens ? "set data.source=tokens and data.path to a token file "
+                      "(scripts/prepare_tokens.py makes one)"
+                    : "pick a token model (gpt2, gpt2-medium) for data.source=tokens");
+  }
   if (info.tokens) {
     return build_token_model(config.model.name, batch, tokens_per_row(config),
                              transformer_sizes(config));

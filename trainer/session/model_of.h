@@ -14,14 +14,18 @@ namespace ferry {
 // model.layers, model.heads, ... as given (0 = the named model's).
 TransformerSizes transformer_sizes(const Config& config);
 
-// Tokens per row a token model is built for: model.context resolved (data.seq_len, when the
-// data section gives one, is checked against it when the graph is built).
+// The token model's sizes, each 0 replaced by the named model's (resolve_sizes).
+TransformerSizes resolved_sizes(const Config& config);
+
+// Tokens per row a token model reads: data.seq_len, or model.context when it is 0 (ConfigError
+// naming both keys when it exceeds the context: check_seq_len).
 int64_t tokens_per_row(const Config& config);
 
 // "input [3, 32, 32]" for an image model, "1024 tokens per row" for a token model.
 std::string input_text(const Config& config);
 
-// The model for `batch` rows per rank (ConfigError as build_model / build_token_model).
+// The model for `batch` rows per rank (ConfigError as build_model / build_token_model, or
+// when the model reads tokens and data.source is not tokens, or the other way round).
 Graph build_configured_model(const Config& config, int64_t batch);
 
 }  // namespace ferry

@@ -202,10 +202,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     }
   }
   exec.seed = config.run.seed;
-  if (arbitrate) {
-    std::shared_ptr<TransferAnnouncer> arbiter = arbiter_;
-    exec.scheduler = [arbiter] { return std::make_unique<TopologyLinkScheduler>(arbiter); };
-  }
+  if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
       [this](int64_t batch) { return build_configured_model(config_, batch); }, exec);

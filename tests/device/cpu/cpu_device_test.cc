@@ -133,7 +133,7 @@ TEST(CpuDevice, MemoryHasTheConfiguredCapacity) {
 class CountingPacer : public CopyArbiter, public CopyPacer {
  public:
   CopyPacer* pacer() override { return this; }
-  uint64_t enqueue(bool to_device, uint64_t bytes) override {
+  uint64_t enqueue(bool to_device, uint64_t bytes, const CopyDeadline&) override {
     (to_device ? to_device_ : to_host_) += bytes;
     return next_++;
   }
@@ -150,7 +150,7 @@ class GateOnly : public CopyArbiter, public CopyGate {
  public:
   CopyGate* gate() override { return this; }
   void bind(std::shared_ptr<GateSignals>) override {}
-  GateTicket enqueue(bool, uint64_t) override { return {}; }
+  GateTicket enqueue(bool, uint64_t, const CopyDeadline&) override { return {}; }
   void close() override {}
 };
 

@@ -376,4 +376,187 @@ void adamw_step(Vec& p, const Vec& grad, Vec& m, Vec& v, double lr, double b1, d
   }
 }
 
+// ---- transformers ---------------------------------------------------------------------------
+
+Vec embedding_forward(int64_t n, int64_t t, int64_t c, const std::vector<int32_t>& tokens,
+                      const Vec& wte, const Vec& wpe) {
+  Vec y(n * t * c);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t p = 0; p < t; ++p) {
+      const int64_t tok = tokens[b * t + p];
+      for (int64_t j = 0; j < c; ++j) y[(b * t + p) * c + j] = wte[tok * c + j] + wpe[p * c + j];
+    }
+  }
+  return y;
+}
+
+EmbeddingGrads embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
+                                  const std::vector<int32_t>& tokens, const Vec& dy) {
+  EmbeddingGrads gr{Vec(vocab * c, 0.0), Vec(context * c, 0.0)};
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t p = 0; p < t; ++p) {
+      const int64_t tok = tokens[b * t + p];
+      for (int64_t j = 0; j < c; ++j) {
+        gr.dwte[tok * c + j] += dy[(b * t + p) * c + j];
+        gr.dwpe[p * c + j] += dy[(b * t + p) * c + j];
+      }
+    }
+  }
+  return gr;
+}
+
+LayerNormResult layer_norm_forward(const LayerNormGeom& g, const Vec& x, const Vec& gamma,
+                                   const Vec& beta) {
+  LayerNormResult r{Vec(g.rows * g.c), Vec(g.rows), Vec(g.rows)};
+  for (int64_t i = 0; i < g.rows; ++i) {
+    const double* row = x.data() + i * g.c;
+    double mean = 0.0, var = 0.0;
+    for (int64_t j = 0; j < g.c; ++j) mean += row[j];
+    mean /= g.c;
+    for (int64_t j = 0; j < g.c; ++j) var += (row[j] - mean) * (row[j] - mean);
+    var /= g.c;
+    const double rstd = 1.0 / std::sqrt(var + g.eps);
+    for (int64_t j = 0; j < g.c; ++j) {
+      r.y[i * g.c + j] = (row[j] - mean) * rstd * gamma[j] + beta[j];
+    }
+    r.mean[i] = mean;
+    r.rstd[i] = rstd;
+  }
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const LayerNormGeom& g, const Vec& x, const Vec& dy,
+                                   const Vec& gamma) {
+  const LayerNormResult f = layer_norm_forward(g, x, gamma, Vec(g.c, 0.0));
+  LayerNormGrads r{Vec(g.rows * g.c), Vec(g.c, 0.0), Vec(g.c, 0.0)};
+  for (int64_t i = 0; i < g.rows; ++i) {
+    // xhat = (x - mean) rstd; dxhat = dy gamma;
+    // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+    double m1 = 0.0, m2 = 0.0;
+    for (int64_t j = 0; j < g.c; ++j) {
+      const double xhat = (x[i * g.c + j] - f.mean[i]) * f.rstd[i];
+      const double dxhat = dy[i * g.c + j] * gamma[j];
+      m1 += dxhat;
+      m2 += dxhat * xhat;
+      r.dgamma[j] += dy[i * g.c + j] * xhat;
+      r.dbeta[j] += dy[i * g.c + j];
+    }
+    m1 /= g.c;
+    m2 /= g.c;
+    for (int64_t j = 0; j < g.c; ++j) {
+      const double xhat = (x[i * g.c + j] - f.mean[i]) * f.rstd[i];
+      r.dx[i * g.c + j] = f.rstd[i] * (dy[i * g.c + j] * gamma[j] - m1 - xhat * m2);
+    }
+  }
+  return r;
+}
+
+namespace {
+const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
+}
+
+Vec gelu_forward(const Vec& x) {
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    y[i] = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+  }
+  return y;
+}
+
+Vec gelu_backward(const Vec& x, const Vec& dy) {
+  Vec dx(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
+    const double th = std::tanh(u);
+    const double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+    dx[i] = dy[i] * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du);
+  }
+  return dx;
+}
+
+namespace {
+
+// Element (n, t, part, h, d) of qkv (N, T, 3C), part 0 q, 1 k, 2 v.
+size_t qkv_at(const AttentionGeom& g, int64_t n, int64_t t, int part, int64_t h, int64_t d) {
+  return ((n * g.t + t) * 3 + part) * g.c + h * g.head_dim() + d;
+}
+
+}  // namespace
+
+AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
+                                  const std::vector<uint8_t>* mask) {
+  const int64_t hd = g.head_dim();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  AttentionResult r{Vec(g.n * g.t * g.c, 0.0), Vec(g.n * g.heads * g.t * g.t, 0.0)};
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      for (int64_t i = 0; i < g.t; ++i) {
+        double* p = r.probs.data() + ((n * g.heads + h) * g.t + i) * g.t;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int64_t d = 0; d < hd; ++d)
+            s += qkv[qkv_at(g, n, i, 0, h, d)] * qkv[qkv_at(g, n, j, 1, h, d)];
+          p[j] = s * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int64_t j = 0; j <= i; ++j) p[j] /= sum;
+        for (int64_t d = 0; d < hd; ++d) {
+          double acc = 0.0;
+          for (int64_t j = 0; j <= i; ++j) {
+            const size_t e = ((n * g.heads + h) * g.t + i) * g.t + j;
+            const double pd = mask ? ((*mask)[e] ? p[j] / (1.0 - g.dropout) : 0.0) : p[j];
+            acc += pd * qkv[qkv_at(g, n, j, 2, h, d)];
+          }
+          r.y[(n * g.t + i) * g.c + h * hd + d] = acc;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
+                       const std::vector<uint8_t>* mask) {
+  const int64_t hd = g.head_dim(), t = g.t;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const AttentionResult f = attention_forward(g, qkv, mask);
+  Vec dqkv(qkv.size(), 0.0);
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      const size_t base = (n * g.heads + h) * t * t;
+      for (int64_t i = 0; i < t; ++i) {
+        // dP'[j] = dy_i . v_j; dP = dropout'(dP'); dv_j += P'[i, j] dy_i.
+        Vec dp(t, 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          const size_t e = base + i * t + j;
+          const double keep = mask ? ((*mask)[e] ? 1.0 / (1.0 - g.dropout) : 0.0) : 1.0;
+          double s = 0.0;
+          for (int64_t d = 0; d < hd; ++d) {
+            const double dyv = dy[(n * t + i) * g.c + h * hd + d];
+            s += dyv * qkv[qkv_at(g, n, j, 2, h, d)];
+            dqkv[qkv_at(g, n, j, 2, h, d)] += f.probs[e] * keep * dyv;
+          }
+          dp[j] = s * keep;
+        }
+        // dS[j] = P[j] (dP[j] - sum_k P[k] dP[k]) scale; dq_i += dS k_j; dk_j += dS q_i.
+        double dot = 0.0;
+        for (int64_t j = 0; j <= i; ++j) dot += f.probs[base + i * t + j] * dp[j];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = f.probs[base + i * t + j] * (dp[j] - dot) * scale;
+          for (int64_t d = 0; d < hd; ++d) {
+            dqkv[qkv_at(g, n, i, 0, h, d)] += ds * qkv[qkv_at(g, n, j, 1, h, d)];
+            dqkv[qkv_at(g, n, j, 1, h, d)] += ds * qkv[qkv_at(g, n, i, 0, h, d)];
+          }
+        }
+      }
+    }
+  }
+  return dqkv;
+}
+
 }  // namespace ferry::ref

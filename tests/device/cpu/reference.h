@@ -55,6 +55,41 @@ struct SoftmaxCeResult {
 SoftmaxCeResult softmax_ce(int64_t n, int64_t k, const Vec& logits,
                            const std::vector<int32_t>& labels);
 
+// ---- transformers ----
+// y (N, T, C) = wte[tokens] + wpe[t].
+Vec embedding_forward(int64_t n, int64_t t, int64_t c, const std::vector<int32_t>& tokens,
+                      const Vec& wte, const Vec& wpe);
+struct EmbeddingGrads {
+  Vec dwte, dwpe;  // (vocab, C), (context, C)
+};
+EmbeddingGrads embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
+                                  const std::vector<int32_t>& tokens, const Vec& dy);
+
+struct LayerNormResult {
+  Vec y, mean, rstd;
+};
+LayerNormResult layer_norm_forward(const LayerNormGeom& g, const Vec& x, const Vec& gamma,
+                                   const Vec& beta);
+struct LayerNormGrads {
+  Vec dx, dgamma, dbeta;
+};
+LayerNormGrads layer_norm_backward(const LayerNormGeom& g, const Vec& x, const Vec& dy,
+                                   const Vec& gamma);
+
+Vec gelu_forward(const Vec& x);
+Vec gelu_backward(const Vec& x, const Vec& dy);
+
+// Causal attention on qkv (N, T, 3C): y (N, T, C) and probs P (N, H, T, T). With `mask`
+// (N, H, T, T), P' = mask ? P / (1 - dropout) : 0 feeds y.
+struct AttentionResult {
+  Vec y, probs;
+};
+AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
+                                  const std::vector<uint8_t>* mask);
+// dqkv (N, T, 3C).
+Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
+                       const std::vector<uint8_t>* mask);
+
 // ---- optimizers (one step, in place), written as torch.optim's code reads ----
 // `first_step`: torch sets buf = d on the first step instead of momentum * buf + d.
 void sgd_step(Vec& p, const Vec& grad, Vec& buf, double lr, double momentum, double wd,

@@ -21,13 +21,14 @@ namespace {
 using namespace std::chrono_literals;
 constexpr uint64_t kMiB = 1ull << 20;
 
-// Gates every copy on the copy streams in chunks of `chunk` bytes; the test opens the gates.
+// Gates every copy on the copy streams in chunks of `chunk` bytes, scheduled or not; the test
+// opens the gates.
 class ManualGate : public CopyArbiter, public CopyGate {
  public:
   explicit ManualGate(uint64_t chunk) : chunk_(chunk) {}
   CopyGate* gate() override { return this; }
   void bind(std::shared_ptr<GateSignals> signals) override { signals_ = std::move(signals); }
-  GateTicket enqueue(bool to_device, uint64_t bytes) override {
+  GateTicket enqueue(bool to_device, uint64_t bytes, const CopyDeadline&) override {
     if (!signals_) return {};  // closed: not gated
     const int d = to_device ? 1 : 0;
     GateTicket t{next_[d], static_cast<uint32_t>((bytes + chunk_ - 1) / chunk_), chunk_};
@@ -156,17 +157,14 @@ TEST(CudaGatedCopy, GatekeeperCopiesLandBitwiseAndEveryChunkIsFinished) {
       from.record(*e);
       to.wait(*e);
     };
-    device->copy_async(a, src.data(), n, h2d);  // an input: not announced, not gated
+    device->copy_async(a, src.data(), n, h2d);  // an input: not scheduled, not gated
     step(h2d, d2h);
-    gatekeeper->announce(TransferRequest{TransferDirection::kToHost, "a", n, 1, 0.01});
-    device->copy_async(offloaded.data(), a, n, d2h);  // an offload: gated
-    gatekeeper->withdraw(TransferDirection::kToHost);
+    const CopyDeadline scheduled{true, 0.01};
+    device->copy_async(offloaded.data(), a, n, d2h, scheduled);  // an offload: gated
     step(d2h, h2d);
-    gatekeeper->announce(TransferRequest{TransferDirection::kToDevice, "a", n, 2, 0.01});
-    device->copy_async(b, offloaded.data(), n, h2d);  // a prefetch: gated
-    gatekeeper->withdraw(TransferDirection::kToDevice);
+    device->copy_async(b, offloaded.data(), n, h2d, scheduled);  // a prefetch: gated
     step(h2d, d2h);
-    device->copy_async(back.data(), b, n, d2h);  // not announced
+    device->copy_async(back.data(), b, n, d2h);  // not scheduled
     device->synchronize();
     EXPECT_EQ(std::memcmp(offloaded.data(), src.data(), n), 0);
     EXPECT_EQ(std::memcmp(back.data(), src.data(), n), 0);

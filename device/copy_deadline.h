@@ -1,0 +1,18 @@
+// When a host<->device copy is due, handed to the device together with the copy so that its copy
+// arbiter (device/copy_arbiter.h) can order the copy's chunks on the links (Note [Life of an
+// offloaded activation] in trainer/exec/executor.h, steps 5-6). Invariant: a copy without a
+// schedule (an input, a parameter, a metric) is moved whole and never waits for a grant.
+#pragma once
+
+namespace ferry {
+
+struct CopyDeadline {
+  // The link scheduler arbitrates this copy (an offload or prefetch under the topology
+  // scheduler): with an arbitrating arbiter its chunks wait for the node ledger's grants.
+  bool scheduled = false;
+  // Planned seconds from the copy's start (when its stream reaches it) to its deadline
+  // (TransferRequest::deadline_s; 0: none known).
+  double deadline_s = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The Hugging Face peer of bench_step_time for GPT-2 models: GPT2LMHeadModel of the given sizes
+(dropout 0), AdamW, random tokens, cross-entropy over every position, the same thread count.
+Prints the mean step time as JSON.
+
+Usage: /usr/bin/python3 scripts/bench_hf_gpt_step.py --layers 6 --heads 6 --width 384
+           --batch 8 --seq 256 [--vocab 50257] [--threads N] [--steps N] [--warmup N]
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for key, default in (("layers", 12), ("heads", 12), ("width", 768), ("vocab", 50257),
+                         ("context", 1024), ("batch", 4), ("seq", 256), ("steps", 5),
+                         ("warmup", 2), ("threads", os.cpu_count())):
+        p.add_argument(f"--{key}", type=int, default=default)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.width,
+                        vocab_size=args.vocab, n_positions=args.context, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, args.vocab, (args.batch, args.seq))
+    y = torch.randint(0, args.vocab, (args.batch, args.seq))
+    times = []
+    for step in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x).logits
+        loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    print(json.dumps({"layers": args.layers, "width": args.width, "batch": args.batch,
+                      "seq": args.seq, "threads": args.threads, "mean_s": sum(times) / len(times),
+                      "min_s": min(times), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
