@@ -91,7 +91,8 @@ class JobLedger {
   static constexpr int kMaxJobs = 128;
   static constexpr int kMaxLadder = 32;
 
-  // The node's ledger for this user: "/ferry-jobs-v<layout>-u<uid>".
+  // The node's ledger for this user: "/ferry-jobs-v<layout>-u<uid>", or $FERRY_JOB_LEDGER when
+  // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
   static std::string default_name();
   // Attaches the ledger `name`, creating it when no job has (Note [A well-known block created
   // once] in job_ledger_block.cc). Throws LibraryError when shared memory fails or the block is

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -116,6 +117,8 @@ Shared* create_block(const std::string& name) {
 }  // namespace
 
 std::string JobLedger::default_name() {
+  const char* env = std::getenv("FERRY_JOB_LEDGER");
+  if (env && env[0] == '/' && env[1] != '\0' && !std::strchr(env + 1, '/')) return env;
   return fmt::format("/ferry-jobs-v{}-u{}", kVersion, static_cast<unsigned>(getuid()));
 }
 

@@ -1,0 +1,69 @@
+// `trainer jobs`: prints the node's job ledger (a private one, FERRY_JOB_LEDGER) as a table and
+// as JSON, with the jobs this test registers; an absent ledger is not an error.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "links/job_ledger.h"
+#include "links/shm_names.h"
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::run;
+using testing::trainer;
+
+TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
+  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const std::string env = "FERRY_JOB_LEDGER=" + name + " ";
+  testing::Exit none = run(env + trainer() + " jobs");
+  EXPECT_EQ(none.code, 0) << none.output;
+  EXPECT_NE(none.output.find("no ferry job shares a GPU"), std::string::npos) << none.output;
+
+  auto ledger = JobLedger::attach(name);
+  JobRequest a;
+  a.device = "cpu:0";
+  a.capacity = 3 << 20;
+  a.config = "configs/quickstart.yaml";
+  a.run_dir = "runs/quickstart";
+  a.lower = 1 << 20;
+  a.peak = 2 << 20;
+  a.ladder = {{a.lower, 0.5}, {a.peak, 0.25}};
+  const JobGrant ga = ledger->join(a);
+  ledger->report(ga.id, 1 << 20, 0.3);
+  JobRequest b = a;
+  b.config = "configs/other.yaml";
+  b.run_dir = "runs/other";
+  const JobGrant gb = ledger->join(b);
+
+  const testing::Exit table = run(env + trainer() + " jobs");
+  EXPECT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("cpu:0: capacity 3.00 MiB, objective throughput, 2 jobs"),
+            std::string::npos)
+      << table.output;
+  EXPECT_NE(table.output.find("configs/quickstart.yaml -> runs/quickstart"), std::string::npos);
+  EXPECT_NE(table.output.find("configs/other.yaml -> runs/other"), std::string::npos);
+  EXPECT_NE(table.output.find("0.300 s"), std::string::npos) << table.output;  // measured
+
+  const testing::Exit json = run(env + trainer() + " jobs --json");
+  ASSERT_EQ(json.code, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  EXPECT_EQ(j["ledger"], name);
+  ASSERT_EQ(j["gpus"].size(), 1u);
+  const auto& gpu = j["gpus"][0];
+  EXPECT_EQ(gpu["capacity"], 3u << 20);
+  ASSERT_EQ(gpu["jobs"].size(), 2u);
+  EXPECT_EQ(gpu["jobs"][0]["pid"], getpid());
+  EXPECT_EQ(gpu["jobs"][0]["held"], 1u << 20);
+  EXPECT_EQ(gpu["jobs"][0]["share"], ledger->poll(ga.id).share);
+  EXPECT_EQ(gpu["jobs"][1]["run_dir"], "runs/other");
+  EXPECT_EQ(gpu["jobs"][1]["lower"], 1u << 20);
+  EXPECT_EQ(gpu["jobs"][1]["share"], ledger->poll(gb.id).share);
+  EXPECT_DOUBLE_EQ(gpu["jobs"][0]["measured_step_s"].get<double>(), 0.3);
+  EXPECT_EQ(gpu["jobs"][0]["ladder"].size(), 2u);
+  JobLedger::unlink(name);
+}
+
+}  // namespace
+}  // namespace ferry
