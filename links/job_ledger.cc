@@ -62,19 +62,24 @@ void set(uint64_t& field, uint64_t value, JobSlot& j) {
   ++j.generation;
 }
 
-// Raises the grants of growing jobs, in arrival order, each only all at once and only when every
-// grant on the GPU fits the capacity with it; sets `waiting`.
+// Raises the grants of growing jobs, in arrival order, while every grant on the GPU fits the
+// capacity (Note [Handing memory over between jobs]); sets `waiting`.
 void settle(Shared* s, int g) {
   GpuSlot& gpu = s->gpus[g];
   const std::vector<JobSlot*> jobs = jobs_on(s, g);
   uint64_t granted = 0;
   for (const JobSlot* j : jobs) granted += j->granted;
   for (JobSlot* j : jobs) {
-    if (j->share <= j->granted) continue;
-    const uint64_t more = j->share - j->granted;
-    if (granted > gpu.capacity || more > gpu.capacity - granted) continue;
-    granted += more;
-    set(j->granted, j->share, *j);
+    if (j->share <= j->granted || granted > gpu.capacity) continue;
+    const uint64_t room = gpu.capacity - granted;
+    uint64_t to = j->share;
+    if (j->share - j->granted > room) {
+      // A job not admitted yet starts on what is free if its lower bound fits there.
+      if (j->granted >= j->lower || j->granted + room < j->lower) continue;
+      to = j->granted + room;
+    }
+    granted += to - j->granted;
+    set(j->granted, to, *j);
   }
   for (JobSlot* j : jobs) {
     const int32_t waiting = !j->admitted || j->granted < j->lower;

@@ -121,6 +121,19 @@ TEST_F(JobLedgerTest, AShrinkingJobConfirmsBeforeAGrowingJobMayUseTheMemory) {
   EXPECT_EQ(ledger->poll(a0.id).granted, 300u);
   ledger->leave(a0.id);
   EXPECT_TRUE(ledger->snapshot().empty());
+  // A newcomer whose lower bound fits in what is free starts there, and grows once the other
+  // confirms its smaller share.
+  const JobGrant c0 = ledger->join(request({{100, 2.0}, {200, 1.0}}, 350));
+  EXPECT_EQ(c0.granted, 200u);
+  const JobGrant d0 = ledger->join(request({{100, 3.0}, {250, 1.0}}, 350));
+  EXPECT_EQ(ledger->poll(c0.id).share, 100u);  // throughput: d's 250 buys more
+  EXPECT_EQ(d0.share, 250u);
+  EXPECT_EQ(d0.granted, 150u);  // what c leaves free
+  EXPECT_FALSE(d0.waiting);
+  ledger->confirm(c0.id, 100);
+  EXPECT_EQ(ledger->poll(d0.id).granted, 250u);
+  ledger->leave(c0.id);
+  ledger->leave(d0.id);
   // The GPU's entry went with its last job: the next job's capacity holds.
   EXPECT_EQ(ledger->join(request({{100, 1.0}}, 500)).capacity, 500u);
 }
