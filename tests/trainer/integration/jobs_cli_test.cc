@@ -65,5 +65,46 @@ TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
   JobLedger::unlink(name);
 }
 
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
+  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const std::string env = "FERRY_JOB_LEDGER=" + name + " ";
+  const std::string dir = testing::scratch("jobs_cli_share");
+  const std::string train = env + trainer() + " train " + FERRY_SOURCE_DIR +
+                            "/configs/quickstart.yaml run.dir=" + dir +
+                            " run.steps=3 memory.share=true memory.measure=false";
+  // This test holds the whole of cpu:0 (the quickstart's device.memory, 512 MiB).
+  auto ledger = JobLedger::attach(name);
+  JobRequest all;
+  all.device = "cpu:0";
+  all.capacity = 512u << 20;
+  all.config = "holder.yaml";
+  all.lower = all.peak = 512u << 20;
+  all.ladder = {{all.lower, 1.0}};
+  const JobGrant held = ledger->join(all);
+  ledger->report(held.id, 512u << 20);
+  const testing::Exit waited = run(train + " memory.share_wait=0.3");
+  EXPECT_EQ(waited.code, 2) << waited.output;
+  EXPECT_EQ(count(waited.output, "memory.share: waiting until cpu:0 (capacity 512.00 MiB)"), 1u)
+      << waited.output;
+  EXPECT_NE(waited.output.find("held by job 1 (pid " + std::to_string(getpid()) +
+                               ", holder.yaml): share 512.00 MiB"),
+            std::string::npos)
+      << waited.output;
+  EXPECT_EQ(count(waited.output, "error: memory.share_wait: waited 0.3 s"), 1u) << waited.output;
+  EXPECT_EQ(ledger->snapshot().at(0).jobs.size(), 1u);
+  ledger->leave(held.id);
+  const testing::Exit trained = run(train);
+  EXPECT_EQ(trained.code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("memory.share: budget"), std::string::npos) << trained.output;
+  EXPECT_TRUE(ledger->snapshot().empty());  // it left when it ended
+  JobLedger::unlink(name);
+}
+
 }  // namespace
 }  // namespace ferry
