@@ -1,6 +1,12 @@
 // `trainer jobs`: prints the node's job ledger (a private one, FERRY_JOB_LEDGER) as a table and
 // as JSON, with the jobs this test registers; an absent ledger is not an error.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -103,6 +109,74 @@ TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
   EXPECT_EQ(trained.code, 0) << trained.output;
   EXPECT_NE(trained.output.find("memory.share: budget"), std::string::npos) << trained.output;
   EXPECT_TRUE(ledger->snapshot().empty());  // it left when it ended
+  JobLedger::unlink(name);
+}
+
+// Starts `command` through the shell (exec'd, so the pid is the command's); stdout and stderr
+// to `log`.
+pid_t spawn(const std::string& command, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string line = "exec " + command + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls the ledger until `ready` holds for a snapshot, at most `timeout_s`.
+bool await_ledger(JobLedger& ledger, double timeout_s,
+                  const std::function<bool(const std::vector<LedgerGpu>&)>& ready) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ready(ledger.snapshot())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+TEST(JobsCli, AJobKilledWithSigkillGivesItsShareToAWaitingJobWithinSeconds) {
+  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const std::string env = "env FERRY_JOB_LEDGER=" + name + " ";
+  const std::string dir = testing::scratch("jobs_cli_kill");
+  // The quickstart needs 5.22 MiB: two do not fit in 8 MiB.
+  const std::string train = env + trainer() + " train " + FERRY_SOURCE_DIR +
+                            "/configs/quickstart.yaml device.memory=8MiB memory.share=true "
+                            "memory.measure=false checkpoint.every=0 ";
+  auto ledger = JobLedger::attach(name);
+  const pid_t first = spawn(train + "run.steps=100000 run.dir=" + dir + "/a", dir + "/a.log");
+  ASSERT_GT(first, 0);
+  struct Reaper {  // a failed assertion leaves no trainer running
+    pid_t pid;
+    ~Reaper() {
+      if (kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+    }
+  } reaper{first};
+  const auto running = [](const std::vector<LedgerGpu>& gpus) {
+    return gpus.size() == 1 && gpus[0].jobs.size() == 1 && !gpus[0].jobs[0].waiting;
+  };
+  ASSERT_TRUE(await_ledger(*ledger, 60, running)) << "the first job never started";
+  testing::Exit second;
+  std::thread waits(
+      [&] { second = run(train + "run.steps=3 memory.share_wait=60 run.dir=" + dir + "/b"); });
+  const bool queued = await_ledger(*ledger, 60, [](const std::vector<LedgerGpu>& gpus) {
+    return gpus.size() == 1 && gpus[0].jobs.size() == 2 && gpus[0].jobs[1].waiting;
+  });
+  EXPECT_TRUE(queued) << "the second job never queued";
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_TRUE(await_ledger(*ledger, 5, [&](const std::vector<LedgerGpu>& gpus) {
+    return gpus.size() == 1 && gpus[0].jobs.size() == 1 && gpus[0].jobs[0].pid != first &&
+           !gpus[0].jobs[0].waiting;
+  })) << "the second job was not admitted within 5 s of the kill";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 5);
+  waits.join();
+  int status = 0;
+  EXPECT_EQ(waitpid(first, &status, 0), first);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(count(second.output, "memory.share: waiting until cpu:0"), 1u) << second.output;
+  for (const LedgerGpu& g : ledger->snapshot()) EXPECT_LE(g.peak_held, g.capacity);
   JobLedger::unlink(name);
 }
 
