@@ -20,8 +20,15 @@ namespace {
 using testing::run;
 using testing::trainer;
 
+// A private ledger's name, removed however the test ends.
+struct PrivateLedger {
+  std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  ~PrivateLedger() { JobLedger::unlink(name); }
+};
+
 TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
-  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const PrivateLedger ledger_name;
+  const std::string& name = ledger_name.name;
   const std::string env = "FERRY_JOB_LEDGER=" + name + " ";
   testing::Exit none = run(env + trainer() + " jobs");
   EXPECT_EQ(none.code, 0) << none.output;
@@ -68,7 +75,6 @@ TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
   EXPECT_EQ(gpu["jobs"][1]["share"], ledger->poll(gb.id).share);
   EXPECT_DOUBLE_EQ(gpu["jobs"][0]["measured_step_s"].get<double>(), 0.3);
   EXPECT_EQ(gpu["jobs"][0]["ladder"].size(), 2u);
-  JobLedger::unlink(name);
 }
 
 size_t count(const std::string& text, const std::string& what) {
@@ -78,7 +84,8 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
-  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const PrivateLedger ledger_name;
+  const std::string& name = ledger_name.name;
   const std::string env = "FERRY_JOB_LEDGER=" + name + " ";
   const std::string dir = testing::scratch("jobs_cli_share");
   const std::string train = env + trainer() + " train " + FERRY_SOURCE_DIR +
@@ -109,7 +116,6 @@ TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
   EXPECT_EQ(trained.code, 0) << trained.output;
   EXPECT_NE(trained.output.find("memory.share: budget"), std::string::npos) << trained.output;
   EXPECT_TRUE(ledger->snapshot().empty());  // it left when it ended
-  JobLedger::unlink(name);
 }
 
 // Starts `command` through the shell (exec'd, so the pid is the command's); stdout and stderr
@@ -136,7 +142,8 @@ bool await_ledger(JobLedger& ledger, double timeout_s,
 }
 
 TEST(JobsCli, AJobKilledWithSigkillGivesItsShareToAWaitingJobWithinSeconds) {
-  const std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
+  const PrivateLedger ledger_name;
+  const std::string& name = ledger_name.name;
   const std::string env = "env FERRY_JOB_LEDGER=" + name + " ";
   const std::string dir = testing::scratch("jobs_cli_kill");
   // The quickstart needs 5.22 MiB: two do not fit in 8 MiB.
@@ -177,7 +184,6 @@ TEST(JobsCli, AJobKilledWithSigkillGivesItsShareToAWaitingJobWithinSeconds) {
   EXPECT_EQ(second.code, 0) << second.output;
   EXPECT_EQ(count(second.output, "memory.share: waiting until cpu:0"), 1u) << second.output;
   for (const LedgerGpu& g : ledger->snapshot()) EXPECT_LE(g.peak_held, g.capacity);
-  JobLedger::unlink(name);
 }
 
 }  // namespace
