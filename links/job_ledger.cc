@@ -156,7 +156,12 @@ class Locked {
       throw LibraryError("posix", "pthread_mutex_lock job ledger", std::strerror(rc), __FILE__,
                          __LINE__);
     }
-    reaped_ = reap_locked(s_, recovered);
+    try {
+      reaped_ = reap_locked(s_, recovered);
+    } catch (...) {
+      pthread_mutex_unlock(&s_->mu);  // the destructor does not run for a throwing constructor
+      throw;
+    }
   }
   ~Locked() { pthread_mutex_unlock(&s_->mu); }
   int reaped() const { return reaped_; }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -99,9 +100,19 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
     ledger_->leave(grant_.id);
     throw error;
   };
+  std::optional<LedgerGpu> gpu;
+  for (LedgerGpu& g : ledger_->snapshot())
+    if (g.device == r.device) gpu = std::move(g);
   if (grant_.capacity != config.device.memory) {
     say(fmt::format("memory.share: {} holds {} (the device.memory of its first job), not {}",
                     r.device, format_bytes(grant_.capacity), format_bytes(config.device.memory)));
+  }
+  if (gpu && gpu->objective != config.memory.share_objective) {
+    say(
+        fmt::format("memory.share: {} is divided for {} (the memory.share_objective of its first "
+                    "job), not {}",
+                    r.device, share_objective_name(gpu->objective),
+                    share_objective_name(config.memory.share_objective)));
   }
   if (curve.lower > grant_.capacity) {
     give_up(
@@ -110,8 +121,7 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                     "lower data.batch_size, or use memory.policy auto"));
   }
   if (grant_.waiting) {
-    for (const LedgerGpu& g : ledger_->snapshot())
-      if (g.device == r.device) say(share_wait_message(g, grant_.id, curve.lower));
+    if (gpu) say(share_wait_message(*gpu, grant_.id, curve.lower));
     grant_ = ledger_->wait_admitted(grant_.id, config.memory.share_wait);
     if (grant_.waiting || grant_.gone) {
       give_up(ConfigError(

@@ -82,6 +82,7 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
   other.config = "runs/other/config.yaml";
   other.lower = other.peak = 200 << 20;
   other.ladder = {{other.lower, 1.0}};
+  other.objective = ShareObjective::kFair;
   const JobGrant held = ledger->join(other);
   ledger->report(held.id, 200 << 20);
   std::vector<std::string> said;
@@ -98,7 +99,11 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
     EXPECT_EQ(exit_code_for(e), 2);
   }
   EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.29);
-  ASSERT_EQ(said.size(), 1u);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0],
+            "memory.share: cpu:0 is divided for fair (the memory.share_objective of its first "
+            "job), not throughput");
+  said.erase(said.begin());
   EXPECT_NE(said[0].find("held by job 1 (pid"), std::string::npos) << said[0];
   EXPECT_NE(said[0].find("runs/other/config.yaml): share 200.00 MiB, granted 200.00 MiB, held "
                          "200.00 MiB"),
@@ -118,9 +123,9 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
     MemoryShareLease lease(c, RankInfo{}, small_curve(),
                            [&](const std::string& s) { said.push_back(s); });
     EXPECT_EQ(lease.budget(), 200u << 20);
-    ASSERT_EQ(said.size(), 2u);
-    EXPECT_NE(said[1].find("memory.share: budget 200.00 MiB on cpu:0"), std::string::npos)
-        << said[1];
+    ASSERT_EQ(said.size(), 3u);  // the objective, the wait, the budget
+    EXPECT_NE(said[2].find("memory.share: budget 200.00 MiB on cpu:0"), std::string::npos)
+        << said[2];
     const auto gpus = ledger->snapshot();
     ASSERT_EQ(gpus.size(), 1u);
     ASSERT_EQ(gpus[0].jobs.size(), 1u);
