@@ -23,11 +23,11 @@ namespace ferry {
 // the still-shrinking ones' old grants included, fit the capacity with it; growing jobs are
 // served in arrival order. One exception: a job not admitted yet whose lower bound fits in what
 // is free now is granted what is free (at least its lower bound, less than its share) and starts
-// on it, rather than wait for the others to shrink; it grows to its share later, all at once. A job never holds more than its grant (report() refuses it), so the
-// sum of what jobs hold never exceeds the capacity, at any instant. A job is admitted (leaves
-// `waiting`) when its grant reaches its lower bound. A job that dies is reaped by the next job
-// that touches the ledger (every wait looks at least every slice): its grant is freed and the GPU
-// re-divided.
+// on it, rather than wait for the others to shrink; it grows to its share later, all at once. A job
+// never holds more than its grant (report() refuses it), so the sum of what jobs hold never exceeds
+// the capacity, at any instant. A job is admitted (leaves `waiting`) when its grant reaches its
+// lower bound. A job that dies is reaped by the next job that touches the ledger (every wait looks
+// at least every slice): its grant is freed and the GPU re-divided.
 
 // What a job registers for its GPU.
 struct JobRequest {
