@@ -259,7 +259,7 @@ std::vector<KeySpec> build_schema() {
       text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
            "<run.dir>/checkpoints"),
       integer(FERRY_CONFIG_KEY(checkpoint, every), at_least(0),
-              "Write a checkpoint every this many steps; 0 = never."),
+              "Write a checkpoint every this many steps and at the last step; 0 = never."),
       integer(FERRY_CONFIG_KEY(checkpoint, keep), at_least(0),
               "Keep the newest this many checkpoints; 0 = keep all."),
       text(FERRY_CONFIG_KEY(checkpoint, resume),

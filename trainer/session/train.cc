@@ -294,7 +294,9 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     interval_samples += static_cast<double>(samples);
 
     const bool logging = step % config.run.log_every == 0 || step == config.run.steps;
-    const bool checkpointing = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    // Every checkpoint.every steps, and the last step, so a finished run leaves its weights.
+    const bool checkpointing = config.checkpoint.every > 0 &&
+                               (step % config.checkpoint.every == 0 || step == config.run.steps);
     if (logging || checkpointing || traced) {
       // The one host wait (Note [No host wait inside a step]).
       for (const StagedMetrics& m : session.executor().drain_metrics()) {
