@@ -22,7 +22,6 @@
 
 #include "common/error.h"
 #include "device/cuda/cuda_check.h"
-#include "device/cuda/transformer_checks.h"
 #include "device/cuda/transformer_ops.h"
 #include "device/kernel_checks.h"
 
@@ -37,7 +36,7 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 
 // The backend-neutral rules, then cuBLAS's int dimensions.
 void check(const AttentionGeom& g, const char* what) {
-  check_attention(g, what);
+  check_attention_geom(g, what);
   if (g.t > INT_MAX || 3 * g.c > INT_MAX || g.heads > INT_MAX) {
     throw UnsupportedError(fmt::format("{}: T={} C={} heads={} exceed cuBLAS's int dimensions",
                                        what, g.t, g.c, g.heads),

@@ -12,7 +12,6 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/elementwise.h"
 #include "device/cuda/kernel_ops.h"
-#include "device/cuda/transformer_checks.h"
 #include "device/cuda/transformer_ops.h"
 #include "device/kernel_checks.h"
 
@@ -201,14 +200,12 @@ void run(const EmbeddingBackward& a, cudaStream_t stream) {
 }
 
 void run(const LayerNormForward& a, cudaStream_t stream) {
-  check_layer_norm(a.g, "layer_norm_forward");
-  if (a.g.rows == 0) return;
+  check_layer_norm_forward(a);
   launch_layer_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.gamma, a.beta, a.y, a.mean, a.rstd,
                             stream);
 }
 
 void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
-  check_layer_norm(a.g, "layer_norm_backward");
   if (a.g.c > kLayerNormMaxColumns) {
     throw UnsupportedError(
         fmt::format("layer_norm_backward: {} columns exceed the CUDA kernel's {} (its reduction "
@@ -216,17 +213,18 @@ void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch
                     a.g.c, kLayerNormMaxColumns),
         "use a narrower model, or set device.backend=cpu");
   }
+  check_layer_norm_backward(a);
   launch_layer_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.gamma, a.mean, a.rstd, a.dx, a.dgamma,
                              a.dbeta, checked(scratch, "layer_norm_backward"), stream);
 }
 
 void run(const GeluForward& a, cudaStream_t stream) {
-  check_element_count(a.n, "gelu_forward");
+  check_gelu_forward(a);
   launch_gelu_forward(a.n, a.x, a.y, stream);
 }
 
 void run(const GeluBackward& a, cudaStream_t stream) {
-  check_element_count(a.n, "gelu_backward");
+  check_gelu_backward(a);
   launch_gelu_backward(a.n, a.x, a.dy, a.dx, stream);
 }
 

@@ -52,11 +52,17 @@ struct InfoArgs {
   bool json = false;
 };
 
+struct JobsArgs {
+  bool json = false;
+};
+
 int run_train(const TrainArgs& args, const RankInfo& ranks);
 int run_eval(const TrainArgs& args);
 int run_plan(const PlanArgs& args);
 int run_simulate(const SimulateArgs& args);
 int run_info(const InfoArgs& args);
+// Prints the node's job ledger: the GPUs ferry jobs share (memory.share) and their jobs.
+int run_jobs(const JobsArgs& args);
 int run_config(const TrainArgs& args, bool reference);
 
 // Prints "error: WHAT" and, when the error has one, "hint: HINT" to stderr; returns `code`.

@@ -1,5 +1,5 @@
-// `trainer`: the command line. Subcommands train, eval, plan, simulate, info and config; every
-// error a user can cause, command-line parse errors included, ends in one line saying what is
+// `trainer`: the command line. Subcommands train, eval, plan, simulate, info, jobs and config;
+// every error a user can cause, command-line parse errors included, ends in one line saying what is
 // wrong and one saying what to change, with exit code 2 (bad input: exit_code_for) or 1 (a
 // failure while running).
 #include <cstdio>
@@ -77,6 +77,13 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--input", info.input, "input C,H,W (default: the model's)");
   info_cmd->add_flag("--json", info.json, "print JSON");
 
+  JobsArgs jobs;
+  CLI::App* jobs_cmd = app.add_subcommand(
+      "jobs",
+      "The jobs sharing this node's GPUs (memory.share): per GPU its capacity, per job its pid, "
+      "config, run dir, lower bound, share, held memory and step times: trainer jobs [--json]");
+  jobs_cmd->add_flag("--json", jobs.json, "print JSON");
+
   SimulateArgs sim;
   CLI::App* sim_cmd = app.add_subcommand(
       "simulate",
@@ -144,6 +151,7 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return run_plan(plan);
     if (*sim_cmd) return run_simulate(sim);
     if (*info_cmd) return run_info(info);
+    if (*jobs_cmd) return run_jobs(jobs);
     if (*config_cmd) return run_config(check, reference);
   } catch (const Error& e) {
     return report_error(e, exit_code_for(e));

@@ -12,8 +12,9 @@
 // Choices that name a lower layer's concept reuse its enum: device.backend (Backend),
 // device.algorithms (AlgorithmSearch),
 // optim.name, optim.schedule and optim.decay (OptimizerKind, ScheduleKind, WeightDecayGroups),
-// memory.policy (MemoryPolicy).
+// memory.policy (MemoryPolicy), memory.share_objective (ShareObjective).
 #include "device/device.h"
+#include "links/memory_shares.h"
 #include "prefetch/policy.h"
 #include "trainer/optim/kinds.h"
 
@@ -76,6 +77,11 @@ struct EnumNames<MemoryPolicy> {
        {MemoryPolicy::kVdnnConv, "vdnn-conv"},
        {MemoryPolicy::kVdnnAll, "vdnn-all"},
        {MemoryPolicy::kAuto, "auto"}}};
+};
+template <>
+struct EnumNames<ShareObjective> {
+  static constexpr std::array<std::pair<ShareObjective, std::string_view>, 2> kNames{
+      {{ShareObjective::kThroughput, "throughput"}, {ShareObjective::kFair, "fair"}}};
 };
 template <>
 struct EnumNames<CommBackend> {

@@ -266,7 +266,7 @@ std::vector<KeySpec> build_schema() {
       text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
            "<run.dir>/checkpoints"),
       integer(FERRY_CONFIG_KEY(checkpoint, every), at_least(0),
-              "Write a checkpoint every this many steps; 0 = never."),
+              "Write a checkpoint every this many steps and at the last step; 0 = never."),
       integer(FERRY_CONFIG_KEY(checkpoint, keep), at_least(0),
               "Keep the newest this many checkpoints; 0 = keep all."),
       text(FERRY_CONFIG_KEY(checkpoint, resume),
@@ -291,6 +291,17 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(memory, measure),
            "Time the model's kernels and the link on the device at start (cached in "
            "<run.dir>/cost_profile.json) and plan with those times; false = the FLOP model."),
+      flag(FERRY_CONFIG_KEY(memory, share),
+           "Share the device with the node's other ferry jobs that share it: the budget is "
+           "assigned by the node's job ledger (trainer jobs), between the plan's lower bound and "
+           "its peak, at most memory.budget; a job whose lower bound does not fit waits."),
+      choice(FERRY_CONFIG_KEY(memory, share_objective),
+             "How a shared device is divided (the first job's on the device holds): throughput = "
+             "the most speed summed over jobs, each relative to running alone; fair = the "
+             "smallest largest slowdown against running alone."),
+      real(FERRY_CONFIG_KEY(memory, share_wait), closed(0, 1e6),
+           "memory.share: seconds a job waits for its lower bound to fit the shared device, "
+           "then exits with an error (code 2); 0 = no wait."),
       // comm
       choice(FERRY_CONFIG_KEY(comm, backend),
              "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),

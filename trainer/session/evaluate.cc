@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "trainer/session/checkpoints.h"
+#include "trainer/model/zoo/zoo.h"
 #include "trainer/session/data_setup.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
@@ -61,6 +62,50 @@ RowScore score_readable_rows(const float* logits, const int32_t* labels, int64_t
   return s;
 }
 
+// Note [Evaluating a token model]
+// Every full window of the file once, in order (the dataset's evaluation windows); each batch's
+// loss is the mean over its rows x T tokens, so the file's mean token loss is their weighted
+// sum; perplexity = exp(loss); accuracy = the share of next tokens whose logit is the largest.
+// The logits (rows x T x vocab) are never copied to the host.
+EvalResult evaluate_tokens(const Config& c) {
+  Session session(c, RankInfo{}, /*training=*/false);
+  auto dataset = open_configured_dataset(c, /*evaluation=*/true);
+  LoaderOptions lo = loader_options(c, session.device());
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.epochs = 1;
+  DataLoader loader(dataset, lo);
+  std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
+              c.model.init_from.c_str());
+  const int64_t per_row = dataset->labels_per_sample();
+  double loss_sum = 0;
+  int64_t correct = 0, windows = 0;
+  while (Batch batch = loader.next()) {
+    if (batch.size() == 0) continue;
+    session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
+    const StepMetrics m = session.metrics();
+    loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size() * per_row);
+    correct += m.correct;
+    windows += batch.size();
+  }
+  const double tokens = static_cast<double>(std::max<int64_t>(windows * per_row, 1));
+  EvalResult r;
+  r.loss = loss_sum / tokens;
+  r.accuracy = static_cast<double>(correct) / tokens;
+  r.samples = windows;
+  r.tokens = windows * per_row;
+  r.perplexity = std::exp(r.loss);
+  nlohmann::json j = {{"loss", r.loss},         {"perplexity", r.perplexity},
+                      {"accuracy", r.accuracy}, {"samples", r.samples},
+                      {"tokens", r.tokens},     {"model", c.model.name},
+                      {"weights", c.model.init_from}};
+  write_run_file((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
+  std::printf("eval     loss %.4f  perplexity %.3f  accuracy %.4f  windows %lld (%lld tokens)  -> %s\n",
+              r.loss, r.perplexity, r.accuracy, static_cast<long long>(r.samples),
+              static_cast<long long>(r.tokens), (fs::path(c.run.dir) / "eval.json").c_str());
+  return r;
+}
+
 }  // namespace
 
 EvalResult evaluate(const Config& config) {
@@ -75,6 +120,7 @@ EvalResult evaluate(const Config& config) {
     }
     c.model.init_from = all.back().second;
   }
+  if (model_info(c.model.name).tokens) return evaluate_tokens(c);
   Session session(c, RankInfo{}, /*training=*/false);
   // The logits stay readable after each batch, for top-5 accuracy.
   const std::string logits = session.graph().tensor(session.graph().logits()).name;
@@ -90,18 +136,14 @@ EvalResult evaluate(const Config& config) {
   double loss_sum = 0;
   int64_t correct = 0, correct5 = 0, samples = 0;
   const int64_t classes = c.model.classes;
-  // Predictions per sample: 1 for an image, T for a token window (logits (n, T, classes) and
-  // labels (n, T); the loss is the mean over all of them, the accuracies count them).
-  const int64_t per_row = dataset->labels_per_sample();
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
     for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
     session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
     const StepMetrics m = session.metrics();
     const std::vector<std::byte> out = session.executor().read_activation(logits);
-    FERRY_ASSERT(
-        out.size() == static_cast<size_t>(batch.size() * per_row * classes) * sizeof(float),
-        "logits of an unexpected size");
+    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),
+                 "logits of an unexpected size");
     const float* rows = reinterpret_cast<const float*>(out.data());
     // A substitute for an unreadable image is not a sample of the evaluation set.
     std::vector<bool> skip;
@@ -115,7 +157,7 @@ EvalResult evaluate(const Config& config) {
       samples += s.rows;
       continue;
     }
-    correct5 += top5_correct(rows, batch.labels(), batch.size() * per_row, classes);
+    correct5 += top5_correct(rows, batch.labels(), batch.size(), classes);
     loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size());
     correct += m.correct;
     samples += batch.size();
@@ -126,9 +168,8 @@ EvalResult evaluate(const Config& config) {
                 static_cast<long long>(dataset->skipped()), dataset->skipped() == 1 ? "" : "s");
   }
   const double denom = static_cast<double>(std::max<int64_t>(samples, 1));
-  const double predictions = denom * static_cast<double>(per_row);
-  EvalResult r{loss_sum / denom, static_cast<double>(correct) / predictions,
-               static_cast<double>(correct5) / predictions, samples};
+  EvalResult r{loss_sum / denom, static_cast<double>(correct) / denom,
+               static_cast<double>(correct5) / denom, samples};
   nlohmann::json j = {
       {"loss", r.loss},       {"accuracy", r.accuracy}, {"top5_accuracy", r.top5_accuracy},
       {"samples", r.samples}, {"model", c.model.name},  {"weights", c.model.init_from}};

@@ -53,6 +53,16 @@ MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce
   return plan_memory(lowered(batch).tape, o);
 }
 
+MemoryPlan OfflinePlanner::plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget) {
+  PlanOptions o = plan_options(config_);
+  o.keep_unhidden = contention_aware_;
+  o.budget = budget;
+  o.policy = policy;
+  o.persistent = persistent_;
+  o.cost = cost_;
+  return plan_memory(lowered(batch).tape, o);
+}
+
 bool OfflinePlanner::fits(MemoryPolicy policy, int64_t batch) {
   try {
     plan(policy, batch);

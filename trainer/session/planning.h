@@ -30,6 +30,9 @@ class OfflinePlanner {
   // Plans `batch` under `policy` (ConfigError when it does not fit memory.budget; without
   // `enforce_budget`, the plan the policy makes with no budget).
   MemoryPlan plan(MemoryPolicy policy, int64_t batch, bool enforce_budget = true);
+  // Plans `batch` under `policy` within `budget` bytes instead of memory.budget (0: unlimited);
+  // ConfigError when it does not fit. The ladder a job sharing its device registers.
+  MemoryPlan plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget);
   // Whether `batch` fits memory.budget under `policy`.
   bool fits(MemoryPolicy policy, int64_t batch);
   // The largest batch that fits memory.budget under `policy` (0 when none does), searched up

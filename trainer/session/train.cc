@@ -28,6 +28,7 @@
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
 #include "trainer/session/data_setup.h"
+#include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/rank_log.h"
 #include "trainer/session/run_dir.h"
@@ -304,7 +305,9 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     interval_samples += static_cast<double>(samples);
 
     const bool logging = step % config.run.log_every == 0 || step == config.run.steps;
-    const bool checkpointing = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    // Every checkpoint.every steps, and the last step, so a finished run leaves its weights.
+    const bool checkpointing = config.checkpoint.every > 0 &&
+                               (step % config.checkpoint.every == 0 || step == config.run.steps);
     if (logging || checkpointing || traced) {
       // The one host wait (Note [No host wait inside a step]).
       for (const StagedMetrics& m : session.executor().drain_metrics()) {
@@ -402,10 +405,18 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   log.line(resolved);
   if (ranks.is_root())
     write_run_file((fs::path(config.run.dir) / "config.yaml").string(), resolved);
-  Session session(config, ranks, /*training=*/true);
+  // memory.share: admitted by the node's job ledger, the job plans within its grant.
+  std::unique_ptr<MemoryShareLease> share;
+  Config granted = config;
+  if (config.memory.share) {
+    share = std::make_unique<MemoryShareLease>(config, ranks, share_curve(config),
+                                               [&](const std::string& s) { log.line(s); });
+    granted.memory.budget = share->budget();
+  }
+  Session session(granted, ranks, /*training=*/true);
   try {
     check_same_resume(session.communicator(), ranks, start.resume);
-    return run(config, session, log, start);
+    return run(granted, session, log, start);
   } catch (const std::exception& e) {
     // The log file keeps it; the console gets it once, from fail_job (here or in main).
     log.file_line(fmt::format("error: {}", e.what()));

@@ -28,8 +28,10 @@ TrainResult train(const Config& config, const RankInfo& ranks);
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;       // top-1
-  double top5_accuracy = 0;  // the label among the 5 largest logits
-  int64_t samples = 0;
+  double top5_accuracy = 0;  // the label among the 5 largest logits (image models)
+  int64_t samples = 0;       // images, or token windows
+  int64_t tokens = 0;        // token models: the predictions scored (windows x T)
+  double perplexity = 0;     // token models: exp(loss)
 };
 
 // Loss, top-1 and top-5 accuracy over one pass of the configured dataset (an image folder:

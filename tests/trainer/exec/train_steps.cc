@@ -8,6 +8,7 @@
 
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
+#include "trainer/session/data_setup.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -16,9 +17,7 @@ TrainRun train_steps(const Config& c, int steps) {
   Session session(c, RankInfo{}, /*training=*/true);
   Device& device = session.device();
   device.memory().reset_peak();
-  auto data = std::shared_ptr<const Dataset>(
-      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
-                             c.model.classes, c.data.samples, c.run.seed));
+  const std::shared_ptr<const Dataset> data = open_configured_dataset(c);
   LoaderOptions lo;
   lo.batch_size = c.data.batch_size;
   lo.seed = c.run.seed;
@@ -35,7 +34,7 @@ TrainRun train_steps(const Config& c, int steps) {
   }
   for (int step = 1; step <= steps; ++step) {
     Batch batch = loader.next();
-    session.executor().enqueue({batch.images(), batch.labels(), batch.size()}, true,
+    session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, true,
                                static_cast<uint64_t>(step));
     session.optimizer().step(device.kernels(), device.stream(StreamKind::kCompute), session.store(),
                              static_cast<float>(c.optim.lr));

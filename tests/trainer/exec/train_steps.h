@@ -1,4 +1,5 @@
-// A few training steps through a Session with the synthetic data, for the tests that compare
+// A few training steps through a Session with the configured data (synthetic images, a token
+// file), for the tests that compare
 // whole loss trajectories (offload equivalence on the CPU and on the GPU, CUDA/CPU parity):
 // the per-step losses, the planned and the measured device peak, what the plan moves.
 #pragma once
@@ -20,7 +21,7 @@ struct TrainRun {
   int conv_recomputes = 0;  // recompute steps that run a convolution or a linear layer again
 };
 
-// Runs `steps` steps of `c` (one rank, synthetic data of c.data.samples samples).
+// Runs `steps` steps of `c` (one rank, the configured dataset, shuffled by run.seed).
 TrainRun train_steps(const Config& c, int steps);
 
 // A tight budget for auto: the peak vdnn-all plans (close to the floor) plus a margin; with

@@ -1,0 +1,382 @@
+// The job ledger's operations (layout in job_ledger_impl.h, the block in job_ledger_block.cc):
+// every operation locks, reaps the entries of dead processes, changes what it changes, then
+// re-divides and settles the grants of the GPUs it touched (Note [Handing memory over between
+// jobs] in job_ledger.h).
+#include "links/job_ledger.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "links/job_ledger_impl.h"
+#include "links/shm_names.h"
+
+namespace ferry {
+
+// Note [No condition variable in the job ledger]
+// Jobs wait by re-reading the ledger every slice, not on a process-shared condition variable:
+// glibc's condition variable keeps counts of its waiters, and a waiter killed by kill -9 is never
+// taken off them, which can block the next broadcaster for ever. A killed mutex holder is safe:
+// the mutex is robust, and the next locker re-divides every GPU from the entries, which are
+// written with their `used` flag last.
+
+namespace {
+
+using namespace job_ledger_impl;
+using Shared = JobLedger::Shared;
+
+double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void copy_text(char (&dst)[kText], const std::string& src) {
+  std::snprintf(dst, sizeof(dst), "%s", src.c_str());
+}
+
+std::vector<SharePoint> ladder_of(const JobSlot& j) { return {j.ladder, j.ladder + j.n_ladder}; }
+
+// The entries on GPU `g`, in arrival order.
+std::vector<JobSlot*> jobs_on(Shared* s, int g) {
+  std::vector<JobSlot*> out;
+  for (JobSlot& j : s->jobs)
+    if (j.used && j.gpu == g) out.push_back(&j);
+  std::sort(out.begin(), out.end(),
+            [](const JobSlot* a, const JobSlot* b) { return a->id < b->id; });
+  return out;
+}
+
+void set(uint64_t& field, uint64_t value, JobSlot& j) {
+  if (field == value) return;
+  field = value;
+  ++j.generation;
+}
+
+// Raises the grants of growing jobs, in arrival order, while every grant on the GPU fits the
+// capacity (Note [Handing memory over between jobs]); sets `waiting`.
+void settle(Shared* s, int g) {
+  GpuSlot& gpu = s->gpus[g];
+  const std::vector<JobSlot*> jobs = jobs_on(s, g);
+  uint64_t granted = 0;
+  for (const JobSlot* j : jobs) granted += j->granted;
+  for (JobSlot* j : jobs) {
+    if (j->share <= j->granted || granted > gpu.capacity) continue;
+    const uint64_t room = gpu.capacity - granted;
+    uint64_t to = j->share;
+    if (j->share - j->granted > room) {
+      // A job not admitted yet starts on what is free if its lower bound fits there.
+      if (j->granted >= j->lower || j->granted + room < j->lower) continue;
+      to = j->granted + room;
+    }
+    granted += to - j->granted;
+    set(j->granted, to, *j);
+  }
+  for (JobSlot* j : jobs) {
+    const int32_t waiting = !j->admitted || j->granted < j->lower;
+    if (waiting != j->waiting) {
+      j->waiting = waiting;
+      ++j->generation;
+    }
+  }
+}
+
+// Divides GPU `g` among its entries (links/memory_shares.h), then settles; frees the GPU's slot
+// when no entry is left.
+void redivide(Shared* s, int g) {
+  GpuSlot& gpu = s->gpus[g];
+  const std::vector<JobSlot*> jobs = jobs_on(s, g);
+  if (jobs.empty()) {
+    gpu = GpuSlot{};
+    return;
+  }
+  std::vector<ShareJob> in;
+  for (const JobSlot* j : jobs) {
+    ShareJob sj;
+    sj.lower = j->lower;
+    sj.peak = j->peak;
+    sj.ladder = ladder_of(*j);
+    sj.order = j->id;
+    sj.measured_step_s = j->measured_step_s;
+    sj.current = j->granted;
+    in.push_back(std::move(sj));
+  }
+  const ShareDivision d =
+      divide_memory(gpu.capacity, in, static_cast<ShareObjective>(gpu.objective));
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    set(jobs[i]->share, d.jobs[i].share, *jobs[i]);
+    jobs[i]->predicted_step_s = d.jobs[i].step_s;
+    jobs[i]->admitted = !d.jobs[i].waiting;
+  }
+  ++gpu.generation;
+  settle(s, g);
+}
+
+void record_held(Shared* s, int g) {
+  uint64_t held = 0;
+  for (const JobSlot* j : jobs_on(s, g)) held += j->held;
+  s->gpus[g].peak_held = std::max(s->gpus[g].peak_held, held);
+}
+
+// Removes the entries of dead processes and re-divides their GPUs (every GPU when `all`).
+int reap_locked(Shared* s, bool all) {
+  bool touched[JobLedger::kMaxGpus] = {};
+  int reaped = 0;
+  for (JobSlot& j : s->jobs) {
+    if (!j.used || shm_names::alive({j.pid, j.start})) continue;
+    j.used = 0;
+    touched[j.gpu] = true;
+    ++reaped;
+  }
+  for (int g = 0; g < JobLedger::kMaxGpus; ++g)
+    if (s->gpus[g].used && (all || touched[g])) redivide(s, g);
+  return reaped;
+}
+
+// Holds the ledger's mutex; on entry reaps the dead, and after a holder died re-divides every
+// GPU (what it was changing is recomputed from the entries).
+class Locked {
+ public:
+  explicit Locked(Shared* s) : s_(s) {
+    const int rc = pthread_mutex_lock(&s_->mu);
+    bool recovered = false;
+    if (rc == EOWNERDEAD) {
+      pthread_mutex_consistent(&s_->mu);
+      recovered = true;
+    } else if (rc != 0) {
+      throw LibraryError("posix", "pthread_mutex_lock job ledger", std::strerror(rc), __FILE__,
+                         __LINE__);
+    }
+    try {
+      reaped_ = reap_locked(s_, recovered);
+    } catch (...) {
+      pthread_mutex_unlock(&s_->mu);  // the destructor does not run for a throwing constructor
+      throw;
+    }
+  }
+  ~Locked() { pthread_mutex_unlock(&s_->mu); }
+  int reaped() const { return reaped_; }
+
+ private:
+  Shared* s_;
+  int reaped_ = 0;
+};
+
+JobSlot* find(Shared* s, uint64_t id) {
+  for (JobSlot& j : s->jobs)
+    if (j.used && j.id == id) return &j;
+  return nullptr;
+}
+
+JobGrant grant_of(const Shared* s, const JobSlot* j, uint64_t id) {
+  JobGrant g;
+  g.id = id;
+  if (!j) {
+    g.gone = true;
+    return g;
+  }
+  g.capacity = s->gpus[j->gpu].capacity;
+  g.share = j->share;
+  g.granted = j->granted;
+  g.waiting = j->waiting != 0;
+  g.generation = j->generation;
+  return g;
+}
+
+// At most JobLedger::kMaxLadder points: the lower bound, the peak and evenly spaced ones between.
+std::vector<SharePoint> thinned(const std::vector<SharePoint>& ladder) {
+  const size_t n = ladder.size(), m = JobLedger::kMaxLadder;
+  if (n <= m) return ladder;
+  std::vector<SharePoint> out;
+  for (size_t k = 0; k < m; ++k) out.push_back(ladder[k * (n - 1) / (m - 1)]);
+  return out;
+}
+
+// Throws ConfigError when the controller would refuse the job.
+void check_job(uint64_t lower, uint64_t peak, const std::vector<SharePoint>& ladder) {
+  ShareJob j;
+  j.lower = lower;
+  j.peak = peak;
+  j.ladder = ladder;
+  try {
+    divide_memory(peak, {j}, ShareObjective::kThroughput);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(fmt::format("job ledger: {}", e.what()));
+  }
+}
+
+}  // namespace
+
+JobGrant JobLedger::join(const JobRequest& request) {
+  const std::vector<SharePoint> ladder = thinned(request.ladder);
+  check_job(request.lower, request.peak, ladder);
+  const shm_names::ProcessId me = shm_names::self();
+  Locked lock(s_);
+  int g = -1;
+  for (int i = 0; i < kMaxGpus && g < 0; ++i)
+    if (s_->gpus[i].used && request.device == s_->gpus[i].device) g = i;
+  for (int i = 0; i < kMaxGpus && g < 0; ++i) {
+    if (s_->gpus[i].used) continue;
+    GpuSlot& gpu = s_->gpus[i];
+    gpu = GpuSlot{};
+    copy_text(gpu.device, request.device);
+    gpu.capacity = request.capacity;
+    gpu.objective = static_cast<int32_t>(request.objective);
+    gpu.used = 1;
+    g = i;
+  }
+  if (g < 0) throw ConfigError(fmt::format("job ledger: more than {} GPUs on this node", kMaxGpus));
+  for (JobSlot& j : s_->jobs) {
+    if (j.used) continue;
+    j = JobSlot{};
+    j.gpu = g;
+    j.pid = me.pid;
+    j.start = me.start;
+    j.rank = request.rank;
+    j.id = s_->next_id++;
+    copy_text(j.config, request.config);
+    copy_text(j.run_dir, request.run_dir);
+    j.lower = request.lower;
+    j.peak = request.peak;
+    j.n_ladder = static_cast<int32_t>(ladder.size());
+    std::copy(ladder.begin(), ladder.end(), j.ladder);
+    j.joined = now_s();
+    j.used = 1;  // last: a joiner killed before this left nothing
+    redivide(s_, g);
+    return grant_of(s_, &j, j.id);
+  }
+  if (!jobs_on(s_, g).size()) s_->gpus[g] = GpuSlot{};
+  throw ConfigError(fmt::format("job ledger: more than {} jobs on this node", kMaxJobs),
+                    "wait for a job to end");
+}
+
+void JobLedger::leave(uint64_t id) {
+  Locked lock(s_);
+  JobSlot* j = find(s_, id);
+  if (!j) return;
+  j->used = 0;
+  redivide(s_, j->gpu);
+}
+
+JobGrant JobLedger::poll(uint64_t id) {
+  Locked lock(s_);
+  return grant_of(s_, find(s_, id), id);
+}
+
+JobGrant JobLedger::report(uint64_t id, uint64_t held, double measured_step_s) {
+  Locked lock(s_);
+  JobSlot* j = find(s_, id);
+  if (!j) return grant_of(s_, j, id);
+  if (held > j->granted) {
+    throw Error(fmt::format("job ledger: job {} holds {} bytes, more than its grant of {}", id,
+                            held, j->granted));
+  }
+  j->held = held;
+  if (measured_step_s >= 0) j->measured_step_s = measured_step_s;
+  record_held(s_, j->gpu);
+  return grant_of(s_, j, id);
+}
+
+JobGrant JobLedger::confirm(uint64_t id, uint64_t held) {
+  Locked lock(s_);
+  JobSlot* j = find(s_, id);
+  if (!j) return grant_of(s_, j, id);
+  if (held > j->share || held > j->granted) {
+    throw Error(fmt::format("job ledger: job {} confirms a share of {} bytes holding {}", id,
+                            j->share, held));
+  }
+  j->held = held;
+  record_held(s_, j->gpu);
+  if (j->share < j->granted) set(j->granted, j->share, *j);
+  settle(s_, j->gpu);
+  return grant_of(s_, j, id);
+}
+
+JobGrant JobLedger::update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
+                                  const std::vector<SharePoint>& ladder_in) {
+  const std::vector<SharePoint> ladder = thinned(ladder_in);
+  check_job(lower, peak, ladder);
+  Locked lock(s_);
+  JobSlot* j = find(s_, id);
+  if (!j) return grant_of(s_, j, id);
+  j->lower = lower;
+  j->peak = peak;
+  j->n_ladder = static_cast<int32_t>(ladder.size());
+  std::copy(ladder.begin(), ladder.end(), j->ladder);
+  redivide(s_, j->gpu);
+  return grant_of(s_, j, id);
+}
+
+JobGrant JobLedger::wait_change(uint64_t id, uint64_t generation, double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  for (;;) {
+    const JobGrant g = poll(id);
+    if (g.gone || g.generation != generation || now_s() >= deadline) return g;
+    std::this_thread::sleep_for(std::chrono::duration<double>(
+        std::max(0.0, std::min(options_.slice_s, deadline - now_s()))));
+  }
+}
+
+JobGrant JobLedger::wait_admitted(uint64_t id, double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  for (;;) {
+    const JobGrant g = poll(id);
+    if (g.gone || !g.waiting || now_s() >= deadline) return g;
+    std::this_thread::sleep_for(std::chrono::duration<double>(
+        std::max(0.0, std::min(options_.slice_s, deadline - now_s()))));
+  }
+}
+
+int JobLedger::reap() {
+  Locked lock(s_);
+  return lock.reaped();
+}
+
+std::vector<LedgerGpu> JobLedger::snapshot() {
+  Locked lock(s_);
+  const double t = now_s();
+  std::vector<LedgerGpu> out;
+  for (int g = 0; g < kMaxGpus; ++g) {
+    const GpuSlot& gpu = s_->gpus[g];
+    if (!gpu.used) continue;
+    LedgerGpu lg;
+    lg.device = gpu.device;
+    lg.capacity = gpu.capacity;
+    lg.objective = static_cast<ShareObjective>(gpu.objective);
+    lg.generation = gpu.generation;
+    lg.peak_held = gpu.peak_held;
+    for (const JobSlot* j : jobs_on(s_, g)) {
+      LedgerJob lj;
+      lj.id = j->id;
+      lj.pid = j->pid;
+      lj.rank = j->rank;
+      lj.config = j->config;
+      lj.run_dir = j->run_dir;
+      lj.lower = j->lower;
+      lj.peak = j->peak;
+      lj.ladder = ladder_of(*j);
+      lj.share = j->share;
+      lj.granted = j->granted;
+      lj.held = j->held;
+      lj.predicted_step_s = j->predicted_step_s;
+      lj.measured_step_s = j->measured_step_s;
+      lj.waiting = j->waiting != 0;
+      lj.generation = j->generation;
+      lj.age_s = t - j->joined;
+      lg.jobs.push_back(std::move(lj));
+    }
+    out.push_back(std::move(lg));
+  }
+  return out;
+}
+
+}  // namespace ferry

@@ -1,0 +1,148 @@
+// The node-wide job ledger: one POSIX shared-memory block per node and user that every ferry job
+// with shared memory attaches, holding per GPU its capacity and the jobs on it (lower bound, peak,
+// ladder, share, granted, held, step times). Whoever changes it re-divides the GPU's capacity
+// under its robust mutex (links/memory_shares.h); no daemon. Invariant: on every GPU the sum of
+// the jobs' `granted` bytes never exceeds the capacity, and a job holds at most its `granted`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "links/memory_shares.h"
+
+namespace ferry {
+
+// Note [Handing memory over between jobs]
+// A job's `share` is the controller's target; `granted` is what it may hold now. When the
+// division changes, a job whose share shrinks keeps its old grant until it re-plans for the new
+// share and confirms (report() with held <= share): only then does its grant fall to the share.
+// A job whose share grows gets it all at once, and only when the grants of every job on the GPU,
+// the still-shrinking ones' old grants included, fit the capacity with it; growing jobs are
+// served in arrival order. One exception: a job not admitted yet whose lower bound fits in what
+// is free now is granted what is free (at least its lower bound, less than its share) and starts
+// on it, rather than wait for the others to shrink; it grows to its share later, all at once. A job
+// never holds more than its grant (report() refuses it), so the sum of what jobs hold never exceeds
+// the capacity, at any instant. A job is admitted (leaves `waiting`) when its grant reaches its
+// lower bound. A job that dies is reaped by the next job that touches the ledger (every wait looks
+// at least every slice): its grant is freed and the GPU re-divided.
+
+// What a job registers for its GPU.
+struct JobRequest {
+  std::string device;     // the GPU's key on this node (the CPU backend: its emulated device)
+  uint64_t capacity = 0;  // the job's idea of the capacity; the first job's on the GPU holds
+  std::string config;     // the job's config file and run directory, shown by `trainer jobs`
+  std::string run_dir;
+  int rank = 0;
+  uint64_t lower = 0;  // ShareJob's fields
+  uint64_t peak = 0;
+  std::vector<SharePoint> ladder;
+  ShareObjective objective = ShareObjective::kThroughput;  // the first job's on the GPU holds
+};
+
+// A job's standing, as it reads it.
+struct JobGrant {
+  uint64_t id = 0;          // the job's entry (also its arrival order)
+  uint64_t capacity = 0;    // the GPU's
+  uint64_t share = 0;       // the controller's target
+  uint64_t granted = 0;     // what the job may hold now
+  bool waiting = true;      // not admitted yet: granted < its lower bound
+  uint64_t generation = 0;  // changes whenever share, granted or waiting do
+  bool gone = false;        // the entry is no longer in the ledger (left, or reaped)
+};
+
+// One job in a snapshot.
+struct LedgerJob {
+  uint64_t id = 0;
+  int pid = 0;
+  int rank = 0;
+  std::string config;
+  std::string run_dir;
+  uint64_t lower = 0;
+  uint64_t peak = 0;
+  std::vector<SharePoint> ladder;
+  uint64_t share = 0;
+  uint64_t granted = 0;
+  uint64_t held = 0;
+  double predicted_step_s = 0;  // at its share (0 while waiting)
+  double measured_step_s = 0;   // 0: not measured yet
+  bool waiting = true;
+  uint64_t generation = 0;
+  double age_s = 0;  // since it joined
+};
+
+// One GPU in a snapshot.
+struct LedgerGpu {
+  std::string device;
+  uint64_t capacity = 0;
+  ShareObjective objective = ShareObjective::kThroughput;
+  uint64_t generation = 0;      // bumped at every re-division
+  uint64_t peak_held = 0;       // the largest sum of held bytes the ledger has recorded
+  std::vector<LedgerJob> jobs;  // in arrival order
+};
+
+struct JobLedgerOptions {
+  double slice_s = 0.05;  // a waiting job re-reads the ledger (and reaps the dead) this often
+};
+
+class JobLedger {
+ public:
+  static constexpr int kMaxGpus = 32;
+  static constexpr int kMaxJobs = 128;
+  static constexpr int kMaxLadder = 32;
+
+  // The node's ledger for this user: "/ferry-jobs-v<layout>-u<uid>", or $FERRY_JOB_LEDGER when
+  // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
+  static std::string default_name();
+  // Attaches the ledger `name`, creating it when no job has (Note [A well-known block created
+  // once] in job_ledger_block.cc). Throws LibraryError when shared memory fails or the block is
+  // not a ledger of this build.
+  static std::shared_ptr<JobLedger> attach(const std::string& name = default_name(),
+                                           const JobLedgerOptions& options = {});
+  // Attaches an existing ledger; nullptr when there is none.
+  static std::shared_ptr<JobLedger> open_existing(const std::string& name = default_name(),
+                                                  const JobLedgerOptions& options = {});
+  // Removes the name (tests). Quiet if absent.
+  static void unlink(const std::string& name);
+
+  ~JobLedger();
+  JobLedger(const JobLedger&) = delete;
+  JobLedger& operator=(const JobLedger&) = delete;
+
+  // Registers this process's job on `request.device` and re-divides that GPU. Throws ConfigError
+  // on a malformed ladder or a full ledger.
+  JobGrant join(const JobRequest& request);
+  // Removes the entry (its grant is freed) and re-divides. Quiet for an entry that is gone.
+  void leave(uint64_t id);
+  // The entry's standing now (reaping the dead first).
+  JobGrant poll(uint64_t id);
+  // The job holds `held` bytes of the GPU now, and its step measured `measured_step_s` (< 0:
+  // unchanged). Throws Error when held exceeds the grant. Records the GPU's held sum.
+  JobGrant report(uint64_t id, uint64_t held, double measured_step_s = -1);
+  // The job runs within its current share now and holds `held` (<= share): a shrunk grant falls
+  // to the share and growing jobs may take the rest (Note [Handing memory over between jobs]).
+  // Throws Error when held exceeds the share.
+  JobGrant confirm(uint64_t id, uint64_t held);
+  // A new ladder (re-planned, or with the measured cost model); re-divides the GPU.
+  JobGrant update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
+                         const std::vector<SharePoint>& ladder);
+  // Waits until the entry's generation differs from `generation`, or `timeout_s` passes.
+  JobGrant wait_change(uint64_t id, uint64_t generation, double timeout_s);
+  // Waits until the entry is admitted (granted >= lower) or `timeout_s` passes.
+  JobGrant wait_admitted(uint64_t id, double timeout_s);
+  // Removes the entries of processes that died and re-divides their GPUs; returns how many.
+  int reap();
+  // Every GPU with a job on it.
+  std::vector<LedgerGpu> snapshot();
+
+  struct Shared;  // the block's layout, private to job_ledger*.cc
+
+ private:
+  JobLedger(Shared* shared, const JobLedgerOptions& options) : s_(shared), options_(options) {}
+  Shared* s_;
+  JobLedgerOptions options_;
+};
+
+}  // namespace ferry

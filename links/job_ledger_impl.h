@@ -1,0 +1,65 @@
+// The job ledger's shared block layout (private to links/job_ledger*.cc): fixed-size plain data
+// behind a robust process-shared mutex. Invariant: kVersion is in the block's name and changes
+// whenever the layout does, so builds of different layouts never read each other's block.
+#pragma once
+
+#include <pthread.h>
+
+#include <cstdint>
+
+#include "links/job_ledger.h"
+
+namespace ferry {
+namespace job_ledger_impl {
+
+constexpr uint64_t kMagic = 0x6665727279'6a6f62ULL;  // "ferryjob"
+constexpr uint32_t kVersion = 1;
+constexpr int kText = 256;
+
+struct GpuSlot {
+  int32_t used = 0;
+  int32_t objective = 0;  // ShareObjective
+  char device[kText] = {};
+  uint64_t capacity = 0;
+  uint64_t generation = 0;
+  uint64_t peak_held = 0;
+};
+
+struct JobSlot {
+  int32_t used = 0;
+  int32_t gpu = 0;  // index into gpus
+  int32_t pid = 0;
+  int32_t rank = 0;
+  uint64_t start = 0;  // the process's start time (shm_names::ProcessId)
+  uint64_t id = 0;     // also its arrival order
+  char config[kText] = {};
+  char run_dir[kText] = {};
+  uint64_t lower = 0;
+  uint64_t peak = 0;
+  int32_t n_ladder = 0;
+  int32_t waiting = 1;
+  int32_t admitted = 0;  // by the controller (its lower bound fits after earlier arrivals')
+  int32_t pad = 0;
+  SharePoint ladder[JobLedger::kMaxLadder] = {};
+  uint64_t share = 0;
+  uint64_t granted = 0;
+  uint64_t held = 0;
+  double predicted_step_s = 0;
+  double measured_step_s = 0;
+  uint64_t generation = 0;
+  double joined = 0;  // CLOCK_MONOTONIC seconds
+};
+
+}  // namespace job_ledger_impl
+
+struct JobLedger::Shared {
+  uint64_t magic;
+  uint32_t version;
+  int32_t pad;
+  pthread_mutex_t mu;
+  uint64_t next_id;
+  job_ledger_impl::GpuSlot gpus[kMaxGpus];
+  job_ledger_impl::JobSlot jobs[kMaxJobs];
+};
+
+}  // namespace ferry

@@ -1,0 +1,62 @@
+// A job that shares its device (memory.share): its curve for the node's job ledger (lower bound,
+// peak, predicted step times between them, from the offline planner) and its lease on the
+// device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
+// and given back when the job ends. Invariant: while a lease is held, the job's budget is the
+// ledger's grant to it, which the ledger keeps within the device's capacity beside the others'.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/ranks.h"
+#include "links/job_ledger.h"
+#include "trainer/config/config.h"
+
+namespace ferry {
+
+// What a job registers: budgets from its lower bound to its peak (capped by memory.budget).
+struct ShareCurve {
+  uint64_t lower = 0;
+  uint64_t peak = 0;
+  std::vector<SharePoint> ladder;  // `points` budgets evenly spaced, the first lower, the last peak
+};
+
+// Plans the config's model at its batch under memory.policy: unconstrained (the peak, at most
+// memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and
+// at budgets between. Throws ConfigError when the policy cannot fit memory.budget at all.
+ShareCurve share_curve(const Config& config, int points = 8);
+
+// The device a rank shares on this node: "<backend>:<local rank>" (the emulated device of a CPU
+// rank; a CUDA rank's ordinal stands for its GPU).
+std::string share_device_key(const Config& config, const RankInfo& ranks);
+
+// The admission message when the job waits: who holds the device and how much.
+std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower);
+
+class MemoryShareLease {
+ public:
+  // Joins the node's job ledger for this rank's device with `curve` and waits until admitted,
+  // printing once through `say` which jobs hold the device; throws ConfigError (exit 2) when
+  // memory.share_wait passes first, or when the lower bound exceeds the device's capacity.
+  MemoryShareLease(const Config& config, const RankInfo& ranks, const ShareCurve& curve,
+                   const std::function<void(const std::string&)>& say);
+  // Leaves the ledger: the grant goes back to the others.
+  ~MemoryShareLease();
+  MemoryShareLease(const MemoryShareLease&) = delete;
+  MemoryShareLease& operator=(const MemoryShareLease&) = delete;
+
+  // The budget the job runs with: its grant at admission.
+  uint64_t budget() const { return budget_; }
+  const JobGrant& grant() const { return grant_; }
+  JobLedger& ledger() { return *ledger_; }
+
+ private:
+  std::shared_ptr<JobLedger> ledger_;
+  JobGrant grant_;
+  uint64_t budget_ = 0;
+};
+
+}  // namespace ferry
