@@ -1,6 +1,6 @@
 // open_configured_dataset for the token source: training reads data.path in random windows
 // (consecutive with data.shuffle false), evaluation reads data.val_path (else data.path) in
-// consecutive windows; the vocabulary is the model's classes.
+// consecutive windows; the vocabulary is model.vocab, the window data.seq_len or model.context.
 #include "trainer/session/data_setup.h"
 
 #include <string>
@@ -35,7 +35,8 @@ TEST(DataSetup, TokenSourceReadsTrainAndValidationFiles) {
   const std::string train = dir.write("train.bin", counting(0, 1000));
   const std::string val = dir.write("val.bin", counting(5000, 101));
   Config c = parse_config_text(
-      "model:\n  classes: 8192\ndata:\n  source: tokens\n  path: " + train + "\n  seq_len: 10\n");
+      "model:\n  name: gpt2\n  vocab: 8192\n  context: 64\ndata:\n  source: tokens\n  path: " +
+      train + "\n  seq_len: 10\n");
   const auto training = open_configured_dataset(c);
   EXPECT_EQ(training->size(), 99);
   EXPECT_EQ(training->sample_shape(), (Shape{10}));
@@ -52,7 +53,12 @@ TEST(DataSetup, TokenSourceReadsTrainAndValidationFiles) {
   EXPECT_EQ(first_token(*eval, 3), 5030);
   c.data.shuffle = false;
   EXPECT_EQ(first_token(*open_configured_dataset(c), 7), 70);
-  c.data.seq_len = 0;  // unresolved: the model side resolves it against model.context
+  c.data.seq_len = 0;  // model.context
+  EXPECT_EQ(open_configured_dataset(c)->sample_shape(), (Shape{64}));
+  c.data.seq_len = 65;
+  EXPECT_THROW(open_configured_dataset(c), ConfigError);
+  c.data.seq_len = 10;
+  c.model.name = "resnet18_cifar";  // an image model cannot read tokens
   EXPECT_THROW(open_configured_dataset(c), ConfigError);
 }
 

@@ -120,6 +120,10 @@ bool zoo_has(const std::string& name) {
 const ModelInfo& model_info(const std::string& name) { return find(name).info; }
 
 TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& overrides) {
+  if (!model.tokens) {
+    throw ConfigError(fmt::format("model '{}' reads images, not tokens", model.name),
+                      "pick a token model (gpt2, gpt2-medium) for data.source=tokens");
+  }
   TransformerSizes s = model.sizes;
   const auto take = [&](int64_t value, int64_t& into, const char* key) {
     if (value < 0) {

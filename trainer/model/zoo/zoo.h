@@ -32,8 +32,8 @@ struct ModelInfo {
   bool decay_matrices_only = false;
 };
 
-// `overrides` with each 0 replaced by the named model's size. ConfigError for a negative size
-// or a dropout outside [0, 1).
+// `overrides` with each 0 replaced by the named model's size. ConfigError for an image model, a
+// negative size, heads that do not divide the width, or a dropout outside [0, 1).
 TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& overrides);
 
 // Every model name, in the order `trainer info` lists them.
