@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "trainer/data/loader.h"
+#include "trainer/session/data_setup.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -30,9 +31,7 @@ struct Result {
 
 Result measure(Config c, int warmup, int steps, const std::string& trace_dir) {
   Session session(c, RankInfo{}, true);
-  auto dataset = std::shared_ptr<const Dataset>(
-      make_synthetic_dataset(Shape{c.model.input[0], c.model.input[1], c.model.input[2]},
-                             c.model.classes, c.data.samples, c.run.seed));
+  const std::shared_ptr<const Dataset> dataset = open_configured_dataset(c);
   LoaderOptions lo;
   lo.batch_size = c.data.batch_size;
   lo.allocator = &session.device().pinned();

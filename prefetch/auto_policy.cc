@@ -52,8 +52,11 @@ std::vector<double> step_times(const Tape& tape, const CostModel& cost) {
   return t;
 }
 
+// Candidates with their cost. `whole_copies`: an offload costs its whole round trip, as if no
+// compute hid it (Note [Recompute is never slower]: when many offloads share the link, each
+// one's idle gap does not hide them all).
 std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const PlanOptions& o,
-                                  bool allow_recompute) {
+                                  bool allow_recompute, bool whole_copies) {
   const std::vector<int> saved = saved_tensors(input, live, false);
   const std::vector<bool> saved_mask = ::ferry::planner::saved_mask(input, live);
   const std::vector<double> times = step_times(input, o.cost);
@@ -66,7 +69,8 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
     const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
                        prefix[static_cast<size_t>(tl.last_forward_use) + 1];
-    Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - gap)};
+    const double copy = o.cost.round_trip_seconds(bytes);
+    Candidate c{t, false, bytes, whole_copies ? copy : std::max(0.0, copy - gap)};
     if (allow_recompute) {
       // Alone, from kept (or fetched) inputs: the steps its rebuild adds. Chains of several
       // dropped tensors run each step once (recompute_chains), so these costs add up.
@@ -173,13 +177,13 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
 // real layout fits. True when it does.
 template <typename Fits>
 bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
-            bool allow_recompute, Decisions& d, Fits& fits) {
+            bool allow_recompute, bool whole_copies, Decisions& d, Fits& fits) {
   d = {};
   std::vector<TensorPlan> none = stretches(materialize(input, live, d), d, {});
   std::vector<uint64_t> estimate = live_bytes(input, none);
   std::vector<bool> taken(input.tensors.size(), false);
   const std::vector<bool> saved = saved_mask(input, live);
-  const std::vector<Candidate> all = candidates(input, live, o, allow_recompute);
+  const std::vector<Candidate> all = candidates(input, live, o, allow_recompute, whole_copies);
   for (size_t i = 0; i < all.size(); ++i) {
     const Candidate& c = all[i];
     const TensorLiveness& tl = live.tensors[static_cast<size_t>(c.tensor)];
@@ -314,12 +318,12 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
 // copies the link cannot hide reconsidered. False when the greedy cannot fit the budget; then
 // `d`, `m` and `plans` hold the tightest plan it tried.
 bool plan_once(const Tape& input, const Liveness& live, const PlanOptions& o, uint64_t arena_budget,
-               bool recompute, Decisions& d, Materialized& m, std::vector<OffloadTiming>& timing,
-               std::vector<TensorPlan>& plans) {
+               bool recompute, bool whole_copies, Decisions& d, Materialized& m,
+               std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
   const auto fits = [&](bool jit) {
     return lay_out(input, live, d, jit, arena_budget, m, timing, plans);
   };
-  if (!greedy(input, live, o, arena_budget, recompute, d, fits)) return false;
+  if (!greedy(input, live, o, arena_budget, recompute, whole_copies, d, fits)) return false;
   settle(input, live, o, arena_budget, d, m, timing, plans);
   if (o.keep_unhidden) {
     PlanOptions po = o;
@@ -345,20 +349,26 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   // most memory and may hide its copies. With memory.recompute both plans are made and the one
   // the cost model predicts faster is kept (offload only on a tie), so turning recompute on
   // never makes auto's predicted step slower, and a budget that offloading alone meets fits.
-  bool fitted = plan_once(input, live, o, arena_budget, false, d, m, timing, plans);
+  // A third plan prices every copy at its whole round trip: where many saved tensors compete
+  // for one link (a transformer's blocks each save several), the idle gap of each hides it
+  // alone but not all together, and rebuilding the cheap ones (layer norms, GELU, linear
+  // outputs) beats copying them; it too is kept only when predicted faster.
+  bool fitted = plan_once(input, live, o, arena_budget, false, false, d, m, timing, plans);
   if (o.recompute) {
-    Decisions rd;
-    Materialized rm;
-    std::vector<OffloadTiming> rtiming;
-    std::vector<TensorPlan> rplans;
-    if (plan_once(input, live, o, arena_budget, true, rd, rm, rtiming, rplans) &&
-        (!fitted ||
-         predicted_step(rm, rplans, o.cost) < predicted_step(m, plans, o.cost) * (1 - 1e-9))) {
-      fitted = true;
-      d = std::move(rd);
-      m = std::move(rm);
-      timing = std::move(rtiming);
-      plans = std::move(rplans);
+    for (bool whole_copies : {false, true}) {
+      Decisions rd;
+      Materialized rm;
+      std::vector<OffloadTiming> rtiming;
+      std::vector<TensorPlan> rplans;
+      if (plan_once(input, live, o, arena_budget, true, whole_copies, rd, rm, rtiming, rplans) &&
+          (!fitted ||
+           predicted_step(rm, rplans, o.cost) < predicted_step(m, plans, o.cost) * (1 - 1e-9))) {
+        fitted = true;
+        d = std::move(rd);
+        m = std::move(rm);
+        timing = std::move(rtiming);
+        plans = std::move(rplans);
+      }
     }
   }
   if (!fitted) {
