@@ -88,6 +88,43 @@ TEST(HostileInput, ValuesOutsideTheTestedEnvelopeAreRefusedAtLoad) {
                     "run.trace_steps: starts at step 500, after the last step");
 }
 
+// Token data and GPT sizes (issue 17): a bad file, tokens beyond the vocabulary, heads that do
+// not divide the width, a window longer than the context, a model for the other kind of data.
+TEST(HostileInput, TokenFilesAndTransformerSizesAreCheckedBeforeTraining) {
+  const std::string dir = scratch("hostile_tokens");
+  const auto tokens = [&](const std::string& name, std::vector<int32_t> header,
+                          const std::vector<uint16_t>& body) {
+    const std::string path = dir + "/" + name;
+    std::ofstream out(path, std::ios::binary);
+    header.resize(header.empty() ? 0 : 256, 0);
+    out.write(reinterpret_cast<const char*>(header.data()),
+              static_cast<std::streamsize>(header.size() * sizeof(int32_t)));
+    out.write(reinterpret_cast<const char*>(body.data()),
+              static_cast<std::streamsize>(body.size() * sizeof(uint16_t)));
+    return path;
+  };
+  std::vector<uint16_t> body(4096);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint16_t>(i % 200);
+  const std::string good = tokens("good.bin", {20240520, 1, 4096}, body);
+  const std::string base = trainer() + " train " + std::string(FERRY_SOURCE_DIR) +
+                           "/configs/gpt_text.yaml run.steps=1 run.dir=" + dir +
+                           "/run run.overwrite=true memory.measure=false data.val_path= ";
+  expect_user_error(run(base + "data.path=" + tokens("version.bin", {20240520, 7, 4096}, body)),
+                    "version.bin");
+  expect_user_error(run(base + "data.path=" + tokens("short.bin", {20240520, 1, 9999}, body)),
+                    "short.bin");
+  expect_user_error(run(base + "data.path=" + good + " model.vocab=100"),
+                    "outside the vocabulary of 100 (model.vocab)");
+  expect_user_error(run(base + "data.path=" + good + " model.heads=3"),
+                    "model.heads (3) must divide model.width (128)");
+  expect_user_error(run(base + "data.path=" + good + " data.seq_len=129"),
+                    "data.seq_len: must be <= model.context (128)");
+  expect_user_error(run(base + "data.path=" + good + " model.name=resnet18_cifar"),
+                    "reads images, but data.source is tokens");
+  expect_user_error(run(base + "data.path=" + good + " data.source=synthetic"),
+                    "reads tokens, but data.source is synthetic");
+}
+
 TEST(HostileInput, AConfigThatIsNotAConfigFileIsRefusedWithoutReadingItAll) {
   const Exit e = run(trainer() + " config /dev/zero");
   expect_user_error(e, "config file '/dev/zero' is larger than 1 MiB");
