@@ -214,8 +214,11 @@ void check_attention_geom(const AttentionGeom& g, const char* what) {
 
 void check_attention_forward(const AttentionForward& a) {
   check_attention_geom(a.g, "attention_forward");
-  check_operands("attention_forward", {{"qkv", a.qkv}, {"y", a.y}, {"probs", a.probs}});
-  if (a.training && a.g.dropout > 0.0f) check_operands("attention_forward", {{"mask", a.mask}});
+  check_operands("attention_forward", {{"qkv", a.qkv}, {"probs", a.probs}});
+  // A null y computes the probabilities alone: no dropout draw, no mask.
+  if (a.y && a.training && a.g.dropout > 0.0f) {
+    check_operands("attention_forward", {{"mask", a.mask}});
+  }
 }
 
 void check_attention_backward(const AttentionBackward& a) {

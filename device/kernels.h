@@ -395,7 +395,8 @@ struct AttentionGeom {
 // entries exactly 0); probs = P (N, heads, T, T), saved for backward. In training with dropout,
 // P' = dropout(P) as DropoutForward draws it over the (N, heads, T, T) elements (seed, offset 0),
 // mask as there; otherwise P' = P and mask is unused (may be null). y[n, i, h D + d] = (P' v)[i, d],
-// heads merged back to (N, T, C).
+// heads merged back to (N, T, C). A null y computes probs alone (a recompute that rebuilds the
+// probabilities; it never drops, so P' is not needed).
 struct AttentionForward {
   AttentionGeom g;
   bool training = true;

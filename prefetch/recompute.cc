@@ -12,7 +12,8 @@ namespace {
 
 // The chain back from `target` to tensors for which `available` holds (and the inputs). Empty
 // when a producer is not a recomputable forward step, when a tensor to rebuild is a step's aux
-// state (a recompute writes scratch in its place), or past `max_steps` (< 0: no limit).
+// state (a recompute writes scratch in its place) or an output its step cannot rebuild alone
+// (TapeStep::not_rebuilt), or past `max_steps` (< 0: no limit).
 template <typename Available>
 RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
                            const Available& available, int max_steps) {
@@ -27,6 +28,8 @@ RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
     if (p < 0) return {};
     const TapeStep& step = tape.steps[static_cast<size_t>(p)];
     if (step.phase != StepPhase::kForward || !step.recomputable) return {};
+    if (std::find(step.not_rebuilt.begin(), step.not_rebuilt.end(), t) != step.not_rebuilt.end())
+      return {};
     if (t != target && std::find(chain.temps.begin(), chain.temps.end(), t) == chain.temps.end())
       chain.temps.push_back(t);
     if (std::find(chain.steps.begin(), chain.steps.end(), p) != chain.steps.end()) continue;

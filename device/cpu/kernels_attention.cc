@@ -266,8 +266,8 @@ uint64_t workspace(PlanCache& plans, const AttentionBackward& a) {
 void run(PlanCache& plans, const AttentionForward& a) {
   check_attention_forward(a);
   const AttentionGeom& g = a.g;
-  const bool drop = dropping(a);
-  const Pass<2> pass = forward_pass(plans, g, drop);
+  const bool drop = dropping(a) && a.y != nullptr;  // probabilities alone: nothing drops
+  const Pass<2> pass = forward_pass(plans, g, dropping(a));
   check_workspace(a.ws, pass.bytes, "attention_forward");
   const int64_t t = g.t, c = g.c, tt = g.t * g.t;
   const ChunkViews views(g, pass.rows);
@@ -295,6 +295,7 @@ void run(PlanCache& plans, const AttentionForward& a) {
         }
       }
     });
+    if (a.y == nullptr) continue;  // a recompute of the probabilities
     const float* p = drop ? dropped : probs;
     for (int64_t r = 0; r < pass.blocks; ++r) {
       const int64_t r0 = r * pass.kb;

@@ -136,7 +136,7 @@ uint64_t CublasAttention::workspace_bytes(const AttentionBackward& a) {
 void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   check(a.g, "attention_forward");
   std::lock_guard lock(mutex_);
-  const bool drops = forward_drops(a);
+  const bool drops = forward_drops(a) && a.y != nullptr;  // probabilities alone: nothing drops
   if (drops && a.mask == nullptr) {
     throw ConfigError("attention_forward: training with dropout needs a mask",
                       "pass the (N, heads, T, T) mask buffer the backward reads");
@@ -158,6 +158,7 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   float* dropped = drops ? after(a.ws, blas) : nullptr;
   launch_attention_softmax(g.n * g.heads * g.t, g.t, drops ? g.dropout : 0.0f, a.seed, a.probs,
                            dropped, a.mask, stream);
+  if (a.y == nullptr) return;  // a recompute of the probabilities
   const float* p = drops ? dropped : a.probs;
   for (int64_t n = 0; n < g.n; ++n) {
     const float* v = a.qkv + n * g.t * 3 * g.c + 2 * g.c;

@@ -233,7 +233,13 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     for (int slot : slots) out.push_back(slot_address(p, slot, s));
   };
   fill(b.inputs, io.inputs);
-  fill(b.outputs, io.outputs);
+  io.outputs.clear();
+  for (int out : b.outputs) {
+    // A recompute writes only what its chain rebuilds; other outputs get no memory (op.h).
+    const bool rebuilt =
+        !recompute || std::find(step.writes.begin(), step.writes.end(), out) != step.writes.end();
+    io.outputs.push_back(rebuilt ? slot_address(p, out, s) : nullptr);
+  }
   fill(b.params, io.params);
   fill(b.buffers, io.buffers);
   if (!recompute) fill(b.aux, io.aux);  // a recompute writes scratch, not saved state

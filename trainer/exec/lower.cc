@@ -107,6 +107,10 @@ class Lowering {
     step.op = std::string(node.op->kind());
     step.flops = node.op->cost().forward_flops;
     step.recomputable = node.op->recomputable();
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      const int out = slot(node.outputs[i]);
+      if (out >= 0 && !(node.op->rebuilt_outputs() & (1u << i))) step.not_rebuilt.push_back(out);
+    }
     StepBinding b;
     b.inputs = slots(node.inputs);
     b.outputs = slots(node.outputs);

@@ -311,9 +311,10 @@ TensorId GraphBuilder::attention(TensorId qkv, const std::string& name, int64_t 
   }
   const AttentionGeom g{batch[0], batch[1], heads, c, dropout};
   const Shape scores{batch[0], heads, batch[1], batch[1]};
-  std::vector<TensorDesc> aux{TensorDesc{scores, DType::kF32}};
+  std::vector<TensorDesc> aux;
   if (dropout > 0) aux.push_back(TensorDesc{scores, DType::kU8});
-  return add_node(name, make_attention(g), {qkv}, {Shape{in[0], c}}, {}, {}, std::move(aux));
+  return add_node(name, make_attention(g), {qkv}, {Shape{in[0], c}, scores}, {}, {},
+                  std::move(aux));
 }
 
 TensorId GraphBuilder::tied_linear(TensorId x, const std::string& name, TensorId weight) {

@@ -62,6 +62,10 @@ class Op {
   // deterministic, and with update_buffers off it leaves persistent state alone. Whether it is
   // worth it is the planner's cost decision.
   virtual bool recomputable() const { return false; }
+  // Of a recomputable op, the outputs a recompute may rebuild (bit i: outputs[i]); a recompute
+  // passes null for each output it does not rebuild (attention rebuilds its probabilities,
+  // never its result alone, which needs them).
+  virtual uint32_t rebuilt_outputs() const { return ~0u; }
   // Pairs whose memory the pass may share when the first dies at this step (in place):
   // forward (input i, output j); backward (grad_output i, grad_input j). The kernels must be
   // correct with the two pointers equal.

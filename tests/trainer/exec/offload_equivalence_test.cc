@@ -67,11 +67,9 @@ TEST_P(OffloadEquivalence, RecomputedConvolutionsGiveTheSameLosses) {
 INSTANTIATE_TEST_SUITE_P(Models, OffloadEquivalence,
                          ::testing::Values("resnet18_cifar", "vgg11_cifar"));
 
-// A small GPT with dropout (its masks and the attention probabilities are aux state that only
-// moves or stays): every policy, auto with recompute (layer norms, GELU and linear outputs
-// rebuilt) included, trains bitwise like none in poison mode.
-TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
-  testing::TempDir dir;
+// A small GPT's config, reading a token file written into `dir`.
+Config small_gpt(const testing::TempDir& dir, float dropout, int64_t heads = 2, int64_t width = 64,
+                 int64_t context = 64) {
   std::string file(256 * sizeof(int32_t), '\0');
   const int32_t header[3] = {20240520, 1, 4096};
   std::memcpy(file.data(), header, sizeof(header));
@@ -79,17 +77,26 @@ TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
     const auto token = static_cast<uint16_t>((i * 7 + i / 13) % 64);
     file.append(reinterpret_cast<const char*>(&token), sizeof(token));
   }
-  Config base = small_config("gpt2", 4);
-  base.data.source = DataSource::kTokens;
-  base.data.path = dir.write("train.bin", file);
-  base.model.layers = 2;
-  base.model.heads = 2;
-  base.model.width = 64;
-  base.model.vocab = 64;
-  base.model.context = 64;
-  base.model.dropout = 0.1;
-  base.optim.name = OptimizerKind::kAdamW;
-  base.optim.lr = 1e-3;
+  Config c = small_config("gpt2", 4);
+  c.data.source = DataSource::kTokens;
+  c.data.path = dir.write("train.bin", file);
+  c.model.layers = 2;
+  c.model.heads = heads;
+  c.model.width = width;
+  c.model.vocab = 64;
+  c.model.context = context;
+  c.model.dropout = dropout;
+  c.optim.name = OptimizerKind::kAdamW;
+  c.optim.lr = 1e-3;
+  return c;
+}
+
+// A small GPT with dropout (its masks are aux state that only moves or stays): every policy,
+// auto with recompute (layer norms, GELU and linear outputs rebuilt) included, trains bitwise
+// like none in poison mode.
+TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
+  testing::TempDir dir;
+  const Config base = small_gpt(dir, 0.1f);
   const TrainRun reference = train_steps(base, 6);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
@@ -97,6 +104,28 @@ TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
   std::vector<PolicyVariant> variants = offload_policy_variants();
   std::erase_if(variants, [](const PolicyVariant& v) { return v.policy == MemoryPolicy::kVdnnConv; });
   expect_policies_train_alike(base, reference, variants);
+}
+
+// Without dropout the attention core runs again to rebuild its probabilities (Note [Attention's
+// saved probabilities]): at a tight budget over a slow link auto rebuilds them, bitwise.
+TEST(OffloadEquivalenceGpt, RecomputedAttentionProbabilitiesGiveTheSameLosses) {
+  testing::TempDir dir;
+  // Long rows and narrow heads: the probabilities are most of what a block saves.
+  const Config base = small_gpt(dir, 0.0f, /*heads=*/4, /*width=*/32, /*context=*/128);
+  constexpr int kSteps = 4;
+  const TrainRun reference = train_steps(base, kSteps);
+  Config c = base;
+  c.memory.policy = MemoryPolicy::kAuto;
+  c.memory.debug_poison = true;
+  c.memory.recompute = true;
+  c.memory.budget = tight_budget(base, true);
+  c.memory.link_gbps = 0.001;
+  const TrainRun run = train_steps(c, kSteps);
+  expect_bitwise_equal(run.losses, reference.losses, "auto (attention recompute)");
+  EXPECT_GT(run.attention_recomputes, 0) << "no attention probabilities were rebuilt";
+  EXPECT_EQ(run.measured_peak, run.planned_peak);
+  EXPECT_LE(run.measured_peak, c.memory.budget);
+  EXPECT_LT(run.planned_peak, reference.planned_peak);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ TrainRun train_steps(const Config& c, int steps) {
   for (const TapeStep& s : program.plan.tape.steps) {
     if (s.phase == StepPhase::kRecompute && (s.op == "conv2d" || s.op == "linear"))
       ++run.conv_recomputes;
+    if (s.phase == StepPhase::kRecompute && s.op == "attention") ++run.attention_recomputes;
   }
   for (int step = 1; step <= steps; ++step) {
     Batch batch = loader.next();

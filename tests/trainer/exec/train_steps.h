@@ -19,6 +19,7 @@ struct TrainRun {
   uint64_t offload_bytes = 0;
   double recompute_flops = 0;
   int conv_recomputes = 0;  // recompute steps that run a convolution or a linear layer again
+  int attention_recomputes = 0;  // recompute steps that rebuild attention probabilities
 };
 
 // Runs `steps` steps of `c` (one rank, the configured dataset, shuffled by run.seed).

@@ -82,7 +82,10 @@ TEST(Gpt2Zoo, DropoutAddsItsLayersAndMasks) {
   const Graph g = build_token_model("gpt2", 2, 8, sizes);
   EXPECT_EQ(g.nodes().size(), without + 3);  // embedding, attention residual, MLP residual
   for (const Node& n : g.nodes()) {
-    if (n.name == "transformer.h.0.attn") EXPECT_EQ(n.aux.size(), 2u);  // probs and mask
+    if (n.name == "transformer.h.0.attn") {
+      EXPECT_EQ(n.outputs.size(), 2u);  // the result and the probabilities
+      EXPECT_EQ(n.aux.size(), 1u);      // the dropout mask
+    }
   }
 }
 

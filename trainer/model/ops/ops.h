@@ -36,8 +36,8 @@ std::unique_ptr<Op> make_embedding(const EmbeddingForward& shape, int64_t contex
 std::unique_ptr<Op> make_layer_norm(const LayerNormGeom& g);
 // inputs {x}; outputs {y}.
 std::unique_ptr<Op> make_gelu(int64_t n);
-// inputs {qkv (N*T, 3C)}; outputs {y (N*T, C)}; aux {probs (N, heads, T, T), mask (same) u8
-// when dropout > 0}.
+// inputs {qkv (N*T, 3C)}; outputs {y (N*T, C), probs (N, heads, T, T)}; aux {mask (N, heads,
+// T, T) u8} when dropout > 0.
 std::unique_ptr<Op> make_attention(const AttentionGeom& g);
 
 }  // namespace ferry

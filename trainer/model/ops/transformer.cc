@@ -116,10 +116,11 @@ class GeluOp : public Op {
 
 // Note [Attention's saved probabilities]
 // The core saves its softmax probabilities (N, heads, T, T), the largest tensor of a block at
-// long sequences, as aux state next to qkv; with dropout, the mask too. Aux state is offloaded
-// or kept, never rebuilt (a recompute writes scratch in its place), so the planner moves the
-// probabilities to the host or keeps them, and rebuilds the cheap tensors around them (layer
-// norms, GELU, the linear layers' outputs).
+// long sequences, next to qkv. They are its second output, so the planner can keep them, move
+// them to the host, or (without dropout) drop them and run the core again from qkv to rebuild
+// them, as FlashAttention recomputes its scores; a recompute rebuilds the probabilities only
+// (the result alone would need them: rebuilt_outputs), passing a null result. With dropout the
+// mask is aux state (kept or moved, never rebuilt), and the core is not recomputed.
 class AttentionOp : public Op {
  public:
   explicit AttentionOp(const AttentionGeom& g) : g_(g) {}
@@ -128,7 +129,9 @@ class AttentionOp : public Op {
     return fmt::format("{} heads x {}, causal{}", g_.heads, g_.head_dim(),
                        g_.dropout > 0 ? fmt::format(", dropout {}", g_.dropout) : "");
   }
-  SavedSet saved() const override { return {.inputs = 1, .aux = true}; }
+  SavedSet saved() const override { return {.inputs = 1, .outputs = 2, .aux = true}; }
+  bool recomputable() const override { return g_.dropout == 0; }
+  uint32_t rebuilt_outputs() const override { return 2; }
   OpCost cost() const override {
     // Two (T x D) by (D x T) products per head forward, four backward; softmax per score.
     const double scores = static_cast<double>(g_.n) * g_.heads * g_.t * g_.t;
@@ -140,14 +143,13 @@ class AttentionOp : public Op {
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(AttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
-                              f(io.aux[0]),
-                              io.aux.size() > 1 ? static_cast<uint8_t*>(io.aux[1]) : nullptr,
-                              io.ws},
+                              f(io.outputs[1]),
+                              io.aux.empty() ? nullptr : static_cast<uint8_t*>(io.aux[0]), io.ws},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(AttentionBackward{g_, cf(io.inputs[0]), cf(io.aux[0]),
-                               io.aux.size() > 1 ? static_cast<const uint8_t*>(io.aux[1]) : nullptr,
+    k.launch(AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
+                               io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
                                cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws},
              s);
   }
