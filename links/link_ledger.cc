@@ -345,11 +345,11 @@ int join(Shared* s, const std::string& name, const std::vector<NamedLink>& links
       const FluidLink& b = st.links[l];
       if (links[l].name != b.name || links[l].capacity.to_host_gbps != b.capacity.to_host_gbps ||
           links[l].capacity.to_device_gbps != b.capacity.to_device_gbps) {
-        return fmt::format("link {} is '{}' ({:.6g}/{:.6g} GB/s) against this job's '{}' "
-                           "({:.6g}/{:.6g} GB/s)",
-                           l, b.name, b.capacity.to_host_gbps, b.capacity.to_device_gbps,
-                           links[l].name, links[l].capacity.to_host_gbps,
-                           links[l].capacity.to_device_gbps);
+        return fmt::format(
+            "link {} is '{}' ({:.6g}/{:.6g} GB/s) against this job's '{}' "
+            "({:.6g}/{:.6g} GB/s)",
+            l, b.name, b.capacity.to_host_gbps, b.capacity.to_device_gbps, links[l].name,
+            links[l].capacity.to_host_gbps, links[l].capacity.to_device_gbps);
       }
     }
     return "";

@@ -1,10 +1,11 @@
 // The node-shared link ledger: one POSIX shared-memory block per node, user and topology that
-// every local rank of every ferry job attaches (Note [One link ledger per node]), holding the node's fluid model (links/fluid_model.h: the emulated links, the
-// copies in flight on them with each link's bandwidth shared max-min fairly, the topology
-// scheduler's per-link-direction tokens and waiting claims, and bytes per link per direction over
-// time), advanced on the node's clock by whoever touches the ledger. Invariant: under the
-// ledger's (robust, process-shared) mutex the fluid state is advanced to `now` before it is read
-// or changed, so no link-direction ever carries more than its capacity in any interval.
+// every local rank of every ferry job attaches (Note [One link ledger per node]), holding the
+// node's fluid model (links/fluid_model.h: the emulated links, the copies in flight on them with
+// each link's bandwidth shared max-min fairly, the topology scheduler's per-link-direction tokens
+// and waiting claims, and bytes per link per direction over time), advanced on the node's clock by
+// whoever touches the ledger. Invariant: under the ledger's (robust, process-shared) mutex the
+// fluid state is advanced to `now` before it is read or changed, so no link-direction ever carries
+// more than its capacity in any interval.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +29,13 @@ struct LedgerUser {
 // Who is on one link in a snapshot: a process's copy (flow), waiting or granted chunk (claim).
 struct LinkUserEntry {
   int pid = 0;
-  int rank = 0;         // in its job
-  std::string job;      // "" when the process is not a registered user (old-style block)
+  int rank = 0;     // in its job
+  std::string job;  // "" when the process is not a registered user (old-style block)
   std::string run_dir;
-  std::string kind;     // "flow" (bytes in flight), "claim" (waiting for tokens)
-  int dir = 0;          // 0 to host, 1 to device
-  bool token = false;   // the flow holds this link-direction's token
-  double bytes = 0;     // flow: bytes still to carry; claim: the chunk's bytes
+  std::string kind;    // "flow" (bytes in flight), "claim" (waiting for tokens)
+  int dir = 0;         // 0 to host, 1 to device
+  bool token = false;  // the flow holds this link-direction's token
+  double bytes = 0;    // flow: bytes still to carry; claim: the chunk's bytes
 };
 
 // One link in a snapshot.

@@ -46,7 +46,7 @@ TEST(NodeLedgerName, IsPerUserAndKeyedByTheTopology) {
   const std::string name = LinkLedger::node_name(switch_links());
   EXPECT_EQ(name.rfind(base + "-", 0), 0u) << name;
   EXPECT_EQ(name.size(), base.size() + 17);
-  EXPECT_EQ(LinkLedger::node_name(switch_links()), name);  // the same topology: the same ledger
+  EXPECT_EQ(LinkLedger::node_name(switch_links()), name);      // the same topology: the same ledger
   EXPECT_NE(LinkLedger::node_name(switch_links(0.02)), name);  // another emulation scale
   auto renamed = switch_links();
   renamed[2].name = "sw1";
@@ -130,7 +130,7 @@ TEST_F(NodeLedger, AJobKilledHoldingATokenLosesItAndItsEntry) {
   if (child == 0) {
     auto other = LinkLedger::attach(name_, switch_links(), user("job-b", 0));
     other->acquire(0, kH, {1, 2}, {1, 2}, 100'000'000, 0);  // a 10 s chunk on the uplink
-    other->claim(0, kH, {1, 2}, {1, 2}, 1000, 0);             // and a claim behind it
+    other->claim(0, kH, {1, 2}, {1, 2}, 1000, 0);           // and a claim behind it
     kill(getpid(), SIGKILL);
   }
   int status = 0;

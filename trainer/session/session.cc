@@ -249,7 +249,8 @@ void Session::attach_link_ledger() {
   user.job = name.data();
   user.rank = ranks_.rank;
   user.run_dir = config_.run.dir;
-  std::shared_ptr<LinkLedger> ledger = LinkLedger::attach(LinkLedger::node_name(links), links, user);
+  std::shared_ptr<LinkLedger> ledger =
+      LinkLedger::attach(LinkLedger::node_name(links), links, user);
   comm_->barrier();
   arbiter_->attach(std::move(ledger));
 }

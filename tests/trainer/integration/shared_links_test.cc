@@ -37,8 +37,8 @@ struct PrivateLinks {
 // A 2-rank job of the quickstart offloading everything under the topology scheduler; local
 // ranks 0 and 1 stand in for GPUs 0 and 1, both under the first switch.
 std::string job(const std::string& base, const std::string& dir) {
-  return "timeout 180 " + mpirun(2) + "-x FERRY_LINK_LEDGER=" + base + " " + trainer() +
-         " train " + quickstart() + " run.dir=" + dir +
+  return "timeout 180 " + mpirun(2) + "-x FERRY_LINK_LEDGER=" + base + " " + trainer() + " train " +
+         quickstart() + " run.dir=" + dir +
          " run.steps=6 run.log_every=1 checkpoint.every=0 topology.file=" + dgx1() +
          " topology.emulation_scale=300 topology.chunk_mb=0.25 memory.policy=vdnn-all"
          " topology.scheduler=topology";
@@ -48,8 +48,10 @@ TEST(SharedLinks, TwoJobsArbitrateOneSwitchUplinkWithinCapacity) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
   const PrivateLinks links;
   const std::string root = scratch("shared_links");
-  std::future<Exit> a = std::async(std::launch::async, [&] { return run(job(links.base, root + "/a")); });
-  std::future<Exit> b = std::async(std::launch::async, [&] { return run(job(links.base, root + "/b")); });
+  std::future<Exit> a =
+      std::async(std::launch::async, [&] { return run(job(links.base, root + "/a")); });
+  std::future<Exit> b =
+      std::async(std::launch::async, [&] { return run(job(links.base, root + "/b")); });
 
   // Watch the ledger while they run: which jobs have copies or claims on the uplink at once.
   setenv("FERRY_LINK_LEDGER", links.base.c_str(), 1);
@@ -121,7 +123,8 @@ TEST(SharedLinks, TwoJobsArbitrateOneSwitchUplinkWithinCapacity) {
     const nlohmann::json j = nlohmann::json::parse(in);
     for (const auto& link : j["links"])
       for (int d = 0; d < 2; ++d)
-        EXPECT_LE(link["peak_gbps"][d].get<double>(), 1.02 * link["capacity_gbps"][d].get<double>());
+        EXPECT_LE(link["peak_gbps"][d].get<double>(),
+                  1.02 * link["capacity_gbps"][d].get<double>());
   }
 }
 
