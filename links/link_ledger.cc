@@ -5,13 +5,16 @@
 // timeouts that the model leaves to its owner.
 #include "links/link_ledger.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -52,12 +55,32 @@ class Locked {
   FluidModel model_;
 };
 
+// Note [Waiting without a shared condition variable]
+// The block outlives every job (Note [One link ledger per node] in link_ledger.h), and a process
+// killed inside pthread_cond_wait or pthread_cond_broadcast of a process-shared condition
+// variable leaves its internal lock or counters behind, so that every later broadcast on the
+// node hangs. So waiters sleep on a futex instead: a sequence word that every change bumps
+// before waking all. A waiter reads it under the mutex, unlocks, and sleeps only while the word
+// is unchanged (the kernel checks), so no wake-up is lost, and a process that dies anywhere
+// leaves nothing to undo.
+
+// Wakes every waiter: the state changed.
+void wake_all(Shared* s) {
+  __atomic_fetch_add(&s->wake_seq, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &s->wake_seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// With the mutex held: releases it until a wake_all() or CLOCK_MONOTONIC time `t`, then takes
+// it again.
 void wait_until(Shared* s, double t) {
+  const uint32_t seen = __atomic_load_n(&s->wake_seq, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&s->mu);
   timespec ts;
   ts.tv_sec = static_cast<time_t>(std::floor(t));
   ts.tv_nsec = static_cast<long>((t - std::floor(t)) * 1e9);
-  int rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-  if (rc == EOWNERDEAD) pthread_mutex_consistent(&s->mu);
+  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline.
+  syscall(SYS_futex, &s->wake_seq, FUTEX_WAIT_BITSET, seen, &ts, nullptr, FUTEX_BITSET_MATCH_ANY);
+  lock(s);
 }
 
 bool alive(int32_t pid) { return pid <= 0 || kill(pid, 0) == 0 || errno == EPERM; }
@@ -73,6 +96,16 @@ bool has_user(const Shared* s, int32_t pid) {
 // as gone too; a job's private block (key 0) has no users.
 bool gone(const Shared* s, int32_t pid) {
   return !alive(pid) || (s->key != 0 && pid > 0 && !has_user(s, pid));
+}
+
+// Whether `pid` is a user of another job than the user in `slot` (-1: this process registered
+// none, as on a job's private block).
+bool another_job(const Shared* s, int slot, int32_t pid) {
+  if (slot < 0) return false;
+  const link_ledger_impl::UserSlot& me = s->users[slot];
+  for (const link_ledger_impl::UserSlot& u : s->users)
+    if (u.used && u.pid == pid) return std::strncmp(u.job, me.job, sizeof(u.job)) != 0;
+  return false;
 }
 
 // Drops the user entries, flows and claims of processes that died, hands their tokens on and
@@ -97,7 +130,7 @@ bool reap_dead(Shared* s, FluidModel& model, double t) {
     model.free_tokens();
     model.grant_waiting(t);
     model.recompute_rates();
-    pthread_cond_broadcast(&s->cv);
+    wake_all(s);
   }
   s->last_reap = t;
   return changed;
@@ -139,7 +172,7 @@ uint64_t LinkLedger::begin_flow(int rank, TransferDirection direction,
   const std::vector<int32_t> path(links.begin(), links.end());
   const FluidFlow& f =
       guard.model().begin_flow(rank, self_pid(), dir_index(direction), path, bytes);
-  pthread_cond_broadcast(&s_->cv);
+  wake_all(s_);
   return f.id;
 }
 
@@ -156,7 +189,7 @@ void LinkLedger::wait_flow(uint64_t flow) {
     refresh_claims(guard.state(), self_pid(), t);
     if (f->done) {
       f->used = 0;
-      pthread_cond_broadcast(&s_->cv);
+      wake_all(s_);
       return;
     }
     if (f->rate <= 0 && t - started > options_.token_timeout_s) {
@@ -189,7 +222,7 @@ uint64_t LinkLedger::claim(int rank, TransferDirection direction,
   bool granted = false;
   const FluidClaim& c = guard.model().add_claim(t, rank, self_pid(), dir_index(direction), tokens,
                                                 links, bytes, latest_start, held, &granted);
-  if (granted) pthread_cond_broadcast(&s_->cv);
+  if (granted) wake_all(s_);
   return c.id;
 }
 
@@ -229,16 +262,25 @@ uint64_t LinkLedger::await_grant(uint64_t claim) {
       model.recompute_rates();
       changed = true;
     }
-    if (changed) pthread_cond_broadcast(&s_->cv);
+    if (changed) wake_all(s_);
     if (mine->granted) {
       mine->used = 0;
       return mine->flow;
     }
     const int d = mine->dir;
-    for (int i = 0; i < mine->n_links; ++i) {
+    bool took_back = false;
+    for (int i = 0; i < mine->n_links && !took_back; ++i) {
       const int l = mine->links[i];
       const LinkToken& k = s.tokens[l][d];
       if (k.flow != 0 && model.token_stalled(k) && t - k.since > options_.token_timeout_s) {
+        if (another_job(s_, user_, k.pid)) {
+          // Another job's stuck chunk is that job's failure, not this one's: its token is taken
+          // back (its own ranks time it out), and this claim may go on.
+          model.end_flow(k.flow);
+          wake_all(s_);
+          took_back = true;
+          continue;
+        }
         const LinkToken held = k;
         mine->used = 0;
         throw LinkArbiterError(
@@ -247,6 +289,7 @@ uint64_t LinkLedger::await_grant(uint64_t claim) {
             "a rank is stuck in a copy; the job ends so that no rank waits forever");
       }
     }
+    if (took_back) continue;
     wait_until(s_, t + options_.slice_s);
   }
 }
@@ -264,14 +307,14 @@ void LinkLedger::withdraw(uint64_t claim) {
   if (c == nullptr) return;
   c->used = 0;
   if (c->granted) guard.model().end_flow(c->flow);
-  pthread_cond_broadcast(&s_->cv);
+  wake_all(s_);
 }
 
 void LinkLedger::abandon(uint64_t flow) {
   Locked guard(s_);
   guard.model().advance(now());
   guard.model().end_flow(flow);
-  pthread_cond_broadcast(&s_->cv);
+  wake_all(s_);
 }
 
 LedgerSnapshot LinkLedger::snapshot() {

@@ -108,6 +108,7 @@ class LinkLedger {
   // The names of this user's node ledgers in /dev/shm (every topology), sorted.
   static std::vector<std::string> node_ledgers();
 
+  // A job's private block (tests, and tools that want a ledger of their own; jobs use attach()).
   // Creates the shared block `name` (from name_for()), which must not exist yet, with `links`,
   // after removing the blocks of this machine whose creators died (Note [Shared-memory names that
   // outlive nothing] in links/shm_names.h). Throws ConfigError on too many links, LibraryError

@@ -1,9 +1,8 @@
 // The link ledger's shared block: its names (the node's well-known one, Note [One link ledger
 // per node] in link_ledger.h; a job's private one, Note [Shared-memory names that outlive
-// nothing] in links/shm_names.h), creation with its robust process-shared mutex and
-// CLOCK_MONOTONIC condition variable, attachment and removal. Invariant: a block is opened only
-// when its size, magic and version are this build's, and the well-known name only ever names an
-// initialised block.
+// nothing] in links/shm_names.h), creation with its robust process-shared mutex, attachment and
+// removal. Invariant: a block is opened only when its size, magic and version are this build's, and
+// the well-known name only ever names an initialised block.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -48,8 +47,8 @@ std::string without_slash(const std::string& name) {
   return name.starts_with('/') ? name.substr(1) : name;
 }
 
-// Sets up a zero-filled block: its fluid state for `links`, mutex and condition variable; the
-// magic last.
+// Sets up a zero-filled block: its fluid state for `links` and mutex (the futex word starts at
+// zero); the magic last.
 void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
                 const LedgerOptions& options) {
   s->version = kVersion;
@@ -61,12 +60,6 @@ void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
   pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
   pthread_mutex_init(&s->mu, &ma);
   pthread_mutexattr_destroy(&ma);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->cv, &ca);
-  pthread_condattr_destroy(&ca);
   std::atomic_thread_fence(std::memory_order_release);
   s->magic = kMagic;
 }

@@ -1,6 +1,6 @@
 // The link ledger's shared block layout (private to links/link_ledger*.cc): the fluid model's
-// plain state (links/fluid_model.h) behind a robust process-shared mutex and a condition variable
-// on CLOCK_MONOTONIC. Invariant: kVersion changes whenever the layout does, so a block of another
+// plain state (links/fluid_model.h) behind a robust process-shared mutex, with a futex word that
+// waiters sleep on. Invariant: kVersion changes whenever the layout does, so a block of another
 // build is refused.
 #pragma once
 
@@ -18,7 +18,7 @@ namespace link_ledger_impl {
 
 constexpr const char* kNamePrefix = "ferry-links";
 constexpr uint64_t kMagic = 0x6665727279'6c6e6bULL;  // "ferrylnk"
-constexpr uint32_t kVersion = 4;  // 3: the fluid state in one struct; 4: node-wide, users
+constexpr uint32_t kVersion = 5;  // 3: the fluid state in one struct; 5: node-wide, users, futex
 constexpr int kText = 160;
 constexpr double kReapInterval_s = 0.25;  // a copy's wait reaps the dead at least this often
 
@@ -40,7 +40,8 @@ struct LinkLedger::Shared {
   uint64_t magic;
   uint32_t version;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  uint32_t wake_seq;  // Note [Waiting without a shared condition variable] in link_ledger.cc
+  uint32_t pad;
   uint64_t key;      // LinkLedger::topology_key of its links (0: a per-job block from create())
   double last_reap;  // when the dead were last reaped (the ledger's clock)
   link_ledger_impl::UserSlot users[LinkLedger::kMaxUsers];

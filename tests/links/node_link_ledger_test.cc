@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <future>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -41,7 +42,7 @@ double copy_seconds(LinkLedger& ledger, int rank, std::vector<int> path, uint64_
 
 TEST(NodeLedgerName, IsPerUserAndKeyedByTheTopology) {
   unsetenv("FERRY_LINK_LEDGER");
-  const std::string base = "/ferry-links-v4-u" + std::to_string(getuid());
+  const std::string base = "/ferry-links-v5-u" + std::to_string(getuid());
   EXPECT_EQ(LinkLedger::node_base(), base);
   const std::string name = LinkLedger::node_name(switch_links());
   EXPECT_EQ(name.rfind(base + "-", 0), 0u) << name;
@@ -172,6 +173,53 @@ TEST_F(NodeLedger, AJobAloneStartsItAfreshAndAJobBesideOthersKeepsTheRecord) {
   auto third = LinkLedger::attach(name_, switch_links(), user("job-c", 0));
   EXPECT_NEAR(third->usage()[2].bytes[0], 1e5, 1);  // job-b still runs: its record stays
   EXPECT_EQ(third->snapshot().users.size(), 2u);
+}
+
+// Jobs killed in the middle of waiting or waking (kill -9 at any moment) leave nothing that
+// blocks the next one (Note [Waiting without a shared condition variable] in link_ledger.cc).
+TEST_F(NodeLedger, JobsKilledWhileCopyingLeaveTheLedgerWorking) {
+  auto mine = LinkLedger::attach(name_, switch_links(1), user("job-a", 0));  // 1 GB/s
+  for (int round = 0; round < 20; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto other = LinkLedger::attach(name_, switch_links(1), user("job-b", round));
+      for (;;) {
+        other->wait_flow(other->begin_flow(0, kH, {1, 2}, 10'000));
+        other->wait_flow(other->acquire(0, kH, {1, 2}, {1, 2}, 10'000, 0));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(3000 + 1700 * round));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+  }
+  const double start = LinkLedger::now();
+  mine->wait_flow(mine->acquire(0, kH, {0, 2}, {0, 2}, 1'000'000, start));
+  EXPECT_LT(LinkLedger::now() - start, 0.5);
+  EXPECT_EQ(mine->snapshot().users.size(), 1u);
+}
+
+TEST_F(NodeLedger, AnotherJobsStuckHeldChunkLosesItsTokenInsteadOfEndingThisJob) {
+  LedgerOptions o;
+  o.token_timeout_s = 0.2;
+  auto mine = LinkLedger::attach(name_, switch_links(), user("job-a", 0), o);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto other = LinkLedger::attach(name_, switch_links(), user("job-b", 0), o);
+    other->acquire(0, kH, {1, 2}, {1, 2}, 1000, 0, /*held=*/true);  // a GPU chunk, never finished
+    raise(SIGSTOP);                                                 // alive, stuck
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  const double start = LinkLedger::now();
+  EXPECT_NO_THROW(mine->wait_flow(mine->acquire(0, kH, {0, 2}, {0, 2}, 1000, start)));
+  EXPECT_LT(LinkLedger::now() - start, 2.0);
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
 }
 
 }  // namespace
