@@ -1,10 +1,11 @@
-// The node-shared link ledger: one POSIX shared-memory block per job and node that every local
-// rank attaches, holding the node's fluid model (links/fluid_model.h: the emulated links, the
-// copies in flight on them with each link's bandwidth shared max-min fairly, the topology
-// scheduler's per-link-direction tokens and waiting claims, and bytes per link per direction over
-// time), advanced on the node's clock by whoever touches the ledger. Invariant: under the
-// ledger's (robust, process-shared) mutex the fluid state is advanced to `now` before it is read
-// or changed, so no link-direction ever carries more than its capacity in any interval.
+// The node-shared link ledger: one POSIX shared-memory block per node, user and topology that
+// every local rank of every ferry job attaches (Note [One link ledger per node]), holding the
+// node's fluid model (links/fluid_model.h: the emulated links, the copies in flight on them with
+// each link's bandwidth shared max-min fairly, the topology scheduler's per-link-direction tokens
+// and waiting claims, and bytes per link per direction over time), advanced on the node's clock by
+// whoever touches the ledger. Invariant: under the ledger's (robust, process-shared) mutex the
+// fluid state is advanced to `now` before it is read or changed, so no link-direction ever carries
+// more than its capacity in any interval.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,44 @@
 #include "links/link_share.h"
 
 namespace ferry {
+
+// A process attached to the node's ledger: which job and rank it is (shown by `trainer jobs`).
+struct LedgerUser {
+  std::string job;      // the job's token (shm_names::job_token(), drawn by its rank 0)
+  int rank = 0;         // its rank in the job
+  std::string run_dir;  // the job's run directory
+};
+
+// Who is on one link in a snapshot: a process's copy (flow), waiting or granted chunk (claim).
+struct LinkUserEntry {
+  int pid = 0;
+  int rank = 0;     // in its job
+  std::string job;  // "" when the process is not a registered user (old-style block)
+  std::string run_dir;
+  std::string kind;    // "flow" (bytes in flight), "claim" (waiting for tokens)
+  int dir = 0;         // 0 to host, 1 to device
+  bool token = false;  // the flow holds this link-direction's token
+  double bytes = 0;    // flow: bytes still to carry; claim: the chunk's bytes
+};
+
+// One link in a snapshot.
+struct LedgerLink {
+  LinkUsage usage;
+  std::vector<LinkUserEntry> users;
+};
+
+// A ledger in a snapshot: its topology key, the processes attached and every link.
+struct LedgerSnapshot {
+  uint64_t key = 0;
+  struct User {
+    int pid = 0;
+    int rank = 0;
+    std::string job;
+    std::string run_dir;
+  };
+  std::vector<User> users;
+  std::vector<LedgerLink> links;
+};
 
 struct LedgerOptions {
   double bin_s = 0.01;           // measurement bin of the bytes-over-time record
@@ -31,7 +70,45 @@ class LinkLedger {
   static constexpr int kMaxPath = kFluidMaxPath;
   static constexpr int kMaxFlows = kFluidMaxFlows;
   static constexpr int kMaxClaims = kFluidMaxClaims;
+  static constexpr int kMaxUsers = 64;
 
+  // Note [One link ledger per node]
+  // Every ferry job of one user on the node shares one ledger per topology, so the `topology`
+  // scheduler arbitrates a switch uplink between two jobs' GPUs as between one job's ranks, and
+  // the emulated links carry every job's copies. Its name is well known: "<base>-<key>", base
+  // "/ferry-links-v<layout>-u<uid>" (or $FERRY_LINK_LEDGER, a name "/x" with no other "/": tests
+  // keep theirs apart), key topology_key() of the job's links (names and capacities, in the
+  // topology file's order), so jobs naming the same topology file (and emulation scale) map each
+  // physical link to the same slot, and a job of another topology gets a ledger of its own; the
+  // block also holds its links and refuses a job whose links differ (ConfigError). It is created
+  // once (Note [A well-known block created once] in links/job_ledger_block.cc) and never removed.
+  // Each attached process registers as a user (pid, start time, job, rank); a process that
+  // attaches when no live user is left starts the fluid state afresh, so a job alone on the node
+  // sees exactly a new ledger. The copies, claims, tokens and user entries of a process that died
+  // (any job's, kill -9 at any moment) are dropped by whoever next attaches, waits for a grant,
+  // or waits for a copy (at least every reap interval); the robust mutex is taken over from a
+  // holder that died.
+
+  // The node's ledger name for `links`: "<base>-<topology_key(links) in hex>".
+  static std::string node_name(const std::vector<NamedLink>& links);
+  // The base of node_name(): $FERRY_LINK_LEDGER when set to a name, else
+  // "/ferry-links-v<layout>-u<uid>".
+  static std::string node_base();
+  // A 64-bit identity (FNV-1a) of a link table: count, then each name and both capacities.
+  static uint64_t topology_key(const std::vector<NamedLink>& links);
+  // Attaches the node's ledger `name`, creating it when no job has, and registers this process
+  // as `user`. Throws ConfigError when the ledger holds other links, LibraryError when shared
+  // memory fails or the block is not a ledger of this build.
+  static std::shared_ptr<LinkLedger> attach(const std::string& name,
+                                            const std::vector<NamedLink>& links,
+                                            const LedgerUser& user,
+                                            const LedgerOptions& options = {});
+  // Attaches an existing node ledger to read it (`trainer jobs`); nullptr when there is none.
+  static std::shared_ptr<LinkLedger> open_existing(const std::string& name);
+  // The names of this user's node ledgers in /dev/shm (every topology), sorted.
+  static std::vector<std::string> node_ledgers();
+
+  // A job's private block (tests, and tools that want a ledger of their own; jobs use attach()).
   // Creates the shared block `name` (from name_for()), which must not exist yet, with `links`,
   // after removing the blocks of this machine whose creators died (Note [Shared-memory names that
   // outlive nothing] in links/shm_names.h). Throws ConfigError on too many links, LibraryError
@@ -97,6 +174,8 @@ class LinkLedger {
 
   // Per-link measurements so far.
   std::vector<LinkUsage> usage() const;
+  // The users and every link's copies and claims now (the dead reaped first).
+  LedgerSnapshot snapshot();
 
   struct Shared;  // the block's layout, private to link_ledger*.cc (link_ledger_impl.h)
 
@@ -104,6 +183,7 @@ class LinkLedger {
   LinkLedger(Shared* shared, const LedgerOptions& options) : s_(shared), options_(options) {}
   Shared* s_;
   LedgerOptions options_;
+  int user_ = -1;  // this process's slot in the block's users, once registered
 };
 
 }  // namespace ferry

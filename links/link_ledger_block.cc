@@ -1,16 +1,20 @@
-// The link ledger's shared block: its names (Note [Shared-memory names that outlive nothing] in
-// links/shm_names.h), creation with its robust process-shared mutex and CLOCK_MONOTONIC
-// condition variable, attachment and removal. Invariant: a block is opened only when its size,
-// magic and version are this build's.
+// The link ledger's shared block: its names (the node's well-known one, Note [One link ledger
+// per node] in link_ledger.h; a job's private one, Note [Shared-memory names that outlive
+// nothing] in links/shm_names.h), creation with its robust process-shared mutex, attachment and
+// removal. Invariant: a block is opened only when its size, magic and version are this build's, and
+// the well-known name only ever names an initialised block.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -39,7 +43,154 @@ Shared* map_block(int fd, const std::string& name) {
   return static_cast<Shared*>(p);
 }
 
+std::string without_slash(const std::string& name) {
+  return name.starts_with('/') ? name.substr(1) : name;
+}
+
+// Sets up a zero-filled block: its fluid state for `links` and mutex (the futex word starts at
+// zero); the magic last.
+void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
+                const LedgerOptions& options) {
+  s->version = kVersion;
+  s->key = key;
+  FluidModel::init(s->fluid, links, options.bin_s, LinkLedger::now());
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&s->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+  std::atomic_thread_fence(std::memory_order_release);
+  s->magic = kMagic;
+}
+
+// Opens `name` if it exists: the mapped block, or nullptr (ENOENT).
+Shared* open_block(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    if (errno == ENOENT) return nullptr;
+    sys_error("shm_open", name);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Shared)) {
+    close(fd);
+    throw LibraryError("posix", "open " + name, "not a link ledger of this build", __FILE__,
+                       __LINE__);
+  }
+  Shared* s = map_block(fd, name);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s->magic != kMagic || s->version != kVersion) {
+    munmap(s, sizeof(Shared));
+    throw LibraryError("posix", "open " + name, "not an initialised link ledger", __FILE__,
+                       __LINE__);
+  }
+  return s;
+}
+
+// Builds an initialised block under a private creator-stamped name and publishes it with link(2)
+// onto `name` (Note [A well-known block created once] in links/job_ledger_block.cc); nullptr when
+// another process published first.
+Shared* publish_block(const std::string& name, const std::vector<NamedLink>& links, uint64_t key,
+                      const LedgerOptions& options) {
+  const std::string prefix = without_slash(name) + "-new";
+  shm_names::remove_stale_blocks(prefix);
+  const std::string tmp = shm_names::block_name(prefix, shm_names::job_token());
+  const int fd = shm_open(tmp.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) sys_error("shm_open", tmp);
+  if (ftruncate(fd, sizeof(Shared)) != 0) {
+    close(fd);
+    shm_unlink(tmp.c_str());
+    sys_error("ftruncate", tmp);
+  }
+  Shared* s = nullptr;
+  try {
+    s = map_block(fd, tmp);
+  } catch (...) {
+    shm_unlink(tmp.c_str());
+    throw;
+  }
+  init_block(s, links, key, options);
+  const int rc = ::link(("/dev/shm" + tmp).c_str(), ("/dev/shm/" + without_slash(name)).c_str());
+  const int link_errno = errno;
+  shm_unlink(tmp.c_str());
+  if (rc == 0) return s;
+  munmap(s, sizeof(Shared));
+  if (link_errno == EEXIST) return nullptr;
+  errno = link_errno;
+  sys_error("link", name);
+}
+
+bool is_shm_name(const char* env) {
+  return env && env[0] == '/' && env[1] != '\0' && !std::strchr(env + 1, '/');
+}
+
 }  // namespace
+
+std::string LinkLedger::node_base() {
+  const char* env = std::getenv("FERRY_LINK_LEDGER");
+  if (is_shm_name(env)) return env;
+  return fmt::format("/ferry-links-v{}-u{}", kVersion, static_cast<unsigned>(getuid()));
+}
+
+uint64_t LinkLedger::topology_key(const std::vector<NamedLink>& links) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto mix = [&h](const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  };
+  const uint64_t n = links.size();
+  mix(&n, sizeof(n));
+  for (const NamedLink& l : links) {
+    mix(l.name.data(), l.name.size() + 1);  // with its terminator: "ab","c" differs from "a","bc"
+    mix(&l.capacity.to_host_gbps, sizeof(double));
+    mix(&l.capacity.to_device_gbps, sizeof(double));
+  }
+  return h;
+}
+
+std::string LinkLedger::node_name(const std::vector<NamedLink>& links) {
+  return fmt::format("{}-{:016x}", node_base(), topology_key(links));
+}
+
+std::shared_ptr<LinkLedger> LinkLedger::attach(const std::string& name,
+                                               const std::vector<NamedLink>& links,
+                                               const LedgerUser& user,
+                                               const LedgerOptions& options) {
+  if (links.size() > static_cast<size_t>(kMaxLinks)) {
+    throw ConfigError(fmt::format("topology.file: {} links, the link ledger holds at most {}",
+                                  links.size(), kMaxLinks));
+  }
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Shared* s = open_block(name);
+    if (s == nullptr) s = publish_block(name, links, topology_key(links), options);
+    if (s == nullptr) continue;  // another job published between our open and our link
+    std::shared_ptr<LinkLedger> ledger(new LinkLedger(s, options));
+    ledger->user_ = join(s, name, links, user);
+    return ledger;
+  }
+  throw LibraryError("posix", "attach " + name, "the link ledger keeps appearing and vanishing",
+                     __FILE__, __LINE__);
+}
+
+std::shared_ptr<LinkLedger> LinkLedger::open_existing(const std::string& name) {
+  Shared* s = open_block(name);
+  return s ? std::shared_ptr<LinkLedger>(new LinkLedger(s, LedgerOptions{})) : nullptr;
+}
+
+std::vector<std::string> LinkLedger::node_ledgers() {
+  const std::string head = without_slash(node_base()) + "-";
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string n = entry.path().filename().string();
+    // "<base>-<16 hex digits>": not the private "-new-..." blocks of a creator.
+    if (!n.starts_with(head) || n.size() != head.size() + 16) continue;
+    if (n.find_first_not_of("0123456789abcdef", head.size()) != std::string::npos) continue;
+    out.push_back("/" + n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string LinkLedger::name_for(const std::string& job_token) {
   return shm_names::block_name(kNamePrefix, job_token);
@@ -68,47 +219,25 @@ std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
   }
   Shared* s = map_block(fd, name);
   // The block is zero-filled by ftruncate; set what is not zero.
-  s->version = kVersion;
-  FluidModel::init(s->fluid, links, options.bin_s, now());
-  pthread_mutexattr_t ma;
-  pthread_mutexattr_init(&ma);
-  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&s->mu, &ma);
-  pthread_mutexattr_destroy(&ma);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  std::atomic_thread_fence(std::memory_order_release);
-  s->magic = kMagic;
+  init_block(s, links, 0, options);
   return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
 }
 
 std::shared_ptr<LinkLedger> LinkLedger::open(const std::string& name,
                                              const LedgerOptions& options) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) sys_error("shm_open", name);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Shared)) {
-    close(fd);
-    throw LibraryError("posix", "open " + name, "not a link ledger of this build", __FILE__,
-                       __LINE__);
-  }
-  Shared* s = map_block(fd, name);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->magic != kMagic || s->version != kVersion) {
-    munmap(s, sizeof(Shared));
-    throw LibraryError("posix", "open " + name, "not an initialised link ledger", __FILE__,
-                       __LINE__);
+  Shared* s = open_block(name);
+  if (s == nullptr) {
+    errno = ENOENT;
+    sys_error("shm_open", name);
   }
   return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
 }
 
 void LinkLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
-LinkLedger::~LinkLedger() { munmap(s_, sizeof(Shared)); }
+LinkLedger::~LinkLedger() {
+  if (user_ >= 0) leave(s_, user_);
+  munmap(s_, sizeof(Shared));
+}
 
 }  // namespace ferry

@@ -1,5 +1,7 @@
 // `trainer jobs`: the node's job ledger (links/job_ledger.h), the GPUs that ferry jobs share and
-// the jobs on each, as a table or JSON. Reads the ledger and never creates it.
+// the jobs on each, and the node's link ledgers (links/link_ledger.h), each link's users (which
+// job, pid and rank has copies or claims on it, bytes in flight), as a table or JSON. Reads the
+// ledgers and never creates one.
 #include <cstdio>
 #include <string>
 
@@ -9,6 +11,7 @@
 #include "common/bytes.h"
 #include "common/file_write.h"
 #include "links/job_ledger.h"
+#include "links/link_ledger.h"
 #include "trainer/cli/commands.h"
 
 namespace ferry {
@@ -83,18 +86,105 @@ void print_table(const std::vector<LedgerGpu>& gpus) {
   }
 }
 
+struct NamedSnapshot {
+  std::string name;
+  LedgerSnapshot snapshot;
+};
+
+// The node's link ledgers that have a live user (the dead reaped on the way).
+std::vector<NamedSnapshot> link_ledgers() {
+  std::vector<NamedSnapshot> out;
+  for (const std::string& name : LinkLedger::node_ledgers()) {
+    try {
+      const std::shared_ptr<LinkLedger> ledger = LinkLedger::open_existing(name);
+      if (!ledger) continue;
+      LedgerSnapshot snap = ledger->snapshot();
+      if (!snap.users.empty()) out.push_back({name, std::move(snap)});
+    } catch (const Error&) {
+      // Another build's block, or one that vanished: not ours to show.
+    }
+  }
+  return out;
+}
+
+const char* dir_name(int d) { return d == 1 ? "to device" : "to host"; }
+
+nlohmann::json links_json(const std::vector<NamedSnapshot>& ledgers) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const NamedSnapshot& l : ledgers) {
+    nlohmann::json users = nlohmann::json::array();
+    for (const LedgerSnapshot::User& u : l.snapshot.users)
+      users.push_back({{"pid", u.pid}, {"rank", u.rank}, {"job", u.job}, {"run_dir", u.run_dir}});
+    nlohmann::json links = nlohmann::json::array();
+    for (const LedgerLink& k : l.snapshot.links) {
+      nlohmann::json on = nlohmann::json::array();
+      for (const LinkUserEntry& e : k.users) {
+        on.push_back({{"pid", e.pid},
+                      {"rank", e.rank},
+                      {"job", e.job},
+                      {"run_dir", e.run_dir},
+                      {"kind", e.kind},
+                      {"direction", dir_name(e.dir)},
+                      {"token", e.token},
+                      {"bytes", e.bytes}});
+      }
+      const LinkUsage& u = k.usage;
+      links.push_back({{"name", u.name},
+                       {"capacity_gbps", {u.capacity.to_host_gbps, u.capacity.to_device_gbps}},
+                       {"bytes", {u.bytes[0], u.bytes[1]}},
+                       {"peak_gbps", {u.peak_gbps[0], u.peak_gbps[1]}},
+                       {"users", on}});
+    }
+    out.push_back({{"ledger", l.name},
+                   {"key", fmt::format("{:016x}", l.snapshot.key)},
+                   {"users", users},
+                   {"links", links}});
+  }
+  return out;
+}
+
+void print_links(const std::vector<NamedSnapshot>& ledgers) {
+  for (const NamedSnapshot& l : ledgers) {
+    std::printf("links of %s: %zu process%s attached\n", l.name.c_str(), l.snapshot.users.size(),
+                l.snapshot.users.size() == 1 ? "" : "es");
+    std::printf("  %8s %4s  %-32s %s\n", "pid", "rank", "job", "run dir");
+    for (const LedgerSnapshot::User& u : l.snapshot.users)
+      std::printf("  %8d %4d  %-32s %s\n", u.pid, u.rank, u.job.c_str(), u.run_dir.c_str());
+    for (const LedgerLink& k : l.snapshot.links) {
+      const LinkUsage& u = k.usage;
+      if (k.users.empty() && u.bytes[0] + u.bytes[1] <= 0) continue;
+      std::printf("  %s: %.3g/%.3g GB/s, carried %s/%s, peak %.3g/%.3g GB/s (to host/to device)\n",
+                  u.name.c_str(), u.capacity.to_host_gbps, u.capacity.to_device_gbps,
+                  format_bytes(static_cast<uint64_t>(u.bytes[0])).c_str(),
+                  format_bytes(static_cast<uint64_t>(u.bytes[1])).c_str(), u.peak_gbps[0],
+                  u.peak_gbps[1]);
+      for (const LinkUserEntry& e : k.users) {
+        std::printf("    %-5s %-9s %10s %s pid %d rank %d job %s\n", e.kind.c_str(),
+                    dir_name(e.dir), format_bytes(static_cast<uint64_t>(e.bytes)).c_str(),
+                    e.token ? "token" : "     ", e.pid, e.rank, e.job.c_str());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int run_jobs(const JobsArgs& args) {
   const std::string name = JobLedger::default_name();
   const std::shared_ptr<JobLedger> ledger = JobLedger::open_existing(name);
   const std::vector<LedgerGpu> gpus = ledger ? ledger->snapshot() : std::vector<LedgerGpu>{};
+  const std::vector<NamedSnapshot> links = link_ledgers();
   if (args.json) {
-    std::printf("%s\n", to_json(name, gpus).dump(2).c_str());
-  } else if (gpus.empty()) {
-    std::printf("no ferry job shares a GPU on this node (ledger %s)\n", name.c_str());
+    nlohmann::json out = to_json(name, gpus);
+    out["link_ledgers"] = links_json(links);
+    std::printf("%s\n", out.dump(2).c_str());
   } else {
-    print_table(gpus);
+    if (gpus.empty()) {
+      std::printf("no ferry job shares a GPU on this node (ledger %s)\n", name.c_str());
+    } else {
+      print_table(gpus);
+    }
+    print_links(links);
   }
   check_stdout();
   return 0;

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   CLI::App* jobs_cmd = app.add_subcommand(
       "jobs",
       "The jobs sharing this node's GPUs (memory.share): per GPU its capacity, per job its pid, "
-      "config, run dir, lower bound, share, held memory and step times: trainer jobs [--json]");
+      "config, run dir, lower bound, share, held memory and step times; and the node's link "
+      "ledgers: per link its users (job, pid, rank, bytes in flight): trainer jobs [--json]");
   jobs_cmd->add_flag("--json", jobs.json, "print JSON");
 
   SimulateArgs sim;

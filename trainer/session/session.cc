@@ -222,14 +222,13 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
 Session::~Session() = default;
 
 // Note [Link ledger lifetime]
-// The ledger is POSIX shared memory under a name unique to the job: a token (rank 0's pid, clock
-// and a random word, broadcast to every rank) behind the creator's pid and start time. Each
-// node's first local rank creates it (on its own node), every other local rank finds it by the
-// token and attaches after a barrier, and after a second barrier the creator removes the name:
-// from then on the block lives exactly as long as some rank of the job maps it, so a job that
-// crashes leaves nothing behind. A creator killed in the short window before the removal leaves a
-// name that says whose it was: the next job's create() removes it (Note [Shared-memory names
-// that outlive nothing] in links/shm_names.h).
+// The ledger is the node's (Note [One link ledger per node] in links/link_ledger.h): every rank
+// of every ferry job of this user that names the same topology attaches the same well-known
+// block, creating it when it is the first, and registers as a user with its job's token (rank
+// 0's pid, clock and a random word, broadcast to every rank), its rank and run directory. The
+// block is never removed; a job alone on the node finds it empty and starts it afresh, and the
+// copies, claims and tokens of a job that crashed are reaped by the others. A barrier after the
+// attachment: every local rank's copies are shared from the first.
 void Session::attach_link_ledger() {
   std::array<char, 128> name{};
   if (ranks_.rank == 0) {
@@ -238,32 +237,21 @@ void Session::attach_link_ledger() {
   }
   comm_->broadcast_host(name.data(), name.size(), 0);
   name.back() = '\0';
-  const std::string token(name.data());
-  std::string ledger_name;
-  std::shared_ptr<LinkLedger> ledger;
-  if (ranks_.local_rank == 0) {
-    ledger_name = LinkLedger::name_for(token);
-    std::vector<NamedLink> links;
-    // Emulated links are stretched by the emulation's scale; a GPU's are its own.
-    const std::vector<LinkCapacity> capacities =
-        link_capacities(*placement_.links, config_.topology.duplex_factor,
-                        arbiter_->emulates_links() ? config_.topology.emulation_scale : 1.0);
-    for (const Link& l : placement_.links->links()) {
-      links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
-    }
-    ledger = LinkLedger::create(ledger_name, links);
+  std::vector<NamedLink> links;
+  // Emulated links are stretched by the emulation's scale; a GPU's are its own.
+  const std::vector<LinkCapacity> capacities =
+      link_capacities(*placement_.links, config_.topology.duplex_factor,
+                      arbiter_->emulates_links() ? config_.topology.emulation_scale : 1.0);
+  for (const Link& l : placement_.links->links()) {
+    links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
   }
+  LedgerUser user;
+  user.job = name.data();
+  user.rank = ranks_.rank;
+  user.run_dir = config_.run.dir;
+  std::shared_ptr<LinkLedger> ledger =
+      LinkLedger::attach(LinkLedger::node_name(links), links, user);
   comm_->barrier();
-  if (ranks_.local_rank != 0) {
-    ledger_name = LinkLedger::find(token);
-    if (ledger_name.empty()) {
-      throw LibraryError("posix", "find the link ledger of job " + token,
-                         "local rank 0 created none in /dev/shm", __FILE__, __LINE__);
-    }
-    ledger = LinkLedger::open(ledger_name);
-  }
-  comm_->barrier();
-  if (ranks_.local_rank == 0) LinkLedger::unlink(ledger_name);
   arbiter_->attach(std::move(ledger));
 }
 

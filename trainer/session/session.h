@@ -63,8 +63,9 @@ class Session {
 
  private:
   GradientBuckets& buckets(int64_t batch);
-  // The node's shared link ledger: rank 0 names it, each node's first local rank creates it,
-  // the others attach, and then the name is removed (Note [Link ledger lifetime]).
+  // The node's shared link ledger, one per topology for every job of this user: each rank
+  // attaches it under its job's token (drawn by rank 0), creating it when it is the first
+  // (Note [Link ledger lifetime]).
   void attach_link_ledger();
 
   Config config_;
