@@ -39,11 +39,11 @@ struct TapeStep {
   std::vector<int> writes;
   double flops = 0;
   bool recomputable = false;  // its forward may run again in backward (ReLU, BN, pool, conv)
-  // Writes a recompute of this step cannot rebuild (an output its op rebuilds only with others).
-  std::vector<int> not_rebuilt;
   // (read, write) tensor pairs the step computes in place: when the read tensor dies at this
   // step, the write may take over its memory.
   std::vector<std::pair<int, int>> alias;
+  // Writes a recompute of this step cannot rebuild (an output its op rebuilds only with others).
+  std::vector<int> not_rebuilt;
 };
 
 struct Tape {

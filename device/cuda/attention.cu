@@ -8,6 +8,7 @@
 
 #include "device/counter_rng.h"
 #include "device/cuda/launch.cuh"
+#include "device/cuda/lane_total.cuh"
 #include "device/cuda/transformer_ops.h"
 
 namespace ferry::cuda {
@@ -29,19 +30,6 @@ __device__ float lane_max(float* lanes) {
   const float top = lanes[0];
   __syncthreads();
   return top;
-}
-
-__device__ double lane_sum(double* lanes) {
-  __syncthreads();
-  for (int half = kSmLanes / 2; half > 0; half /= 2) {
-    for (int l = static_cast<int>(threadIdx.x); l < half; l += static_cast<int>(blockDim.x)) {
-      lanes[l] += lanes[l + half];
-    }
-    __syncthreads();
-  }
-  const double total = lanes[0];
-  __syncthreads();
-  return total;
 }
 
 // Row r holds query i = r % t; columns j <= i are its keys. The exponentials are staged in the
@@ -70,7 +58,7 @@ __global__ void __launch_bounds__(kSmLanes)
       }
       lanes_sum[l] = a;
     }
-    const double total = lane_sum(lanes_sum);
+    const double total = lane_total<kSmLanes>(lanes_sum);
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       for (int64_t j = l; j < t; j += kSmLanes) {
         const float pj = j <= i ? static_cast<float>(static_cast<double>(s[j]) / total) : 0.0f;
@@ -114,7 +102,7 @@ __global__ void __launch_bounds__(kSmLanes)
       }
       lanes_sum[l] = a;
     }
-    const float dot = static_cast<float>(lane_sum(lanes_sum));
+    const float dot = static_cast<float>(lane_total<kSmLanes>(lanes_sum));
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       for (int64_t j = l; j < t; j += kSmLanes) {
         g[j] = j <= i ? pr[j] * (undropped(g[j], mask, r * t + j, keep) - dot) : 0.0f;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "device/cuda/launch.cuh"
+#include "device/cuda/lane_total.cuh"
 #include "device/cuda/transformer_ops.h"
 
 namespace ferry::cuda {
@@ -67,21 +68,6 @@ constexpr int kLnLanes = 32;
 // Rows of layer norm's backward column sums are cut into chunks of at least this many rows.
 constexpr int64_t kLnMinChunkRows = 16;
 
-// The sum of lanes[0..kLnLanes) by a fixed tree, returned to every thread; the caller filled the
-// lanes. Leaves the lanes free to refill.
-__device__ double ln_lane_total(double* lanes) {
-  __syncthreads();
-  for (int half = kLnLanes / 2; half > 0; half /= 2) {
-    for (int l = static_cast<int>(threadIdx.x); l < half; l += static_cast<int>(blockDim.x)) {
-      lanes[l] += lanes[l + half];
-    }
-    __syncthreads();
-  }
-  const double total = lanes[0];
-  __syncthreads();
-  return total;
-}
-
 __global__ void __launch_bounds__(kLnLanes)
     layer_norm_forward_kernel(int64_t rows, int64_t c, float eps, const float* x,
                               const float* gamma, const float* beta, float* y, float* mean_out,
@@ -94,7 +80,7 @@ __global__ void __launch_bounds__(kLnLanes)
       for (int64_t j = l; j < c; j += kLnLanes) a += static_cast<double>(xr[j]);
       lanes[l] = a;
     }
-    const double mean = ln_lane_total(lanes) / static_cast<double>(c);
+    const double mean = lane_total<kLnLanes>(lanes) / static_cast<double>(c);
     for (int l = static_cast<int>(threadIdx.x); l < kLnLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
       for (int64_t j = l; j < c; j += kLnLanes) {
@@ -103,7 +89,7 @@ __global__ void __launch_bounds__(kLnLanes)
       }
       lanes[l] = a;
     }
-    const double var = ln_lane_total(lanes) / static_cast<double>(c);
+    const double var = lane_total<kLnLanes>(lanes) / static_cast<double>(c);
     const float mf = static_cast<float>(mean);
     const float rf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
     float* yr = y + r * c;
@@ -189,8 +175,8 @@ __global__ void __launch_bounds__(kLnLanes)
       lanes_a[l] = a;
       lanes_b[l] = b;
     }
-    const double sum_b = ln_lane_total(lanes_b);  // syncs the lanes of both
-    const double sum_a = ln_lane_total(lanes_a);
+    const double sum_b = lane_total<kLnLanes>(lanes_b);  // syncs the lanes of both
+    const double sum_a = lane_total<kLnLanes>(lanes_a);
     const float mean_dxhat = static_cast<float>(sum_a / static_cast<double>(c));
     const float mean_dxhat_xhat = static_cast<float>(sum_b / static_cast<double>(c));
     float* dxr = dx + r * c;

@@ -61,8 +61,7 @@ ShareCurve share_curve(const Config& config, int points) {
 }
 
 std::string share_device_key(const Config& config, const RankInfo& ranks) {
-  return fmt::format("{}:{}", config.device.backend == Backend::kCuda ? "cuda" : "cpu",
-                     ranks.local_rank);
+  return fmt::format("{}:{}", to_string(config.device.backend), ranks.local_rank);
 }
 
 std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower) {
