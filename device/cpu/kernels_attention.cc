@@ -162,16 +162,6 @@ Pass<4> backward_pass(PlanCache& plans, const AttentionGeom& g) {
 // Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order) added by a
 // pairwise tree: a fixed order that vectorizes.
 
-constexpr int kLanes = 16;
-
-template <typename T>
-T lane_total(T* lanes) {
-  for (int half = kLanes / 2; half > 0; half /= 2) {
-    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
-  }
-  return lanes[0];
-}
-
 // One row of scores s (t wide) becomes its causal softmax: the first `len` entries are scaled by
 // 1 / sqrt_d and normalized, the rest set to 0.
 FERRY_SIMD_CLONES void softmax_row(float* s, int64_t len, int64_t t, float sqrt_d) {

@@ -31,16 +31,6 @@ FERRY_SIMD_CLONES void zero_row(float* y, int64_t c) {
 // Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order; float64 for the
 // statistics) added by a pairwise tree: a fixed order that vectorizes.
 
-constexpr int kLanes = 16;
-
-template <typename T>
-T lane_total(T* lanes) {
-  for (int half = kLanes / 2; half > 0; half /= 2) {
-    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
-  }
-  return lanes[0];
-}
-
 // mean and rstd of one row of c values.
 FERRY_SIMD_CLONES void row_stats(const float* x, int64_t c, float eps, float* mean, float* rstd) {
   double lanes[kLanes] = {};

@@ -9,6 +9,18 @@
 
 namespace ferry::cpu {
 
+// Row sums of the plain-loop kernels use kLanes lanes (lane l adds elements l, l + kLanes, ... in
+// order), then lane_total adds the lanes by a pairwise tree: a fixed order that vectorizes.
+constexpr int kLanes = 16;
+
+template <typename T>
+T lane_total(T* lanes) {
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
 // e^x within about 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-7 polynomial in
 // r, then the exponent bits). x is clamped to [-87, 88] first, so e^x never reaches 0 or inf
 // (e^-87 ~ 1.6e-38, the softmax's weight of a score 87 below the row's maximum). NaN stays NaN.

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "trainer/session/checkpoints.h"
 #include "trainer/model/zoo/zoo.h"
+#include "trainer/session/checkpoints.h"
 #include "trainer/session/data_setup.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
@@ -62,6 +62,17 @@ RowScore score_readable_rows(const float* logits, const int32_t* labels, int64_t
   return s;
 }
 
+// The evaluation set once, in order, every partial batch kept; announced on stdout.
+DataLoader one_pass(const Config& c, Session& session, std::shared_ptr<const Dataset> dataset) {
+  LoaderOptions lo = loader_options(c, session.device());
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.epochs = 1;
+  std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
+              c.model.init_from.c_str());
+  return DataLoader(std::move(dataset), lo);
+}
+
 // Note [Evaluating a token model]
 // Every full window of the file once, in order (the dataset's evaluation windows); each batch's
 // loss is the mean over its rows x T tokens, so the file's mean token loss is their weighted
@@ -70,13 +81,7 @@ RowScore score_readable_rows(const float* logits, const int32_t* labels, int64_t
 EvalResult evaluate_tokens(const Config& c) {
   Session session(c, RankInfo{}, /*training=*/false);
   auto dataset = open_configured_dataset(c, /*evaluation=*/true);
-  LoaderOptions lo = loader_options(c, session.device());
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.epochs = 1;
-  DataLoader loader(dataset, lo);
-  std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
-              c.model.init_from.c_str());
+  DataLoader loader = one_pass(c, session, dataset);
   const int64_t per_row = dataset->labels_per_sample();
   double loss_sum = 0;
   int64_t correct = 0, windows = 0;
@@ -95,14 +100,18 @@ EvalResult evaluate_tokens(const Config& c) {
   r.samples = windows;
   r.tokens = windows * per_row;
   r.perplexity = std::exp(r.loss);
-  nlohmann::json j = {{"loss", r.loss},         {"perplexity", r.perplexity},
-                      {"accuracy", r.accuracy}, {"samples", r.samples},
-                      {"tokens", r.tokens},     {"model", c.model.name},
+  nlohmann::json j = {{"loss", r.loss},
+                      {"perplexity", r.perplexity},
+                      {"accuracy", r.accuracy},
+                      {"samples", r.samples},
+                      {"tokens", r.tokens},
+                      {"model", c.model.name},
                       {"weights", c.model.init_from}};
   write_run_file((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
-  std::printf("eval     loss %.4f  perplexity %.3f  accuracy %.4f  windows %lld (%lld tokens)  -> %s\n",
-              r.loss, r.perplexity, r.accuracy, static_cast<long long>(r.samples),
-              static_cast<long long>(r.tokens), (fs::path(c.run.dir) / "eval.json").c_str());
+  std::printf(
+      "eval     loss %.4f  perplexity %.3f  accuracy %.4f  windows %lld (%lld tokens)  -> %s\n",
+      r.loss, r.perplexity, r.accuracy, static_cast<long long>(r.samples),
+      static_cast<long long>(r.tokens), (fs::path(c.run.dir) / "eval.json").c_str());
   return r;
 }
 
@@ -126,13 +135,7 @@ EvalResult evaluate(const Config& config) {
   const std::string logits = session.graph().tensor(session.graph().logits()).name;
   session.executor().keep_alive({logits});
   auto dataset = open_configured_dataset(c, /*evaluation=*/true);
-  LoaderOptions lo = loader_options(c, session.device());
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.epochs = 1;
-  DataLoader loader(dataset, lo);
-  std::printf("eval     %s on %s with %s\n", c.model.name.c_str(), dataset->describe().c_str(),
-              c.model.init_from.c_str());
+  DataLoader loader = one_pass(c, session, dataset);
   double loss_sum = 0;
   int64_t correct = 0, correct5 = 0, samples = 0;
   const int64_t classes = c.model.classes;

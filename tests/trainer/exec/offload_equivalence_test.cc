@@ -32,6 +32,26 @@ Config small_config(const std::string& model, int64_t batch) {
   return c;
 }
 
+// Four steps of `base` under auto with recompute at a tight budget over a slow link (copies look
+// slow, so rebuilding wins), in poison mode: the losses bitwise equal to none's, the measured
+// peak the planned one, within budget and below none's. Returns the run (what it rebuilt).
+TrainRun expect_recompute_alike(const Config& base, const std::string& what) {
+  constexpr int kSteps = 4;
+  const TrainRun reference = train_steps(base, kSteps);
+  Config c = base;
+  c.memory.policy = MemoryPolicy::kAuto;
+  c.memory.debug_poison = true;
+  c.memory.recompute = true;
+  c.memory.budget = tight_budget(base, true);
+  c.memory.link_gbps = 0.001;
+  const TrainRun run = train_steps(c, kSteps);
+  expect_bitwise_equal(run.losses, reference.losses, "auto (" + what + ")");
+  EXPECT_EQ(run.measured_peak, run.planned_peak);
+  EXPECT_LE(run.measured_peak, c.memory.budget);
+  EXPECT_LT(run.planned_peak, reference.planned_peak);
+  return run;
+}
+
 class OffloadEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
@@ -47,21 +67,8 @@ TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
 // ReLU in place over it) gives the forward's bits: at a tight budget where copies look slow,
 // auto drops conv outputs, and the losses stay bitwise equal to none's in poison mode.
 TEST_P(OffloadEquivalence, RecomputedConvolutionsGiveTheSameLosses) {
-  const Config base = small_config(GetParam(), 2);
-  constexpr int kSteps = 4;
-  const TrainRun reference = train_steps(base, kSteps);
-  Config c = base;
-  c.memory.policy = MemoryPolicy::kAuto;
-  c.memory.debug_poison = true;
-  c.memory.recompute = true;
-  c.memory.budget = tight_budget(base, true);
-  c.memory.link_gbps = 0.001;
-  const TrainRun run = train_steps(c, kSteps);
-  expect_bitwise_equal(run.losses, reference.losses, "auto (conv recompute)");
+  const TrainRun run = expect_recompute_alike(small_config(GetParam(), 2), "conv recompute");
   EXPECT_GT(run.conv_recomputes, 0) << "no convolution was recomputed";
-  EXPECT_EQ(run.measured_peak, run.planned_peak);
-  EXPECT_LE(run.measured_peak, c.memory.budget);
-  EXPECT_LT(run.planned_peak, reference.planned_peak);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OffloadEquivalence,
@@ -102,7 +109,8 @@ TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
   // vdnn-conv moves nothing in a model without convolutions.
   std::vector<PolicyVariant> variants = offload_policy_variants();
-  std::erase_if(variants, [](const PolicyVariant& v) { return v.policy == MemoryPolicy::kVdnnConv; });
+  std::erase_if(variants,
+                [](const PolicyVariant& v) { return v.policy == MemoryPolicy::kVdnnConv; });
   expect_policies_train_alike(base, reference, variants);
 }
 
@@ -112,20 +120,8 @@ TEST(OffloadEquivalenceGpt, RecomputedAttentionProbabilitiesGiveTheSameLosses) {
   testing::TempDir dir;
   // Long rows and narrow heads: the probabilities are most of what a block saves.
   const Config base = small_gpt(dir, 0.0f, /*heads=*/4, /*width=*/32, /*context=*/128);
-  constexpr int kSteps = 4;
-  const TrainRun reference = train_steps(base, kSteps);
-  Config c = base;
-  c.memory.policy = MemoryPolicy::kAuto;
-  c.memory.debug_poison = true;
-  c.memory.recompute = true;
-  c.memory.budget = tight_budget(base, true);
-  c.memory.link_gbps = 0.001;
-  const TrainRun run = train_steps(c, kSteps);
-  expect_bitwise_equal(run.losses, reference.losses, "auto (attention recompute)");
+  const TrainRun run = expect_recompute_alike(base, "attention recompute");
   EXPECT_GT(run.attention_recomputes, 0) << "no attention probabilities were rebuilt";
-  EXPECT_EQ(run.measured_peak, run.planned_peak);
-  EXPECT_LE(run.measured_peak, c.memory.budget);
-  EXPECT_LT(run.planned_peak, reference.planned_peak);
 }
 
 }  // namespace
