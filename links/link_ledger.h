@@ -81,7 +81,7 @@ class LinkLedger {
   // topology file's order), so jobs naming the same topology file (and emulation scale) map each
   // physical link to the same slot, and a job of another topology gets a ledger of its own; the
   // block also holds its links and refuses a job whose links differ (ConfigError). It is created
-  // once (Note [A well-known block created once] in links/job_ledger_block.cc) and never removed.
+  // once (Note [A well-known block created once] in links/shared_block.h) and never removed.
   // Each attached process registers as a user (pid, start time, job, rank); a process that
   // attaches when no live user is left starts the fluid state afresh, so a job alone on the node
   // sees exactly a new ledger. The copies, claims, tokens and user entries of a process that died

@@ -21,6 +21,7 @@
 #include "links/fluid_model.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
+#include "links/shared_block.h"
 #include "links/shm_names.h"
 
 namespace ferry {
@@ -28,20 +29,6 @@ namespace {
 
 using namespace link_ledger_impl;
 using Shared = LinkLedger::Shared;
-
-[[noreturn]] void sys_error(const std::string& call, const std::string& name) {
-  throw LibraryError("posix", call + " " + name, std::strerror(errno), __FILE__, __LINE__);
-}
-
-Shared* map_block(int fd, const std::string& name) {
-  void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    close(fd);
-    sys_error("mmap", name);
-  }
-  close(fd);
-  return static_cast<Shared*>(p);
-}
 
 std::string without_slash(const std::string& name) {
   return name.starts_with('/') ? name.substr(1) : name;
@@ -54,30 +41,15 @@ void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
   s->version = kVersion;
   s->key = key;
   FluidModel::init(s->fluid, links, options.bin_s, LinkLedger::now());
-  pthread_mutexattr_t ma;
-  pthread_mutexattr_init(&ma);
-  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(&s->mu, &ma);
-  pthread_mutexattr_destroy(&ma);
+  shared_block::init_robust_mutex(&s->mu);
   std::atomic_thread_fence(std::memory_order_release);
   s->magic = kMagic;
 }
 
 // Opens `name` if it exists: the mapped block, or nullptr (ENOENT).
 Shared* open_block(const std::string& name) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) {
-    if (errno == ENOENT) return nullptr;
-    sys_error("shm_open", name);
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Shared)) {
-    close(fd);
-    throw LibraryError("posix", "open " + name, "not a link ledger of this build", __FILE__,
-                       __LINE__);
-  }
-  Shared* s = map_block(fd, name);
+  auto* s = static_cast<Shared*>(shared_block::open(name, sizeof(Shared), "a link ledger"));
+  if (s == nullptr) return nullptr;
   std::atomic_thread_fence(std::memory_order_acquire);
   if (s->magic != kMagic || s->version != kVersion) {
     munmap(s, sizeof(Shared));
@@ -87,37 +59,13 @@ Shared* open_block(const std::string& name) {
   return s;
 }
 
-// Builds an initialised block under a private creator-stamped name and publishes it with link(2)
-// onto `name` (Note [A well-known block created once] in links/job_ledger_block.cc); nullptr when
-// another process published first.
+// Publishes an initialised block onto `name` (Note [A well-known block created once] in
+// links/shared_block.h); nullptr when another process published first.
 Shared* publish_block(const std::string& name, const std::vector<NamedLink>& links, uint64_t key,
                       const LedgerOptions& options) {
-  const std::string prefix = without_slash(name) + "-new";
-  shm_names::remove_stale_blocks(prefix);
-  const std::string tmp = shm_names::block_name(prefix, shm_names::job_token());
-  const int fd = shm_open(tmp.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) sys_error("shm_open", tmp);
-  if (ftruncate(fd, sizeof(Shared)) != 0) {
-    close(fd);
-    shm_unlink(tmp.c_str());
-    sys_error("ftruncate", tmp);
-  }
-  Shared* s = nullptr;
-  try {
-    s = map_block(fd, tmp);
-  } catch (...) {
-    shm_unlink(tmp.c_str());
-    throw;
-  }
-  init_block(s, links, key, options);
-  const int rc = ::link(("/dev/shm" + tmp).c_str(), ("/dev/shm/" + without_slash(name)).c_str());
-  const int link_errno = errno;
-  shm_unlink(tmp.c_str());
-  if (rc == 0) return s;
-  munmap(s, sizeof(Shared));
-  if (link_errno == EEXIST) return nullptr;
-  errno = link_errno;
-  sys_error("link", name);
+  return static_cast<Shared*>(shared_block::publish(name, sizeof(Shared), [&](void* block) {
+    init_block(static_cast<Shared*>(block), links, key, options);
+  }));
 }
 
 bool is_shm_name(const char* env) {
@@ -210,16 +158,8 @@ std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
                                   links.size(), kMaxLinks));
   }
   shm_names::remove_stale_blocks(kNamePrefix);
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) sys_error("shm_open", name);
-  if (ftruncate(fd, sizeof(Shared)) != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    sys_error("ftruncate", name);
-  }
-  Shared* s = map_block(fd, name);
-  // The block is zero-filled by ftruncate; set what is not zero.
-  init_block(s, links, 0, options);
+  auto* s = static_cast<Shared*>(shared_block::create(name, sizeof(Shared)));
+  init_block(s, links, 0, options);  // zero-filled: set what is not zero
   return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
 }
 
@@ -228,7 +168,7 @@ std::shared_ptr<LinkLedger> LinkLedger::open(const std::string& name,
   Shared* s = open_block(name);
   if (s == nullptr) {
     errno = ENOENT;
-    sys_error("shm_open", name);
+    shared_block::fail("shm_open", name);
   }
   return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
 }
