@@ -29,10 +29,7 @@ namespace ferry::cuda {
 
 namespace {
 
-constexpr uint64_t kAlign = 256;  // cublasSetWorkspace needs 256-byte alignment
-constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
-
-uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+uint64_t aligned(uint64_t bytes) { return CublasHandle::aligned(bytes); }
 
 // The backend-neutral rules, then cuBLAS's int dimensions.
 void check(const AttentionGeom& g, const char* what) {
@@ -84,52 +81,18 @@ void run_heads(cublasHandle_t h, const HeadGemm& p, int heads) {
 
 }  // namespace
 
-CublasAttention::CublasAttention(const DeviceOptions& options) : options_(options) {}
-
-CublasAttention::~CublasAttention() {
-  if (handle_ != nullptr) {
-    CUDA_WARN(cudaSetDevice(options_.ordinal));
-    (void)cublasDestroy(handle_);
-  }
-}
-
-uint64_t CublasAttention::blas_workspace() {
-  if (blas_workspace_ == 0) {
-    int major = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.ordinal));
-    const uint64_t recommended = (major >= 9 ? uint64_t{32} : uint64_t{4}) << 20;
-    blas_workspace_ =
-        aligned(std::max(kMinBlasWorkspace, std::min(recommended, options_.workspace_limit)));
-  }
-  return blas_workspace_;
-}
-
-cublasContext* CublasAttention::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
-                                     const char* what) {
-  check_workspace(ws, need, what);
-  FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
-               "a cuBLAS workspace must be 256-byte aligned");
-  if (handle_ == nullptr) {
-    CUBLAS_CHECK(cublasCreate(&handle_));
-    // Note [TF32 and determinism] (cuda_kernels.h): FP32 products unless device.tf32_matmul.
-    CUBLAS_CHECK(cublasSetMathMode(
-        handle_, options_.cuda.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  }
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));  // resets the workspace: set it after
-  CUBLAS_CHECK(cublasSetWorkspace(handle_, ws.ptr, blas_workspace()));
-  return handle_;
-}
+CublasAttention::CublasAttention(const DeviceOptions& options) : blas_(options) {}
 
 uint64_t CublasAttention::workspace_bytes(const AttentionForward& a) {
   check(a.g, "attention_forward");
   std::lock_guard lock(mutex_);
-  return blas_workspace() + (forward_drops(a) ? score_bytes(a.g) : 0);
+  return blas_.workspace() + (forward_drops(a) ? score_bytes(a.g) : 0);
 }
 
 uint64_t CublasAttention::workspace_bytes(const AttentionBackward& a) {
   check(a.g, "attention_backward");
   std::lock_guard lock(mutex_);
-  return blas_workspace() + score_bytes(a.g) * (backward_drops(a) ? 2 : 1);
+  return blas_.workspace() + score_bytes(a.g) * (backward_drops(a) ? 2 : 1);
 }
 
 // S = q k^T / sqrt(D) -> causal softmax (-> dropout) -> y = P' v, per batch row over its heads.
@@ -141,8 +104,9 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
     throw ConfigError("attention_forward: training with dropout needs a mask",
                       "pass the (N, heads, T, T) mask buffer the backward reads");
   }
-  const uint64_t blas = blas_workspace();
-  cublasHandle_t h = bind(stream, a.ws, blas + (drops ? score_bytes(a.g) : 0), "attention_forward");
+  const uint64_t blas = blas_.workspace();
+  cublasHandle_t h =
+      blas_.bind(stream, a.ws, blas + (drops ? score_bytes(a.g) : 0), "attention_forward");
   const AttentionGeom& g = a.g;
   const int t = i32(g.t), d = i32(g.head_dim()), ld_qkv = i32(3 * g.c), ld_y = i32(g.c);
   const long long tt = static_cast<long long>(g.t) * g.t;
@@ -180,9 +144,9 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
     throw ConfigError("attention_backward: dropout needs the forward's mask",
                       "pass the mask attention_forward wrote");
   }
-  const uint64_t blas = blas_workspace();
+  const uint64_t blas = blas_.workspace();
   cublasHandle_t h =
-      bind(stream, a.ws, blas + score_bytes(a.g) * (drops ? 2 : 1), "attention_backward");
+      blas_.bind(stream, a.ws, blas + score_bytes(a.g) * (drops ? 2 : 1), "attention_backward");
   const AttentionGeom& g = a.g;
   const int t = i32(g.t), d = i32(g.head_dim()), ld_qkv = i32(3 * g.c), ld_y = i32(g.c);
   const long long tt = static_cast<long long>(g.t) * g.t;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cuda/cublas_handle.h"
 #include "device/device.h"
 #include "device/kernels.h"
 
@@ -20,7 +21,6 @@ namespace ferry::cuda {
 class CublasAttention {
  public:
   explicit CublasAttention(const DeviceOptions& options);
-  ~CublasAttention();
   CublasAttention(const CublasAttention&) = delete;
   CublasAttention& operator=(const CublasAttention&) = delete;
 
@@ -33,14 +33,8 @@ class CublasAttention {
   void launch(const AttentionBackward& args, cudaStream_t stream);
 
  private:
-  // cuBLAS's workspace per call, sized as CublasLinear's.
-  uint64_t blas_workspace();
-  cublasContext* bind(cudaStream_t stream, const Workspace& ws, uint64_t need, const char* what);
-
-  DeviceOptions options_;
+  CublasHandle blas_;
   std::mutex mutex_;  // guards the handle: its stream and workspace are per call
-  cublasContext* handle_ = nullptr;
-  uint64_t blas_workspace_ = 0;  // 0 until first asked
 };
 
 }  // namespace ferry::cuda

@@ -23,10 +23,7 @@ namespace ferry::cuda {
 
 namespace {
 
-constexpr uint64_t kAlign = 256;  // cublasSetWorkspace needs 256-byte alignment
-constexpr uint64_t kMinBlasWorkspace = uint64_t{16} << 10;
-
-uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+uint64_t aligned(uint64_t bytes) { return CublasHandle::aligned(bytes); }
 
 // The backend-neutral rule (device/kernel_checks.h), then cuBLAS's int dimensions.
 void check(const LinearGeom& g, const char* what) {
@@ -57,45 +54,10 @@ constexpr float kZero = 0.0f;
 
 }  // namespace
 
-CublasLinear::CublasLinear(const DeviceOptions& options) : options_(options) {}
-
-CublasLinear::~CublasLinear() {
-  if (handle_ != nullptr) {
-    CUDA_WARN(cudaSetDevice(options_.ordinal));
-    (void)cublasDestroy(handle_);
-  }
-}
-
-uint64_t CublasLinear::blas_workspace() {
-  if (blas_workspace_ == 0) {
-    int major = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.ordinal));
-    const uint64_t recommended = (major >= 9 ? uint64_t{32} : uint64_t{4}) << 20;
-    blas_workspace_ =
-        aligned(std::max(kMinBlasWorkspace, std::min(recommended, options_.workspace_limit)));
-  }
-  return blas_workspace_;
-}
+CublasLinear::CublasLinear(const DeviceOptions& options) : blas_(options) {}
 
 uint64_t CublasLinear::needed(bool bias, int64_t rows) {
-  return blas_workspace() + ones_bytes(bias, rows);
-}
-
-cublasContext* CublasLinear::bind(cudaStream_t stream, const Workspace& ws, uint64_t need,
-                                  const char* what) {
-  check_workspace(ws, need, what);
-  FERRY_ASSERT(reinterpret_cast<uintptr_t>(ws.ptr) % kAlign == 0,
-               "a cuBLAS workspace must be 256-byte aligned");
-  if (handle_ == nullptr) {
-    CUBLAS_CHECK(cublasCreate(&handle_));
-    // Note [TF32 and determinism] (cuda_kernels.h).
-    CUBLAS_CHECK(cublasSetMathMode(
-        handle_, options_.cuda.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-  }
-  // cublasSetStream resets the workspace to cuBLAS's own pool: set the stream first.
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  CUBLAS_CHECK(cublasSetWorkspace(handle_, ws.ptr, blas_workspace()));
-  return handle_;
+  return blas_.workspace() + ones_bytes(bias, rows);
 }
 
 uint64_t CublasLinear::workspace_bytes(const LinearForward& a) {
@@ -120,7 +82,7 @@ uint64_t CublasLinear::workspace_bytes(const LinearBackwardWeights& a) {
 void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
   check(a.g, "linear_forward");
   std::lock_guard lock(mutex_);
-  cublasHandle_t h = bind(stream, a.ws, needed(a.bias != nullptr, a.g.m), "linear_forward");
+  cublasHandle_t h = blas_.bind(stream, a.ws, needed(a.bias != nullptr, a.g.m), "linear_forward");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   if (a.g.weight_in_out) {
     // w (K, N) is the column-major (N x K, ld N) matrix W^T itself: no transpose.
@@ -132,7 +94,7 @@ void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
   }
   if (a.bias != nullptr) {
     // Y (N x M) += bias (N) * ones (M)^T.
-    const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
+    const float* ones = ones_after(a.ws, blas_.workspace(), a.g.m, stream);
     CUBLAS_CHECK(cublasSger(h, n, m, &kOne, a.bias, 1, ones, 1, a.y, n));
   }
 }
@@ -141,7 +103,7 @@ void CublasLinear::launch(const LinearForward& a, cudaStream_t stream) {
 void CublasLinear::launch(const LinearBackwardData& a, cudaStream_t stream) {
   check(a.g, "linear_backward_data");
   std::lock_guard lock(mutex_);
-  cublasHandle_t h = bind(stream, a.ws, needed(false, a.g.m), "linear_backward_data");
+  cublasHandle_t h = blas_.bind(stream, a.ws, needed(false, a.g.m), "linear_backward_data");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   if (a.g.weight_in_out) {
     // dx = dy w^T, w (K, N): DX (K x M) = op_T(W^T (N x K, ld N)) DY.
@@ -159,7 +121,7 @@ void CublasLinear::launch(const LinearBackwardWeights& a, cudaStream_t stream) {
   check(a.g, "linear_backward_weights");
   std::lock_guard lock(mutex_);
   cublasHandle_t h =
-      bind(stream, a.ws, needed(a.dbias != nullptr, a.g.m), "linear_backward_weights");
+      blas_.bind(stream, a.ws, needed(a.dbias != nullptr, a.g.m), "linear_backward_weights");
   const int m = i32(a.g.m), k = i32(a.g.k), n = i32(a.g.n);
   if (a.g.weight_in_out) {
     // dw (K, N) = x^T dy: DW^T (N x K, ld N) = DY (N x M, ld N) op_T(X (K x M, ld K)).
@@ -170,7 +132,7 @@ void CublasLinear::launch(const LinearBackwardWeights& a, cudaStream_t stream) {
         cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, &kOne, a.x, k, a.dy, n, &kZero, a.dw, k));
   }
   if (a.dbias != nullptr) {
-    const float* ones = ones_after(a.ws, blas_workspace(), a.g.m, stream);
+    const float* ones = ones_after(a.ws, blas_.workspace(), a.g.m, stream);
     CUBLAS_CHECK(cublasSgemv(h, CUBLAS_OP_N, n, m, &kOne, a.dy, n, ones, 1, &kZero, a.dbias, 1));
   }
 }

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cuda/cublas_handle.h"
 #include "device/device.h"
 #include "device/kernels.h"
 
@@ -19,7 +20,6 @@ namespace ferry::cuda {
 class CublasLinear {
  public:
   explicit CublasLinear(const DeviceOptions& options);
-  ~CublasLinear();
   CublasLinear(const CublasLinear&) = delete;
   CublasLinear& operator=(const CublasLinear&) = delete;
 
@@ -34,18 +34,11 @@ class CublasLinear {
   void launch(const LinearBackwardWeights& args, cudaStream_t stream);
 
  private:
-  // cuBLAS's workspace per call: its recommended size for this GPU (4 MiB, 32 MiB from Hopper
-  // on) within options.workspace_limit, and never below the 16 KiB cuBLAS needs to run.
-  uint64_t blas_workspace();
-  // Bytes a pass needs in args.ws: blas_workspace(), then `rows` ones when it has a bias.
+  // Bytes a pass needs in args.ws: blas_.workspace(), then `rows` ones when it has a bias.
   uint64_t needed(bool bias, int64_t rows);
-  // Hands cuBLAS `stream` and the first blas_workspace() bytes of `ws` (checked).
-  cublasContext* bind(cudaStream_t stream, const Workspace& ws, uint64_t need, const char* what);
 
-  DeviceOptions options_;
+  CublasHandle blas_;
   std::mutex mutex_;  // guards the handle: its stream and workspace are per call
-  cublasContext* handle_ = nullptr;
-  uint64_t blas_workspace_ = 0;  // 0 until first asked
 };
 
 }  // namespace ferry::cuda
