@@ -49,23 +49,7 @@ std::vector<float> tied_floats(size_t n, std::mt19937& rng) {
   return v;
 }
 
-class FERRY_PARITY_SUITE : public ::testing::Test {
- public:
-  void SetUp() override {
-    std::string skip_reason;
-    target_ = test::make_parity_target(&skip_reason);
-    if (!target_) GTEST_SKIP() << skip_reason;
-    mem_ = GpuArena(target_.get());
-    cpu_ = std::make_unique<cpu::CpuKernels>(2);
-  }
-
-  void gpu(const KernelArgs& args) { target_->launch(args); }
-  void cpu(const KernelArgs& args) { cpu_->run(args); }
-
-  std::unique_ptr<test::ParityTarget> target_;
-  std::unique_ptr<cpu::CpuKernels> cpu_;
-  GpuArena mem_{nullptr};
-};
+class FERRY_PARITY_SUITE : public ParityFixture {};
 
 // ---- pooling ---------------------------------------------------------------------------------
 

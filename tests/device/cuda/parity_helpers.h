@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "device/cpu/cpu_kernels.h"
 #include "tests/device/cuda/parity_target.h"
 
 namespace ferry {
@@ -91,6 +94,43 @@ class GpuArena {
 
  private:
   test::ParityTarget* target_;
+};
+
+// The fixture of both suites: the target (a GPU, or the host emulation) and the CPU backend to
+// compare with; skips when the target is absent, naming why.
+class ParityFixture : public ::testing::Test {
+ public:
+  void SetUp() override {
+    std::string skip_reason;
+    target_ = test::make_parity_target(&skip_reason);
+    if (!target_) GTEST_SKIP() << skip_reason;
+    mem_ = GpuArena(target_.get());
+    cpu_ = std::make_unique<cpu::CpuKernels>(2);
+  }
+
+  // Launches `args` on the target with the workspace it asks for.
+  template <typename Args>
+  void gpu(Args args) {
+    const uint64_t bytes = target_->workspace_bytes(args);
+    if constexpr (requires { args.ws; }) {
+      if (bytes > 0) args.ws = Workspace{mem_.alloc<char>(bytes), bytes};
+    }
+    target_->launch(args);
+  }
+  // The CPU backend, with a host workspace when it asks for one.
+  template <typename Args>
+  void cpu(Args args) {
+    std::vector<char> ws;
+    if constexpr (requires { args.ws; }) {
+      ws.resize(cpu_->workspace_bytes(args));
+      if (!ws.empty()) args.ws = Workspace{ws.data(), ws.size()};
+    }
+    cpu_->run(args);
+  }
+
+  std::unique_ptr<test::ParityTarget> target_;
+  std::unique_ptr<cpu::CpuKernels> cpu_;
+  GpuArena mem_{nullptr};
 };
 
 // NaN-poisoned host outputs for the CPU side.

@@ -55,40 +55,7 @@ constexpr bool kEmulated = false;
 namespace ferry {
 namespace {
 
-class FERRY_PARITY_SUITE : public ::testing::Test {
- public:
-  void SetUp() override {
-    std::string skip_reason;
-    target_ = test::make_parity_target(&skip_reason);
-    if (!target_) GTEST_SKIP() << skip_reason;
-    mem_ = GpuArena(target_.get());
-    cpu_ = std::make_unique<cpu::CpuKernels>(2);
-  }
-
-  // Launches `args` on the target with the workspace it asks for.
-  template <typename Args>
-  void gpu(Args args) {
-    const uint64_t bytes = target_->workspace_bytes(args);
-    if constexpr (requires { args.ws; }) {
-      if (bytes > 0) args.ws = Workspace{mem_.alloc<char>(bytes), bytes};
-    }
-    target_->launch(args);
-  }
-  // The CPU backend, with a host workspace when it asks for one.
-  template <typename Args>
-  void cpu(Args args) {
-    std::vector<char> ws;
-    if constexpr (requires { args.ws; }) {
-      ws.resize(cpu_->workspace_bytes(args));
-      if (!ws.empty()) args.ws = Workspace{ws.data(), ws.size()};
-    }
-    cpu_->run(args);
-  }
-
-  std::unique_ptr<test::ParityTarget> target_;
-  std::unique_ptr<cpu::CpuKernels> cpu_;
-  GpuArena mem_{nullptr};
-};
+class FERRY_PARITY_SUITE : public ParityFixture {};
 
 std::vector<int32_t> random_tokens(size_t n, int64_t vocab, std::mt19937& rng) {
   std::vector<int32_t> v(n);
