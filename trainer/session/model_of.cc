@@ -28,6 +28,26 @@ std::string input_text(const Config& config) {
   return fmt::format("input [{}]", fmt::join(config.model.input, ", "));
 }
 
+Shape configured_input(const Config& config, int64_t batch, int64_t side) {
+  if (model_info(config.model.name).tokens) return Shape{batch, tokens_per_row(config)};
+  const auto& in = config.model.input;
+  return Shape{batch, in[0], side > 0 ? side : in[1], side > 0 ? side : in[2]};
+}
+
+Graph build_configured_model(const Config& config, const Shape& input) {
+  if (input == configured_input(config, input[0])) return build_configured_model(config, input[0]);
+  if (model_info(config.model.name).tokens) {
+    return build_token_model(config.model.name, input[0], input[1], transformer_sizes(config));
+  }
+  try {
+    return build_model(config.model.name, input, config.model.classes);
+  } catch (const Error& e) {
+    throw ConfigError(fmt::format("data.scales: model '{}' cannot take input {}: {}",
+                                  config.model.name, input.str(), e.what()),
+                      "give sides the model accepts (data.scales), or set data.scales=[]");
+  }
+}
+
 Graph build_configured_model(const Config& config, int64_t batch) {
   const ModelInfo& info = model_info(config.model.name);
   if (info.tokens != (config.data.source == DataSource::kTokens)) {

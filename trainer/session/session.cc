@@ -205,7 +205,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
-      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec);
+      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec,
+      [this](const Shape& input) { return build_configured_model(config_, input); });
   comm_ =
       create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (arbiter_) attach_link_ledger();
