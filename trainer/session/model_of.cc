@@ -25,6 +25,10 @@ std::string input_text(const Config& config) {
   if (model_info(config.model.name).tokens) {
     return fmt::format("{} tokens per row", tokens_per_row(config));
   }
+  if (!config.data.scales.empty()) {
+    return fmt::format("input [{}, side per batch from data.scales [{}]]", config.model.input[0],
+                       fmt::join(config.data.scales, ", "));
+  }
   return fmt::format("input [{}]", fmt::join(config.model.input, ", "));
 }
 

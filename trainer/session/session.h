@@ -62,7 +62,7 @@ class Session {
   std::vector<LinkUsage> link_usage() const;
 
  private:
-  GradientBuckets& buckets(int64_t batch);
+  GradientBuckets& buckets(const HostBatch& batch);
   // The node's shared link ledger: rank 0 names it, each node's first local rank creates it,
   // the others attach, and then the name is removed (Note [Link ledger lifetime]).
   void attach_link_ledger();
