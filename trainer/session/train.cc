@@ -383,6 +383,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.device_peak_bytes = device.memory().stats().peak;
       r.device_capacity = device.memory().capacity();
       r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
+      if (!config.data.scales.empty()) r.shape = input.str();
       log.line(progress_line(r));
       // The logged step's gradient norm before clipping, as nanoGPT logs it.
       nlohmann::json extra = {{"shape", input.dims()}};
