@@ -22,7 +22,12 @@ ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loa
 void ShapePlans::plan_ahead(LoaderPosition p) {
   for (int i = 0; i < lookahead_; ++i) {
     const Shape input = loader_.input_shape(p);
-    if (input[0] > 0) executor_.prepare(input, /*training=*/true);
+    if (input[0] > 0) {
+      executor_.prepare(input, /*training=*/true);
+      // A plan finished in the background is published now, without waiting: a shape the
+      // budget cannot hold stops the run here, steps before the one that needs it.
+      if (executor_.ready(input, /*training=*/true)) (void)executor_.program(input, true);
+    }
     if (++p.batch == loader_.batches_per_epoch()) p = LoaderPosition{p.epoch + 1, 0};
   }
 }
@@ -54,11 +59,16 @@ std::string ShapePlans::after_step(const Shape& input, int64_t step) {
   const int64_t tape = static_cast<int64_t>(plan.tape.steps.size());
   return fmt::format(
       "shape    {} (step {}): policy {}, moved {}/step, rebuilt {:.3g} GFLOP/step, predicted "
-      "step {:.4f}s, peak {}; planned in {:.3f}s {} (kernel times: {} of {} tape steps measured, "
-      "the rest estimated by the FLOP model)",
+      "step {:.4f}s, peak {}; planned in {:.3f}s {} (step times: {})",
       input.str(), step, policy_name(plan.policy), format_bytes(plan.offload_bytes),
       plan.recompute_flops / 1e9, plan.prediction.step_seconds, format_bytes(plan.peak_bytes()),
-      p.plan_seconds, waited ? "while its step waited" : "ahead of its step", p.timed_steps, tape);
+      p.plan_seconds, waited ? "while its step waited" : "ahead of its step",
+      p.timed_steps == tape ? fmt::format("all {} tape steps measured", tape)
+      : p.timed_steps == 0
+          ? std::string("estimated by the FLOP model")
+          : fmt::format("{} of {} tape steps measured, the new geometries' estimated by the FLOP "
+                        "model",
+                        p.timed_steps, tape));
 }
 
 void ShapePlans::interval(double seconds) {
@@ -137,6 +147,16 @@ std::vector<double> ShapePlans::measured_step_seconds() const {
   }
   for (size_t k = 0; k < n; ++k) out[k] = steps[k] > 0 ? seconds[k] / steps[k] : -1.0;
   return out;
+}
+
+double ShapePlans::predicted_mean_step() const {
+  double seconds = 0;
+  int64_t steps = 0;
+  for (const auto& [dims, s] : seen_) {
+    seconds += static_cast<double>(s.steps) * s.program->plan.prediction.step_seconds;
+    steps += s.steps;
+  }
+  return steps > 0 ? seconds / static_cast<double>(steps) : 0.0;
 }
 
 nlohmann::json ShapePlans::summary() const {

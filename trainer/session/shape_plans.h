@@ -23,7 +23,9 @@ class ShapePlans {
   // `lookahead`: how many batches after the current one are planned ahead.
   ShapePlans(Executor& executor, Device& device, const DataLoader& loader, int lookahead = 4);
 
-  // Starts planning, in the background, the shapes of the `lookahead` batches from `from` on.
+  // Starts planning, in the background, the shapes of the `lookahead` batches from `from` on,
+  // and publishes those whose planning has finished (rethrowing its error: ConfigError naming
+  // the shape and the smallest budget, before the step that needs it).
   void plan_ahead(LoaderPosition from);
   // Around the enqueue of one training step of `input`.
   void before_step(const Shape& input);
@@ -39,6 +41,10 @@ class ShapePlans {
   // The measured device peak while `program` runs: the device bytes outside the arena plus the
   // highest arena byte the executor addressed for it.
   uint64_t measured_peak(const Program& program) const;
+  // The predicted step time averaged over the steps run (each at its shape's prediction).
+  double predicted_mean_step() const;
+  // Input shapes seen so far.
+  size_t shape_count() const { return order_.size(); }
   // summary.json's "shapes": one entry per shape seen, in order of first use.
   nlohmann::json summary() const;
   // The end-of-run line: shapes seen, steps that waited for a plan.

@@ -131,7 +131,9 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
   }
   if (counted == 0) return;
   const double measured = seconds / static_cast<double>(counted);
-  const double predicted = plan.prediction.step_seconds;
+  // Several input shapes (data.scales): the mean of their predictions over the steps run.
+  const double predicted =
+      shapes.shape_count() > 1 ? shapes.predicted_mean_step() : plan.prediction.step_seconds;
   const char* model = session.cost_profile() ? "measured" : "FLOP";
   log.print(
       "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
@@ -413,7 +415,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
               dataset->skipped() == 1 ? "" : "s");
   }
   result.device_peak_bytes = device.memory().stats().peak;
-  result.shapes = static_cast<int64_t>(shapes.summary().size());
+  result.shapes = static_cast<int64_t>(shapes.shape_count());
   result.plan_waited_steps = shapes.waited_steps();
   log.line(shapes.end_line());
   if (!session.link_usage().empty()) {
