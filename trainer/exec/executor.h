@@ -2,7 +2,8 @@
 // executor.cc): kernels on the compute stream, offloads on the device-to-host stream after their
 // producer's event, device space reused only after the copy's event, prefetches on the
 // host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
-// (batch size, mode) (program.h). The host never waits inside a step; it reads the staged losses
+// (input shape, mode) (program.h), ahead of the step that needs them when asked to (prepare());
+// one arena, as large as the largest plan used, serves them all. The host never waits inside a step; it reads the staged losses
 // when it asks (metrics_ring.h).
 //
 // Note [Life of an offloaded activation]
@@ -11,7 +12,9 @@
 //  1. Config: memory.policy, memory.budget and memory.recompute (MemoryConfig, config.h) become
 //     PlanOptions (plan_options, session.h); topology.scheduler picks the LinkScheduler in
 //     ExecutorOptions (fifo, or topology) and the rank's link arbiter on its device.
-//  2. Plan: run() (train.cc) asks the executor for its program before the first step; the
+//  2. Plan: run() (train.cc) asks the executor for its program before the first step (and, with
+//     data.scales, for the next batches' shapes in the background: Note [Planning ahead] in
+//     program.cc); the
 //     ProgramCache (program.h) lowers the graph to a tape (Note [Three ids of a tensor],
 //     lower.h) and plan_memory (prefetch/planner.cc) decides kOffload for the tensor and its
 //     OffloadTiming (prefetch/plan.h): offload_after, release_at, fetch_at, needed_at. The
