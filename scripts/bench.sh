@@ -9,7 +9,10 @@
 #      simulator's prediction of each (trainer simulate --emulated on the run's trace)
 #   7. the same server under a memory budget: topology + contention-aware auto against fifo +
 #      oblivious auto (recompute on for both), step time and what each plan moved
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware]
+#   8. multi-scale resnet18_cifar (data.scales 24-48) under a budget the largest side cannot
+#      meet resident: a plan per shape, every batch at the largest side (one static shape), and
+#      none with unlimited memory
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -174,5 +177,45 @@ print(f"fifo + oblivious auto {f:.3f}s  topology + aware auto {t:.3f}s  ratio {f
       f"   steps: fifo {', '.join(f'{x:.3f}' for x in fr)}; topology {', '.join(f'{x:.3f}' for x in tr)}")
 for sched in ("fifo", "topology"):
     print(f"  {sched}: {plan_line(sched)}")
+PY
+fi
+
+if [[ $what == all || $what == shapes ]]; then
+  # The same sequence of batches in all three arms (run.seed 0); log_every 1, so each step is
+  # timed alone (summary.json's per-shape measured_step_s is then exact).
+  echo "== 8. multi-scale resnet18_cifar, batch 8, data.scales [24, 32, 40, 48], FLOP cost model, 30 steps (first 5 left out) =="
+  shapes_run() {  # name scales key=value...
+    local name=$1 scales=$2
+    shift 2
+    rm -rf "$out/shapes_$name"
+    build/trainer train configs/quickstart.yaml run.dir="$out/shapes_$name" run.steps=30 \
+      run.log_every=1 checkpoint.every=0 model.name=resnet18_cifar data.batch_size=8 \
+      "data.scales=$scales" memory.measure=false device.memory=2GiB "$@" \
+      > "$out/shapes_$name.log" 2>&1
+  }
+  shapes_run none "[24, 32, 40, 48]" memory.policy=none
+  budget=$(/usr/bin/python3 -c "
+import json; s = json.load(open('$out/shapes_none/summary.json'))['shapes']
+p = {x['shape'][2]: x['planned_peak_bytes'] for x in s}; print(p[24] + (p[48] - p[24]) // 3)")
+  shapes_run per_shape "[24, 32, 40, 48]" memory.policy=auto memory.budget="$budget"
+  shapes_run largest "[48]" memory.policy=auto memory.budget="$budget"
+  /usr/bin/python3 - "$out" "$budget" <<'PY'
+import json, statistics, sys
+out, budget = sys.argv[1], int(sys.argv[2])
+def arm(name):
+    rows = [json.loads(l) for l in open(f"{out}/shapes_{name}/metrics.jsonl")]
+    times = [8 / r["samples_per_s"] for r in rows if r["step"] > 5]
+    return statistics.mean(times), json.load(open(f"{out}/shapes_{name}/summary.json"))
+none, ns = arm("none")
+per, ps = arm("per_shape")
+big, bs = arm("largest")
+print(f"budget {budget / 2**20:.1f} MiB; mean step: none unlimited {none:.4f}s, per-shape plans "
+      f"{per:.4f}s ({100 * (per / none - 1):+.1f}%), every batch at side 48 {big:.4f}s "
+      f"({100 * (big / none - 1):+.1f}%); steps that waited for a plan: {ps['plan_waited_steps']}")
+for s in ps["shapes"]:
+    print(f"  {s['shape']}: {s['steps']} steps, peak {s['planned_peak_bytes'] / 2**20:.1f} MiB "
+          f"(measured {s['measured_peak_bytes'] / 2**20:.1f}), moved {s['offload_bytes'] / 2**20:.1f} MiB, "
+          f"rebuilt {s['recompute_flops'] / 1e9:.3f} GFLOP, step {s['measured_step_s']:.4f}s measured / "
+          f"{s['predicted_step_s']:.4f}s predicted, planned in {s['plan_seconds']:.3f}s")
 PY
 fi

@@ -109,6 +109,36 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   return profile;
 }
 
+// One input shape of data.scales, planned under the configured policy.
+struct ShapeRow {
+  int64_t side = 0;
+  Shape input;
+  MemoryPlan plan;
+  bool fits = false;
+  std::string error;
+};
+
+// The plans training would use, one per side of data.scales (in the order given).
+std::vector<ShapeRow> shape_rows(const Config& config, OfflinePlanner& planner) {
+  std::vector<ShapeRow> out;
+  for (int64_t side : config.data.scales) {
+    if (std::any_of(out.begin(), out.end(), [&](const ShapeRow& r) { return r.side == side; }))
+      continue;
+    ShapeRow r;
+    r.side = side;
+    r.input = configured_input(config, config.data.batch_size, side);
+    try {
+      r.plan = planner.plan_shape(config.memory.policy, r.input);
+      r.fits = true;
+    } catch (const ConfigError& e) {
+      r.error = e.what();
+      r.plan = planner.plan_shape(config.memory.policy, r.input, /*enforce_budget=*/false);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_plan(const PlanArgs& args) {
@@ -169,6 +199,7 @@ int run_plan(const PlanArgs& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t none_peak = planner.plan(MemoryPolicy::kNone, batch, false).peak_bytes();
+  const std::vector<ShapeRow> shapes = shape_rows(config, planner);
 
   if (args.json) {
     nlohmann::json policies = nlohmann::json::array();
@@ -199,6 +230,23 @@ int run_plan(const PlanArgs& args) {
                           {"input", config.model.input}, {"budget_bytes", config.memory.budget},
                           {"policies", policies},        {"seconds", seconds},
                           {"cost_model", cost_source}};
+    if (!shapes.empty()) {
+      nlohmann::json js = nlohmann::json::array();
+      for (const ShapeRow& r : shapes) {
+        nlohmann::json j = {{"side", r.side},
+                            {"input", r.input.dims()},
+                            {"policy", policy_name(r.plan.policy)},
+                            {"fits", r.fits},
+                            {"peak_bytes", r.plan.peak_bytes()},
+                            {"lower_bound_bytes", r.plan.lower_bound},
+                            {"offload_bytes", r.plan.offload_bytes},
+                            {"recompute_flops", r.plan.recompute_flops},
+                            {"predicted_step_s", r.plan.prediction.step_seconds}};
+        if (!r.fits) j["error"] = r.error;
+        js.push_back(std::move(j));
+      }
+      out["shapes"] = std::move(js);
+    }
     std::printf("%s\n", out.dump(2).c_str());
     check_stdout();
     return 0;
@@ -229,6 +277,25 @@ int run_plan(const PlanArgs& args) {
         r.plan.recompute_flops / 1e9, r.max_batch >= 0 ? std::to_string(r.max_batch).c_str() : "-",
         r.plan.prediction.step_seconds, r.plan.prediction.stall_seconds,
         r.fits ? "" : "  does not fit");
+  }
+  if (!shapes.empty()) {
+    // Note [Planning ahead] (trainer/exec/program.cc): training plans each of these once, ahead
+    // of its first step, and runs them all in one arena as large as the largest.
+    std::printf("\nper input shape (data.scales), policy %s, one arena of the largest peak:\n",
+                std::string(policy_name(config.memory.policy)).c_str());
+    std::printf("%-6s %-20s %12s %12s %12s %12s %s\n", "side", "input", "peak", "lower bound",
+                "offload/step", "recompute", "predicted step");
+    for (const ShapeRow& r : shapes) {
+      std::printf("%-6lld %-20s %12s %12s %12s %9.3g GF %.3fs%s\n",
+                  static_cast<long long>(r.side), r.input.str().c_str(),
+                  format_bytes(r.plan.peak_bytes()).c_str(),
+                  format_bytes(r.plan.lower_bound).c_str(),
+                  format_bytes(r.plan.offload_bytes).c_str(), r.plan.recompute_flops / 1e9,
+                  r.plan.prediction.step_seconds, r.fits ? "" : "  does not fit");
+    }
+    for (const ShapeRow& r : shapes) {
+      if (!r.fits) std::printf("side %lld: %s\n", static_cast<long long>(r.side), r.error.c_str());
+    }
   }
   const MemoryPlan& any = rows.front().plan;
   std::printf("\nlower bound: %s (persistent + the largest single-step working set)\n",

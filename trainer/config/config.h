@@ -109,6 +109,9 @@ struct DataConfig {
   int64_t resize = 256;      // imagefolder eval: short side before the center crop, >= 1
   bool skip_bad = false;     // imagefolder: skip unreadable images with a warning
   int64_t seq_len = 0;       // tokens: window length T, >= 0; 0 = model.context (check_seq_len)
+  // synthetic, imagefolder training: image sides drawn per global batch, each in [1, 16384];
+  // empty = off (Note [Per-batch sides] in trainer/data/loader.h).
+  std::vector<int64_t> scales;
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -157,7 +160,7 @@ struct CheckpointConfig {
 struct MemoryConfig {
   MemoryPolicy policy = MemoryPolicy::kNone;
   uint64_t budget = 0;                      // bytes; 0 -> device.memory; <= device.memory
-  bool recompute = false;                   // auto may recompute cheap activations
+  bool recompute = true;                    // auto may recompute activations (never slower)
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
   double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN

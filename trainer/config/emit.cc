@@ -23,6 +23,7 @@ void emit_value(YAML::Emitter& out, const ci::KeySpec& spec, const ci::Value& va
       out << YAML::DoubleQuoted << std::get<std::string>(value);
       return;
     case ci::ValueType::kIntTuple:
+    case ci::ValueType::kIntList:
       out << YAML::Flow << YAML::BeginSeq;
       for (int64_t v : std::get<std::vector<int64_t>>(value)) out << v;
       out << YAML::EndSeq;
@@ -52,6 +53,7 @@ nlohmann::json json_value(const ci::KeySpec& spec, const ci::Value& value) {
     case ci::ValueType::kChoice:
       return std::get<std::string>(value);
     case ci::ValueType::kIntTuple:
+    case ci::ValueType::kIntList:
       return std::get<std::vector<int64_t>>(value);
     case ci::ValueType::kFloatList:
       return std::get<std::vector<double>>(value);

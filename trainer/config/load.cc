@@ -231,6 +231,12 @@ void Loader::check_cross_keys(const Config& c) const {
                     c.model.input[1], c.model.input[2], c.data.crop, given_at("data.crop")),
         fmt::format("set model.input=[{}, {}, {}] too, or leave data.crop at 0", c.model.input[0],
                     c.data.crop, c.data.crop));
+  if (!c.data.scales.empty() && c.data.source != DataSource::kSynthetic &&
+      c.data.source != DataSource::kImageFolder)
+    throw ConfigError(fmt::format("data.scales: data.source {} cannot make its images at another "
+                                  "side{}",
+                                  to_string(c.data.source), given_at("data.scales")),
+                      "data.scales works with synthetic and imagefolder data; set data.scales=[]");
   if (c.data.source == DataSource::kTokens) {
     for (const auto& [key, values] :
          {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},

@@ -135,6 +135,16 @@ KeySpec real_list(std::string name, Field<S, std::vector<double>> f, Range range
   return k;
 }
 
+template <class S>
+KeySpec int_list(std::string name, Field<S, std::vector<int64_t>> f, Range range,
+                 std::string help) {
+  KeySpec k = spec(std::move(name), ValueType::kIntList, "list of int",
+                   range.text().empty() ? "" : "each " + range.text(), std::move(help));
+  k.assign = [f, range](Config& c, const YAML::Node& n) { f(c) = read_int_list(n, range); };
+  k.read = [f](const Config& c) -> Value { return f(c); };
+  return k;
+}
+
 // "run", steps -> "run.steps", bound to Config::run.steps.
 #define FERRY_CONFIG_KEY(section, member) \
 #section "." #member, field(&Config::section, &decltype(Config::section)::member)
@@ -210,6 +220,11 @@ std::vector<KeySpec> build_schema() {
               "center crop; 0 = model.input's H and W (nonzero: must equal both)."),
       integer(FERRY_CONFIG_KEY(data, resize), closed(1, 16384),
               "imagefolder eval: resize the short side to this before the center crop."),
+      int_list(FERRY_CONFIG_KEY(data, scales), closed(1, 16384),
+               "synthetic, imagefolder training: square image sides; each global batch is drawn "
+               "at one of them (seeded by run.seed, epoch and batch; the same on every rank) and "
+               "the model is planned per side within memory.budget. [] = off (model.input's "
+               "H and W)."),
       flag(FERRY_CONFIG_KEY(data, skip_bad),
            "imagefolder: an unreadable image is skipped with a warning (replaced by the next "
            "readable one) instead of an error."),
@@ -393,6 +408,7 @@ std::string value_text(const KeySpec& spec, const Value& value) {
     case ValueType::kChoice:
       return std::get<std::string>(value);
     case ValueType::kIntTuple:
+    case ValueType::kIntList:
       return fmt::format("[{}]", fmt::join(std::get<std::vector<int64_t>>(value), ", "));
     case ValueType::kFloatList: {
       std::vector<std::string> parts;
@@ -430,6 +446,9 @@ std::string accepted_text(const KeySpec& spec) {
       return fmt::format("a list of {} integers {}",
                          std::get<std::vector<int64_t>>(spec.read(Config{})).size(),
                          spec.allowed_doc);
+    case ValueType::kIntList:
+      return spec.allowed_doc.empty() ? "a list of integers"
+                                      : "a list of integers, " + spec.allowed_doc;
     case ValueType::kFloatList:
       return spec.allowed_doc.empty() ? "a list of numbers"
                                       : "a list of numbers, " + spec.allowed_doc;

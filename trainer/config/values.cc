@@ -199,6 +199,22 @@ std::vector<int64_t> read_int_tuple(const YAML::Node& node, size_t count, const 
   return values;
 }
 
+std::vector<int64_t> read_int_list(const YAML::Node& node, const Range& range) {
+  if (node.IsDefined() && node.IsNull()) return {};
+  if (!node.IsDefined() || !node.IsSequence())
+    throw ValueError{fmt::format("expected a list of integers, got {}", describe(node)), "", ""};
+  std::vector<int64_t> values;
+  for (size_t i = 0; i < node.size(); ++i) {
+    try {
+      values.push_back(read_int(node[i], range));
+    } catch (ValueError& e) {
+      e.element = fmt::format("[{}]", i);
+      throw;
+    }
+  }
+  return values;
+}
+
 std::vector<double> read_real_list(const YAML::Node& node, const Range& range) {
   if (node.IsDefined() && node.IsNull()) return {};
   if (!node.IsDefined() || !node.IsSequence())

@@ -53,6 +53,8 @@ std::vector<int64_t> read_int_tuple(const YAML::Node& node, size_t count, const 
                                     const std::string& shape);
 // A list of reals each in `range`, any length; null is the empty list.
 std::vector<double> read_real_list(const YAML::Node& node, const Range& range);
+// A list of any length of integers, each in `range`; null or [] = empty.
+std::vector<int64_t> read_int_list(const YAML::Node& node, const Range& range);
 // One of `choices`; the error lists them and suggests the nearest.
 std::string read_choice(const YAML::Node& node, const std::vector<std::string>& choices);
 

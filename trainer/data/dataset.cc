@@ -78,6 +78,12 @@ bool is_gzip(const std::vector<uint8_t>& bytes) {
 
 }  // namespace data_detail
 
+void Dataset::read_at(int64_t index, int64_t epoch, int64_t side, float* pixels,
+                      int32_t* labels) const {
+  (void)index, (void)epoch, (void)side, (void)pixels, (void)labels;
+  FERRY_ASSERT(false, "read_at on a dataset that cannot resize: " + describe());
+}
+
 std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   if (spec.source == "synthetic") {
     return make_synthetic_dataset(spec.image_shape, spec.classes, spec.samples, spec.seed);

@@ -49,6 +49,13 @@ class Dataset {
     (void)epoch;
     return get(index, pixels);
   }
+  // Note [Per-batch sides] (data.scales, loader.h): a source that can make its images at another
+  // square side says how large (0: it cannot resize; idx, cifar10, tokens), and read_at()
+  // writes sample `index`'s draw in `epoch` as (C, side, side) floats: a synthetic image
+  // generated at that side, an image folder's RandomResizedCrop to it (training only).
+  virtual int64_t max_side() const { return 0; }
+  virtual void read_at(int64_t index, int64_t epoch, int64_t side, float* pixels /* (C, s, s) */,
+                       int32_t* labels) const;
   // Warnings met since the last call (a skipped unreadable file), for the run's log.
   virtual std::vector<std::string> take_warnings() const { return {}; }
   // Samples whose file could not be read and was skipped so far.
@@ -61,6 +68,10 @@ class Dataset {
   // One line for logs, e.g. "cifar10 'data/cifar' (50000 x (3, 32, 32), 10 classes)".
   virtual std::string describe() const = 0;
 };
+
+// The largest side data.scales may ask of a source that can resize (a 3 x 16384 x 16384 image is
+// 3 GiB of floats).
+constexpr int64_t kMaxScaleSide = 16384;
 
 // A learnable, procedurally generated task (Note [Synthetic task] in synthetic_dataset.cc):
 // class k is an oriented sinusoidal grating (orientation pi*k/classes, one of three spatial

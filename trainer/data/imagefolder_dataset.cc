@@ -99,6 +99,19 @@ class ImageFolderDataset : public Dataset {
   int32_t get(int64_t index, float* pixels) const override { return sample(index, 0, pixels); }
 
   int32_t sample(int64_t index, int64_t epoch, float* pixels) const override {
+    return sample_at(index, epoch, o_.crop_height, o_.crop_width, pixels);
+  }
+
+  // Training: RandomResizedCrop targets any side (evaluation keeps data.crop).
+  int64_t max_side() const override { return o_.augment ? kMaxScaleSide : 0; }
+  void read_at(int64_t index, int64_t epoch, int64_t side, float* pixels,
+               int32_t* labels) const override {
+    labels[0] = sample_at(index, epoch, side, side, pixels);
+  }
+
+ private:
+  int32_t sample_at(int64_t index, int64_t epoch, int64_t height, int64_t width,
+                    float* pixels) const {
     FERRY_ASSERT(index >= 0 && index < size(), "imagefolder sample index out of range");
     // With skip_bad, an unreadable file is replaced by the next readable one (deterministic).
     for (int64_t tries = 0; tries < size(); ++tries) {
@@ -108,7 +121,7 @@ class ImageFolderDataset : public Dataset {
         const std::string& path = files_[static_cast<size_t>(i)];
         const RgbImage image = read_image(path);
         try {
-          transform(image, i, epoch, pixels);
+          transform(image, i, epoch, height, width, pixels);
         } catch (const DataError& e) {
           throw DataError(fmt::format("image '{}': {}", path, e.what()), e.hint());
         }
@@ -121,6 +134,7 @@ class ImageFolderDataset : public Dataset {
     throw DataError(fmt::format("imagefolder '{}': no image could be read", o_.path), kLayoutHint);
   }
 
+ public:
   bool unreadable(int64_t index) const override { return is_bad(index); }
 
   std::vector<std::string> take_warnings() const override {
@@ -135,22 +149,22 @@ class ImageFolderDataset : public Dataset {
   }
 
  private:
-  void transform(const RgbImage& image, int64_t index, int64_t epoch, float* pixels) const {
+  void transform(const RgbImage& image, int64_t index, int64_t epoch, int64_t height,
+                 int64_t width, float* pixels) const {
     thread_local std::vector<uint8_t> hwc;
-    hwc.resize(static_cast<size_t>(o_.crop_height) * o_.crop_width * 3);
+    hwc.resize(static_cast<size_t>(height) * width * 3);
     bool flip = false;
     if (o_.augment) {
       const uint64_t key =
           counter_hash(counter_hash(o_.seed ^ kAugmentDomain, static_cast<uint64_t>(epoch)),
                        static_cast<uint64_t>(index));
-      flip = train_transform(image, static_cast<int>(o_.crop_height),
-                             static_cast<int>(o_.crop_width), key, hwc.data());
+      flip = train_transform(image, static_cast<int>(height), static_cast<int>(width), key,
+                             hwc.data());
     } else {
       eval_transform(image, static_cast<int>(o_.resize), static_cast<int>(o_.crop_height),
                      static_cast<int>(o_.crop_width), hwc.data());
     }
-    hwc_to_chw(hwc.data(), static_cast<int>(o_.crop_width), static_cast<int>(o_.crop_height), flip,
-               pixels);
+    hwc_to_chw(hwc.data(), static_cast<int>(width), static_cast<int>(height), flip, pixels);
   }
 
   // The signature is checked before the file is read, and its size before it is allocated.

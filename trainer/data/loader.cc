@@ -36,6 +36,7 @@ struct Slot {
   int32_t* labels = nullptr;  // (batch_size, labels_per_sample)
   bool float_input = true;    // images: input holds floats
   int64_t n = 0;
+  Shape shape;  // of the input this fill wrote, (n, sample...)
   LoaderPosition position;
 };
 
@@ -114,6 +115,7 @@ using loader_detail::State;
 namespace {
 
 constexpr uint64_t kOrderDomain = 0x4f72646572536565ull;  // "OrderSee"
+constexpr uint64_t kScaleDomain = 0x5363616c65536565ull;  // "ScaleSee"
 constexpr uint64_t kAlign = 64;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
@@ -175,6 +177,7 @@ float* Batch::images() const {
   return slot_ && slot_->float_input ? static_cast<float*>(slot_->input) : nullptr;
 }
 int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
+Shape Batch::shape() const { return slot_ ? slot_->shape : Shape{}; }
 int64_t Batch::size() const { return slot_ ? slot_->n : 0; }
 LoaderPosition Batch::position() const { return slot_ ? slot_->position : LoaderPosition{}; }
 
@@ -241,6 +244,23 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
                         "every data.std value must be > 0");
     }
   }
+  if (!o.scales.empty()) {
+    if (!images || dataset_->max_side() == 0) {
+      throw ConfigError(fmt::format("data.scales: dataset {} cannot make its images at another "
+                                    "side",
+                                    dataset_->describe()),
+                        "data.scales works with synthetic data and imagefolder training; set "
+                        "data.scales=[] for this source");
+    }
+    for (int64_t side : o.scales) {
+      if (side < 1 || side > dataset_->max_side()) {
+        throw ConfigError(
+            fmt::format("data.scales: side {} is outside [1, {}], what dataset {} can give", side,
+                        dataset_->max_side(), dataset_->describe()),
+            fmt::format("give sides from 1 to {}", dataset_->max_side()));
+      }
+    }
+  }
   const int64_t size = dataset_->size();
   if (size < 1) throw DataError(fmt::format("dataset {} is empty", dataset_->describe()));
   const int64_t global = o.batch_size * o.world_size;
@@ -256,7 +276,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
   const uint64_t input_bytes =
-      round_up(static_cast<uint64_t>(o.batch_size) * static_cast<uint64_t>(sample.numel()) *
+      round_up(static_cast<uint64_t>(batch_shape().numel()) *
                    dtype_size(dataset_->input_dtype()),
                kAlign);
   const uint64_t labels_bytes = static_cast<uint64_t>(o.batch_size) *
@@ -340,11 +360,52 @@ std::vector<int64_t> DataLoader::indices(LoaderPosition p) const {
   return std::vector<int64_t>(order.begin() + r.begin, order.begin() + r.begin + r.count);
 }
 
-Shape DataLoader::batch_shape() const {
-  const Shape sample = dataset_->sample_shape();
-  std::vector<int64_t> dims{options_.batch_size};
-  for (size_t d = 0; d < sample.rank(); ++d) dims.push_back(sample[d]);
+namespace {
+
+// (rows, sample...) with an image's H and W replaced by `side` when it is not 0.
+Shape rows_of(const Dataset& ds, int64_t rows, int64_t side) {
+  const Shape sample = ds.sample_shape();
+  std::vector<int64_t> dims{rows};
+  for (size_t d = 0; d < sample.rank(); ++d) dims.push_back(side > 0 && d > 0 ? side : sample[d]);
   return Shape(dims);
+}
+
+}  // namespace
+
+Shape DataLoader::batch_shape() const {
+  const int64_t largest =
+      options_.scales.empty() ? 0 : *std::max_element(options_.scales.begin(), options_.scales.end());
+  return rows_of(*dataset_, options_.batch_size, largest);
+}
+
+int64_t DataLoader::side(LoaderPosition p) const {
+  const std::vector<int64_t>& scales = options_.scales;
+  if (scales.empty()) return 0;
+  const uint64_t key = counter_hash(options_.seed ^ kScaleDomain, static_cast<uint64_t>(p.epoch));
+  return scales[counter_hash(key, static_cast<uint64_t>(p.batch)) % scales.size()];
+}
+
+Shape DataLoader::input_shape(LoaderPosition p) const {
+  const SliceRange r = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
+                                  options_.rank, p.batch);
+  return rows_of(*dataset_, r.count, side(p));
+}
+
+std::vector<Shape> DataLoader::input_shapes() const {
+  std::vector<int64_t> rows{options_.batch_size};
+  const SliceRange last = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
+                                     options_.rank, batches_per_epoch_ - 1);
+  if (last.count != options_.batch_size) rows.push_back(last.count);
+  std::vector<int64_t> sides = options_.scales;
+  if (sides.empty()) sides.push_back(0);
+  std::vector<Shape> out;
+  for (int64_t n : rows) {
+    for (int64_t side : sides) {
+      const Shape s = rows_of(*dataset_, n, side);
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+  }
+  return out;
 }
 
 Batch DataLoader::next() {
@@ -375,7 +436,10 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const Dataset& ds = *dataset_;
   const SliceRange r = rank_slice(ds.size(), options_.batch_size, options_.world_size,
                                   options_.rank, slot.position.batch);
-  const Shape shape = ds.sample_shape();
+  const int64_t side = this->side(slot.position);
+  slot.shape = rows_of(ds, r.count, side);
+  const Shape one = rows_of(ds, 1, side);  // (1, sample...)
+  const Shape shape(std::vector<int64_t>(one.dims().begin() + 1, one.dims().end()));
   const int64_t sample = shape.numel();
   const int64_t row_bytes = sample * static_cast<int64_t>(dtype_size(ds.input_dtype()));
   const int64_t per_row = ds.labels_per_sample();
@@ -389,7 +453,11 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
     const int64_t index = order[r.begin + i];
     void* row = static_cast<char*>(slot.input) + i * row_bytes;
     int32_t* labels = slot.labels + i * per_row;
-    ds.read(index, slot.position.epoch, row, labels);
+    if (side > 0) {
+      ds.read_at(index, slot.position.epoch, side, static_cast<float*>(row), labels);
+    } else {
+      ds.read(index, slot.position.epoch, row, labels);
+    }
     for (int64_t k = 0; k < per_row; ++k) {
       if (labels[k] < 0 || labels[k] >= classes) {
         throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",

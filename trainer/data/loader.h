@@ -43,6 +43,10 @@ struct LoaderOptions {
   int max_leases = 2;    // batches the consumer may hold at once (>= 1)
   int64_t epochs = 0;    // 0: endless (training); n > 0: next() ends after n epochs (eval: 1)
   LoaderPosition start;  // where the first next() starts (resume)
+  // Note [Per-batch sides]: image sides to draw each global batch at (data.scales); empty = the
+  // dataset's own shape. The side of a batch is a pure function of (seed, epoch, batch index):
+  // the same on every rank and for any worker count. Needs a dataset with max_side() >= each.
+  std::vector<int64_t> scales;
   // Where batch buffers come from (pinned memory for asynchronous device copies); nullptr:
   // aligned host memory. Must outlive the loader and every Batch it returned.
   PinnedAllocator* allocator = nullptr;
@@ -75,6 +79,8 @@ class Batch {
   float* images() const;  // (n, C, H, W), rows beyond n unspecified
   // (n) class labels, or (n, labels_per_sample) (tokens: (n, T) next tokens).
   int32_t* labels() const;
+  // The input's shape: (n, C, H, W) images at this batch's side, or (n, T) tokens.
+  Shape shape() const;
   // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).
   int64_t size() const;
   LoaderPosition position() const;
@@ -124,8 +130,16 @@ class DataLoader {
   // the options: what next() returns for that position.
   std::vector<int64_t> indices(LoaderPosition position) const;
   // (batch_size, sample_shape...): the capacity of a batch buffer's input, e.g.
-  // (batch_size, C, H, W) for images and (batch_size, T) for tokens.
+  // (batch_size, C, H, W) for images and (batch_size, T) for tokens; at the largest of
+  // options.scales when given.
   Shape batch_shape() const;
+  // The image side of the batch at `position` (Note [Per-batch sides]); 0 without scales.
+  int64_t side(LoaderPosition position) const;
+  // The input shape of this rank's batch at `position`: (rows, C, side, side) or (rows, T...).
+  // A pure function of the options: what next() returns there has this shape.
+  Shape input_shape(LoaderPosition position) const;
+  // Every shape this rank's batches can take: one per scale (and a partial batch's).
+  std::vector<Shape> input_shapes() const;
   const LoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
 

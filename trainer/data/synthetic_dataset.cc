@@ -47,8 +47,22 @@ class SyntheticDataset : public Dataset {
   }
 
   int32_t get(int64_t index, float* pixels) const override {
+    return generate(index, chw_[1], chw_[2], pixels);
+  }
+
+  // Any side: the same sample (its class, orientation, position and contrast are relative to
+  // the side) drawn at another resolution.
+  int64_t max_side() const override { return kMaxScaleSide; }
+  void read_at(int64_t index, int64_t epoch, int64_t side, float* pixels,
+               int32_t* labels) const override {
+    (void)epoch;
+    labels[0] = generate(index, side, side, pixels);
+  }
+
+ private:
+  int32_t generate(int64_t index, int64_t height, int64_t width, float* pixels) const {
     FERRY_ASSERT(index >= 0 && index < samples_, "synthetic sample index out of range");
-    const int64_t channels = chw_[0], height = chw_[1], width = chw_[2];
+    const int64_t channels = chw_[0];
     const uint64_t key = counter_hash(seed_ ^ kSampleDomain, static_cast<uint64_t>(index));
     const int64_t label = static_cast<int64_t>(counter_hash(key, 0) % uint64_t(classes_));
     auto u = [&](uint64_t j) { return static_cast<double>(counter_uniform(key, 1 + j)); };
@@ -104,7 +118,6 @@ class SyntheticDataset : public Dataset {
     return static_cast<int32_t>(label);
   }
 
- private:
   Shape chw_;
   int64_t classes_;
   int64_t samples_;

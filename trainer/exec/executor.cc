@@ -29,12 +29,12 @@
 namespace ferry {
 
 Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
-                   ExecutorOptions options)
+                   ExecutorOptions options, ShapedGraphFactory shaped)
     : device_(device),
       store_(store),
       options_(options),
       host_pool_(device.pinned(), options.host_limit ? options.host_limit : UINT64_MAX),
-      programs_(device, store, host_pool_, std::move(factory), options.plan),
+      programs_(device, store, host_pool_, std::move(factory), options.plan, std::move(shaped)),
       upload_done_(device.create_event()),
       metrics_(device, options.metrics_steps),
       transfers_(device,
@@ -53,6 +53,10 @@ const Program& Executor::program(int64_t batch, bool training) {
   return programs_.get(batch, training);
 }
 
+const Program& Executor::program(const Shape& input, bool training) {
+  return programs_.get(input, training);
+}
+
 void Executor::ensure_arena(uint64_t bytes) {
   if (arena_ && arena_.bytes() >= bytes) return;
   if (arena_) device_.synchronize();  // nothing may still use the old arena
@@ -69,7 +73,11 @@ void Executor::ensure_arena(uint64_t bytes) {
 void* Executor::tensor_address(const Program& p, int t, int step) const {
   const TensorPlan& tp = p.plan.tensors[static_cast<size_t>(t)];
   for (const Residency& r : tp.residency) {
-    if (r.begin <= step && step <= r.end) return static_cast<std::byte*>(arena_.data()) + r.offset;
+    if (r.begin <= step && step <= r.end) {
+      p.arena_touched =
+          std::max(p.arena_touched, r.offset + p.plan.tape.tensors[static_cast<size_t>(t)].bytes);
+      return static_cast<std::byte*>(arena_.data()) + r.offset;
+    }
   }
   FERRY_ASSERT(false, fmt::format("tensor {} is not resident at step {}",
                                   p.plan.tape.tensors[static_cast<size_t>(t)].name, step));
@@ -89,8 +97,14 @@ Event& Executor::step_event() {
 
 void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
-  Program& p = programs_.get(batch.n, training);
+  Program& p =
+      batch.shape.rank() > 0 ? programs_.get(batch.shape, training) : programs_.get(batch.n, training);
+  FERRY_ASSERT(batch.shape.rank() == 0 || batch.shape[0] == batch.n,
+               "HostBatch: shape and row count disagree");
+  // One arena serves every plan: it grows to the largest plan used so far (the old one freed
+  // first), never to a sum; persistent state lives in its own blocks and never moves.
   ensure_arena(p.plan.arena_bytes);
+  ++p.steps_run;
   // The previous step may still run: its fetches end in prefetching, and this step's offloads
   // are ordered after them on the device (Note [Executing a plan]). poll() never blocks.
   for (auto& [t, slot] : p.offloads) slot.residency->poll();

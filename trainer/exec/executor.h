@@ -2,7 +2,8 @@
 // executor.cc): kernels on the compute stream, offloads on the device-to-host stream after their
 // producer's event, device space reused only after the copy's event, prefetches on the
 // host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
-// (batch size, mode) (program.h). The host never waits inside a step; it reads the staged losses
+// (input shape, mode) (program.h), ahead of the step that needs them when asked to (prepare());
+// one arena, as large as the largest plan used, serves them all. The host never waits inside a step; it reads the staged losses
 // when it asks (metrics_ring.h).
 //
 // Note [Life of an offloaded activation]
@@ -11,7 +12,9 @@
 //  1. Config: memory.policy, memory.budget and memory.recompute (MemoryConfig, config.h) become
 //     PlanOptions (plan_options, session.h); topology.scheduler picks the LinkScheduler in
 //     ExecutorOptions (fifo, or topology) and the rank's link arbiter on its device.
-//  2. Plan: run() (train.cc) asks the executor for its program before the first step; the
+//  2. Plan: run() (train.cc) asks the executor for its program before the first step (and, with
+//     data.scales, for the next batches' shapes in the background: Note [Planning ahead] in
+//     program.cc); the
 //     ProgramCache (program.h) lowers the graph to a tape (Note [Three ids of a tensor],
 //     lower.h) and plan_memory (prefetch/planner.cc) decides kOffload for the tensor and its
 //     OffloadTiming (prefetch/plan.h): offload_after, release_at, fetch_at, needed_at. The
@@ -73,6 +76,9 @@ struct HostBatch {
   const void* input = nullptr;      // float (N, C, H, W) images, or int32 (N, T) tokens
   const int32_t* labels = nullptr;  // (N) classes, or (N, T) next tokens
   int64_t n = 0;
+  // The input's full shape, (n, C, H, W) or (n, T): selects the program (data.scales). Empty:
+  // the configured input shape with n rows.
+  Shape shape;
 };
 
 // Told, as backward is enqueued, which parameters' gradients each step has written
@@ -100,12 +106,24 @@ class Executor {
  public:
   using GraphFactory = ferry::GraphFactory;
 
-  Executor(Device& device, ParameterStore& store, GraphFactory factory, ExecutorOptions options);
+  // `shaped` builds the graph for input shapes other than the configured one (data.scales);
+  // nullptr: only the configured shape.
+  Executor(Device& device, ParameterStore& store, GraphFactory factory, ExecutorOptions options,
+           ShapedGraphFactory shaped = nullptr);
   ~Executor();
 
   // The program for a batch size and mode, planned on first use (ConfigError when the plan
   // cannot meet the budget; OutOfMemoryError when the host pool cannot hold its offloads).
   const Program& program(int64_t batch, bool training);
+  // The program for a full input shape (Note [Planning ahead] in program.cc).
+  const Program& program(const Shape& input, bool training);
+  // Plans `input` on a background thread unless planned already; never waits.
+  void prepare(const Shape& input, bool training) { programs_.prepare(input, training); }
+  bool ready(const Shape& input, bool training) const { return programs_.ready(input, training); }
+  // Programs that were not planned when first asked for (planned then, or waited for).
+  int64_t plan_waits() const { return programs_.waits(); }
+  // Every program used so far, in order of first use.
+  std::vector<const Program*> programs() const { return programs_.programs(); }
 
   // Enqueues the upload, the forward pass and (training) the backward pass of one batch.
   // `step` seeds per-step randomness (dropout). Does not wait for the device.

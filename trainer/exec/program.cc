@@ -1,6 +1,7 @@
 // Planning a program per shape and mode, and indexing its plan by step.
 #include "trainer/exec/program.h"
 
+#include <chrono>
 #include <map>
 
 #include <fmt/format.h>
@@ -12,28 +13,157 @@
 namespace ferry {
 
 ProgramCache::ProgramCache(Device& device, ParameterStore& store, HostPool& host_pool,
-                           GraphFactory factory, PlanOptions options)
+                           GraphFactory factory, PlanOptions options, ShapedGraphFactory shaped)
     : device_(device),
       store_(store),
       host_pool_(host_pool),
       factory_(std::move(factory)),
+      shaped_(std::move(shaped)),
       options_(std::move(options)) {}
 
 ProgramCache::~ProgramCache() {
-  for (auto& [key, p] : programs_) {
-    for (auto& [t, slot] : p->offloads) host_pool_.release(slot.host);
+  for (auto& [key, e] : programs_) {
+    if (e.planning.valid()) e.planning.wait();  // its thread reads this cache's members
+    if (!e.program) continue;
+    for (auto& [t, slot] : e.program->offloads) host_pool_.release(slot.host);
   }
 }
 
+void ProgramCache::learn_sample(const Graph& g) {
+  const Shape in = g.tensor(g.input()).desc.shape;
+  sample_ = Shape(std::vector<int64_t>(in.dims().begin() + 1, in.dims().end()));
+}
+
+Shape ProgramCache::configured_input(int64_t batch) const {
+  std::vector<int64_t> dims{batch};
+  dims.insert(dims.end(), sample_.dims().begin(), sample_.dims().end());
+  return Shape(dims);
+}
+
 Program& ProgramCache::get(int64_t batch, bool training) {
-  const Key key{batch, training};
-  auto it = programs_.find(key);
-  if (it != programs_.end()) return *it->second;
+  std::optional<Graph> graph;
+  if (sample_.rank() == 0) {
+    graph = factory_(batch);
+    learn_sample(*graph);
+  }
+  const Key key{configured_input(batch).dims(), training};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = programs_.find(key);
+    if (it != programs_.end() && it->second.program) return *it->second.program;
+  }
+  return publish(key, std::move(graph));
+}
+
+Program& ProgramCache::get(const Shape& input, bool training) {
+  if (sample_.rank() == 0) learn_sample(factory_(1));
+  const Key key{input.dims(), training};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = programs_.find(key);
+    if (it != programs_.end() && it->second.program) return *it->second.program;
+  }
+  return publish(key, std::nullopt);
+}
+
+// Note [Planning ahead]
+// A new input shape (data.scales) needs its own program. The loader knows the shapes of the
+// batches after the current one (a pure function of the position), so the trainer calls
+// prepare() for them while the current step runs: the graph is built, lowered and planned on a
+// background thread (std::async), which touches only const state of this cache and the device's
+// kernel-plan cache (thread-safe). The executor's thread publishes the result at its first get():
+// it indexes the plan (host copies, residency machines, persistent addresses: state the executor
+// owns) and from then on the program's plan is immutable. The map is guarded by mu_; a Program is
+// never moved once made (unique_ptr), so a reference stays valid while the cache lives.
+void ProgramCache::prepare(const Shape& input, bool training) {
+  if (sample_.rank() == 0) learn_sample(factory_(1));
+  Key key{input.dims(), training};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (programs_.count(key)) return;
+  std::vector<std::string> keep = keep_alive_;
+  Entry& e = programs_[key];
+  e.planning = std::async(std::launch::async, [this, input, training, keep] {
+    return plan_program(input, training, keep, std::nullopt);
+  });
+}
+
+bool ProgramCache::ready(const Shape& input, bool training) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = programs_.find(Key{input.dims(), training});
+  if (it == programs_.end()) return false;
+  const Entry& e = it->second;
+  return e.program != nullptr ||
+         (e.planning.valid() &&
+          e.planning.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
+int64_t ProgramCache::waits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waits_;
+}
+
+std::vector<const Program*> ProgramCache::programs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return order_;
+}
+
+Program& ProgramCache::publish(const Key& key, std::optional<Graph> graph) {
+  const Shape input(key.input);
+  std::future<std::unique_ptr<Program>> planning;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = programs_[key];
+    if (e.planning.valid()) {
+      if (e.planning.wait_for(std::chrono::seconds(0)) != std::future_status::ready) ++waits_;
+      planning = std::move(e.planning);
+    } else {
+      ++waits_;
+    }
+  }
+  std::unique_ptr<Program> p;
+  try {
+    // Waits outside the lock: prepare() from this thread never runs meanwhile, but a reader of
+    // ready() or programs() on another thread must not block on planning.
+    p = planning.valid() ? planning.get()
+                         : plan_program(input, key.training, keep_alive_, std::move(graph));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    programs_.erase(key);  // a later get() tries again and throws again
+    throw;
+  }
+  index_plan(*p);
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = programs_[key];
+  e.program = std::move(p);
+  order_.push_back(e.program.get());
+  return *e.program;
+}
+
+std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool training,
+                                                    std::vector<std::string> keep_alive,
+                                                    std::optional<Graph> graph) const {
+  const auto start = std::chrono::steady_clock::now();
   auto p = std::make_unique<Program>();
-  p->graph = factory_(batch);
+  p->input = input;
+  if (graph) {
+    p->graph = std::move(*graph);
+  } else {
+    const bool configured =
+        std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) == sample_.dims();
+    if (configured) {
+      p->graph = factory_(input[0]);
+    } else {
+      if (!shaped_) {
+        throw ConfigError(fmt::format("no model graph for input {}: this executor builds only "
+                                      "the configured input (N, {})",
+                                      input.str(), sample_.str()));
+      }
+      p->graph = shaped_(input);
+    }
+  }
   p->lowered = lower_graph(p->graph, device_.kernels(), training);
   // The last step reads every kept tensor, so liveness keeps it to the end.
-  for (const std::string& name : keep_alive_) {
+  for (const std::string& name : keep_alive) {
     bool found = false;
     for (size_t t = 0; t < p->lowered.tape.tensors.size(); ++t) {
       if (p->lowered.tape.tensors[t].name != name) continue;
@@ -45,9 +175,21 @@ Program& ProgramCache::get(int64_t batch, bool training) {
   PlanOptions options = options_;
   options.persistent = store_.bytes();
   if (!training) options.policy = MemoryPolicy::kNone;  // nothing is saved for a backward
-  p->plan = plan_memory(p->lowered.tape, options);
-  index_plan(*p);
-  return *programs_.emplace(key, std::move(p)).first->second;
+  try {
+    p->plan = plan_memory(p->lowered.tape, options);
+  } catch (const ConfigError& e) {
+    if (sample_.rank() == 0 || input.rank() < 2 ||
+        std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) == sample_.dims()) {
+      throw;
+    }
+    throw ConfigError(fmt::format("input {}: {}", input.str(), e.what()), e.hint());
+  }
+  for (const TapeStep& s : p->plan.tape.steps) {
+    if (options_.cost.measured_seconds(s, p->plan.tape) >= 0) ++p->timed_steps;
+  }
+  p->plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return p;
 }
 
 void ProgramCache::index_plan(Program& p) {

@@ -1,13 +1,18 @@
 // Programs: everything planned for one input shape and mode (the graph, its lowered tape, the
-// memory plan), indexed by step for the executor, and a cache that plans each once on first use.
-// Invariant: a cached program never changes; its offloads' pinned host copies are held as long as
-// the cache lives.
+// memory plan), indexed by step for the executor, and a cache that plans each once: on first use,
+// or ahead of it on a background thread (Note [Planning ahead] in program.cc).
+// Invariant: a published program's plan never changes (only its offloads' residency state and
+// its measured arena extent move while steps run); its offloads' pinned host copies are held as
+// long as the cache lives.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,8 +26,10 @@
 
 namespace ferry {
 
-// Builds the model's graph for a batch size.
+// Builds the model's graph for a batch size, at the configured input shape.
 using GraphFactory = std::function<Graph(int64_t batch)>;
+// Builds the model's graph for a full input shape: (N, C, H, W) images or (N, T) tokens.
+using ShapedGraphFactory = std::function<Graph(const Shape& input)>;
 
 // An offloaded tensor's runtime state: its residency machine and its pinned host copy.
 struct OffloadSlot {
@@ -49,24 +56,52 @@ struct Program {
   // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
   std::vector<void*> persistent;
   std::vector<float*> grads;
+  // The input tensor's shape, (N, sample...): what the program is keyed by.
+  Shape input;
+  // Measured while steps run (the executor's thread only): one past the highest arena byte the
+  // executor addressed for this program, and the steps it ran.
+  mutable uint64_t arena_touched = 0;
+  mutable int64_t steps_run = 0;
+  // Tape steps the cost model has a measured time for, of all tape steps (the rest: FLOP model).
+  int64_t timed_steps = 0;
+  // Seconds spent planning it (graph, lowering, plan), on whichever thread did.
+  double plan_seconds = 0;
 };
 
-// Plans a program per (batch size, mode) on first use and keeps it
-// (Note [Life of an offloaded activation] in executor.h, step 2).
+// Plans a program per (input shape, mode) and keeps it (Note [Life of an offloaded activation]
+// in executor.h, step 2). get() and prepare() are called from one thread (the executor's);
+// planning itself may run on background threads.
 class ProgramCache {
  public:
   // `options` plans every training program (evaluation plans under kNone); its persistent bytes
-  // are taken from `store`.
+  // are taken from `store`. `shaped` builds the graph for input shapes other than the
+  // configured one (nullptr: only the configured shape).
   ProgramCache(Device& device, ParameterStore& store, HostPool& host_pool, GraphFactory factory,
-               PlanOptions options);
-  // Returns the offloads' host copies to the pool: call only when no copy is in flight.
+               PlanOptions options, ShapedGraphFactory shaped = nullptr);
+  // Waits for planning in flight, then returns the offloads' host copies to the pool: call only
+  // when no copy is in flight.
   ~ProgramCache();
   ProgramCache(const ProgramCache&) = delete;
   ProgramCache& operator=(const ProgramCache&) = delete;
 
-  // The program for a batch size and mode, planned on first use (ConfigError when the plan
-  // cannot meet the budget; OutOfMemoryError when the host pool cannot hold its offloads).
+  // The program for a batch size at the configured input shape, and mode.
   Program& get(int64_t batch, bool training);
+  // The program for an input shape and mode: the one prepare() made ahead, waiting for it if it
+  // is still being planned, or planned here on first use (both count in waits()). ConfigError
+  // naming the shape when the plan cannot meet the budget; OutOfMemoryError when the host pool
+  // cannot hold its offloads.
+  Program& get(const Shape& input, bool training);
+  // Starts planning `input` on a background thread unless it is planned or being planned;
+  // returns at once. Its errors surface at get().
+  void prepare(const Shape& input, bool training);
+  // Whether get(input, training) would return without planning or waiting.
+  bool ready(const Shape& input, bool training) const;
+  // get() calls that found their program not planned yet (planned it, or waited for it).
+  int64_t waits() const;
+  // Every program published so far, in the order they were first used.
+  std::vector<const Program*> programs() const;
+  // The configured input shape for `batch` rows: (batch, sample...).
+  Shape configured_input(int64_t batch) const;
 
   // Keeps the named activations alive to the end of each step (read them back; tests,
   // debugging). Applies to programs planned from now on.
@@ -74,21 +109,39 @@ class ProgramCache {
 
  private:
   struct Key {
-    int64_t batch;
+    std::vector<int64_t> input;
     bool training;
     auto operator<=>(const Key&) const = default;
   };
+  struct Entry {
+    std::future<std::unique_ptr<Program>> planning;  // valid while not yet published
+    std::unique_ptr<Program> program;                // published: indexed, plan immutable
+  };
+  // The graph, its lowering and its plan: pure, safe on a background thread.
+  // `graph`: the graph already built for `input`, or empty to build it here.
+  std::unique_ptr<Program> plan_program(const Shape& input, bool training,
+                                        std::vector<std::string> keep_alive,
+                                        std::optional<Graph> graph) const;
+  // The published program of `key`: waits for its planning (or plans it) and indexes it.
+  Program& publish(const Key& key, std::optional<Graph> graph);
+  // sample_, from a graph of the configured input (built once when not known yet).
+  void learn_sample(const Graph& g);
   // Turns the plan into the per-step lists, resolves persistent addresses, and gives each
-  // offloaded tensor its residency machine and host copy.
+  // offloaded tensor its residency machine and host copy (on the executor's thread).
   void index_plan(Program& p);
 
   Device& device_;
   ParameterStore& store_;
   HostPool& host_pool_;
   GraphFactory factory_;
+  ShapedGraphFactory shaped_;
   PlanOptions options_;
+  Shape sample_;  // the configured input's shape without its batch dimension
   std::vector<std::string> keep_alive_;
-  std::map<Key, std::unique_ptr<Program>> programs_;
+  mutable std::mutex mu_;  // guards programs_, order_ and waits_
+  std::map<Key, Entry> programs_;
+  std::vector<const Program*> order_;
+  int64_t waits_ = 0;
 };
 
 }  // namespace ferry

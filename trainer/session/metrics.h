@@ -21,6 +21,8 @@ struct StepReport {
   uint64_t device_peak_bytes = 0;
   uint64_t device_capacity = 0;
   double elapsed_s = 0;
+  // The logged step's input shape, printed when set (data.scales: it changes per step).
+  std::string shape;
 };
 
 class MetricsLog {

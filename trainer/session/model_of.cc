@@ -1,6 +1,8 @@
 // Building the configured model, images or tokens.
 #include "trainer/session/model_of.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -25,7 +27,52 @@ std::string input_text(const Config& config) {
   if (model_info(config.model.name).tokens) {
     return fmt::format("{} tokens per row", tokens_per_row(config));
   }
+  if (!config.data.scales.empty()) {
+    return fmt::format("input [{}, side per batch from data.scales [{}]]", config.model.input[0],
+                       fmt::join(config.data.scales, ", "));
+  }
   return fmt::format("input [{}]", fmt::join(config.model.input, ", "));
+}
+
+Shape configured_input(const Config& config, int64_t batch, int64_t side) {
+  if (model_info(config.model.name).tokens) return Shape{batch, tokens_per_row(config)};
+  const auto& in = config.model.input;
+  return Shape{batch, in[0], side > 0 ? side : in[1], side > 0 ? side : in[2]};
+}
+
+Graph build_configured_model(const Config& config, const Shape& input) {
+  if (input == configured_input(config, input[0])) return build_configured_model(config, input[0]);
+  if (model_info(config.model.name).tokens) {
+    return build_token_model(config.model.name, input[0], input[1], transformer_sizes(config));
+  }
+  const char* hint = "give sides the model accepts (data.scales), or set data.scales=[]";
+  Graph g;
+  try {
+    g = build_model(config.model.name, input, config.model.classes);
+  } catch (const Error& e) {
+    throw ConfigError(fmt::format("data.scales: model '{}' cannot take input {}: {}",
+                                  config.model.name, input.str(), e.what()),
+                      hint);
+  }
+  // Every shape trains the same parameters: a model whose weights depend on the side (a fully
+  // connected layer after the convolutions, as in lenet5) cannot change it.
+  const Graph configured = build_configured_model(config, input[0]);
+  const bool same = g.params().size() == configured.params().size() &&
+                    std::equal(g.params().begin(), g.params().end(), configured.params().begin(),
+                               [&](TensorId a, TensorId b) {
+                                 return g.tensor(a).name == configured.tensor(b).name &&
+                                        g.tensor(a).desc == configured.tensor(b).desc;
+                               });
+  if (!same) {
+    throw ConfigError(fmt::format("data.scales: model '{}' at input {} has other parameter "
+                                  "shapes than at model.input [{}]: its weights depend on the "
+                                  "image side",
+                                  config.model.name, input.str(),
+                                  fmt::join(config.model.input, ", ")),
+                      "use a model with global pooling before its classifier (resnet18_cifar, "
+                      "resnet50), or set data.scales=[]");
+  }
+  return g;
 }
 
 Graph build_configured_model(const Config& config, int64_t batch) {

@@ -28,4 +28,12 @@ std::string input_text(const Config& config);
 // when the model reads tokens and data.source is not tokens, or the other way round).
 Graph build_configured_model(const Config& config, int64_t batch);
 
+// The model for a full input shape: (N, C, H, W) images (data.scales: another side than
+// model.input's) or (N, T) tokens. ConfigError as above, and naming data.scales when the model
+// cannot take the shape.
+Graph build_configured_model(const Config& config, const Shape& input);
+
+// The input shape of a batch of `batch` rows at image side `side` (0: model.input's H and W).
+Shape configured_input(const Config& config, int64_t batch, int64_t side = 0);
+
 }  // namespace ferry

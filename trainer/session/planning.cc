@@ -63,6 +63,25 @@ MemoryPlan OfflinePlanner::plan_at(MemoryPolicy policy, int64_t batch, uint64_t 
   return plan_memory(lowered(batch).tape, o);
 }
 
+MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
+                                      bool enforce_budget) {
+  auto it = shaped_tapes_.find(input.dims());
+  if (it == shaped_tapes_.end()) {
+    const Graph g = build_configured_model(config_, input);
+    it = shaped_tapes_
+             .emplace(input.dims(),
+                      std::make_unique<Lowered>(lower_graph(g, *kernels_, /*training=*/true)))
+             .first;
+  }
+  PlanOptions o = plan_options(config_);
+  o.keep_unhidden = contention_aware_;
+  if (!enforce_budget) o.budget = 0;
+  o.policy = policy;
+  o.persistent = persistent_;
+  o.cost = cost_;
+  return plan_memory(it->second->tape, o);
+}
+
 bool OfflinePlanner::fits(MemoryPolicy policy, int64_t batch) {
   try {
     plan(policy, batch);

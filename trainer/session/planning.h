@@ -6,8 +6,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/kernels.h"
+#include "device/shape.h"
 #include "prefetch/plan.h"
 #include "trainer/config/config.h"
 #include "trainer/exec/lower.h"
@@ -33,6 +35,8 @@ class OfflinePlanner {
   // Plans `batch` under `policy` within `budget` bytes instead of memory.budget (0: unlimited);
   // ConfigError when it does not fit. The ladder a job sharing its device registers.
   MemoryPlan plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget);
+  // Plans the full input shape `input` (data.scales: one per side) under `policy`, as plan().
+  MemoryPlan plan_shape(MemoryPolicy policy, const Shape& input, bool enforce_budget = true);
   // Whether `batch` fits memory.budget under `policy`.
   bool fits(MemoryPolicy policy, int64_t batch);
   // The largest batch that fits memory.budget under `policy` (0 when none does), searched up
@@ -57,6 +61,7 @@ class OfflinePlanner {
   PersistentBytes persistent_;
   CostModel cost_;
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
+  std::map<std::vector<int64_t>, std::unique_ptr<Lowered>> shaped_tapes_;
   bool contention_aware_ = false;
 };
 

@@ -205,7 +205,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
       *device_, *store_,
-      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec);
+      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec,
+      [this](const Shape& input) { return build_configured_model(config_, input); });
   comm_ =
       create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (arbiter_) attach_link_ledger();
@@ -261,10 +262,12 @@ std::vector<LinkUsage> Session::link_usage() const {
   return ledger->usage();
 }
 
-GradientBuckets& Session::buckets(int64_t batch) {
+GradientBuckets& Session::buckets(const HostBatch& batch) {
   if (buckets_) return *buckets_;
-  // Buckets follow the order backward writes gradients in, the same on every rank.
-  const Program& program = executor_->program(batch, true);
+  // Buckets follow the order backward writes gradients in, the same on every rank (and for
+  // every input shape: the graph's order does not depend on it).
+  const Program& program = batch.shape.rank() > 0 ? executor_->program(batch.shape, true)
+                                                  : executor_->program(batch.n, true);
   BucketOptions options;
   options.bucket_bytes = static_cast<uint64_t>(config_.comm.bucket_mb * 1048576.0);
   options.overlap = config_.comm.overlap;
@@ -292,7 +295,7 @@ GradientBuckets& Session::buckets(int64_t batch) {
 }
 
 void Session::forward_backward(const HostBatch& batch, uint64_t step) {
-  GradientBuckets& b = buckets(batch.n);
+  GradientBuckets& b = buckets(batch);
   b.reset();
   executor_->enqueue(batch, /*training=*/true, step, listener_.get());
 }

@@ -62,7 +62,7 @@ class Session {
   std::vector<LinkUsage> link_usage() const;
 
  private:
-  GradientBuckets& buckets(int64_t batch);
+  GradientBuckets& buckets(const HostBatch& batch);
   // The node's shared link ledger, one per topology for every job of this user: each rank
   // attaches it under its job's token (drawn by rank 0), creating it when it is the first
   // (Note [Link ledger lifetime]).

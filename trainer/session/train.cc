@@ -33,6 +33,7 @@
 #include "trainer/session/rank_log.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
+#include "trainer/session/shape_plans.h"
 
 namespace ferry {
 
@@ -118,7 +119,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
 // next.
 void report_timing(RankLog& log, Session& session, const Config& config, const MemoryPlan& plan,
                    const std::vector<std::pair<int64_t, double>>& intervals,
-                   const TrainResult& result) {
+                   const TrainResult& result, const ShapePlans& shapes) {
   if (intervals.empty()) return;
   // The first interval pays for first touches and algorithm choices: leave it out when we can.
   const size_t skip = intervals.size() > 1 ? 1 : 0;
@@ -130,7 +131,9 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
   }
   if (counted == 0) return;
   const double measured = seconds / static_cast<double>(counted);
-  const double predicted = plan.prediction.step_seconds;
+  // Several input shapes (data.scales): the mean of their predictions over the steps run.
+  const double predicted =
+      shapes.shape_count() > 1 ? shapes.predicted_mean_step() : plan.prediction.step_seconds;
   const char* model = session.cost_profile() ? "measured" : "FLOP";
   log.print(
       "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
@@ -154,7 +157,9 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
                       {"cost_model", session.cost_profile() ? "measured" : "flops"},
                       {"planned_peak_bytes", plan.peak_bytes()},
                       {"device_peak_bytes", result.device_peak_bytes},
-                      {"offload_bytes", plan.offload_bytes}};
+                      {"offload_bytes", plan.offload_bytes},
+                      {"plan_waited_steps", result.plan_waited_steps},
+                      {"shapes", shapes.summary()}};
   if (const DeviceProfile* p = session.cost_profile()) {
     j["cost_profile"] = {{"kernels", p->kernels},
                          {"from_cache", p->from_cache},
@@ -234,6 +239,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   LoaderOptions lo = loader_options(config, device);
   lo.world_size = ranks.size;
   lo.rank = ranks.rank;
+  lo.scales = config.data.scales;
   // Every rank takes part in every step: a partial global batch would leave some without rows.
   if (ranks.size > 1) lo.drop_last = true;
 
@@ -252,10 +258,22 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
               state.step == config.run.steps ? " = run.steps: nothing left to train" : "");
   }
   DataLoader loader(dataset, lo);
-  // Plan the step before any runs (Note [Life of an offloaded activation] in
-  // trainer/exec/executor.h, step 2): planned once per batch size and mode, every step follows it.
+  // Every side of data.scales must make a graph of this model: checked before any step.
+  if (!config.data.scales.empty()) {
+    for (const Shape& s : loader.input_shapes()) (void)build_configured_model(config, s);
+  }
+  // The next batches' shapes are planned in the background from here on, the first one's here.
+  ShapePlans shapes(session.executor(), device, loader);
+  shapes.plan_ahead(loader.position());
+  // Plan the first step before any runs (Note [Life of an offloaded activation] in
+  // trainer/exec/executor.h, step 2): planned once per input shape and mode, every step follows
+  // its shape's plan; the shapes of the next batches are planned ahead, in the background.
   const MemoryPlan& plan =
-      session.executor().program(config.data.batch_size, /*training=*/true).plan;
+      session.executor()
+          .program(configured_input(config, config.data.batch_size,
+                                    loader.side(loader.position())),
+                   /*training=*/true)
+          .plan;
   print_banner(log, session, config, *dataset, plan);
 
   const LrSchedule schedule = lr_schedule(config);
@@ -292,10 +310,15 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
 
     const uint64_t waits_before = host_waits_on_this_thread();
     Batch batch = loader.next();
+    // The loader knows what comes next: plan new shapes while this step runs.
+    shapes.plan_ahead(loader.position());
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
-    session.forward_backward({batch.input(), batch.labels(), batch.size()},
+    const Shape input = batch.shape();
+    shapes.before_step(input);
+    session.forward_backward({batch.input(), batch.labels(), batch.size(), input},
                              static_cast<uint64_t>(step));
+    if (const std::string line = shapes.after_step(input, step); !line.empty()) log.line(line);
     session.reduce_gradients();
     session.update(lr);
     session.executor().stage_metrics(static_cast<uint64_t>(step), session.grad_norm_sq());
@@ -325,6 +348,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       const auto now = std::chrono::steady_clock::now();
       timed_intervals.emplace_back(step - drained_step,
                                    std::chrono::duration<double>(now - drained_at).count());
+      shapes.interval(timed_intervals.back().second);
       drained_at = now;
       drained_step = step;
     } else {
@@ -361,9 +385,16 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.device_peak_bytes = device.memory().stats().peak;
       r.device_capacity = device.memory().capacity();
       r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
+      if (!config.data.scales.empty()) r.shape = input.str();
       log.line(progress_line(r));
       // The logged step's gradient norm before clipping, as nanoGPT logs it.
-      metrics.write(r, grad_norm ? nlohmann::json{{"grad_norm", *grad_norm}} : nlohmann::json{});
+      nlohmann::json extra = {{"shape", input.dims()}};
+      if (const Program* p = shapes.program(input)) {
+        extra["planned_peak_bytes"] = p->plan.peak_bytes();
+        extra["shape_peak_bytes"] = shapes.measured_peak(*p);
+      }
+      if (grad_norm) extra["grad_norm"] = *grad_norm;
+      metrics.write(r, extra);
       interval_loss = interval_correct = interval_samples = 0;
       interval_steps = 0;
       interval_start = now;
@@ -384,11 +415,14 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
               dataset->skipped() == 1 ? "" : "s");
   }
   result.device_peak_bytes = device.memory().stats().peak;
+  result.shapes = static_cast<int64_t>(shapes.shape_count());
+  result.plan_waited_steps = shapes.waited_steps();
+  log.line(shapes.end_line());
   if (!session.link_usage().empty()) {
     session.communicator().barrier();  // every rank's copies are through
     if (ranks.local_rank == 0) write_link_usage(config, ranks, session.link_usage(), log);
   }
-  report_timing(log, session, config, plan, timed_intervals, result);
+  report_timing(log, session, config, plan, timed_intervals, result, shapes);
   return result;
 }
 

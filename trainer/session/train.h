@@ -18,6 +18,10 @@ struct TrainResult {
   // Host waits on device work made by steps that neither log, checkpoint nor trace: 0
   // (Note [No host wait inside a step] in train.cc).
   uint64_t unlogged_step_host_waits = 0;
+  // Input shapes the run saw (data.scales: one per side; a kept partial batch adds one), and
+  // the steps that waited for their shape's plan (Note [Planning ahead] in program.cc).
+  int64_t shapes = 0;
+  int64_t plan_waited_steps = 0;
 };
 
 // Trains as `config` says on this rank of the job, writing (rank 0) <run.dir>/config.yaml,

@@ -2,8 +2,10 @@
 // classes and unreadable files (or a logged skip with skip_bad), results that do not depend on
 // the number of loader workers, and resnet18 training on a generated folder, bitwise
 // reproducible for a seed.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -235,6 +237,33 @@ TEST(ImageFolder, WorkersDoNotChangeTheBatchesAndEpochsChangeTheAugmentation) {
   ds->sample(5, 0, c.data());
   EXPECT_NE(a, b);
   EXPECT_EQ(a, c);
+}
+
+// data.scales: training's RandomResizedCrop targets the batch's side, the same box and flip as
+// at data.crop (a function of seed, epoch and index, scaled to the side); evaluation cannot
+// resize.
+TEST(ImageFolder, TrainingCropsAtAnySideAndEvaluationKeepsItsCrop) {
+  TempDir dir;
+  write_folder(dir.path());
+  std::shared_ptr<const Dataset> train = load_imagefolder_dataset(options(dir.path(), true));
+  std::shared_ptr<const Dataset> eval = load_imagefolder_dataset(options(dir.path(), false));
+  EXPECT_EQ(train->max_side(), kMaxScaleSide);
+  EXPECT_EQ(eval->max_side(), 0);
+  std::vector<float> at24(3 * 24 * 24), same(at24.size()), at40(3 * 40 * 40), again(at40.size());
+  int32_t label24 = -1, label40 = -1, label = -1;
+  train->read_at(5, 1, 24, same.data(), &label);
+  label24 = train->sample(5, 1, at24.data());
+  EXPECT_EQ(same, at24) << "at data.crop's side read_at is sample()";
+  EXPECT_EQ(label, label24);
+  train->read_at(5, 1, 40, at40.data(), &label40);
+  train->read_at(5, 1, 40, again.data(), &label);
+  EXPECT_EQ(at40, again);
+  EXPECT_EQ(label40, label24);
+  EXPECT_TRUE(std::all_of(at40.begin(), at40.end(), [](float v) { return v >= 0 && v <= 1; }));
+  // The same crop at another resolution: the means agree closely.
+  const double m24 = std::accumulate(at24.begin(), at24.end(), 0.0) / at24.size();
+  const double m40 = std::accumulate(at40.begin(), at40.end(), 0.0) / at40.size();
+  EXPECT_NEAR(m24, m40, 0.05);
 }
 
 std::string read_text(const std::string& path) {

@@ -1,0 +1,176 @@
+// Multi-scale training (data.scales, issue 18) through the trainer binary: resnet18_cifar on
+// synthetic images at sides 24-48 under a budget the largest side cannot meet without moving
+// activations, in poison mode. For every shape the run saw, the measured device peak equals the
+// planned one and is within the budget; the losses are bitwise those of memory.policy none with
+// unlimited memory; at most one step waited for its plan. Under mpirun -np 2 both ranks train
+// every step at the same side (the one a single rank draws). Bad data.scales are one error line
+// naming the key, exit 2.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <nlohmann/json.hpp>
+
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string quickstart() { return std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+
+std::string multi_scale(const std::string& dir, int steps, const std::string& more = "") {
+  return trainer() + " train " + quickstart() + " run.dir=" + dir +
+         " run.steps=" + std::to_string(steps) +
+         " run.log_every=1 model.name=resnet18_cifar data.batch_size=2 data.samples=256 "
+         "'data.scales=[24, 32, 40, 48]' optim.schedule=constant optim.warmup_steps=0 "
+         "optim.lr=0.01 checkpoint.every=0 memory.measure=false memory.debug_poison=true "
+         "device.memory=1GiB device.threads=1 " +
+         more;
+}
+
+struct Logged {
+  std::vector<double> losses;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+Logged read_metrics(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  Logged out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    out.losses.push_back(j["loss"].get<double>());
+    out.shapes.push_back(j["shape"].get<std::vector<int64_t>>());
+  }
+  return out;
+}
+
+nlohmann::json summary(const std::string& dir) {
+  std::ifstream in(dir + "/summary.json");
+  return nlohmann::json::parse(in);
+}
+
+// The planned peak of each shape in a run's summary, by side.
+std::map<int64_t, uint64_t> planned_peaks(const nlohmann::json& s) {
+  std::map<int64_t, uint64_t> out;
+  for (const auto& shape : s["shapes"]) {
+    out[shape["shape"][2].get<int64_t>()] = shape["planned_peak_bytes"].get<uint64_t>();
+  }
+  return out;
+}
+
+TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
+  constexpr int kSteps = 12;
+  const std::string none_dir = scratch("multi_scale_none");
+  Exit e = run(multi_scale(none_dir, kSteps, "memory.policy=none"));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const Logged reference = read_metrics(none_dir);
+  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
+  const std::map<int64_t, uint64_t> none_peaks = planned_peaks(summary(none_dir));
+  ASSERT_EQ(none_peaks.size(), 4u) << "12 steps drew every side:\n" << e.output;
+  // Below what side 48 needs with everything resident, above what side 24 needs.
+  const uint64_t budget = none_peaks.at(24) + (none_peaks.at(48) - none_peaks.at(24)) / 3;
+
+  struct Variant {
+    std::string name, args;
+  };
+  for (const Variant& v :
+       {Variant{"auto", ""},
+        // The planner believes copies are slow: it rebuilds instead (recompute is the default).
+        Variant{"auto_recompute", "memory.link_gbps=0.001"}}) {
+    SCOPED_TRACE(v.name);
+    const std::string dir = scratch("multi_scale_" + v.name);
+    e = run(multi_scale(dir, kSteps,
+                        "memory.policy=auto memory.budget=" + std::to_string(budget) + " " +
+                            v.args));
+    ASSERT_EQ(e.code, 0) << e.output;
+    const Logged logged = read_metrics(dir);
+    ASSERT_EQ(logged.losses.size(), reference.losses.size());
+    for (size_t i = 0; i < logged.losses.size(); ++i) {
+      EXPECT_EQ(logged.shapes[i], reference.shapes[i]) << "step " << i + 1;
+      EXPECT_EQ(logged.losses[i], reference.losses[i]) << "step " << i + 1 << " (bitwise)";
+    }
+    const nlohmann::json s = summary(dir);
+    EXPECT_LE(s["plan_waited_steps"].get<int64_t>(), 1);
+    ASSERT_EQ(s["shapes"].size(), 4u);
+    double moved = 0, rebuilt = 0;
+    for (const auto& shape : s["shapes"]) {
+      SCOPED_TRACE(shape["shape"].dump());
+      EXPECT_EQ(shape["measured_peak_bytes"].get<uint64_t>(),
+                shape["planned_peak_bytes"].get<uint64_t>());
+      EXPECT_LE(shape["planned_peak_bytes"].get<uint64_t>(), budget);
+      EXPECT_GT(shape["steps"].get<int64_t>(), 0);
+      EXPECT_GT(shape["predicted_step_s"].get<double>(), 0);
+      moved += shape["offload_bytes"].get<double>();
+      rebuilt += shape["recompute_flops"].get<double>();
+    }
+    EXPECT_GT(moved + rebuilt, 0) << "the largest side had to move or rebuild something";
+    if (v.name == "auto_recompute") EXPECT_GT(rebuilt, 0);
+    // The whole run's device high-water mark: one arena for every plan, never a sum.
+    EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
+    // One line per new shape, saying how it was planned.
+    size_t lines = 0;
+    for (size_t at = e.output.find("\nshape    ("); at != std::string::npos;
+         at = e.output.find("\nshape    (", at + 1)) {
+      ++lines;
+    }
+    EXPECT_EQ(lines, 4u) << e.output;
+  }
+}
+
+// The input side of every progress line in a rank's log ("... input (2, 3, 40, 40)").
+std::vector<int64_t> logged_sides(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int64_t> out;
+  const std::regex input(R"(^step .* input \((\d+), 3, (\d+), (\d+)\))");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, input)) out.push_back(std::stoll(m[2]));
+  }
+  return out;
+}
+
+TEST(MultiScale, TwoRanksTrainEveryStepAtTheSameSideAsOneRank) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  constexpr int kSteps = 8;
+  const std::string one = scratch("multi_scale_one_rank");
+  Exit e = run(multi_scale(one, kSteps, "data.batch_size=4"));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::vector<int64_t> sides = logged_sides(one + "/rank0.log");
+  ASSERT_EQ(sides.size(), static_cast<size_t>(kSteps)) << e.output;
+  const std::string two = scratch("multi_scale_two_ranks");
+  e = run(mpirun(2) + multi_scale(two, kSteps, "data.batch_size=2"));
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_EQ(logged_sides(two + "/rank0.log"), sides);
+  EXPECT_EQ(logged_sides(two + "/rank1.log"), sides);
+  EXPECT_GT(std::set<int64_t>(sides.begin(), sides.end()).size(), 1u) << "the side changed";
+}
+
+// One error line naming the key, a hint, exit 2, no step.
+void expect_user_error(const Exit& e, const std::string& what) {
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: "), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find(what), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("hint: "), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run:\n" << e.output;
+}
+
+TEST(MultiScale, BadScalesAreOneErrorNamingTheKeyAndExit2) {
+  const std::string dir = scratch("multi_scale_bad");
+  const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
+                           " model.name=resnet18_cifar memory.measure=false ";
+  expect_user_error(run(base + "'data.scales=[24, 0]'"), "data.scales[1]");
+  expect_user_error(run(base + "'data.scales=[-3]'"), "data.scales[0]");
+  expect_user_error(run(base + "'data.scales=[16385]'"), "data.scales[0]");
+  expect_user_error(run(base + "'data.scales=[32]' data.source=cifar10 data.path=/nonexistent"),
+                    "data.scales: data.source cifar10 cannot");
+  expect_user_error(run(base + "'data.scales=[32]' data.source=idx data.path=/nonexistent"),
+                    "data.scales: data.source idx cannot");
+  expect_user_error(run(base + "'data.scales=[32]' data.source=tokens data.path=/nonexistent"),
+                    "data.scales: data.source tokens cannot");
+  // lenet5's classifier reads a flattened feature map whose size depends on the side.
+  expect_user_error(run(base + "model.name=lenet5 'data.scales=[24, 32]'"),
+                    "data.scales: model 'lenet5' at input");
+}
+
+}  // namespace
+}  // namespace ferry::testing

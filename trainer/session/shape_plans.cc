@@ -1,0 +1,201 @@
+// Per-shape plans of a run: planning ahead, the new-shape log line, per-shape summaries.
+#include "trainer/session/shape_plans.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/bytes.h"
+
+namespace ferry {
+
+ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loader,
+                       int lookahead)
+    : executor_(executor),
+      device_(device),
+      loader_(loader),
+      lookahead_(lookahead),
+      waits_before_(executor.plan_waits()) {}
+
+void ShapePlans::plan_ahead(LoaderPosition p) {
+  for (int i = 0; i < lookahead_; ++i) {
+    const Shape input = loader_.input_shape(p);
+    if (input[0] > 0) {
+      executor_.prepare(input, /*training=*/true);
+      // A plan finished in the background is published now, without waiting: a shape the
+      // budget cannot hold stops the run here, steps before the one that needs it.
+      if (executor_.ready(input, /*training=*/true)) (void)executor_.program(input, true);
+    }
+    if (++p.batch == loader_.batches_per_epoch()) p = LoaderPosition{p.epoch + 1, 0};
+  }
+}
+
+void ShapePlans::before_step(const Shape& input) {
+  (void)input;
+  waits_before_ = executor_.plan_waits();
+}
+
+std::string ShapePlans::after_step(const Shape& input, int64_t step) {
+  const bool waited = executor_.plan_waits() > waits_before_;
+  if (waited) ++waited_steps_;
+  auto [it, fresh] = seen_.try_emplace(input.dims());
+  Seen& s = it->second;
+  if (fresh) {
+    order_.push_back(input.dims());
+    pending_.push_back(0);
+    s.program = &executor_.program(input, /*training=*/true);
+    s.first_step = step;
+    s.waited = waited;
+  }
+  ++s.steps;
+  const size_t k = static_cast<size_t>(
+      std::find(order_.begin(), order_.end(), input.dims()) - order_.begin());
+  ++pending_[k];
+  if (!fresh) return "";
+  const Program& p = *s.program;
+  const MemoryPlan& plan = p.plan;
+  const int64_t tape = static_cast<int64_t>(plan.tape.steps.size());
+  return fmt::format(
+      "shape    {} (step {}): policy {}, moved {}/step, rebuilt {:.3g} GFLOP/step, predicted "
+      "step {:.4f}s, peak {}; planned in {:.3f}s {} (step times: {})",
+      input.str(), step, policy_name(plan.policy), format_bytes(plan.offload_bytes),
+      plan.recompute_flops / 1e9, plan.prediction.step_seconds, format_bytes(plan.peak_bytes()),
+      p.plan_seconds, waited ? "while its step waited" : "ahead of its step",
+      p.timed_steps == tape ? fmt::format("all {} tape steps measured", tape)
+      : p.timed_steps == 0
+          ? std::string("estimated by the FLOP model")
+          : fmt::format("{} of {} tape steps measured, the new geometries' estimated by the FLOP "
+                        "model",
+                        p.timed_steps, tape));
+}
+
+void ShapePlans::interval(double seconds) {
+  if (std::all_of(pending_.begin(), pending_.end(), [](int64_t n) { return n == 0; })) return;
+  intervals_.emplace_back(pending_, seconds);
+  std::fill(pending_.begin(), pending_.end(), 0);
+}
+
+const Program* ShapePlans::program(const Shape& input) const {
+  auto it = seen_.find(input.dims());
+  return it == seen_.end() ? nullptr : it->second.program;
+}
+
+uint64_t ShapePlans::measured_peak(const Program& program) const {
+  const uint64_t in_use = device_.memory().stats().in_use;
+  const uint64_t outside = in_use - std::min(in_use, executor_.arena_bytes());
+  return outside + program.arena_touched;
+}
+
+// Least squares: seconds_i = sum_k steps_ik * t_k over the drained intervals (the first one
+// left out when there are others: it pays for first touches), by the normal equations. A shape
+// the intervals cannot separate (a singular system) gets its share of its intervals' time in
+// proportion to the predicted step times instead.
+std::vector<double> ShapePlans::measured_step_seconds() const {
+  const size_t n = order_.size();
+  std::vector<double> out(n, -1.0);
+  if (n == 0 || intervals_.empty()) return out;
+  const size_t skip = intervals_.size() > n ? 1 : 0;
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+  for (size_t i = skip; i < intervals_.size(); ++i) {
+    const auto& [steps, seconds] = intervals_[i];
+    for (size_t r = 0; r < n && r < steps.size(); ++r) {
+      for (size_t c = 0; c < n && c < steps.size(); ++c) {
+        a[r][c] += static_cast<double>(steps[r] * steps[c]);
+      }
+      a[r][n] += static_cast<double>(steps[r]) * seconds;
+    }
+  }
+  bool singular = false;
+  for (size_t c = 0; c < n && !singular; ++c) {
+    size_t pivot = c;
+    for (size_t r = c + 1; r < n; ++r) {
+      if (std::fabs(a[r][c]) > std::fabs(a[pivot][c])) pivot = r;
+    }
+    if (std::fabs(a[pivot][c]) < 1e-9) {
+      singular = true;
+      break;
+    }
+    std::swap(a[c], a[pivot]);
+    for (size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (size_t k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  if (!singular) {
+    for (size_t k = 0; k < n; ++k) out[k] = a[k][n] / a[k][k];
+    if (std::all_of(out.begin(), out.end(), [](double t) { return t > 0; })) return out;
+  }
+  // Proportional to the predicted step times within each interval.
+  std::vector<double> seconds(n, 0.0), steps(n, 0.0);
+  for (size_t i = skip; i < intervals_.size(); ++i) {
+    const auto& [counts, s] = intervals_[i];
+    double predicted = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      predicted += static_cast<double>(counts[k]) *
+                   seen_.at(order_[k]).program->plan.prediction.step_seconds;
+    }
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (counts[k] == 0 || predicted <= 0) continue;
+      const double share = static_cast<double>(counts[k]) *
+                           seen_.at(order_[k]).program->plan.prediction.step_seconds / predicted;
+      seconds[k] += s * share;
+      steps[k] += static_cast<double>(counts[k]);
+    }
+  }
+  for (size_t k = 0; k < n; ++k) out[k] = steps[k] > 0 ? seconds[k] / steps[k] : -1.0;
+  return out;
+}
+
+double ShapePlans::predicted_mean_step() const {
+  double seconds = 0;
+  int64_t steps = 0;
+  for (const auto& [dims, s] : seen_) {
+    seconds += static_cast<double>(s.steps) * s.program->plan.prediction.step_seconds;
+    steps += s.steps;
+  }
+  return steps > 0 ? seconds / static_cast<double>(steps) : 0.0;
+}
+
+nlohmann::json ShapePlans::summary() const {
+  const std::vector<double> measured = measured_step_seconds();
+  nlohmann::json shapes = nlohmann::json::array();
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const Seen& s = seen_.at(order_[k]);
+    const Program& p = *s.program;
+    shapes.push_back({{"shape", order_[k]},
+                      {"steps", s.steps},
+                      {"first_step", s.first_step},
+                      {"waited_for_plan", s.waited},
+                      {"plan_seconds", p.plan_seconds},
+                      {"policy", policy_name(p.plan.policy)},
+                      {"offload_bytes", p.plan.offload_bytes},
+                      {"recompute_flops", p.plan.recompute_flops},
+                      {"planned_peak_bytes", p.plan.peak_bytes()},
+                      {"measured_peak_bytes", measured_peak(p)},
+                      {"predicted_step_s", p.plan.prediction.step_seconds},
+                      {"measured_step_s", measured[k] >= 0 ? nlohmann::json(measured[k])
+                                                           : nlohmann::json(nullptr)},
+                      {"kernel_steps_measured", p.timed_steps},
+                      {"tape_steps", p.plan.tape.steps.size()}});
+  }
+  return shapes;
+}
+
+std::string ShapePlans::end_line() const {
+  std::vector<std::string> parts;
+  const std::vector<double> measured = measured_step_seconds();
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const Seen& s = seen_.at(order_[k]);
+    parts.push_back(fmt::format("{} x{} {:.4f}s/{:.4f}s", Shape(order_[k]).str(), s.steps,
+                                measured[k], s.program->plan.prediction.step_seconds));
+  }
+  return fmt::format(
+      "shapes   {} seen, {} step{} waited for a plan; per shape steps, measured/predicted step: "
+      "{}",
+      order_.size(), waited_steps_, waited_steps_ == 1 ? "" : "s", fmt::join(parts, ", "));
+}
+
+}  // namespace ferry
