@@ -35,11 +35,14 @@ struct PrivateLinks {
 };
 
 // A 2-rank job of the quickstart offloading everything under the topology scheduler; local
-// ranks 0 and 1 stand in for GPUs 0 and 1, both under the first switch.
+// ranks 0 and 1 stand in for GPUs 0 and 1, both under the first switch. No kernel timing before
+// the first step (the FLOP model) and 12 steps, so the two jobs' copies overlap even when one
+// starts seconds after the other (a cold machine).
 std::string job(const std::string& base, const std::string& dir) {
   return "timeout 180 " + mpirun(2) + "-x FERRY_LINK_LEDGER=" + base + " " + trainer() + " train " +
          quickstart() + " run.dir=" + dir +
-         " run.steps=6 run.log_every=1 checkpoint.every=0 topology.file=" + dgx1() +
+         " run.steps=12 run.log_every=1 checkpoint.every=0 memory.measure=false topology.file=" +
+         dgx1() +
          " topology.emulation_scale=300 topology.chunk_mb=0.25 memory.policy=vdnn-all"
          " topology.scheduler=topology";
 }
