@@ -180,6 +180,21 @@ std::string read_string(const YAML::Node& node, bool nonempty) {
   return text;
 }
 
+// Each element of the sequence `node` read by `read`; a ValueError names its element ("[i]").
+template <typename Read>
+auto read_elements(const YAML::Node& node, Read read) {
+  std::vector<decltype(read(node))> values;
+  for (size_t i = 0; i < node.size(); ++i) {
+    try {
+      values.push_back(read(node[i]));
+    } catch (ValueError& e) {
+      e.element = fmt::format("[{}]", i);
+      throw;
+    }
+  }
+  return values;
+}
+
 std::vector<int64_t> read_int_tuple(const YAML::Node& node, size_t count, const Range& range,
                                     const std::string& shape) {
   const std::string expected = fmt::format("a list of {} integers {}", count, shape);
@@ -187,48 +202,21 @@ std::vector<int64_t> read_int_tuple(const YAML::Node& node, size_t count, const 
     throw ValueError{fmt::format("expected {}, got {}", expected, describe(node)), "", ""};
   if (node.size() != count)
     throw ValueError{fmt::format("expected {}, got a list of {}", expected, node.size()), "", ""};
-  std::vector<int64_t> values;
-  for (size_t i = 0; i < count; ++i) {
-    try {
-      values.push_back(read_int(node[i], range));
-    } catch (ValueError& e) {
-      e.element = fmt::format("[{}]", i);
-      throw;
-    }
-  }
-  return values;
+  return read_elements(node, [&](const YAML::Node& n) { return read_int(n, range); });
 }
 
 std::vector<int64_t> read_int_list(const YAML::Node& node, const Range& range) {
   if (node.IsDefined() && node.IsNull()) return {};
   if (!node.IsDefined() || !node.IsSequence())
     throw ValueError{fmt::format("expected a list of integers, got {}", describe(node)), "", ""};
-  std::vector<int64_t> values;
-  for (size_t i = 0; i < node.size(); ++i) {
-    try {
-      values.push_back(read_int(node[i], range));
-    } catch (ValueError& e) {
-      e.element = fmt::format("[{}]", i);
-      throw;
-    }
-  }
-  return values;
+  return read_elements(node, [&](const YAML::Node& n) { return read_int(n, range); });
 }
 
 std::vector<double> read_real_list(const YAML::Node& node, const Range& range) {
   if (node.IsDefined() && node.IsNull()) return {};
   if (!node.IsDefined() || !node.IsSequence())
     throw ValueError{fmt::format("expected a list of numbers, got {}", describe(node)), "", ""};
-  std::vector<double> values;
-  for (size_t i = 0; i < node.size(); ++i) {
-    try {
-      values.push_back(read_real(node[i], range));
-    } catch (ValueError& e) {
-      e.element = fmt::format("[{}]", i);
-      throw;
-    }
-  }
-  return values;
+  return read_elements(node, [&](const YAML::Node& n) { return read_real(n, range); });
 }
 
 std::string read_choice(const YAML::Node& node, const std::vector<std::string>& choices) {

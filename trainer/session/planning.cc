@@ -1,6 +1,6 @@
 // Offline planning.
-#include "trainer/session/model_of.h"
 #include "trainer/session/planning.h"
+#include "trainer/session/model_of.h"
 
 #include "common/error.h"
 #include "device/backend_traits.h"
@@ -43,24 +43,23 @@ const Lowered& OfflinePlanner::lowered(int64_t batch) {
   return *tapes_.emplace(batch, std::move(lowered)).first->second;
 }
 
-MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce_budget) {
-  PlanOptions o = plan_options(config_);
-  o.keep_unhidden = contention_aware_;
-  if (!enforce_budget) o.budget = 0;
-  o.policy = policy;
-  o.persistent = persistent_;
-  o.cost = cost_;
-  return plan_memory(lowered(batch).tape, o);
-}
-
-MemoryPlan OfflinePlanner::plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget) {
+PlanOptions OfflinePlanner::options(MemoryPolicy policy, uint64_t budget) const {
   PlanOptions o = plan_options(config_);
   o.keep_unhidden = contention_aware_;
   o.budget = budget;
   o.policy = policy;
   o.persistent = persistent_;
   o.cost = cost_;
-  return plan_memory(lowered(batch).tape, o);
+  return o;
+}
+
+MemoryPlan OfflinePlanner::plan(MemoryPolicy policy, int64_t batch, bool enforce_budget) {
+  return plan_memory(lowered(batch).tape,
+                     options(policy, enforce_budget ? config_.memory.budget : 0));
+}
+
+MemoryPlan OfflinePlanner::plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget) {
+  return plan_memory(lowered(batch).tape, options(policy, budget));
 }
 
 MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
@@ -73,13 +72,7 @@ MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
                       std::make_unique<Lowered>(lower_graph(g, *kernels_, /*training=*/true)))
              .first;
   }
-  PlanOptions o = plan_options(config_);
-  o.keep_unhidden = contention_aware_;
-  if (!enforce_budget) o.budget = 0;
-  o.policy = policy;
-  o.persistent = persistent_;
-  o.cost = cost_;
-  return plan_memory(it->second->tape, o);
+  return plan_memory(it->second->tape, options(policy, enforce_budget ? config_.memory.budget : 0));
 }
 
 bool OfflinePlanner::fits(MemoryPolicy policy, int64_t batch) {

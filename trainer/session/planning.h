@@ -55,6 +55,9 @@ class OfflinePlanner {
   void set_contention_aware(bool on) { contention_aware_ = on; }
 
  private:
+  // The config's plan options with this planner's cost model and persistent bytes.
+  PlanOptions options(MemoryPolicy policy, uint64_t budget) const;
+
   Config config_;
   std::unique_ptr<Kernels> kernels_;
   std::string substitute_;

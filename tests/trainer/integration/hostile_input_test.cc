@@ -30,15 +30,6 @@ std::string train_into(const std::string& dir, int steps, const std::string& mor
          dir + "/ckpt " + more;
 }
 
-// One error line containing `what`, a hint line, exit 2, and no training step.
-void expect_user_error(const Exit& e, const std::string& what) {
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("error: "), std::string::npos) << e.output;
-  EXPECT_NE(e.output.find(what), std::string::npos) << e.output;
-  EXPECT_NE(e.output.find("hint: "), std::string::npos) << e.output;
-  EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run:\n" << e.output;
-}
-
 std::vector<std::string> checkpoint_names(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(dir)) out.push_back(entry.path().filename());

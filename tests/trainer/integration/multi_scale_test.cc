@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "tests/trainer/integration/run_util.h"
 
@@ -79,9 +79,8 @@ TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
         Variant{"auto_recompute", "memory.link_gbps=0.001"}}) {
     SCOPED_TRACE(v.name);
     const std::string dir = scratch("multi_scale_" + v.name);
-    e = run(multi_scale(dir, kSteps,
-                        "memory.policy=auto memory.budget=" + std::to_string(budget) + " " +
-                            v.args));
+    e = run(multi_scale(
+        dir, kSteps, "memory.policy=auto memory.budget=" + std::to_string(budget) + " " + v.args));
     ASSERT_EQ(e.code, 0) << e.output;
     const Logged logged = read_metrics(dir);
     ASSERT_EQ(logged.losses.size(), reference.losses.size());
@@ -143,15 +142,6 @@ TEST(MultiScale, TwoRanksTrainEveryStepAtTheSameSideAsOneRank) {
   EXPECT_EQ(logged_sides(two + "/rank0.log"), sides);
   EXPECT_EQ(logged_sides(two + "/rank1.log"), sides);
   EXPECT_GT(std::set<int64_t>(sides.begin(), sides.end()).size(), 1u) << "the side changed";
-}
-
-// One error line naming the key, a hint, exit 2, no step.
-void expect_user_error(const Exit& e, const std::string& what) {
-  EXPECT_EQ(e.code, 2) << e.output;
-  EXPECT_NE(e.output.find("error: "), std::string::npos) << e.output;
-  EXPECT_NE(e.output.find(what), std::string::npos) << e.output;
-  EXPECT_NE(e.output.find("hint: "), std::string::npos) << e.output;
-  EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run:\n" << e.output;
 }
 
 TEST(MultiScale, BadScalesAreOneErrorNamingTheKeyAndExit2) {

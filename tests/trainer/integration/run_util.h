@@ -41,6 +41,15 @@ inline Exit run(const std::string& command) {
   return e;
 }
 
+// One error line containing `what`, a hint line, exit 2, and no training step.
+inline void expect_user_error(const Exit& e, const std::string& what) {
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("error: "), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find(what), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("hint: "), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run:\n" << e.output;
+}
+
 inline std::string trainer() { return std::string(FERRY_BINARY_DIR) + "/trainer"; }
 
 // mpirun for `ranks` processes on this machine (as root, oversubscribed if needed).
