@@ -8,9 +8,7 @@
 namespace ferry {
 namespace {
 
-using test::all_close;
-using test::random_floats;
-using test::to_f64;
+using namespace test;  // kernel_test_util.h: all_close, random_floats, to_f64, ...
 
 // Normalised outputs are O(1); gradients are sums over N*HW terms.
 constexpr double kRel = 1e-4;

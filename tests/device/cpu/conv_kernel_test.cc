@@ -11,9 +11,7 @@
 namespace ferry {
 namespace {
 
-using test::all_close;
-using test::random_floats;
-using test::to_f64;
+using namespace test;  // kernel_test_util.h: all_close, random_floats, to_f64, ...
 
 // fp32 kernel vs fp64 reference: sums of at most a few hundred products of values in [-1, 1].
 constexpr double kRel = 1e-4;

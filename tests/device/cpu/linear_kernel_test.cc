@@ -7,9 +7,7 @@
 namespace ferry {
 namespace {
 
-using test::all_close;
-using test::random_floats;
-using test::to_f64;
+using namespace test;  // kernel_test_util.h: all_close, random_floats, to_f64, ...
 
 // fp32 vs fp64 on dot products of at most ~600 terms in [-1, 1].
 constexpr double kRel = 1e-4;

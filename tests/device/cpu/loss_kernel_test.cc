@@ -10,9 +10,7 @@
 namespace ferry {
 namespace {
 
-using test::all_close;
-using test::random_floats;
-using test::to_f64;
+using namespace test;  // kernel_test_util.h: all_close, random_floats, to_f64, ...
 
 constexpr double kRel = 1e-5;
 constexpr double kAbs = 1e-6;

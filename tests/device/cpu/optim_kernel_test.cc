@@ -12,9 +12,7 @@
 namespace ferry {
 namespace {
 
-using test::all_close;
-using test::random_floats;
-using test::to_f64;
+using namespace test;  // kernel_test_util.h: all_close, random_floats, to_f64, ...
 
 // Five fp32 steps against exact arithmetic: a few roundings per step.
 constexpr double kRel = 1e-5;
