@@ -309,9 +309,9 @@ struct SoftmaxCrossEntropyBackward {
 // GPT-2's input embedding: y[n, t, :] = wte[tokens[n, t], :] + wpe[t, :]. Tokens are int32 in
 // [0, vocab) (the loader checks them; a kernel may assume it).
 struct EmbeddingForward {
-  int64_t n = 1, t = 1;  // batch rows, positions
-  int64_t c = 1;         // width
-  int64_t vocab = 1;     // rows of wte
+  int64_t n = 1, t = 1;             // batch rows, positions
+  int64_t c = 1;                    // width
+  int64_t vocab = 1;                // rows of wte
   const int32_t* tokens = nullptr;  // (N, T)
   const float* wte = nullptr;       // (vocab, C)
   const float* wpe = nullptr;       // (context >= T, C); only its first T rows are read
@@ -394,8 +394,8 @@ struct AttentionGeom {
 // Per (n, h): S = q k^T / sqrt(D) with S[i, j] masked for j > i; P = softmax(S) by rows (masked
 // entries exactly 0); probs = P (N, heads, T, T), saved for backward. In training with dropout,
 // P' = dropout(P) as DropoutForward draws it over the (N, heads, T, T) elements (seed, offset 0),
-// mask as there; otherwise P' = P and mask is unused (may be null). y[n, i, h D + d] = (P' v)[i, d],
-// heads merged back to (N, T, C). A null y computes probs alone (a recompute that rebuilds the
+// mask as there; otherwise P' = P and mask is unused (may be null). y[n, i, h D + d] = (P' v)[i,
+// d], heads merged back to (N, T, C). A null y computes probs alone (a recompute that rebuilds the
 // probabilities; it never drops, so P' is not needed).
 struct AttentionForward {
   AttentionGeom g;
@@ -472,16 +472,14 @@ struct AdamWUpdate {
 
 // ---- the launch interface ----------------------------------------------------------------------
 
-using KernelArgs =
-    std::variant<ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward,
-                 LinearBackwardData, LinearBackwardWeights, PoolForward, PoolBackward,
-                 AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward, BatchNormForwardTraining,
-                 BatchNormForwardInference, BatchNormBackward, ReluForward, ReluBackward,
-                 AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward, DropoutBackward,
-                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate,
-                 EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
-                 GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
-                 ClipByNorm>;
+using KernelArgs = std::variant<
+    ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward, LinearBackwardData,
+    LinearBackwardWeights, PoolForward, PoolBackward, AdaptiveAvgPoolForward,
+    AdaptiveAvgPoolBackward, BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward,
+    ReluForward, ReluBackward, AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward,
+    DropoutBackward, SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate,
+    AdamWUpdate, EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
+    GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares, ClipByNorm>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

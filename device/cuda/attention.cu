@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "device/counter_rng.h"
-#include "device/cuda/launch.cuh"
 #include "device/cuda/lane_total.cuh"
+#include "device/cuda/launch.cuh"
 #include "device/cuda/transformer_ops.h"
 
 namespace ferry::cuda {

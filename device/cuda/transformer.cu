@@ -5,8 +5,8 @@
 // are the same on every run, for every grid, and in the host emulation.
 #include <algorithm>
 
-#include "device/cuda/launch.cuh"
 #include "device/cuda/lane_total.cuh"
+#include "device/cuda/launch.cuh"
 #include "device/cuda/transformer_ops.h"
 
 namespace ferry::cuda {

@@ -41,8 +41,8 @@ int run_info(const InfoArgs& args) {
   const ModelInfo& m = model_info(args.model);
   if (m.tokens) {
     if (!args.input.empty()) {
-      throw ConfigError(fmt::format("--input is C,H,W for image models; '{}' takes tokens",
-                                    args.model));
+      throw ConfigError(
+          fmt::format("--input is C,H,W for image models; '{}' takes tokens", args.model));
     }
     print_table(build_token_model(args.model, 1, m.sizes.context, {}), args);
     return 0;

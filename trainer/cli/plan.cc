@@ -11,11 +11,11 @@
 #include "common/file_write.h"
 #include "common/strings.h"
 #include "device/backend_traits.h"
-#include "trainer/session/model_of.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/device_profile.h"
+#include "trainer/session/model_of.h"
 #include "trainer/session/planning.h"
 #include "trainer/session/session.h"
 #include "trainer/session/simulation.h"
@@ -252,10 +252,10 @@ int run_plan(const PlanArgs& args) {
     return 0;
   }
 
-  std::printf(
-      "plan: %s, batch %lld, %s, budget %s%s\n", config.model.name.c_str(),
-      static_cast<long long>(batch), input_text(config).c_str(), format_bytes(config.memory.budget).c_str(),
-      planner.substituted() ? (" (" + planner.substitute() + ")").c_str() : "");
+  std::printf("plan: %s, batch %lld, %s, budget %s%s\n", config.model.name.c_str(),
+              static_cast<long long>(batch), input_text(config).c_str(),
+              format_bytes(config.memory.budget).c_str(),
+              planner.substituted() ? (" (" + planner.substitute() + ")").c_str() : "");
   std::printf("cost model: %s\n", cost_source.c_str());
   const PersistentBytes& p = planner.persistent();
   std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",
@@ -286,9 +286,8 @@ int run_plan(const PlanArgs& args) {
     std::printf("%-6s %-20s %12s %12s %12s %12s %s\n", "side", "input", "peak", "lower bound",
                 "offload/step", "recompute", "predicted step");
     for (const ShapeRow& r : shapes) {
-      std::printf("%-6lld %-20s %12s %12s %12s %9.3g GF %.3fs%s\n",
-                  static_cast<long long>(r.side), r.input.str().c_str(),
-                  format_bytes(r.plan.peak_bytes()).c_str(),
+      std::printf("%-6lld %-20s %12s %12s %12s %9.3g GF %.3fs%s\n", static_cast<long long>(r.side),
+                  r.input.str().c_str(), format_bytes(r.plan.peak_bytes()).c_str(),
                   format_bytes(r.plan.lower_bound).c_str(),
                   format_bytes(r.plan.offload_bytes).c_str(), r.plan.recompute_flops / 1e9,
                   r.plan.prediction.step_seconds, r.fits ? "" : "  does not fit");

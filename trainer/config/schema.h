@@ -15,7 +15,18 @@
 
 namespace ferry::config_internal {
 
-enum class ValueType { kBool, kInt, kUint, kFloat, kString, kSize, kChoice, kIntTuple, kFloatList, kIntList };
+enum class ValueType {
+  kBool,
+  kInt,
+  kUint,
+  kFloat,
+  kString,
+  kSize,
+  kChoice,
+  kIntTuple,
+  kFloatList,
+  kIntList
+};
 
 // A value as the schema reads it out of a Config, for printing.
 using Value = std::variant<bool, int64_t, uint64_t, double, std::string, std::vector<int64_t>,

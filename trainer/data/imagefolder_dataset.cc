@@ -149,8 +149,8 @@ class ImageFolderDataset : public Dataset {
   }
 
  private:
-  void transform(const RgbImage& image, int64_t index, int64_t epoch, int64_t height,
-                 int64_t width, float* pixels) const {
+  void transform(const RgbImage& image, int64_t index, int64_t epoch, int64_t height, int64_t width,
+                 float* pixels) const {
     thread_local std::vector<uint8_t> hwc;
     hwc.resize(static_cast<size_t>(height) * width * 3);
     bool flip = false;

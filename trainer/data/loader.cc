@@ -275,10 +275,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
-  const uint64_t input_bytes =
-      round_up(static_cast<uint64_t>(batch_shape().numel()) *
-                   dtype_size(dataset_->input_dtype()),
-               kAlign);
+  const uint64_t input_bytes = round_up(
+      static_cast<uint64_t>(batch_shape().numel()) * dtype_size(dataset_->input_dtype()), kAlign);
   const uint64_t labels_bytes = static_cast<uint64_t>(o.batch_size) *
                                 static_cast<uint64_t>(dataset_->labels_per_sample()) * 4;
   const uint64_t block_bytes = round_up(input_bytes + labels_bytes, kAlign);
@@ -373,8 +371,9 @@ Shape rows_of(const Dataset& ds, int64_t rows, int64_t side) {
 }  // namespace
 
 Shape DataLoader::batch_shape() const {
-  const int64_t largest =
-      options_.scales.empty() ? 0 : *std::max_element(options_.scales.begin(), options_.scales.end());
+  const int64_t largest = options_.scales.empty()
+                              ? 0
+                              : *std::max_element(options_.scales.begin(), options_.scales.end());
   return rows_of(*dataset_, options_.batch_size, largest);
 }
 

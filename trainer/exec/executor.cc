@@ -97,8 +97,8 @@ Event& Executor::step_event() {
 
 void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                        GradientListener* listener) {
-  Program& p =
-      batch.shape.rank() > 0 ? programs_.get(batch.shape, training) : programs_.get(batch.n, training);
+  Program& p = batch.shape.rank() > 0 ? programs_.get(batch.shape, training)
+                                      : programs_.get(batch.n, training);
   FERRY_ASSERT(batch.shape.rank() == 0 || batch.shape[0] == batch.n,
                "HostBatch: shape and row count disagree");
   // One arena serves every plan: it grows to the largest plan used so far (the old one freed

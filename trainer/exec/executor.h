@@ -3,8 +3,8 @@
 // producer's event, device space reused only after the copy's event, prefetches on the
 // host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
 // (input shape, mode) (program.h), ahead of the step that needs them when asked to (prepare());
-// one arena, as large as the largest plan used, serves them all. The host never waits inside a step; it reads the staged losses
-// when it asks (metrics_ring.h).
+// one arena, as large as the largest plan used, serves them all. The host never waits inside a
+// step; it reads the staged losses when it asks (metrics_ring.h).
 //
 // Note [Life of an offloaded activation]
 // One saved activation, say the output of a convolution that its backward reads, from the config

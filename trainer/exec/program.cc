@@ -154,9 +154,10 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
       p->graph = factory_(input[0]);
     } else {
       if (!shaped_) {
-        throw ConfigError(fmt::format("no model graph for input {}: this executor builds only "
-                                      "the configured input (N, {})",
-                                      input.str(), sample_.str()));
+        throw ConfigError(
+            fmt::format("no model graph for input {}: this executor builds only "
+                        "the configured input (N, {})",
+                        input.str(), sample_.str()));
       }
       p->graph = shaped_(input);
     }
@@ -187,8 +188,7 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   for (const TapeStep& s : p->plan.tape.steps) {
     if (options_.cost.measured_seconds(s, p->plan.tape) >= 0) ++p->timed_steps;
   }
-  p->plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  p->plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return p;
 }
 

@@ -254,9 +254,9 @@ TensorId GraphBuilder::embedding(const std::string& name, const std::string& wte
   FERRY_ASSERT(tokens(), "an embedding needs a token input");
   const Shape in = shape(graph_.input_);
   if (in[1] > context) {
-    throw ConfigError(fmt::format("{} tokens per row exceed the model's context of {}", in[1],
-                                  context),
-                      "lower data.seq_len or raise model.context");
+    throw ConfigError(
+        fmt::format("{} tokens per row exceed the model's context of {}", in[1], context),
+        "lower data.seq_len or raise model.context");
   }
   const TensorId table = add_param(wte, Shape{vocab, width}, init);
   const TensorId positions = add_param(wpe, Shape{context, width}, init);
@@ -290,8 +290,7 @@ TensorId GraphBuilder::conv1d(TensorId x, const std::string& name, int64_t out_f
   std::vector<TensorId> params{
       add_param(name + ".weight", Shape{in[1], out_features}, weight),
       add_param(name + ".bias", Shape{out_features}, ParamInit::resolve(InitRule::kZeros, 0, 0))};
-  return add_node(name, make_linear(g, true), {x}, {Shape{in[0], out_features}},
-                  std::move(params));
+  return add_node(name, make_linear(g, true), {x}, {Shape{in[0], out_features}}, std::move(params));
 }
 
 TensorId GraphBuilder::attention(TensorId qkv, const std::string& name, int64_t heads,

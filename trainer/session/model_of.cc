@@ -64,13 +64,13 @@ Graph build_configured_model(const Config& config, const Shape& input) {
                                         g.tensor(a).desc == configured.tensor(b).desc;
                                });
   if (!same) {
-    throw ConfigError(fmt::format("data.scales: model '{}' at input {} has other parameter "
-                                  "shapes than at model.input [{}]: its weights depend on the "
-                                  "image side",
-                                  config.model.name, input.str(),
-                                  fmt::join(config.model.input, ", ")),
-                      "use a model with global pooling before its classifier (resnet18_cifar, "
-                      "resnet50), or set data.scales=[]");
+    throw ConfigError(
+        fmt::format("data.scales: model '{}' at input {} has other parameter "
+                    "shapes than at model.input [{}]: its weights depend on the "
+                    "image side",
+                    config.model.name, input.str(), fmt::join(config.model.input, ", ")),
+        "use a model with global pooling before its classifier (resnet18_cifar, "
+        "resnet50), or set data.scales=[]");
   }
   return g;
 }
@@ -79,10 +79,10 @@ Graph build_configured_model(const Config& config, int64_t batch) {
   const ModelInfo& info = model_info(config.model.name);
   if (info.tokens != (config.data.source == DataSource::kTokens)) {
     throw ConfigError(
-        info.tokens ? fmt::format("model '{}' reads tokens, but data.source is {}",
-                                  config.model.name, to_string(config.data.source))
-                    : fmt::format("model '{}' reads images, but data.source is tokens",
-                                  config.model.name),
+        info.tokens
+            ? fmt::format("model '{}' reads tokens, but data.source is {}", config.model.name,
+                          to_string(config.data.source))
+            : fmt::format("model '{}' reads images, but data.source is tokens", config.model.name),
         info.tokens ? "set data.source=tokens and data.path to a token file "
                       "(scripts/prepare_tokens.py makes one)"
                     : "pick a token model (gpt2, gpt2-medium) for data.source=tokens");

@@ -1,6 +1,6 @@
 // Building a run from its config.
-#include "trainer/session/model_of.h"
 #include "trainer/session/session.h"
+#include "trainer/session/model_of.h"
 
 #include "device/backend_traits.h"
 #include "links/link_capacities.h"
@@ -204,9 +204,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   exec.seed = config.run.seed;
   if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
-      *device_, *store_,
-      [this](int64_t batch) { return build_configured_model(config_, batch); }, exec,
-      [this](const Shape& input) { return build_configured_model(config_, input); });
+      *device_, *store_, [this](int64_t batch) { return build_configured_model(config_, batch); },
+      exec, [this](const Shape& input) { return build_configured_model(config_, input); });
   comm_ =
       create_communicator(comm_choice(config.comm.backend), *device_, ranks, config.comm.timeout_s);
   if (arbiter_) attach_link_ledger();

@@ -11,8 +11,7 @@
 
 namespace ferry {
 
-ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loader,
-                       int lookahead)
+ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loader, int lookahead)
     : executor_(executor),
       device_(device),
       loader_(loader),
@@ -50,8 +49,8 @@ std::string ShapePlans::after_step(const Shape& input, int64_t step) {
     s.waited = waited;
   }
   ++s.steps;
-  const size_t k = static_cast<size_t>(
-      std::find(order_.begin(), order_.end(), input.dims()) - order_.begin());
+  const size_t k =
+      static_cast<size_t>(std::find(order_.begin(), order_.end(), input.dims()) - order_.begin());
   ++pending_[k];
   if (!fresh) return "";
   const Program& p = *s.program;
@@ -176,8 +175,8 @@ nlohmann::json ShapePlans::summary() const {
                       {"planned_peak_bytes", p.plan.peak_bytes()},
                       {"measured_peak_bytes", measured_peak(p)},
                       {"predicted_step_s", p.plan.prediction.step_seconds},
-                      {"measured_step_s", measured[k] >= 0 ? nlohmann::json(measured[k])
-                                                           : nlohmann::json(nullptr)},
+                      {"measured_step_s",
+                       measured[k] >= 0 ? nlohmann::json(measured[k]) : nlohmann::json(nullptr)},
                       {"kernel_steps_measured", p.timed_steps},
                       {"tape_steps", p.plan.tape.steps.size()}});
   }

@@ -1,6 +1,6 @@
 // Planning every rank of a described server and running the node simulator.
-#include "trainer/session/model_of.h"
 #include "trainer/session/simulation.h"
+#include "trainer/session/model_of.h"
 
 #include <algorithm>
 #include <filesystem>

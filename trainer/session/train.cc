@@ -8,8 +8,8 @@
 // and the last. A non-finite loss is therefore detected at the next such step, and reported
 // with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
-#include "trainer/session/model_of.h"
 #include "trainer/session/train.h"
+#include "trainer/session/model_of.h"
 
 #include <chrono>
 #include <cmath>
@@ -270,8 +270,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   // its shape's plan; the shapes of the next batches are planned ahead, in the background.
   const MemoryPlan& plan =
       session.executor()
-          .program(configured_input(config, config.data.batch_size,
-                                    loader.side(loader.position())),
+          .program(configured_input(config, config.data.batch_size, loader.side(loader.position())),
                    /*training=*/true)
           .plan;
   print_banner(log, session, config, *dataset, plan);
@@ -378,8 +377,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       const Graph& g = session.graph();
       const double labels_per_sample =
           static_cast<double>(g.tensor(g.labels()).desc.shape.numel()) / g.batch();
-      r.accuracy = interval_correct /
-                   std::max(1.0, interval_samples / ranks.size * labels_per_sample);
+      r.accuracy =
+          interval_correct / std::max(1.0, interval_samples / ranks.size * labels_per_sample);
       r.lr = lr;
       r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
       r.device_peak_bytes = device.memory().stats().peak;

@@ -18,7 +18,7 @@ struct TrainRun {
   uint64_t planned_peak = 0;
   uint64_t offload_bytes = 0;
   double recompute_flops = 0;
-  int conv_recomputes = 0;  // recompute steps that run a convolution or a linear layer again
+  int conv_recomputes = 0;       // recompute steps that run a convolution or a linear layer again
   int attention_recomputes = 0;  // recompute steps that rebuild attention probabilities
 };
 

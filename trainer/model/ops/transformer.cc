@@ -138,7 +138,8 @@ class AttentionOp : public Op {
     return {4 * scores * g_.head_dim() + 5 * scores, 8 * scores * g_.head_dim() + 4 * scores};
   }
   uint64_t workspace_bytes(Kernels& k, Pass pass, bool training) const override {
-    if (pass == Pass::kForward) return k.workspace_bytes(AttentionForward{.g = g_, .training = training});
+    if (pass == Pass::kForward)
+      return k.workspace_bytes(AttentionForward{.g = g_, .training = training});
     return k.workspace_bytes(AttentionBackward{.g = g_});
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {

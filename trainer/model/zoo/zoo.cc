@@ -75,7 +75,10 @@ std::vector<Entry> make_registry() {
                    fmt::format("GPT-2, Hugging Face's GPT2LMHeadModel: {} layers, {} heads, width "
                                "{}, vocabulary {}, context {} (sizes: model.layers, ...)",
                                sizes.layers, sizes.heads, sizes.width, sizes.vocab, sizes.context),
-                   Shape{sizes.context}, sizes.vocab, /*tokens=*/true, sizes,
+                   Shape{sizes.context},
+                   sizes.vocab,
+                   /*tokens=*/true,
+                   sizes,
                    /*decay_matrices_only=*/true};  // nanoGPT's and Hugging Face's groups
     r.push_back({std::move(info), nullptr});
   };
@@ -127,8 +130,8 @@ TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& o
   TransformerSizes s = model.sizes;
   const auto take = [&](int64_t value, int64_t& into, const char* key) {
     if (value < 0) {
-      throw ConfigError(fmt::format("{} must be >= 0 (0 = {}'s value), got {}", key, model.name,
-                                    value));
+      throw ConfigError(
+          fmt::format("{} must be >= 0 (0 = {}'s value), got {}", key, model.name, value));
     }
     if (value > 0) into = value;
   };
@@ -158,9 +161,9 @@ Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
   }
   const TransformerSizes s = resolve_sizes(entry.info, sizes);
   if (seq_len < 1 || seq_len > s.context) {
-    throw ConfigError(fmt::format("data.seq_len ({}) must be in [1, model.context = {}]", seq_len,
-                                  s.context),
-                      "lower data.seq_len or raise model.context");
+    throw ConfigError(
+        fmt::format("data.seq_len ({}) must be in [1, model.context = {}]", seq_len, s.context),
+        "lower data.seq_len or raise model.context");
   }
   GraphBuilder builder(Shape{batch, seq_len}, s.vocab);
   builder.loss(zoo::build_gpt2(builder, s));
@@ -171,9 +174,9 @@ Graph build_model(const std::string& name, const Shape& input_nchw, int64_t clas
   const Entry& entry = find(name);
   if (entry.info.tokens) {
     if (input_nchw.rank() != 2) {
-      throw ConfigError(fmt::format("model '{}' takes (N, T) tokens, not {}", name,
-                                    input_nchw.str()),
-                        "set data.source=tokens for a token model");
+      throw ConfigError(
+          fmt::format("model '{}' takes (N, T) tokens, not {}", name, input_nchw.str()),
+          "set data.source=tokens for a token model");
     }
     return build_token_model(name, input_nchw[0], input_nchw[1], {});
   }

@@ -22,8 +22,8 @@ struct TransformerSizes {
 // What `trainer info` and config validation need to know about a model without building it.
 struct ModelInfo {
   std::string name;
-  std::string summary;  // one line: architecture, what input it is made for, parameters
-  Shape default_input;  // (C, H, W); for a token model (T): its context
+  std::string summary;          // one line: architecture, what input it is made for, parameters
+  Shape default_input;          // (C, H, W); for a token model (T): its context
   int64_t default_classes = 0;  // a token model: its vocabulary
   bool tokens = false;          // takes (N, T) int32 tokens, predicts the next token everywhere
   TransformerSizes sizes;       // a token model's named sizes
