@@ -103,11 +103,15 @@ def main():
 
     failures = []
 
+    def ferry_eval(weights_file, name):
+        """`trainer eval` of `weights_file` on val.bin into run dir `name`: its eval.json."""
+        run_dir = os.path.join(args.dir, name)
+        run([args.trainer, "eval", cfg, *common, f"model.init_from={weights_file}",
+             f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
+        return json.load(open(os.path.join(run_dir, "eval.json")))
+
     # 1. Evaluation of Hugging Face's weights.
-    run_dir = os.path.join(args.dir, "eval_hf")
-    run([args.trainer, "eval", cfg, *common, f"model.init_from={weights}",
-         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
-    ours = json.load(open(os.path.join(run_dir, "eval.json")))
+    ours = ferry_eval(weights, "eval_hf")
     ref = mean_loss(model, val, SEQ)
     print(f"eval loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f}")
     if not close(ours["loss"], ref, 1e-5):
@@ -157,10 +161,7 @@ def main():
     if result.missing_keys != ["lm_head.weight"]:
         failures.append(f"missing keys {result.missing_keys}")
     trained.tie_weights()
-    run_dir = os.path.join(args.dir, "eval_ferry")
-    run([args.trainer, "eval", cfg, *common, f"model.init_from={ckpt}",
-         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
-    ours = json.load(open(os.path.join(run_dir, "eval.json")))
+    ours = ferry_eval(ckpt, "eval_ferry")
     ref = mean_loss(trained, val, SEQ)
     print(f"checkpoint eval loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f}")
     if not close(ours["loss"], ref, 1e-5):
