@@ -139,9 +139,30 @@ Program& ProgramCache::publish(const Key& key, std::optional<Graph> graph) {
   return *e.program;
 }
 
+std::shared_ptr<const FixedDecisions> ProgramCache::static_decisions(
+    const std::vector<std::string>& keep_alive) const {
+  std::lock_guard<std::mutex> lock(static_mu_);
+  if (static_) return static_;
+  const Shape& largest = shape_options_.static_input;
+  std::unique_ptr<Program> p;
+  try {
+    p = plan_program(largest, /*training=*/true, keep_alive, std::nullopt, /*own_decisions=*/true);
+  } catch (const BudgetError& e) {
+    // Not a shape to skip (memory.oversize): without this plan no shape has one.
+    throw ConfigError(
+        fmt::format("memory.per_shape false plans every shape with the decisions of the largest, "
+                    "which does not fit: {}",
+                    e.what()),
+        e.hint() + "; or set memory.per_shape=true");
+  }
+  static_ = std::make_shared<const FixedDecisions>(fixed_decisions(p->plan, largest.str()));
+  return static_;
+}
+
 std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool training,
                                                     std::vector<std::string> keep_alive,
-                                                    std::optional<Graph> graph) const {
+                                                    std::optional<Graph> graph,
+                                                    bool own_decisions) const {
   const auto start = std::chrono::steady_clock::now();
   auto p = std::make_unique<Program>();
   p->input = input;
@@ -176,13 +197,23 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   PlanOptions options = options_;
   options.persistent = store_.bytes();
   if (!training) options.policy = MemoryPolicy::kNone;  // nothing is saved for a backward
+  if (training && options.policy == MemoryPolicy::kAuto && shape_options_.static_input.rank() > 0 &&
+      !own_decisions) {
+    options.fixed = static_decisions(keep_alive);
+  }
+  // Errors name the input when it is not the configured one, or when shapes vary.
+  const bool name =
+      shape_options_.name_shapes ||
+      (sample_.rank() > 0 && input.rank() >= 2 &&
+       std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) != sample_.dims());
   try {
     p->plan = plan_memory(p->lowered.tape, options);
+  } catch (const BudgetError& e) {
+    if (!name) throw;
+    throw BudgetError(fmt::format("input {}: {}", input.str(), e.what()),
+                      e.hint() + "; or set memory.oversize=skip to drop the batches of this shape");
   } catch (const ConfigError& e) {
-    if (sample_.rank() == 0 || input.rank() < 2 ||
-        std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) == sample_.dims()) {
-      throw;
-    }
+    if (!name) throw;
     throw ConfigError(fmt::format("input {}: {}", input.str(), e.what()), e.hint());
   }
   for (const TapeStep& s : p->plan.tape.steps) {
