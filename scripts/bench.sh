@@ -186,11 +186,11 @@ fi
 if [[ $what == all || $what == shapes ]]; then
   # (a) The same sequence of batches in every arm (run.seed 0), log_every 1 so each step is timed
   # alone; the arms interleaved (none, per-shape, static, none, ...) and each arm's figure the
-  # median over its runs of the mean step after the first 5. The CPU's copies stand in for a
+  # mean over steps 6-30 of each step's median over the arm's runs. The CPU's copies stand in for a
   # GPU's link at device.copy_gbps 0.2 (about a GPU's compute-to-PCIe ratio on 2 cores); plans
   # use the FLOP model in every arm. The budget: side 24's peak plus 3/8 of what side 48 adds.
   sides="[24, 28, 32, 36, 40, 44, 48]"
-  reps="${FERRY_BENCH_SHAPES_REPS:-3}"
+  reps="${FERRY_BENCH_SHAPES_REPS:-5}"
   common=(model.name=resnet18_cifar data.batch_size=16 "data.scales=$sides" memory.measure=false
           device.memory=2GiB device.copy_gbps=0.2)
   budget=$(build/trainer plan configs/quickstart.yaml "${common[@]}" memory.policy=none --json |
@@ -220,12 +220,15 @@ def run(arm, rep):
     rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
     steps = [16 / r["samples_per_s"] for r in rows if r["step"] > 5]
     load = re.search(r"load average: ([\d.]+)", open(f"{d}.load").read()).group(1)
-    return statistics.mean(steps), json.load(open(f"{d}/summary.json")), load
+    return steps, json.load(open(f"{d}/summary.json")), load
 arms = {a: [run(a, r) for r in range(1, reps + 1)] for a in ("none", "per_shape", "static")}
-med = {a: statistics.median(x[0] for x in runs) for a, runs in arms.items()}
+# Step i has the same shape in every run: the median over an arm's runs of step i, then the mean
+# over the steps (a burst of load in one run moves the median little).
+med = {a: statistics.mean(statistics.median(x[0][i] for x in runs) for i in range(len(runs[0][0])))
+       for a, runs in arms.items()}
 for a in ("none", "per_shape", "static"):
-    print(f"  {a:10s} {med[a]:.4f}s/step ({100 * (med[a] / med['none'] - 1):+.1f}% vs none)   runs: "
-          + ", ".join(f"{x[0]:.4f}s (load {x[2]})" for x in arms[a]))
+    print(f"  {a:10s} {med[a]:.4f}s/step ({100 * (med[a] / med['none'] - 1):+.1f}% vs none)   run means: "
+          + ", ".join(f"{statistics.mean(x[0]):.4f}s (load {x[2]})" for x in arms[a]))
 print(f"goal: per-shape within 5% of none where static costs 15% or more: per-shape "
       f"{100 * (med['per_shape'] / med['none'] - 1):+.1f}%, static {100 * (med['static'] / med['none'] - 1):+.1f}%")
 for a in ("per_shape", "static"):
@@ -243,36 +246,41 @@ PY
        device.memory=80GiB)
   lengths=$(/usr/bin/python3 scripts/document_length_schedule.py --batch 16 --bucket 64 --cap 1024 \
     --group-by-length '/usr/share/doc/*/copyright')
-  echo "== 8b. simulated on h100-pcie5, memory.budget 24 GiB: ResNet-50 batch 256 data.scales [160, 192, 224, 256, 288]; gpt2 batch 16 at --shapes $lengths =="
-  for model in resnet50 gpt2; do
-    for arm in per_shape static none; do
-      case $arm in
-        none) args=(memory.policy=none memory.budget=0) ;;
-        per_shape) args=(memory.budget=24GiB) ;;
-        static) args=(memory.budget=24GiB memory.per_shape=false) ;;
-      esac
-      if [[ $model == resnet50 ]]; then
-        build/trainer simulate configs/simulate/resnet50-dgx1.yaml "${sim[@]}" "${args[@]}" \
-          "data.scales=[160, 192, 224, 256, 288]" > "$out/shapes_sim_${model}_$arm.json"
-      else
-        build/trainer simulate configs/simulate/gpt2-medium-dgx1.yaml "${sim[@]}" "${args[@]}" \
-          model.name=gpt2 data.batch_size=16 --shapes "$lengths" > "$out/shapes_sim_${model}_$arm.json"
-      fi
+  echo "== 8b. simulated on h100-pcie5, memory.budget 24 GiB (and 12 GiB): ResNet-50 batch 256 data.scales [160, 192, 224, 256, 288]; gpt2 batch 16 at --shapes $lengths =="
+  for budget in 24GiB 12GiB; do
+    for model in resnet50 gpt2; do
+      for arm in per_shape static none; do
+        case $arm in
+          none) args=(memory.policy=none memory.budget=0) ;;
+          per_shape) args=(memory.budget=$budget) ;;
+          static) args=(memory.budget=$budget memory.per_shape=false) ;;
+        esac
+        f="$out/shapes_sim_${model}_${budget}_$arm.json"
+        if [[ $model == resnet50 ]]; then
+          build/trainer simulate configs/simulate/resnet50-dgx1.yaml "${sim[@]}" "${args[@]}" \
+            "data.scales=[160, 192, 224, 256, 288]" > "$f"
+        else
+          build/trainer simulate configs/simulate/gpt2-medium-dgx1.yaml "${sim[@]}" "${args[@]}" \
+            model.name=gpt2 data.batch_size=16 --shapes "$lengths" > "$f"
+        fi
+      done
     done
   done
   /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
-for model in ("resnet50", "gpt2"):
-    j = {a: json.load(open(f"{out}/shapes_sim_{model}_{a}.json")) for a in ("none", "per_shape", "static")}
-    none = j["none"]["step_s"]
-    print(f"  {model}: mean step none {none:.4f}s, per-shape {j['per_shape']['step_s']:.4f}s "
-          f"({100 * (j['per_shape']['step_s'] / none - 1):+.1f}%), static {j['static']['step_s']:.4f}s "
-          f"({100 * (j['static']['step_s'] / none - 1):+.1f}%)")
-    for a in ("per_shape", "static"):
-        print(f"    {a}: " + ", ".join(
-            f"{s['size']} {s['step_s']:.4f}s ({s['recompute_flops'] / 1e9:.0f} GF, {s['offload_bytes'] / 2**30:.2f} GiB)"
-            for s in j[a]["shapes"]))
+for budget in ("24GiB", "12GiB"):
+    for model in ("resnet50", "gpt2"):
+        j = {a: json.load(open(f"{out}/shapes_sim_{model}_{budget}_{a}.json"))
+             for a in ("none", "per_shape", "static")}
+        none = j["none"]["step_s"]
+        print(f"  {model} under {budget}: mean step none {none:.4f}s, per-shape {j['per_shape']['step_s']:.4f}s "
+              f"({100 * (j['per_shape']['step_s'] / none - 1):+.1f}%), static {j['static']['step_s']:.4f}s "
+              f"({100 * (j['static']['step_s'] / none - 1):+.1f}%)")
+        for a in ("per_shape", "static"):
+            print(f"    {a}: " + ", ".join(
+                f"{s['size']} {s['step_s']:.4f}s ({s['recompute_flops'] / 1e9:.0f} GF, {s['offload_bytes'] / 2**30:.2f} GiB)"
+                for s in j[a]["shapes"]))
 PY
   echo "== 8c. planning time per new shape against its predicted H100 step (medians of 3) =="
   build/bench_shape_planning --reps 3
