@@ -75,20 +75,21 @@ nlohmann::json read_json(const std::string& path) {
 
 class Oversize : public ::testing::Test {
  protected:
-  // The sides a run with unlimited memory draws: what every arm below is checked against.
-  static void SetUpTestSuite() {
-    const std::string dir = scratch("oversize_reference");
+  // The sides a run with unlimited memory draws: what every arm below is checked against (each
+  // test its own run: ctest runs them in parallel).
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const std::string dir = scratch("oversize_reference_" + name);
     const Exit e = run(train(dir, kReference, 2, "memory.policy=none"));
     ASSERT_EQ(e.code, 0) << e.output;
     drawn_ = logged_sides(dir + "/rank0.log");
+    ASSERT_EQ(drawn_.size(), static_cast<size_t>(kReference));
   }
   static constexpr int kReference = 24;
-  static std::vector<int64_t> drawn_;
+  std::vector<int64_t> drawn_;
 };
-std::vector<int64_t> Oversize::drawn_;
 
 TEST_F(Oversize, ByDefaultTheRunEndsBeforeTheStepNamingTheShapeAndTheSmallestBudget) {
-  ASSERT_EQ(drawn_.size(), static_cast<size_t>(kReference));
   const size_t first_48 =
       static_cast<size_t>(std::find(drawn_.begin(), drawn_.end(), 48) - drawn_.begin());
   ASSERT_GE(first_48, 1u) << "run.seed 1 draws another side first";
