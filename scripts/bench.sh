@@ -12,7 +12,7 @@
 #   8. input shapes that change per step (issue 18), three arms each: a plan per shape, one
 #      static plan (the largest shape's decisions for every shape: Mimose's baseline,
 #      memory.per_shape false), none with unlimited memory. (a) real, CPU backend: multi-scale
-#      resnet18_cifar (sides 24-48); (b) simulated on h100-pcie5: ResNet-50 (sides 160-288, batch
+#      resnet18_cifar (sides 24-48), the arms interleaved step by step; (b) simulated on h100-pcie5: ResNet-50 (sides 160-288, batch
 #      256) and gpt2 (document lengths, batch 16) under 24 GiB; (c) planning time per new shape
 #      (VGG-16, ResNet-50, gpt2) against its predicted step
 # Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes]
@@ -184,62 +184,37 @@ PY
 fi
 
 if [[ $what == all || $what == shapes ]]; then
-  # (a) The same sequence of batches in every arm (run.seed 0), log_every 1 so each step is timed
-  # alone; the arms interleaved (none, per-shape, static, none, ...) and each arm's figure the
-  # mean over steps 6-30 of each step's median over the arm's runs. The CPU's copies stand in for a
-  # GPU's link at device.copy_gbps 0.2 (about a GPU's compute-to-PCIe ratio on 2 cores); plans
+  # (a) bench_shape_arms runs the three arms in one process, interleaved step by step (none,
+  # per-shape, static, none, ...), each on the same batches (run.seed 0), each step timed alone:
+  # load that changes slower than a step falls on every arm alike. The CPU's copies stand in for
+  # a GPU's link at device.copy_gbps 0.2 (about a GPU's compute-to-PCIe ratio on 2 cores); plans
   # use the FLOP model in every arm. The budget: side 24's peak plus 3/8 of what side 48 adds.
+  # Then one training run of the per-shape arm: planning time per new shape on this CPU.
   sides="[24, 28, 32, 36, 40, 44, 48]"
-  reps="${FERRY_BENCH_SHAPES_REPS:-5}"
   common=(model.name=resnet18_cifar data.batch_size=16 "data.scales=$sides" memory.measure=false
           device.memory=2GiB device.copy_gbps=0.2)
   budget=$(build/trainer plan configs/quickstart.yaml "${common[@]}" memory.policy=none --json |
     /usr/bin/python3 -c "
 import json, sys; p = {s['side']: s['peak_bytes'] for s in json.load(sys.stdin)['shapes']}
 print(p[24] + 3 * (p[48] - p[24]) // 8)")
-  echo "== 8a. multi-scale resnet18_cifar batch 16, data.scales $sides, memory.budget $budget, device.copy_gbps 0.2, 30 steps, $reps interleaved runs per arm =="
-  for rep in $(seq "$reps"); do
-    for arm in none per_shape static; do
-      case $arm in
-        none) args=(memory.policy=none) ;;
-        per_shape) args=(memory.policy=auto memory.budget="$budget") ;;
-        static) args=(memory.policy=auto memory.budget="$budget" memory.per_shape=false) ;;
-      esac
-      rm -rf "$out/shapes_${arm}_$rep"
-      uptime > "$out/shapes_${arm}_$rep.load"
-      build/trainer train configs/quickstart.yaml run.dir="$out/shapes_${arm}_$rep" run.steps=30 \
-        run.log_every=1 checkpoint.every=0 "${common[@]}" "${args[@]}" \
-        > "$out/shapes_${arm}_$rep.log" 2>&1
-    done
-  done
-  /usr/bin/python3 - "$out" "$reps" <<'PY'
-import json, re, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
-def run(arm, rep):
-    d = f"{out}/shapes_{arm}_{rep}"
-    rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
-    steps = [16 / r["samples_per_s"] for r in rows if r["step"] > 5]
-    load = re.search(r"load average: ([\d.]+)", open(f"{d}.load").read()).group(1)
-    return steps, json.load(open(f"{d}/summary.json")), load
-arms = {a: [run(a, r) for r in range(1, reps + 1)] for a in ("none", "per_shape", "static")}
-# Step i has the same shape in every run: the median over an arm's runs of step i, then the mean
-# over the steps (a burst of load in one run moves the median little).
-med = {a: statistics.mean(statistics.median(x[0][i] for x in runs) for i in range(len(runs[0][0])))
-       for a, runs in arms.items()}
-for a in ("none", "per_shape", "static"):
-    print(f"  {a:10s} {med[a]:.4f}s/step ({100 * (med[a] / med['none'] - 1):+.1f}% vs none)   run means: "
-          + ", ".join(f"{statistics.mean(x[0]):.4f}s (load {x[2]})" for x in arms[a]))
-print(f"goal: per-shape within 5% of none where static costs 15% or more: per-shape "
-      f"{100 * (med['per_shape'] / med['none'] - 1):+.1f}%, static {100 * (med['static'] / med['none'] - 1):+.1f}%")
-for a in ("per_shape", "static"):
-    s = arms[a][0][1]
-    print(f"  {a} (run 1): steps that waited for a plan {s['plan_waited_steps']}; per shape:")
-    for x in s["shapes"]:
-        m = x["measured_step_s"]
-        print(f"    {x['shape']}: {x['steps']} steps, moved {x['offload_bytes'] / 2**20:.1f} MiB, rebuilt "
-              f"{x['recompute_flops'] / 1e9:.2f} GFLOP, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
-              f"(measured {x['measured_peak_bytes'] / 2**20:.1f}), step {m if m is None else f'{m:.4f}'}s "
-              f"measured / {x['predicted_step_s']:.4f}s predicted, planned in {x['plan_seconds']:.3f}s")
+  echo "== 8a. multi-scale resnet18_cifar batch 16, data.scales $sides, memory.budget $budget, device.copy_gbps 0.2: none unlimited / per-shape plans / one static plan, interleaved step by step, 40 steps each after 3 =="
+  build/bench_shape_arms configs/quickstart.yaml "${common[@]}" run.dir="$out/shape_arms" \
+    --budget "$budget" --steps 40 --warmup 3 | grep -v '^json'
+  rm -rf "$out/shapes_per_shape"
+  build/trainer train configs/quickstart.yaml run.dir="$out/shapes_per_shape" run.steps=20 \
+    run.log_every=1 checkpoint.every=0 "${common[@]}" memory.policy=auto memory.budget="$budget" \
+    > "$out/shapes_per_shape.log" 2>&1
+  /usr/bin/python3 - "$out" <<'PY'
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/shapes_per_shape/summary.json"))
+print(f"  per-shape training run, 20 steps: {s['plan_waited_steps']} step(s) waited for a plan; per shape "
+      "(planned in, measured step):")
+for x in s["shapes"]:
+    m = x["measured_step_s"]
+    print(f"    {x['shape']}: planned in {x['plan_seconds']:.3f}s, step {'-' if m is None else f'{m:.3f}'}s "
+          f"measured ({x['steps']} steps), moved {x['offload_bytes'] / 2**20:.1f} MiB, rebuilt "
+          f"{x['recompute_flops'] / 1e9:.2f} GFLOP, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
+          f"(measured {x['measured_peak_bytes'] / 2**20:.1f})")
 PY
   # (b) The same three arms simulated on one H100 (h100-pcie5) of the SNC4 node.
   sim=(--hardware h100-pcie5 --topology configs/topologies/h100-snc4.yaml --gpus 1 --json
