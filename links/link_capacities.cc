@@ -47,4 +47,21 @@ std::vector<int> arbitrated_links(const std::vector<LinkCapacity>& capacities,
   return out;
 }
 
+Flow arbitrated_flow(const std::vector<LinkCapacity>& capacities, const Flow& flow) {
+  std::vector<int> along[2];  // the links it crosses to host, to device
+  for (size_t i = 0; i < flow.links.size(); ++i)
+    along[link_direction(flow, i) == TransferDirection::kToHost ? 0 : 1].push_back(flow.links[i]);
+  const double b[2] = {bottleneck(capacities, along[0], TransferDirection::kToHost),
+                       bottleneck(capacities, along[1], TransferDirection::kToDevice)};
+  Flow out{{}, flow.direction, {}};
+  for (size_t i = 0; i < flow.links.size(); ++i) {
+    const TransferDirection d = link_direction(flow, i);
+    const int e = d == TransferDirection::kToHost ? 0 : 1;
+    if (cap(capacities.at(static_cast<size_t>(flow.links[i])), d) > b[e] * 1.001) continue;
+    out.links.push_back(flow.links[i]);
+    out.link_directions.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace ferry

@@ -31,4 +31,9 @@ CopyPath copy_path(const LinkMap& map, const std::vector<LinkCapacity>& capaciti
 std::vector<int> arbitrated_links(const std::vector<LinkCapacity>& capacities,
                                   const std::vector<int>& path, TransferDirection direction);
 
+// The same for a flow that turns around (an all-reduce hop: Flow::link_directions): in each
+// direction, the links it crosses in that direction that one chunk alone can fill (capacity at
+// most the bottleneck of those links, within 0.1%), with their directions, in the flow's order.
+Flow arbitrated_flow(const std::vector<LinkCapacity>& capacities, const Flow& flow);
+
 }  // namespace ferry

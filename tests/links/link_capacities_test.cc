@@ -42,5 +42,29 @@ TEST(LinkCapacities, Dgx1PathsShareSwitchUplinksAndArbitrateWhatOneChunkFills) {
   EXPECT_EQ(map.link(far.links[3]).kind, LinkKind::kInterSocket);
 }
 
+TEST(LinkCapacities, AHopThatTurnsAroundIsArbitratedOnWhatOneChunkFillsInEachDirection) {
+  // GPU1 -> GPU2 on the DGX-1-like server: up GPU1's link, its switch's uplink and the root
+  // complex, down the other switch's uplink and GPU2's link. Up, the root complex (two switches
+  // wide) is left to fair sharing; down, every link is as narrow as the bottleneck there.
+  const LinkMap map = dgx1();
+  auto caps = link_capacities(map);
+  const std::vector<int> up = map.gpu_path(1, 0), down = map.gpu_path(2, 0);
+  ASSERT_EQ(up.size(), 3u);
+  ASSERT_EQ(map.link(up[2]).kind, LinkKind::kRootComplex);
+  const Flow hop{{up[0], up[1], up[2], down[1], down[0]},
+                 kH,
+                 {kH, kH, kH, TransferDirection::kToDevice, TransferDirection::kToDevice}};
+  const Flow a = arbitrated_flow(caps, hop);
+  EXPECT_EQ(a.links, (std::vector<int>{up[0], up[1], down[1], down[0]}));
+  EXPECT_EQ(a.link_directions, (std::vector<TransferDirection>{kH, kH, TransferDirection::kToDevice,
+                                                               TransferDirection::kToDevice}));
+  // Each direction has its own bottleneck: a slower to-device side does not take the to-host
+  // links out of arbitration (one bottleneck over the whole flow would).
+  for (int l : {down[0], down[1]}) caps[static_cast<size_t>(l)].to_device_gbps /= 2;
+  EXPECT_EQ(arbitrated_flow(caps, hop).links, a.links);
+  caps[static_cast<size_t>(up[1])].to_host_gbps *= 2;  // now wider than GPU1's link
+  EXPECT_EQ(arbitrated_flow(caps, hop).links, (std::vector<int>{up[0], down[1], down[0]}));
+}
+
 }  // namespace
 }  // namespace ferry
