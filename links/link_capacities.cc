@@ -48,16 +48,14 @@ std::vector<int> arbitrated_links(const std::vector<LinkCapacity>& capacities,
 }
 
 Flow arbitrated_flow(const std::vector<LinkCapacity>& capacities, const Flow& flow) {
-  std::vector<int> along[2];  // the links it crosses to host, to device
+  double b = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < flow.links.size(); ++i)
-    along[link_direction(flow, i) == TransferDirection::kToHost ? 0 : 1].push_back(flow.links[i]);
-  const double b[2] = {bottleneck(capacities, along[0], TransferDirection::kToHost),
-                       bottleneck(capacities, along[1], TransferDirection::kToDevice)};
+    b = std::min(b,
+                 cap(capacities.at(static_cast<size_t>(flow.links[i])), link_direction(flow, i)));
   Flow out{{}, flow.direction, {}};
   for (size_t i = 0; i < flow.links.size(); ++i) {
     const TransferDirection d = link_direction(flow, i);
-    const int e = d == TransferDirection::kToHost ? 0 : 1;
-    if (cap(capacities.at(static_cast<size_t>(flow.links[i])), d) > b[e] * 1.001) continue;
+    if (!(b > 0.5 * cap(capacities.at(static_cast<size_t>(flow.links[i])), d))) continue;
     out.links.push_back(flow.links[i]);
     out.link_directions.push_back(d);
   }
