@@ -45,17 +45,21 @@ struct SimRank {
 // Note [All-reduce chunks on arbitrated links]
 // Under fifo a bucket's ring hops are fluid flows that share every link max-min with the copies
 // crossing it, as NCCL's traffic shares a PCIe switch with cudaMemcpyAsync. Under the topology
-// scheduler the simulator models a scheduler that arbitrates them together: each hop of the
-// running bucket claims chunks of `chunk_bytes` like a copy, taking the tokens of the links it
-// crosses that one chunk can fill, in each link's own direction (arbitrated_flow in
-// links/link_capacities.h: both GPUs' links, the NIC's link both ways across nodes, and the
-// switch uplinks between switches), and the arbiter serves the least laxity first among copies
-// and hops alike. A hop's deadline is the update step, which waits for every bucket: its latest
-// start leaves its bytes of this bucket and of every later bucket time to cross at its links'
-// rate alone. A hop needs several tokens at once, so its claim reserves them (Note [Claims that
-// need several links at once] in links/arbiter_policy.h). Within a bucket the hops move
-// independently and the bucket ends when the last hop's last chunk lands, as under fifo. The
-// real trainer does not gate NCCL's traffic: this is what such a scheduler would give.
+// scheduler the simulator models a scheduler that arbitrates them together. Each position of
+// the ring (the hops from rank r to rank r+1, one per channel) claims chunks of `chunk_bytes`
+// like a copy, split evenly over its channels, which move together as NCCL's channels do (one
+// claim per hop serialised the channels and left the root complexes, which no chunk fills, part
+// idle). A claim takes the tokens of the links of which a hop's chunk takes more than half, each
+// in its own direction (arbitrated_flow in links/link_capacities.h: both GPUs' links, the NIC's
+// link both ways across nodes, the switch uplinks between switches; not a root complex, nor a
+// GPU's link behind a narrow inter-socket link), and the arbiter serves the least laxity first
+// among copies and ring positions alike. The deadline is the update step, which waits for every
+// bucket: the latest start leaves the position's bytes of this bucket and of every later bucket
+// time to cross its narrowest arbitrated link alone. A claim needs several tokens at once, so it
+// reserves them while it waits, and so do the copies' claims (Note [Claims that need several
+// links at once] in links/arbiter_policy.h). Within a bucket the positions move independently
+// and the bucket ends when the last one's last chunk lands, as under fifo. The real trainer does
+// not gate NCCL's traffic: this is what such a scheduler would give.
 
 struct NodeSimInput {
   std::vector<NamedLink> links;
