@@ -12,7 +12,9 @@
 #   8. multi-scale resnet18_cifar (data.scales 24-48) under a budget the largest side cannot
 #      meet resident: a plan per shape, every batch at the largest side (one static shape), and
 #      none with unlimited memory
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes]
+#   9. one job over 2 hosts made of namespaces (scripts/multihost.sh, TCP between them) against
+#      the same 4 ranks on one host (shared memory): step time (needs root; skipped otherwise)
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -218,4 +220,31 @@ for s in ps["shapes"]:
           f"rebuilt {s['recompute_flops'] / 1e9:.3f} GFLOP, step {s['measured_step_s']:.4f}s measured / "
           f"{s['predicted_step_s']:.4f}s predicted, planned in {s['plan_seconds']:.3f}s")
 PY
+fi
+
+if [[ $what == all || $what == hosts ]]; then
+  echo "== 9. quickstart, 4 ranks (batch 32 each): 2 namespace hosts x 2 ranks vs 1 host x 4; median of 3 alternating runs, 200 steps =="
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "skipped: the namespace hosts need root"
+  else
+    hosts_args=(train configs/quickstart.yaml run.steps=200 data.batch_size=32 checkpoint.every=0
+                memory.measure=false topology.bind=false)
+    for rep in 1 2 3; do
+      rm -rf "$out/hosts_one_$rep" "$out/hosts_two_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer "${hosts_args[@]}" \
+        run.dir="$out/hosts_one_$rep" > "$out/hosts_one_$rep.log" 2>&1
+      scripts/multihost.sh --hosts 2 --ranks-per-host 2 -- "${hosts_args[@]}" \
+        run.dir="$out/hosts_two_$rep" > "$out/hosts_two_$rep.log" 2>&1
+    done
+    /usr/bin/python3 - "$out" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, statistics, sys
+out, load = sys.argv[1], sys.argv[2]
+def step(arm):
+    return statistics.median(json.load(open(f"{out}/hosts_{arm}_{rep}/summary.json"))["measured_step_s"]
+                             for rep in (1, 2, 3))
+one, two = step("one"), step("two")
+print(f"step: 1 host {1e3 * one:.1f} ms, 2 hosts {1e3 * two:.1f} ms ({two / one:.2f}x); "
+      f"load average {load}")
+PY
+  fi
 fi

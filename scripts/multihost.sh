@@ -30,7 +30,9 @@
 # pairs to a bridge that lives in a namespace of its own: the addresses exist only inside these
 # namespaces. mpirun runs on host 0; OpenMPI's rsh agent is scripts/multihost_agent.sh, which
 # enters the named host's namespaces (nsenter) instead of using ssh. OpenMPI is told to use
-# only the bridge's subnet (btl tcp,self; btl_tcp_if_include and oob_tcp_if_include).
+# only the bridge's subnet (btl tcp,self; btl_tcp_if_include and oob_tcp_if_include), and to
+# keep its session directories in this run's folder, removed on exit with it (a host killed
+# whole cannot remove its own from /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -142,6 +144,7 @@ nsenter -t "$first_pid" --net --uts --ipc --mount \
   --mca plm_rsh_agent "$root/scripts/multihost_agent.sh" \
   --mca btl tcp,self --mca btl_tcp_if_include "$subnet_prefix.0/24" \
   --mca oob_tcp_if_include "$subnet_prefix.0/24" \
+  --mca orte_tmpdir_base "$work" \
   -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
   "$root/build/trainer" "$@"
 status=$?

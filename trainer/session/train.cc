@@ -30,6 +30,7 @@
 #include "trainer/session/data_setup.h"
 #include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
+#include "trainer/session/node_files.h"
 #include "trainer/session/rank_log.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
@@ -47,9 +48,9 @@ namespace {
 std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
                                  const std::string& table) {
   if (ranks.local_size == ranks.size) return table;
-  const std::string mine = ranks.local_rank == 0 ? fmt::format("node {} (first rank {})\n{}",
-                                                               host_name(), ranks.rank, table)
-                                                 : std::string();
+  const std::string mine = speaks_for_node(ranks)
+                               ? fmt::format("{}\n{}", node_heading(ranks, host_name()), table)
+                               : std::string();
   std::string out;
   for (int r = 0; r < ranks.size; ++r) {
     uint64_t length = ranks.rank == r ? mine.size() : 0;
@@ -221,9 +222,8 @@ void write_link_usage(const Config& config, const RankInfo& ranks,
                       {"bin_s", usage.front().bin_s},
                       {"directions", {"to_host", "to_device"}},
                       {"links", links}};
-  const std::string host = ranks.local_size < ranks.size ? host_name() : "";
-  const std::string name = host.empty() ? "links.json" : fmt::format("links.{}.json", host);
-  const std::string path = (fs::path(config.run.dir) / name).string();
+  const std::string path =
+      (fs::path(config.run.dir) / node_links_file(ranks, host_name())).string();
   write_run_file(path, j.dump(2) + "\n");
   if (busiest) {
     log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
@@ -419,7 +419,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   log.line(shapes.end_line());
   if (!session.link_usage().empty()) {
     session.communicator().barrier();  // every rank's copies are through
-    if (ranks.local_rank == 0) write_link_usage(config, ranks, session.link_usage(), log);
+    if (speaks_for_node(ranks)) write_link_usage(config, ranks, session.link_usage(), log);
   }
   report_timing(log, session, config, plan, timed_intervals, result, shapes);
   return result;
