@@ -1,7 +1,6 @@
 // A job sharing its device: its ladder from the offline planner, its admission and its lease on
-// the node's job ledger (links/job_ledger.h). Re-planning when the share changes while training
-// is the executor's (not here): until then a job runs on the grant it was admitted with, which it
-// reports as held, so the ledger gives no one else that memory before the job ends.
+// the node's job ledger (links/job_ledger.h). Following the grant while training is
+// share_budget.h's; until the first step the job reports its whole grant as held.
 #include "trainer/session/memory_share.h"
 
 #include <algorithm>
@@ -82,7 +81,8 @@ std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower
 
 MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                                    const ShareCurve& curve,
-                                   const std::function<void(const std::string&)>& say) {
+                                   const std::function<void(const std::string&)>& say)
+    : curve_(curve) {
   ledger_ = JobLedger::attach();
   JobRequest r;
   r.device = share_device_key(config, ranks);

@@ -1,8 +1,9 @@
 // A job that shares its device (memory.share): its curve for the node's job ledger (lower bound,
 // peak, predicted step times between them, from the offline planner) and its lease on the
 // device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
-// and given back when the job ends. Invariant: while a lease is held, the job's budget is the
-// ledger's grant to it, which the ledger keeps within the device's capacity beside the others'.
+// and given back when the job ends; while the job trains, its budget follows the grant
+// (share_budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
+// it, which the ledger keeps within the device's capacity beside the others'.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +49,18 @@ class MemoryShareLease {
   MemoryShareLease(const MemoryShareLease&) = delete;
   MemoryShareLease& operator=(const MemoryShareLease&) = delete;
 
-  // The budget the job runs with: its grant at admission.
+  // The budget the job starts with: its grant at admission.
   uint64_t budget() const { return budget_; }
+  // The grant at admission.
   const JobGrant& grant() const { return grant_; }
+  // The curve the job registered.
+  const ShareCurve& curve() const { return curve_; }
   JobLedger& ledger() { return *ledger_; }
 
  private:
   std::shared_ptr<JobLedger> ledger_;
   JobGrant grant_;
+  ShareCurve curve_;
   uint64_t budget_ = 0;
 };
 
