@@ -134,6 +134,11 @@ class Executor {
   // [Following a shared budget] in trainer/session/share_budget.h).
   void set_budget(uint64_t budget);
   uint64_t budget() const { return programs_.budget(); }
+  // `program`'s tape planned within `budget`, as a program of that budget would be, without
+  // making one (ProgramCache::plan_within).
+  MemoryPlan plan_within(const Program& program, uint64_t budget) const {
+    return programs_.plan_within(program, budget);
+  }
   // Called before the arena is allocated, with the device bytes this executor's device will
   // hold once it is (what it holds outside the arena plus the new arena); it may throw to refuse.
   // A job sharing its device tells its ledger there, before the memory is taken.

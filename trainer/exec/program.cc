@@ -198,6 +198,13 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   return p;
 }
 
+MemoryPlan ProgramCache::plan_within(const Program& program, uint64_t budget) const {
+  PlanOptions options = options_;
+  options.budget = budget;
+  options.persistent = store_.bytes();
+  return plan_memory(program.lowered.tape, options);
+}
+
 void ProgramCache::index_plan(Program& p) {
   p.persistent.assign(p.graph.tensors().size(), nullptr);
   for (size_t id = 0; id < p.graph.tensors().size(); ++id) {

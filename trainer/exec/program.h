@@ -112,6 +112,9 @@ class ProgramCache {
   std::vector<const Program*> programs() const;
   // The configured input shape for `batch` rows: (batch, sample...).
   Shape configured_input(int64_t batch) const;
+  // `program`'s tape planned within `budget` (0: unlimited) with this cache's options, and no
+  // program made of it: the curve of a job sharing its device. ConfigError when it cannot fit.
+  MemoryPlan plan_within(const Program& program, uint64_t budget) const;
 
   // Keeps the named activations alive to the end of each step (read them back; tests,
   // debugging). Applies to programs planned from now on.

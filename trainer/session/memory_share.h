@@ -14,6 +14,7 @@
 
 #include "comm/ranks.h"
 #include "links/job_ledger.h"
+#include "prefetch/plan.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -29,6 +30,11 @@ struct ShareCurve {
 // memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and
 // at budgets between. Throws ConfigError when the policy cannot fit memory.budget at all.
 ShareCurve share_curve(const Config& config, int points = 8);
+// The same from any planner of the job's step: `plan_at(budget)` plans within `budget` bytes (0:
+// unlimited), throwing ConfigError when it cannot; `cap` (memory.budget; 0: none) caps the peak.
+// A running job plans its curve again with its executor's measured cost model.
+ShareCurve share_curve(const std::function<MemoryPlan(uint64_t budget)>& plan_at, uint64_t cap,
+                       int points = 8);
 
 // The device a rank shares on this node: "<backend>:<local rank>" (the emulated device of a CPU
 // rank; a CUDA rank's ordinal stands for its GPU).
@@ -53,14 +59,16 @@ class MemoryShareLease {
   uint64_t budget() const { return budget_; }
   // The grant at admission.
   const JobGrant& grant() const { return grant_; }
-  // The curve the job registered.
+  // The curve the job registered at start, and the memory.budget that caps it.
   const ShareCurve& curve() const { return curve_; }
+  uint64_t cap() const { return cap_; }
   JobLedger& ledger() { return *ledger_; }
 
  private:
   std::shared_ptr<JobLedger> ledger_;
   JobGrant grant_;
   ShareCurve curve_;
+  uint64_t cap_ = 0;
   uint64_t budget_ = 0;
 };
 

@@ -22,7 +22,8 @@ double now_s() {
 }  // namespace
 
 SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Executor& executor,
-                           Device& device, std::function<void(const std::string&)> say)
+                           Device& device, const Shape& first, bool measured,
+                           std::function<void(const std::string&)> say)
     : config_(config),
       lease_(lease),
       executor_(executor),
@@ -38,6 +39,27 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
     grant_ = lease_.ledger().report(grant_.id, device_bytes);
   });
   device_.memory().start_window();
+  if (measured) {
+    const Program& p = executor_.program(first, /*training=*/true);
+    const ShareCurve curve = share_curve(
+        [&](uint64_t budget) { return executor_.plan_within(p, budget); }, lease_.cap());
+    bool same =
+        curve.lower == lower_ && curve.peak == peak_ && curve.ladder.size() == ladder_.size();
+    for (size_t k = 0; same && k < ladder_.size(); ++k)
+      same = curve.ladder[k].budget == ladder_[k].budget &&
+             curve.ladder[k].step_s == ladder_[k].step_s;
+    if (!same) {
+      lower_ = curve.lower;
+      peak_ = curve.peak;
+      ladder_ = curve.ladder;
+      grant_ = lease_.ledger().update_ladder(grant_.id, lower_, peak_, ladder_,
+                                             "planned with the measured cost model");
+      say_(
+          fmt::format("share    curve planned again with the measured cost model: lower bound {}, "
+                      "peak {}, predicted step {:.4f}s at the peak",
+                      format_bytes(lower_), format_bytes(peak_), ladder_.back().step_s));
+    }
+  }
 }
 
 SharedBudget::~SharedBudget() { executor_.on_arena_growth(nullptr); }
@@ -50,7 +72,9 @@ void SharedBudget::before_step(const Shape& next, int64_t step) {
         "another process removed the job ledger's block (/dev/shm): start the job again");
   }
   const uint64_t target = target_of(grant_);
-  if (target == executor_.budget()) {
+  // No longer admitted (earlier jobs' lower bounds grew): the job keeps running on its grant,
+  // which the ledger leaves it until it confirms a share.
+  if (target == executor_.budget() || grant_.waiting || target < lower_) {
     planning_ = 0;
     return;
   }

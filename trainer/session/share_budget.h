@@ -53,9 +53,12 @@ class SharedBudget {
  public:
   static constexpr int64_t kDriftWindow = 10;  // steps
 
-  // `lease` (admitted) and `executor` outlive this. Installs the executor's arena listener.
+  // `lease` (admitted) and `executor` outlive this. Installs the executor's arena listener. With
+  // `measured` (the executor plans with a measured cost model, memory.measure), plans the job's
+  // curve again with it, on the tape of the first step's `first` input, and re-registers it
+  // when it differs from the offline planner's.
   SharedBudget(const Config& config, MemoryShareLease& lease, Executor& executor, Device& device,
-               std::function<void(const std::string&)> say);
+               const Shape& first, bool measured, std::function<void(const std::string&)> say);
   ~SharedBudget();
   SharedBudget(const SharedBudget&) = delete;
   SharedBudget& operator=(const SharedBudget&) = delete;

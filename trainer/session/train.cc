@@ -281,6 +281,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   std::optional<SharedBudget> shared;
   if (share) {
     shared.emplace(config, *share, session.executor(), device,
+                   configured_input(config, config.data.batch_size, loader.side(loader.position())),
+                   session.cost_profile() != nullptr,
                    [&](const std::string& line) { log.line(line); });
   }
 
