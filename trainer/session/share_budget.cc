@@ -15,6 +15,11 @@ namespace ferry {
 
 namespace {
 
+[[noreturn]] void throw_gone() {
+  throw Error("memory.share: the node's job ledger no longer lists this job, so it holds no grant",
+              "another process removed the job ledger's block (/dev/shm): start the job again");
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -37,6 +42,7 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
   executor_.on_arena_growth([this](uint64_t device_bytes) {
     // Before the memory is taken: the ledger refuses more than the grant.
     grant_ = lease_.ledger().report(grant_.id, device_bytes);
+    if (grant_.gone) throw_gone();
   });
   device_.memory().start_window();
   if (measured) {
@@ -66,11 +72,7 @@ SharedBudget::~SharedBudget() { executor_.on_arena_growth(nullptr); }
 
 void SharedBudget::before_step(const Shape& next, int64_t step) {
   grant_ = lease_.ledger().poll(grant_.id);
-  if (grant_.gone) {
-    throw Error(
-        "memory.share: the node's job ledger no longer lists this job, so it holds no grant",
-        "another process removed the job ledger's block (/dev/shm): start the job again");
-  }
+  if (grant_.gone) throw_gone();
   const uint64_t target = target_of(grant_);
   // No longer admitted (earlier jobs' lower bounds grew): the job keeps running on its grant,
   // which the ledger leaves it until it confirms a share.
