@@ -82,6 +82,12 @@ std::vector<json> metrics(const std::string& dir) {
   return out;
 }
 
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -327,6 +333,33 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   EXPECT_EQ(c_code, 0) << tail_of(dir + "/c.log");
   expect_record_within(reader, reader.stop(), capacity, 3);
   for (const char* j : {"a", "c"}) (void)expect_job_within_its_budgets(dir + "/" + j, 120);
+}
+
+// A step time off its prediction by more than memory.share_drift (over 10-step windows) makes
+// the job re-register its curve scaled; 0 turns it off. (A tolerance of 1e-6 cannot be met by a
+// measured time on a shared machine.)
+TEST(ShareReplan, AStepTimeOffItsPredictionReRegistersTheCurveScaledUnlessTurnedOff) {
+  const testing::PrivateLedger ledger("replandrift");
+  const std::string env = "env FERRY_JOB_LEDGER=" + ledger.name + " ";
+  const std::string dir = testing::scratch("share_replan_drift");
+  uint64_t alone = 0;
+  const uint64_t capacity = three_job_capacity(&alone);
+  for (const char* drift : {"0.000001", "0"}) {
+    const testing::Exit e =
+        run(shared_job(env, capacity, 0, 22, dir + "/" + drift) + " memory.share_drift=" + drift);
+    ASSERT_EQ(e.code, 0) << e.output;
+    const size_t lines = count(e.output, "\ndrift    measured step ");
+    if (std::string(drift) == "0") {
+      EXPECT_EQ(lines, 0u) << e.output;
+    } else {
+      // 21 measured steps after the first: two windows of 10.
+      EXPECT_EQ(lines, 2u) << e.output;
+      EXPECT_NE(e.output.find("(mean of 10 steps)"), std::string::npos) << e.output;
+      EXPECT_NE(e.output.find("curve scaled by"), std::string::npos) << e.output;
+      EXPECT_NE(e.output.find("(0 re-plans, 2 drift re-registrations)"), std::string::npos)
+          << e.output;
+    }
+  }
 }
 
 }  // namespace
