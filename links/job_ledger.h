@@ -50,8 +50,8 @@ struct JobRequest {
 // device memory grows (report() with the size it will hold, refused above its grant), after it
 // shrinks (confirm() once the memory is freed). So at every instant the record's sum bounds
 // what the jobs actually hold, and since grants sum to at most the capacity and report() refuses
-// more than the grant, no entry can exceed the capacity; the record is what tests (and `trainer
-// jobs --json`) read to show it.
+// more than the grant, no entry can exceed the capacity. Tests read the record (history());
+// `trainer jobs` shows its largest sum so far (LedgerGpu::peak_held).
 
 // A job's standing, as it reads it.
 struct JobGrant {
