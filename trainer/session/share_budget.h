@@ -37,17 +37,18 @@ namespace ferry {
 // grant, and runs on it, until it confirms. Persistent state (weights, gradients, optimizer state)
 // never moves, only the arena is replaced, and every plan runs the same kernels on the same tape
 // in the same order, so the losses are bitwise those of the job alone with unlimited memory.
-// The switch waits for the device once; planning does not stall a step unless the step needs the
-// plan before its thread has finished (never in a switch: the job waits on its old plan).
+// A switch waits for the device once. Planning stalls no step: the job runs its old plan until
+// the new one is ready (except when its share falls again during the switch itself: the smaller
+// budget is then planned at once).
 //
 // Drift (TENSILE's across-iteration correction): at each drain of the metrics the job reports its
 // measured step time; when the mean over a window of at least kDriftWindow steps differs from its
 // curve's prediction at the running budget by more than memory.share_drift, the job re-registers
-// its curve scaled by measured / predicted and the device is divided again (a uniform scale moves
-// the predictions the ledger shows; the division, which compares each job with itself alone, only
-// when the curve's shape changed: Note [Ratios on a grid] in links/memory_shares.cc). One step's
-// time on a machine other jobs share varies by more than 30%, hence the window. The first interval
-// (first touches) and intervals with a switch in them are not measured.
+// its curve scaled by measured / predicted and the device is divided again. A uniform scale
+// changes the predictions the ledger shows, not the shares, since both objectives compare each job
+// only with itself alone (Note [Ratios on a grid] in links/memory_shares.cc). One step's time on
+// a machine other jobs share varies by more than 30%, hence the window. The first interval (first
+// touches) and intervals with a switch in them are not measured.
 
 class SharedBudget {
  public:
