@@ -89,7 +89,10 @@ void record(Shared* s, int g, uint64_t job) {
   RecordSlot& r = s->history[(seq - 1) % JobLedger::kHistory];
   r.seq = 0;  // an entry whose writer dies half-way is skipped by readers
   r.t = now_s();
-  std::snprintf(r.device, sizeof(r.device), "%s", gpu.device);
+  // Both in the block: a bounded copy, not snprintf (whose ranges must not overlap).
+  const size_t length = strnlen(gpu.device, sizeof(r.device) - 1);
+  std::memcpy(r.device, gpu.device, length);
+  r.device[length] = '\0';
   r.jobs = n;
   r.held = held;
   r.granted = granted;

@@ -192,10 +192,12 @@ std::vector<Replan> replans_in(const std::string& log) {
 // Checks a job's metrics and log: every step's device peak within the budget it ran, that budget
 // within its grant, the peak within its share at the end, and a log line with its reason for each
 // re-plan (every step is logged: each change of budget shows at the step that follows the
-// switch). Returns the re-plans.
+// switch). `steps`: how many it ran (< 0: not known, it was killed). Returns the re-plans.
 std::vector<Replan> expect_job_within_its_budgets(const std::string& dir, int steps) {
   const std::vector<json> m = metrics(dir);
-  EXPECT_EQ(static_cast<int>(m.size()), steps) << dir;
+  if (steps >= 0) {
+    EXPECT_EQ(static_cast<int>(m.size()), steps) << dir;
+  }
   const std::vector<Replan> replans = replans_in(read_text(dir + ".log"));
   std::set<int64_t> replanned;
   for (const Replan& r : replans) {
@@ -246,7 +248,8 @@ TEST(ShareReplan, ThreeJobsComeAndGoWithinTheCapacityAndTrainBitwiseAsAlone) {
     std::string name;
     int seed, steps;
   };
-  const std::vector<Job> jobs = {{"a", 0, 150}, {"b", 1, 30}, {"c", 2, 60}};
+  // A's steps are many, so that it still runs when C starts on a fast machine.
+  const std::vector<Job> jobs = {{"a", 0, 300}, {"b", 1, 30}, {"c", 2, 60}};
   std::vector<Spawned> running(jobs.size());
   for (size_t k = 0; k < jobs.size(); ++k) {
     if (k > 0) {
@@ -288,8 +291,9 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   const uint64_t capacity = three_job_capacity(&alone);
   auto ledger = JobLedger::attach(ledger_name.name);
   RecordReader reader(ledger_name.name);
+  // A and B train until killed; C ends by itself.
   Spawned a, b, c;
-  a.pid = spawn(shared_job(env, capacity, 0, 120, dir + "/a"), dir + "/a.log");
+  a.pid = spawn(shared_job(env, capacity, 0, 100000, dir + "/a"), dir + "/a.log");
   ASSERT_TRUE(await_steps(dir + "/a", 2, 120));
   b.pid = spawn(shared_job(env, capacity, 1, 100000, dir + "/b"), dir + "/b.log");
   ASSERT_TRUE(await_steps(dir + "/b", 2, 120));
@@ -328,11 +332,13 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   EXPECT_TRUE(await_steps(dir + "/c", c_steps + 2, 120));
   const testing::Exit d = run(shared_job(env, capacity, 3, 5, dir + "/d"));
   EXPECT_EQ(d.code, 0) << d.output;
-  const int a_code = a.wait(), c_code = c.wait();
-  EXPECT_EQ(a_code, 0) << tail_of(dir + "/a.log");
+  const int c_code = c.wait();
   EXPECT_EQ(c_code, 0) << tail_of(dir + "/c.log");
+  ASSERT_EQ(kill(a.pid, SIGKILL), 0);
+  EXPECT_EQ(a.wait(), 128 + SIGKILL);
   expect_record_within(reader, reader.stop(), capacity, 3);
-  for (const char* j : {"a", "c"}) (void)expect_job_within_its_budgets(dir + "/" + j, 120);
+  (void)expect_job_within_its_budgets(dir + "/a", -1);
+  (void)expect_job_within_its_budgets(dir + "/c", 120);
 }
 
 // A step time off its prediction by more than memory.share_drift (over 10-step windows) makes
