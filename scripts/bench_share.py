@@ -133,11 +133,12 @@ def main():
         # Concurrent jobs at batch 2.
         none_peak, persistent, lower = plan_none(a.trainer, model, 2)
         msr, eor = TENSILE_THREE[model]
+        ledger = f"/ferry-jobs-bench-share-{os.getpid()}"  # the jobs' own (FERRY_JOB_LEDGER)
         each = fit_budget(a.trainer, model, 2,
                           persistent + int((1 - msr) * (none_peak - persistent)), lower, none_peak)
         for n in [int(x) for x in a.jobs.split(",")]:
             capacity = n * each
-            env = dict(os.environ, FERRY_JOB_LEDGER=f"/ferry-jobs-bench-share-{os.getpid()}")
+            env = dict(os.environ, FERRY_JOB_LEDGER=ledger)
             arms = {"none": ["memory.policy=none", "device.memory=16GiB"],
                     "vdnn-all": ["memory.policy=vdnn-all", "device.memory=16GiB"],
                     "share": ["memory.policy=auto", "memory.share=true",
@@ -165,6 +166,8 @@ def main():
                 label = f"memory.share, {capacity / 2**20:.1f} MiB" if arm == "share" else arm
                 rows.append((model, n, 2, label, whole, arena, extra_time, (msr, eor),
                              [l for _, l in runs[arm] + runs["none"]]))
+        if os.path.exists("/dev/shm" + ledger):
+            os.remove("/dev/shm" + ledger)  # every job has left it
     print("| model | jobs | batch | ferry | saved (whole peak) | saved (arena) | extra time | "
           "TENSILE saved / extra | TENSILE's vDNN | goal: extra <= TENSILE's / 2 at its saved | "
           "load |")
