@@ -14,7 +14,11 @@
 #      none with unlimited memory
 #   9. one job over 2 hosts made of namespaces (scripts/multihost.sh, TCP between them) against
 #      the same 4 ranks on one host (shared memory): step time (needs root; skipped otherwise)
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts]
+#  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
+#      TENSILE's memory saved, vdnn-all) and 2 and 3 concurrent jobs at batch 2 (memory.share on
+#      one device, vdnn-all), memory saved against extra time (scripts/bench_share.py)
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
+#                          share]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -247,4 +251,9 @@ print(f"step: 1 host {1e3 * one:.1f} ms, 2 hosts {1e3 * two:.1f} ms ({two / one:
       f"load average {load}")
 PY
   fi
+fi
+
+if [[ $what == all || $what == share ]]; then
+  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
 fi

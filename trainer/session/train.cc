@@ -35,6 +35,7 @@
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
 #include "trainer/session/shape_plans.h"
+#include "trainer/session/share_budget.h"
 
 namespace ferry {
 
@@ -231,8 +232,10 @@ void write_link_usage(const Config& config, const RankInfo& ranks,
   }
 }
 
-// The loop itself; train() wraps it so that a failure on one rank ends the job.
-TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start) {
+// The loop itself; train() wraps it so that a failure on one rank ends the job. `share`: the
+// job's lease on its shared device (memory.share), else null.
+TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start,
+                MemoryShareLease* share) {
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
   auto dataset = open_configured_dataset(config);
@@ -274,6 +277,14 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                    /*training=*/true)
           .plan;
   print_banner(log, session, config, *dataset, plan);
+  // memory.share: the budget follows the grant, re-planned between steps.
+  std::optional<SharedBudget> shared;
+  if (share) {
+    shared.emplace(config, *share, session.executor(), device,
+                   configured_input(config, config.data.batch_size, loader.side(loader.position())),
+                   session.cost_profile() != nullptr,
+                   [&](const std::string& line) { log.line(line); });
+  }
 
   const LrSchedule schedule = lr_schedule(config);
   MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
@@ -314,6 +325,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
     const Shape input = batch.shape();
+    if (shared) shared->before_step(input, step);
     shapes.before_step(input);
     session.forward_backward({batch.input(), batch.labels(), batch.size(), input},
                              static_cast<uint64_t>(step));
@@ -348,6 +360,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       timed_intervals.emplace_back(step - drained_step,
                                    std::chrono::duration<double>(now - drained_at).count());
       shapes.interval(timed_intervals.back().second);
+      if (shared) shared->drained(timed_intervals.back().first, timed_intervals.back().second);
       drained_at = now;
       drained_step = step;
     } else {
@@ -387,7 +400,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       if (!config.data.scales.empty()) r.shape = input.str();
       log.line(progress_line(r));
       // The logged step's gradient norm before clipping, as nanoGPT logs it.
-      nlohmann::json extra = {{"shape", input.dims()}};
+      nlohmann::json extra = {{"shape", input.dims()}, {"budget", session.executor().budget()}};
+      if (shared) extra.update(shared->fields());
       if (const Program* p = shapes.program(input)) {
         extra["planned_peak_bytes"] = p->plan.peak_bytes();
         extra["shape_peak_bytes"] = shapes.measured_peak(*p);
@@ -417,6 +431,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   result.shapes = static_cast<int64_t>(shapes.shape_count());
   result.plan_waited_steps = shapes.waited_steps();
   log.line(shapes.end_line());
+  if (shared) log.line(shared->end_line());
   if (!session.link_usage().empty()) {
     session.communicator().barrier();  // every rank's copies are through
     if (speaks_for_node(ranks)) write_link_usage(config, ranks, session.link_usage(), log);
@@ -449,7 +464,7 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   Session session(granted, ranks, /*training=*/true);
   try {
     check_same_resume(session.communicator(), ranks, start.resume);
-    return run(granted, session, log, start);
+    return run(granted, session, log, start, share.get());
   } catch (const std::exception& e) {
     // The log file keeps it; the console gets it once, from fail_job (here or in main).
     log.file_line(fmt::format("error: {}", e.what()));
