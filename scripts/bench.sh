@@ -12,10 +12,17 @@
 #   8. input shapes that change per step (issue 18), three arms each: a plan per shape, one
 #      static plan (the largest shape's decisions for every shape: Mimose's baseline,
 #      memory.per_shape false), none with unlimited memory. (a) real, CPU backend: multi-scale
-#      resnet18_cifar (sides 24-48), the arms interleaved step by step; (b) simulated on h100-pcie5: ResNet-50 (sides 160-288, batch
-#      256) and gpt2 (document lengths, batch 16) under 24 GiB; (c) planning time per new shape
-#      (VGG-16, ResNet-50, gpt2) against its predicted step
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes]
+#      resnet18_cifar (sides 24-48), the arms interleaved step by step; (b) simulated on
+#      h100-pcie5: ResNet-50 (sides 160-288, batch 256) and gpt2 (document lengths, batch 16)
+#      under 24 GiB and 12 GiB; (c) planning time per new shape (VGG-16, ResNet-50, gpt2) against
+#      its predicted step
+#   9. one job over 2 hosts made of namespaces (scripts/multihost.sh, TCP between them) against
+#      the same 4 ranks on one host (shared memory): step time (needs root; skipped otherwise)
+#  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
+#      TENSILE's memory saved, vdnn-all) and 2 and 3 concurrent jobs at batch 2 (memory.share on
+#      one device, vdnn-all), memory saved against extra time (scripts/bench_share.py)
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
+#                          share]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -259,4 +266,36 @@ for budget in ("24GiB", "12GiB"):
 PY
   echo "== 8c. planning time per new shape against its predicted H100 step (medians of 3) =="
   build/bench_shape_planning --reps 3
+fi
+
+if [[ $what == all || $what == hosts ]]; then
+  echo "== 9. quickstart, 4 ranks (batch 32 each): 2 namespace hosts x 2 ranks vs 1 host x 4; median of 3 alternating runs, 200 steps =="
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "skipped: the namespace hosts need root"
+  else
+    hosts_args=(train configs/quickstart.yaml run.steps=200 data.batch_size=32 checkpoint.every=0
+                memory.measure=false topology.bind=false)
+    for rep in 1 2 3; do
+      rm -rf "$out/hosts_one_$rep" "$out/hosts_two_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer "${hosts_args[@]}" \
+        run.dir="$out/hosts_one_$rep" > "$out/hosts_one_$rep.log" 2>&1
+      scripts/multihost.sh --hosts 2 --ranks-per-host 2 -- "${hosts_args[@]}" \
+        run.dir="$out/hosts_two_$rep" > "$out/hosts_two_$rep.log" 2>&1
+    done
+    /usr/bin/python3 - "$out" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, statistics, sys
+out, load = sys.argv[1], sys.argv[2]
+def step(arm):
+    return statistics.median(json.load(open(f"{out}/hosts_{arm}_{rep}/summary.json"))["measured_step_s"]
+                             for rep in (1, 2, 3))
+one, two = step("one"), step("two")
+print(f"step: 1 host {1e3 * one:.1f} ms, 2 hosts {1e3 * two:.1f} ms ({two / one:.2f}x); "
+      f"load average {load}")
+PY
+  fi
+fi
+
+if [[ $what == all || $what == share ]]; then
+  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
 fi

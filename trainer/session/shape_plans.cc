@@ -54,7 +54,8 @@ void ShapePlans::before_step(const Shape& input) {
 // plan fits could differ between ranks (each plans with its own measured kernel times). So the
 // first time a shape comes up for a step, the ranks agree (any_rank: a collective at the same
 // point of every rank's batch sequence): a shape any rank cannot plan is dropped by all. Once
-// every shape the loader can draw is dropped, the run ends: no step could train.
+// every shape the loader can draw is dropped, the run ends: no step could train. The decision is
+// made at the budget in force when the shape first comes up (memory.share may change it later).
 bool ShapePlans::admit(const Shape& input) {
   if (auto it = admitted_.find(input.dims()); it != admitted_.end()) return it->second;
   bool fits = !failed_here_.count(input.dims());
@@ -131,10 +132,11 @@ std::string ShapePlans::after_step(const Shape& input, int64_t step) {
   if (waited) ++waited_steps_;
   auto [it, fresh] = seen_.try_emplace(input.dims());
   Seen& s = it->second;
+  // The program that ran: another one of the same shape after a budget change (memory.share).
+  s.program = &executor_.program(input, /*training=*/true);
   if (fresh) {
     order_.push_back(input.dims());
     pending_.push_back(0);
-    s.program = &executor_.program(input, /*training=*/true);
     s.first_step = step;
     s.waited = waited;
   }
