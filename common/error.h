@@ -25,6 +25,12 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// A memory plan that cannot fit memory.budget: below its lower bound, or above what the policy
+// reaches. A ConfigError (exit code 2); memory.oversize: skip drops the batches of such a shape.
+class BudgetError : public ConfigError {
+  using ConfigError::ConfigError;
+};
+
 // A dataset, checkpoint or topology file that is missing, truncated or malformed. Exit code 2.
 class DataError : public Error {
   using Error::Error;

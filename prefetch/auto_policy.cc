@@ -6,6 +6,7 @@
 // are needed. With memory.recompute the plan is never predicted slower than without it.
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -374,7 +375,7 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   if (!fitted) {
     // Every candidate offloaded: report what the tightest plan needs.
     const uint64_t arena = layout_plans(m.tape, plans);
-    throw ConfigError(
+    throw BudgetError(
         fmt::format("memory.policy auto cannot fit memory.budget {}: with every saved activation "
                     "{} the peak is {}",
                     format_bytes(arena_budget + o.persistent.total()),
@@ -383,6 +384,49 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
         fmt::format("raise memory.budget to at least {}{}, or lower data.batch_size",
                     format_bytes(arena + o.persistent.total()),
                     o.recompute ? "" : ", set memory.recompute=true"));
+  }
+}
+
+void plan_fixed(const Tape& input, const Liveness& live, const PlanOptions& o,
+                uint64_t arena_budget, Decisions& d, Materialized& m,
+                std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
+  const FixedDecisions& f = *o.fixed;
+  std::unordered_map<std::string, int> by_name;  // -1: the name is not unique
+  for (int t = 0; t < static_cast<int>(input.tensors.size()); ++t) {
+    auto [it, fresh] = by_name.emplace(input.tensors[static_cast<size_t>(t)].name, t);
+    if (!fresh) it->second = -1;
+  }
+  const char* hint = "set memory.per_shape=true: a plan per input shape";
+  const auto find = [&](const std::string& name) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end() || it->second < 0) {
+      throw ConfigError(fmt::format("memory.per_shape false: tensor '{}' of the plan for input {} "
+                                    "is {} in this tape",
+                                    name, f.from, it == by_name.end() ? "not" : "not unique"),
+                        hint);
+    }
+    return it->second;
+  };
+  const std::vector<bool> saved = saved_mask(input, live);
+  d = {};
+  for (const std::string& name : f.offload) d.offload.push_back(find(name));
+  for (const std::string& name : f.recompute) {
+    const int t = find(name);
+    if (!saved[static_cast<size_t>(t)] || recompute_chain(input, live, t, saved).steps.empty()) {
+      throw ConfigError(fmt::format("memory.per_shape false: tensor '{}', rebuilt by the plan for "
+                                    "input {}, cannot be rebuilt in this tape",
+                                    name, f.from),
+                        hint);
+    }
+    d.dropped.push_back(t);
+  }
+  derive_chains(input, live, saved, d);
+  if (!settle(input, live, o, arena_budget, d, m, timing, plans)) {
+    throw BudgetError(
+        fmt::format("memory.per_shape false: the decisions of the plan for input {} do not fit "
+                    "memory.budget {} on this tape",
+                    f.from, format_bytes(arena_budget + o.persistent.total())),
+        hint);
   }
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,12 +94,30 @@ struct MemoryPlan {
   uint64_t offload_bytes = 0;     // copied to host per step (and prefetched back)
   uint64_t host_bytes = 0;        // pinned host memory the offloads need
   double recompute_flops = 0;
+  // The saved tensors the policy drops and rebuilds in backward (tape ids, the same in the input
+  // and the planned tape): the recompute chains' targets and the dropped tensors they rebuild.
+  std::vector<int> dropped;
   uint64_t lower_bound = 0;   // persistent + the largest single-step working set
   int lower_bound_step = -1;  // the input-tape step that sets it
   Prediction prediction;      // the cost model's step time and stalls
 
   uint64_t peak_bytes() const { return persistent.total() + arena_bytes; }
 };
+
+// Note [One plan for every shape]
+// Mimose's static baseline (memory.per_shape: false): the decisions of the plan made for one
+// input shape (the largest), by tensor name, applied to the tape of every other shape of the same
+// graph: the same tensors offloaded and the same ones dropped and rebuilt, where a plan per shape
+// would move or rebuild less for a smaller input. Only the timing of the offloads (when each is
+// released and fetched back) is fitted to each tape and the budget again, as a layout detail.
+struct FixedDecisions {
+  std::string from;                    // the input they were planned for, for messages
+  std::vector<std::string> offload;    // tensors offloaded
+  std::vector<std::string> recompute;  // saved tensors dropped and rebuilt in backward
+};
+
+// The decisions of `plan` by tensor name; `from` names the input it was planned for.
+FixedDecisions fixed_decisions(const MemoryPlan& plan, std::string from);
 
 struct PlanOptions {
   MemoryPolicy policy = MemoryPolicy::kNone;
@@ -108,11 +127,15 @@ struct PlanOptions {
   // cost.link_gbps, the bandwidth this GPU gets) cannot hide, where the plan still fits. The
   // contention-aware planner sets it; see Note [Keeping what a shared link cannot hide].
   bool keep_unhidden = false;
+  // auto only: take these decisions instead of choosing them (Note [One plan for every shape]);
+  // nullptr: choose. A tensor they name that this tape lacks is a ConfigError; a tape they do
+  // not fit within the budget a BudgetError.
+  std::shared_ptr<const FixedDecisions> fixed;
   PersistentBytes persistent;
   CostModel cost;
 };
 
-// Plans `tape` under options.policy. Throws ConfigError when options.budget is below the lower
+// Plans `tape` under options.policy. Throws BudgetError when options.budget is below the lower
 // bound (naming the step whose working set does not fit and the smallest budget that would),
 // or when the policy's plan does not fit the budget (naming the smallest budget it can meet).
 MemoryPlan plan_memory(const Tape& tape, const PlanOptions& options);

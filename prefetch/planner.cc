@@ -288,6 +288,17 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
 
 }  // namespace planner
 
+FixedDecisions fixed_decisions(const MemoryPlan& plan, std::string from) {
+  FixedDecisions f;
+  f.from = std::move(from);
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (plan.tensors[t].decision == Decision::kOffload)
+      f.offload.push_back(plan.tape.tensors[t].name);
+  }
+  for (int t : plan.dropped) f.recompute.push_back(plan.tape.tensors[static_cast<size_t>(t)].name);
+  return f;
+}
+
 std::vector<SimTransfer> plan_transfers(const MemoryPlan& plan) {
   std::vector<SimTransfer> transfers;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
@@ -339,7 +350,7 @@ void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
                                     int step) {
   const TapeStep& st = tape.steps[static_cast<size_t>(step)];
   const char* phase = st.phase == StepPhase::kBackward ? "backward" : "forward";
-  throw ConfigError(
+  throw BudgetError(
       fmt::format("memory.budget {} is below the lower bound {}: the {} of '{}' ({}) alone needs "
                   "{} of activations, gradients and workspace, on top of {} of weights, "
                   "gradients and optimizer state",
@@ -375,7 +386,11 @@ MemoryPlan plan_memory(const Tape& input, const PlanOptions& o) {
   std::vector<TensorPlan> plans;
   if (o.policy == MemoryPolicy::kAuto) {
     const uint64_t arena_budget = o.budget > 0 ? o.budget - o.persistent.total() : UINT64_MAX;
-    plan_auto(input, live, o, arena_budget, d, m, timing, plans);
+    if (o.fixed) {
+      plan_fixed(input, live, o, arena_budget, d, m, timing, plans);
+    } else {
+      plan_auto(input, live, o, arena_budget, d, m, timing, plans);
+    }
   } else {
     if (o.policy != MemoryPolicy::kNone) {
       const bool conv_only = o.policy == MemoryPolicy::kVdnnConv;
@@ -399,9 +414,10 @@ MemoryPlan plan_memory(const Tape& input, const PlanOptions& o) {
   plan.tensors = std::move(plans);
   plan.tape = std::move(m.tape);
   plan.origin = std::move(m.origin);
+  plan.dropped = d.dropped;
   finish(plan, d, o.cost);
   if (o.budget > 0 && plan.peak_bytes() > o.budget) {
-    throw ConfigError(
+    throw BudgetError(
         fmt::format("memory.policy {} plans a peak of {}, above memory.budget {}",
                     policy_name(o.policy), format_bytes(plan.peak_bytes()), format_bytes(o.budget)),
         fmt::format("use memory.policy=auto, raise memory.budget to {}, or lower data.batch_size",

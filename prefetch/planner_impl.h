@@ -62,4 +62,11 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& optio
                uint64_t arena_budget, Decisions& decisions, Materialized& m,
                std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans);
 
+// The auto policy with options.fixed: those decisions on this tape, their timings fitted to
+// `arena_budget` (Note [One plan for every shape] in plan.h). ConfigError when a named tensor is
+// not in this tape or cannot be rebuilt here; BudgetError when they do not fit.
+void plan_fixed(const Tape& input, const Liveness& live, const PlanOptions& options,
+                uint64_t arena_budget, Decisions& decisions, Materialized& m,
+                std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans);
+
 }  // namespace ferry::planner

@@ -9,9 +9,13 @@
 #      simulator's prediction of each (trainer simulate --emulated on the run's trace)
 #   7. the same server under a memory budget: topology + contention-aware auto against fifo +
 #      oblivious auto (recompute on for both), step time and what each plan moved
-#   8. multi-scale resnet18_cifar (data.scales 24-48) under a budget the largest side cannot
-#      meet resident: a plan per shape, every batch at the largest side (one static shape), and
-#      none with unlimited memory
+#   8. input shapes that change per step (issue 18), three arms each: a plan per shape, one
+#      static plan (the largest shape's decisions for every shape: Mimose's baseline,
+#      memory.per_shape false), none with unlimited memory. (a) real, CPU backend: multi-scale
+#      resnet18_cifar (sides 24-48), the arms interleaved step by step; (b) simulated on
+#      h100-pcie5: ResNet-50 (sides 160-288, batch 256) and gpt2 (document lengths, batch 16)
+#      under 24 GiB and 12 GiB; (c) planning time per new shape (VGG-16, ResNet-50, gpt2) against
+#      its predicted step
 #   9. one job over 2 hosts made of namespaces (scripts/multihost.sh, TCP between them) against
 #      the same 4 ranks on one host (shared memory): step time (needs root; skipped otherwise)
 #  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
@@ -187,43 +191,81 @@ PY
 fi
 
 if [[ $what == all || $what == shapes ]]; then
-  # The same sequence of batches in all three arms (run.seed 0); log_every 1, so each step is
-  # timed alone (summary.json's per-shape measured_step_s is then exact).
-  echo "== 8. multi-scale resnet18_cifar, batch 8, data.scales [24, 32, 40, 48], FLOP cost model, 30 steps (first 5 left out) =="
-  shapes_run() {  # name scales key=value...
-    local name=$1 scales=$2
-    shift 2
-    rm -rf "$out/shapes_$name"
-    build/trainer train configs/quickstart.yaml run.dir="$out/shapes_$name" run.steps=30 \
-      run.log_every=1 checkpoint.every=0 model.name=resnet18_cifar data.batch_size=8 \
-      "data.scales=$scales" memory.measure=false device.memory=2GiB "$@" \
-      > "$out/shapes_$name.log" 2>&1
-  }
-  shapes_run none "[24, 32, 40, 48]" memory.policy=none
-  budget=$(/usr/bin/python3 -c "
-import json; s = json.load(open('$out/shapes_none/summary.json'))['shapes']
-p = {x['shape'][2]: x['planned_peak_bytes'] for x in s}; print(p[24] + (p[48] - p[24]) // 3)")
-  shapes_run per_shape "[24, 32, 40, 48]" memory.policy=auto memory.budget="$budget"
-  shapes_run largest "[48]" memory.policy=auto memory.budget="$budget"
-  /usr/bin/python3 - "$out" "$budget" <<'PY'
-import json, statistics, sys
-out, budget = sys.argv[1], int(sys.argv[2])
-def arm(name):
-    rows = [json.loads(l) for l in open(f"{out}/shapes_{name}/metrics.jsonl")]
-    times = [8 / r["samples_per_s"] for r in rows if r["step"] > 5]
-    return statistics.mean(times), json.load(open(f"{out}/shapes_{name}/summary.json"))
-none, ns = arm("none")
-per, ps = arm("per_shape")
-big, bs = arm("largest")
-print(f"budget {budget / 2**20:.1f} MiB; mean step: none unlimited {none:.4f}s, per-shape plans "
-      f"{per:.4f}s ({100 * (per / none - 1):+.1f}%), every batch at side 48 {big:.4f}s "
-      f"({100 * (big / none - 1):+.1f}%); steps that waited for a plan: {ps['plan_waited_steps']}")
-for s in ps["shapes"]:
-    print(f"  {s['shape']}: {s['steps']} steps, peak {s['planned_peak_bytes'] / 2**20:.1f} MiB "
-          f"(measured {s['measured_peak_bytes'] / 2**20:.1f}), moved {s['offload_bytes'] / 2**20:.1f} MiB, "
-          f"rebuilt {s['recompute_flops'] / 1e9:.3f} GFLOP, step {s['measured_step_s']:.4f}s measured / "
-          f"{s['predicted_step_s']:.4f}s predicted, planned in {s['plan_seconds']:.3f}s")
+  # (a) bench_shape_arms runs the three arms in one process, interleaved step by step (none,
+  # per-shape, static, none, ...), each on the same batches (run.seed 0), each step timed alone:
+  # load that changes slower than a step falls on every arm alike. The CPU's copies stand in for
+  # a GPU's link at device.copy_gbps 0.2 (about a GPU's compute-to-PCIe ratio on 2 cores); plans
+  # use the FLOP model in every arm. The budget: side 24's peak plus 3/8 of what side 48 adds.
+  # Then one training run of the per-shape arm: planning time per new shape on this CPU.
+  sides="[24, 28, 32, 36, 40, 44, 48]"
+  common=(model.name=resnet18_cifar data.batch_size=16 "data.scales=$sides" memory.measure=false
+          device.memory=2GiB device.copy_gbps=0.2)
+  budget=$(build/trainer plan configs/quickstart.yaml "${common[@]}" memory.policy=none --json |
+    /usr/bin/python3 -c "
+import json, sys; p = {s['side']: s['peak_bytes'] for s in json.load(sys.stdin)['shapes']}
+print(p[24] + 3 * (p[48] - p[24]) // 8)")
+  echo "== 8a. multi-scale resnet18_cifar batch 16, data.scales $sides, memory.budget $budget, device.copy_gbps 0.2: none unlimited / per-shape plans / one static plan, interleaved step by step, 40 steps each after 3 =="
+  build/bench_shape_arms configs/quickstart.yaml "${common[@]}" run.dir="$out/shape_arms" \
+    --budget "$budget" --steps 40 --warmup 3 | grep -v '^json'
+  rm -rf "$out/shapes_per_shape"
+  build/trainer train configs/quickstart.yaml run.dir="$out/shapes_per_shape" run.steps=20 \
+    run.log_every=1 checkpoint.every=0 "${common[@]}" memory.policy=auto memory.budget="$budget" \
+    > "$out/shapes_per_shape.log" 2>&1
+  /usr/bin/python3 - "$out" <<'PY'
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/shapes_per_shape/summary.json"))
+print(f"  per-shape training run, 20 steps: {s['plan_waited_steps']} step(s) waited for a plan; per shape "
+      "(planned in, measured step):")
+for x in s["shapes"]:
+    m = x["measured_step_s"]
+    print(f"    {x['shape']}: planned in {x['plan_seconds']:.3f}s, step {'-' if m is None else f'{m:.3f}'}s "
+          f"measured ({x['steps']} steps), moved {x['offload_bytes'] / 2**20:.1f} MiB, rebuilt "
+          f"{x['recompute_flops'] / 1e9:.2f} GFLOP, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
+          f"(measured {x['measured_peak_bytes'] / 2**20:.1f})")
 PY
+  # (b) The same three arms simulated on one H100 (h100-pcie5) of the SNC4 node.
+  sim=(--hardware h100-pcie5 --topology configs/topologies/h100-snc4.yaml --gpus 1 --json
+       device.memory=80GiB)
+  lengths=$(/usr/bin/python3 scripts/document_length_schedule.py --batch 16 --bucket 64 --cap 1024 \
+    --group-by-length '/usr/share/doc/*/copyright')
+  echo "== 8b. simulated on h100-pcie5, memory.budget 24 GiB (and 12 GiB): ResNet-50 batch 256 data.scales [160, 192, 224, 256, 288]; gpt2 batch 16 at --shapes $lengths =="
+  for budget in 24GiB 12GiB; do
+    for model in resnet50 gpt2; do
+      for arm in per_shape static none; do
+        case $arm in
+          none) args=(memory.policy=none memory.budget=0) ;;
+          per_shape) args=(memory.budget=$budget) ;;
+          static) args=(memory.budget=$budget memory.per_shape=false) ;;
+        esac
+        f="$out/shapes_sim_${model}_${budget}_$arm.json"
+        if [[ $model == resnet50 ]]; then
+          build/trainer simulate configs/simulate/resnet50-dgx1.yaml "${sim[@]}" "${args[@]}" \
+            "data.scales=[160, 192, 224, 256, 288]" > "$f"
+        else
+          build/trainer simulate configs/simulate/gpt2-medium-dgx1.yaml "${sim[@]}" "${args[@]}" \
+            model.name=gpt2 data.batch_size=16 --shapes "$lengths" > "$f"
+        fi
+      done
+    done
+  done
+  /usr/bin/python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+for budget in ("24GiB", "12GiB"):
+    for model in ("resnet50", "gpt2"):
+        j = {a: json.load(open(f"{out}/shapes_sim_{model}_{budget}_{a}.json"))
+             for a in ("none", "per_shape", "static")}
+        none = j["none"]["step_s"]
+        print(f"  {model} under {budget}: mean step none {none:.4f}s, per-shape {j['per_shape']['step_s']:.4f}s "
+              f"({100 * (j['per_shape']['step_s'] / none - 1):+.1f}%), static {j['static']['step_s']:.4f}s "
+              f"({100 * (j['static']['step_s'] / none - 1):+.1f}%)")
+        for a in ("per_shape", "static"):
+            print(f"    {a}: " + ", ".join(
+                f"{s['size']} {s['step_s']:.4f}s ({s['recompute_flops'] / 1e9:.0f} GF, {s['offload_bytes'] / 2**30:.2f} GiB)"
+                for s in j[a]["shapes"]))
+PY
+  echo "== 8c. planning time per new shape against its predicted H100 step (medians of 3) =="
+  build/bench_shape_planning --reps 3
 fi
 
 if [[ $what == all || $what == hosts ]]; then

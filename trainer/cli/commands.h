@@ -43,6 +43,7 @@ struct SimulateArgs {
   bool json = false;
   std::string trace;     // Chrome trace file, "" = none
   std::string emulated;  // a traced run directory of the CPU emulation, "" = none
+  std::string shapes;    // "SIZE[:WEIGHT],..." input shapes to average over, "" = the config's
 };
 
 struct InfoArgs {

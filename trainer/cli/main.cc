@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   CLI::App* sim_cmd = app.add_subcommand(
       "simulate",
       "One step of a config on a described server, on a virtual clock: trainer simulate CONFIG "
-      "[--topology FILE] [--gpus N] [--nodes N] [--hardware NAME|FILE] [--json] [--trace FILE]");
+      "[--topology FILE] [--gpus N] [--nodes N] [--hardware NAME|FILE] [--shapes S:W,...] [--json] "
+      "[--trace FILE]");
   sim_cmd->add_option("config", sim.config, "YAML experiment config")->required();
   sim_cmd->add_option("overrides", sim.overrides, "key=value overrides");
   sim_cmd->add_option("--topology", sim.topology, "topology file (default: topology.file)");
@@ -118,6 +119,10 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--emulated", sim.emulated,
                       "simulate the CPU emulation traced in this run dir (run.trace): its step "
                       "times, links at topology.emulation_scale");
+  sim_cmd->add_option("--shapes", sim.shapes,
+                      "input shapes to average the step over, SIZE[:WEIGHT],... : image sides, or "
+                      "tokens per row of a token model (default: data.scales, else the configured "
+                      "input)");
 
   try {
     app.parse(argc, argv);

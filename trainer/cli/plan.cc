@@ -246,6 +246,7 @@ int run_plan(const PlanArgs& args) {
         js.push_back(std::move(j));
       }
       out["shapes"] = std::move(js);
+      out["per_shape"] = config.memory.per_shape;
     }
     std::printf("%s\n", out.dump(2).c_str());
     check_stdout();
@@ -281,8 +282,13 @@ int run_plan(const PlanArgs& args) {
   if (!shapes.empty()) {
     // Note [Planning ahead] (trainer/exec/program.cc): training plans each of these once, ahead
     // of its first step, and runs them all in one arena as large as the largest.
-    std::printf("\nper input shape (data.scales), policy %s, one arena of the largest peak:\n",
-                std::string(policy_name(config.memory.policy)).c_str());
+    const bool static_plan =
+        !config.memory.per_shape && config.memory.policy == MemoryPolicy::kAuto;
+    std::printf("\nper input shape (data.scales), policy %s%s, one arena of the largest peak:\n",
+                std::string(policy_name(config.memory.policy)).c_str(),
+                static_plan ? ", the largest side's decisions for every side (memory.per_shape "
+                              "false)"
+                            : "");
     std::printf("%-6s %-20s %12s %12s %12s %12s %s\n", "side", "input", "peak", "lower bound",
                 "offload/step", "recompute", "predicted step");
     for (const ShapeRow& r : shapes) {

@@ -1,6 +1,7 @@
 // `trainer simulate`: one training step of a config on a described server, on a virtual clock
 // (trainer/session/simulation.h): step and stall time, samples/s of the whole job, and what
-// every link carried; --json for scripts, --trace for a Chrome trace.
+// every link carried, as means over the input shapes training draws (a table per shape when
+// there are several); --json for scripts, --trace for a Chrome trace.
 #include <algorithm>
 #include <cstdio>
 
@@ -40,6 +41,7 @@ int run_simulate(const SimulateArgs& args) {
       static_cast<uint64_t>((chunk_given ? args.chunk_mb : config.topology.chunk_mb) * 1048576.0);
   o.trace = !args.trace.empty();
   o.emulated_run = args.emulated;
+  o.shapes = args.shapes;
   if (!args.planning.empty()) {
     if (args.planning != "aware" && args.planning != "oblivious")
       throw ConfigError(
@@ -103,6 +105,23 @@ int run_simulate(const SimulateArgs& args) {
                           {"ranks", ranks},
                           {"links", links}};
     if (rep.nodes > 1) out["nodes"] = rep.nodes;  // gpus is per node
+    // Note [Simulating a shape schedule]: the figures above are its means.
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const ShapeSimulation& sim : rep.shapes) {
+      shapes.push_back({{"input", sim.shape.input.dims()},
+                        {"size", sim.shape.size},
+                        {"weight", sim.shape.weight},
+                        {"step_s", sim.result.step_seconds},
+                        {"stall_s", sim.result.stall_seconds},
+                        {"samples_per_s", sim.samples_per_s},
+                        {"peak_bytes", sim.peak_bytes},
+                        {"offload_bytes", sim.offload_bytes},
+                        {"recompute_flops", sim.recompute_flops},
+                        {"planned_step_s", sim.planned.step_seconds}});
+    }
+    out["schedule"] = rep.schedule;
+    out["per_shape"] = rep.per_shape;
+    out["shapes"] = std::move(shapes);
     std::printf("%s\n", out.dump(2).c_str());
     check_stdout();
     return 0;
@@ -114,12 +133,31 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("memory.policy %s, memory.budget %s, scheduler %s\n",
               std::string(policy_name(rep.policy)).c_str(),
               format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());
+  const bool several = rep.shapes.size() > 1;
   std::printf(
-      "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s\n",
+      "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s%s\n",
       format_bytes(rep.peak_bytes).c_str(), format_bytes(rep.offload_bytes).c_str(),
-      rep.recompute_flops / 1e9, rep.planned.step_seconds);
-  std::printf("\nstep %.4f s, stall %.4f s (mean per GPU), %.1f samples/s (whole job)\n\n", step,
-              res.stall_seconds, rep.samples_per_s);
+      rep.recompute_flops / 1e9, rep.planned.step_seconds,
+      several ? " (largest peak; the rest are means over the shapes)" : "");
+  if (several) {
+    // Note [Simulating a shape schedule] (trainer/session/simulation.h).
+    std::printf("\nshapes: %s; %s\n", rep.schedule.c_str(),
+                rep.per_shape || rep.policy != MemoryPolicy::kAuto
+                    ? "a plan per shape"
+                    : "one static plan: the largest shape's decisions for every shape "
+                      "(memory.per_shape false)");
+    std::printf("%-22s %7s %12s %12s %12s %10s %10s %10s %12s\n", "input", "weight", "peak",
+                "offload", "recompute", "planned s", "step s", "stall s", "samples/s");
+    for (const ShapeSimulation& sim : rep.shapes) {
+      std::printf("%-22s %7.3f %12s %12s %9.3g GF %10.4f %10.4f %10.4f %12.1f\n",
+                  sim.shape.input.str().c_str(), sim.shape.weight,
+                  format_bytes(sim.peak_bytes).c_str(), format_bytes(sim.offload_bytes).c_str(),
+                  sim.recompute_flops / 1e9, sim.planned.step_seconds, sim.result.step_seconds,
+                  sim.result.stall_seconds, sim.samples_per_s);
+    }
+  }
+  std::printf("\n%sstep %.4f s, stall %.4f s (mean per GPU), %.1f samples/s (whole job)\n\n",
+              several ? "mean over the shapes: " : "", step, res.stall_seconds, rep.samples_per_s);
   std::printf("%-8s %10s %10s %10s %12s  %s\n", "rank", "step s", "stall s", "link GB/s", "copied",
               "planned against");
   for (size_t r = 0; r < rep.input.ranks.size(); ++r) {
@@ -139,7 +177,10 @@ int run_simulate(const SimulateArgs& args) {
                 format_bytes(static_cast<uint64_t>(s.to_device_bytes)).c_str(),
                 100 * utilisation(link, s, step));
   }
-  if (!args.trace.empty()) std::printf("\ntrace: %s\n", args.trace.c_str());
+  if (!args.trace.empty()) {
+    std::printf("\ntrace: %s%s\n", args.trace.c_str(),
+                several ? " (the largest shape's step)" : "");
+  }
   check_stdout();
   return 0;
 }

@@ -159,8 +159,13 @@ struct CheckpointConfig {
 // trainer/exec/executor.h, step 1).
 struct MemoryConfig {
   MemoryPolicy policy = MemoryPolicy::kNone;
-  uint64_t budget = 0;                      // bytes; 0 -> device.memory; <= device.memory
-  bool recompute = true;                    // auto may recompute activations (never slower)
+  uint64_t budget = 0;    // bytes; 0 -> device.memory; <= device.memory
+  bool recompute = true;  // auto may recompute activations (never slower)
+  // auto: a plan per input shape (true), or the largest shape's decisions for every shape
+  // (false: Mimose's static baseline, Note [One plan for every shape] in prefetch/plan.h).
+  bool per_shape = true;
+  // A batch whose input shape cannot be planned within the budget: error | skip.
+  OversizeAction oversize = OversizeAction::kError;
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
   double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
   bool debug_poison = false;                // fill non-resident device space with NaN

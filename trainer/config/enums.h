@@ -24,6 +24,9 @@ namespace ferry {
 enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder, kTokens };
 // comm.backend
 enum class CommBackend { kAuto, kMpi, kNccl };
+// memory.oversize: what training does with a batch whose input shape the budget cannot hold.
+// error: the run ends before that batch's step; skip: the batch is dropped (on every rank).
+enum class OversizeAction { kError, kSkip };
 // topology.scheduler: how the link scheduler orders offload/prefetch transfers.
 // fifo: oblivious, in request order; topology: per-link arbitration across the node's ranks.
 enum class LinkSchedulerKind { kFifo, kTopology };
@@ -87,6 +90,11 @@ template <>
 struct EnumNames<CommBackend> {
   static constexpr std::array<std::pair<CommBackend, std::string_view>, 3> kNames{
       {{CommBackend::kAuto, "auto"}, {CommBackend::kMpi, "mpi"}, {CommBackend::kNccl, "nccl"}}};
+};
+template <>
+struct EnumNames<OversizeAction> {
+  static constexpr std::array<std::pair<OversizeAction, std::string_view>, 2> kNames{
+      {{OversizeAction::kError, "error"}, {OversizeAction::kSkip, "skip"}}};
 };
 template <>
 struct EnumNames<LinkSchedulerKind> {

@@ -294,6 +294,14 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(memory, recompute),
            "auto: may drop activations and rebuild them in backward (ReLU, BN, pooling, add, "
            "convolutions, linear layers) where that is predicted faster than copying them."),
+      flag(FERRY_CONFIG_KEY(memory, per_shape),
+           "auto with input shapes that change per step (data.scales): plan each shape on its "
+           "own; false = plan the largest shape and apply its decisions (what is offloaded, "
+           "what is rebuilt) to every smaller one (Mimose's static baseline, for comparison)."),
+      choice(FERRY_CONFIG_KEY(memory, oversize),
+             "A batch whose input shape no plan fits within memory.budget: error = the run ends "
+             "before its step, naming the shape and the smallest budget; skip = the batch is "
+             "dropped on every rank with a counted warning (log, summary.json)."),
       size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
       real(FERRY_CONFIG_KEY(memory, link_gbps), at_least(0),
            "Host<->device GB/s the planner assumes when costing offloads; 0 = measured "

@@ -40,7 +40,9 @@ Executor::Executor(Device& device, ParameterStore& store, GraphFactory factory,
       metrics_(device, options.metrics_steps),
       transfers_(device,
                  options.scheduler ? options.scheduler() : std::make_unique<FifoLinkScheduler>()),
-      tracer_(device) {}
+      tracer_(device) {
+  programs_.set_shape_options(options.shapes);
+}
 
 Executor::~Executor() {
   try {

@@ -92,6 +92,8 @@ class GradientListener {
 
 struct ExecutorOptions {
   PlanOptions plan;  // policy, budget, recompute, cost model
+  // Input shapes that change per step: one static plan (memory.per_shape false), named errors.
+  ProgramCache::ShapeOptions shapes;
   // Decides when each offload or prefetch may start (topology.scheduler); nullptr = fifo.
   std::function<std::unique_ptr<LinkScheduler>()> scheduler;
   uint64_t host_limit = 0;  // pinned host pool cap (memory.host_limit)

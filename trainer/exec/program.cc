@@ -143,10 +143,32 @@ Program& ProgramCache::publish(const Key& key, std::optional<Graph> graph) {
   return *e.program;
 }
 
+std::shared_ptr<const FixedDecisions> ProgramCache::static_decisions(
+    uint64_t budget, const std::vector<std::string>& keep_alive) const {
+  std::lock_guard<std::mutex> lock(static_mu_);
+  if (auto it = static_.find(budget); it != static_.end()) return it->second;
+  const Shape& largest = shape_options_.static_input;
+  std::unique_ptr<Program> p;
+  try {
+    p = plan_program(largest, /*training=*/true, budget, keep_alive, std::nullopt,
+                     /*own_decisions=*/true);
+  } catch (const BudgetError& e) {
+    // Not a shape to skip (memory.oversize): without this plan no shape has one.
+    throw ConfigError(
+        fmt::format("memory.per_shape false plans every shape with the decisions of the largest, "
+                    "which does not fit: {}",
+                    e.what()),
+        e.hint() + "; or set memory.per_shape=true");
+  }
+  return static_[budget] =
+             std::make_shared<const FixedDecisions>(fixed_decisions(p->plan, largest.str()));
+}
+
 std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool training,
                                                     uint64_t budget,
                                                     std::vector<std::string> keep_alive,
-                                                    std::optional<Graph> graph) const {
+                                                    std::optional<Graph> graph,
+                                                    bool own_decisions) const {
   const auto start = std::chrono::steady_clock::now();
   auto p = std::make_unique<Program>();
   p->input = input;
@@ -182,13 +204,23 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   options.budget = budget;
   options.persistent = store_.bytes();
   if (!training) options.policy = MemoryPolicy::kNone;  // nothing is saved for a backward
+  if (training && options.policy == MemoryPolicy::kAuto && shape_options_.static_input.rank() > 0 &&
+      !own_decisions) {
+    options.fixed = static_decisions(budget, keep_alive);
+  }
+  // Errors name the input when it is not the configured one, or when shapes vary.
+  const bool name =
+      shape_options_.name_shapes ||
+      (sample_.rank() > 0 && input.rank() >= 2 &&
+       std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) != sample_.dims());
   try {
     p->plan = plan_memory(p->lowered.tape, options);
+  } catch (const BudgetError& e) {
+    if (!name) throw;
+    throw BudgetError(fmt::format("input {}: {}", input.str(), e.what()),
+                      e.hint() + "; or set memory.oversize=skip to drop the batches of this shape");
   } catch (const ConfigError& e) {
-    if (sample_.rank() == 0 || input.rank() < 2 ||
-        std::vector<int64_t>(input.dims().begin() + 1, input.dims().end()) == sample_.dims()) {
-      throw;
-    }
+    if (!name) throw;
     throw ConfigError(fmt::format("input {}: {}", input.str(), e.what()), e.hint());
   }
   for (const TapeStep& s : p->plan.tape.steps) {

@@ -81,6 +81,16 @@ class ProgramCache {
   // configured one (nullptr: only the configured shape).
   ProgramCache(Device& device, ParameterStore& store, HostPool& host_pool, GraphFactory factory,
                PlanOptions options, ShapedGraphFactory shaped = nullptr);
+  // How training programs are planned when the input shape changes per step (the session sets
+  // it from the config before the first program is planned).
+  struct ShapeOptions {
+    // Non-empty (memory.per_shape false, auto): every training program takes the decisions of
+    // this input's plan (Note [One plan for every shape] in prefetch/plan.h), planned once.
+    Shape static_input;
+    // Budget errors name the input shape, the configured one too (data.scales).
+    bool name_shapes = false;
+  };
+  void set_shape_options(ShapeOptions o) { shape_options_ = std::move(o); }
   // Waits for planning in flight, then returns the offloads' host copies to the pool: call only
   // when no copy is in flight.
   ~ProgramCache();
@@ -133,9 +143,16 @@ class ProgramCache {
   };
   // The graph, its lowering and its plan: pure, safe on a background thread.
   // `graph`: the graph already built for `input`, or empty to build it here.
+  // `own_decisions`: plan `input` on its own even with a static input (the static plan itself).
   std::unique_ptr<Program> plan_program(const Shape& input, bool training, uint64_t budget,
                                         std::vector<std::string> keep_alive,
-                                        std::optional<Graph> graph) const;
+                                        std::optional<Graph> graph,
+                                        bool own_decisions = false) const;
+  // The decisions of shape_options_.static_input's own plan within `budget`, made once per
+  // budget, on whichever thread first needs them (ConfigError, not BudgetError, when that plan
+  // does not fit the budget).
+  std::shared_ptr<const FixedDecisions> static_decisions(
+      uint64_t budget, const std::vector<std::string>& keep_alive) const;
   // The published program of `key`: waits for its planning (or plans it) and indexes it.
   Program& publish(const Key& key, std::optional<Graph> graph);
   // sample_, from a graph of the configured input (built once when not known yet).
@@ -153,6 +170,9 @@ class ProgramCache {
   uint64_t budget_ = 0;  // the current budget (set_budget); the executor's thread only
   Shape sample_;         // the configured input's shape without its batch dimension
   std::vector<std::string> keep_alive_;
+  ShapeOptions shape_options_;
+  mutable std::mutex static_mu_;  // guards static_, held while one is planned
+  mutable std::map<uint64_t, std::shared_ptr<const FixedDecisions>> static_;  // by budget
   mutable std::mutex mu_;  // guards programs_, order_ and waits_
   std::map<Key, Entry> programs_;
   std::vector<const Program*> order_;

@@ -40,6 +40,12 @@ Shape configured_input(const Config& config, int64_t batch, int64_t side) {
   return Shape{batch, in[0], side > 0 ? side : in[1], side > 0 ? side : in[2]};
 }
 
+Shape largest_input(const Config& config) {
+  const std::vector<int64_t>& scales = config.data.scales;
+  const int64_t side = scales.empty() ? 0 : *std::max_element(scales.begin(), scales.end());
+  return configured_input(config, config.data.batch_size, side);
+}
+
 Graph build_configured_model(const Config& config, const Shape& input) {
   if (input == configured_input(config, input[0])) return build_configured_model(config, input[0]);
   if (model_info(config.model.name).tokens) {

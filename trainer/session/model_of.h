@@ -36,4 +36,8 @@ Graph build_configured_model(const Config& config, const Shape& input);
 // The input shape of a batch of `batch` rows at image side `side` (0: model.input's H and W).
 Shape configured_input(const Config& config, int64_t batch, int64_t side = 0);
 
+// The largest input a full training batch takes: (data.batch_size, C, S, S) with S the largest
+// side of data.scales, else the configured input (a token model: data.seq_len tokens per row).
+Shape largest_input(const Config& config);
+
 }  // namespace ferry

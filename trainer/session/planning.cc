@@ -2,6 +2,8 @@
 #include "trainer/session/planning.h"
 #include "trainer/session/model_of.h"
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "device/backend_traits.h"
 #include "trainer/exec/parameter_store.h"
@@ -31,6 +33,12 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   substitute_ = std::move(k.substitute);
   const Graph graph = build_configured_model(config, 1);
   persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
+  static_input_ = largest_input(config);
+}
+
+void OfflinePlanner::set_static_input(const Shape& input) {
+  static_input_ = input;
+  static_.reset();
 }
 
 OfflinePlanner::~OfflinePlanner() = default;
@@ -62,8 +70,7 @@ MemoryPlan OfflinePlanner::plan_at(MemoryPolicy policy, int64_t batch, uint64_t 
   return plan_memory(lowered(batch).tape, options(policy, budget));
 }
 
-MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
-                                      bool enforce_budget) {
+const Lowered& OfflinePlanner::lowered_shape(const Shape& input) {
   auto it = shaped_tapes_.find(input.dims());
   if (it == shaped_tapes_.end()) {
     const Graph g = build_configured_model(config_, input);
@@ -72,7 +79,27 @@ MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
                       std::make_unique<Lowered>(lower_graph(g, *kernels_, /*training=*/true)))
              .first;
   }
-  return plan_memory(it->second->tape, options(policy, enforce_budget ? config_.memory.budget : 0));
+  return *it->second;
+}
+
+MemoryPlan OfflinePlanner::plan_shape(MemoryPolicy policy, const Shape& input,
+                                      bool enforce_budget) {
+  PlanOptions o = options(policy, enforce_budget ? config_.memory.budget : 0);
+  if (policy == MemoryPolicy::kAuto && !config_.memory.per_shape && enforce_budget) {
+    if (!static_) {
+      try {
+        static_ = std::make_shared<const FixedDecisions>(fixed_decisions(
+            plan_memory(lowered_shape(static_input_).tape, o), static_input_.str()));
+      } catch (const BudgetError& e) {
+        throw ConfigError(fmt::format("memory.per_shape false plans every shape with the "
+                                      "decisions of the largest, input {}, which does not fit: {}",
+                                      static_input_.str(), e.what()),
+                          e.hint() + "; or set memory.per_shape=true");
+      }
+    }
+    o.fixed = static_;
+  }
+  return plan_memory(lowered_shape(input).tape, o);
 }
 
 bool OfflinePlanner::fits(MemoryPolicy policy, int64_t batch) {

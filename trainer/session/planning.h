@@ -35,8 +35,15 @@ class OfflinePlanner {
   // Plans `batch` under `policy` within `budget` bytes instead of memory.budget (0: unlimited);
   // ConfigError when it does not fit. The ladder a job sharing its device registers.
   MemoryPlan plan_at(MemoryPolicy policy, int64_t batch, uint64_t budget);
+  // The tape of the model at a full input shape (lowered once per shape, then cached).
+  const Lowered& lowered_shape(const Shape& input);
   // Plans the full input shape `input` (data.scales: one per side) under `policy`, as plan().
+  // Under memory.per_shape false, auto takes the decisions of the static input's plan (Note [One
+  // plan for every shape] in prefetch/plan.h; ConfigError when that plan does not fit).
   MemoryPlan plan_shape(MemoryPolicy policy, const Shape& input, bool enforce_budget = true);
+  // The input whose plan's decisions every shape takes under memory.per_shape false; default
+  // largest_input(config).
+  void set_static_input(const Shape& input);
   // Whether `batch` fits memory.budget under `policy`.
   bool fits(MemoryPolicy policy, int64_t batch);
   // The largest batch that fits memory.budget under `policy` (0 when none does), searched up
@@ -44,7 +51,10 @@ class OfflinePlanner {
   int64_t max_batch(MemoryPolicy policy, int64_t limit = 1 << 16);
 
   // Plans with `cost` instead of cost_model(config) (a hardware profile, a contended link).
-  void set_cost(const CostModel& cost) { cost_ = cost; }
+  void set_cost(const CostModel& cost) {
+    cost_ = cost;
+    static_.reset();
+  }
   const CostModel& cost() const { return cost_; }
 
   bool substituted() const { return !substitute_.empty(); }
@@ -52,7 +62,10 @@ class OfflinePlanner {
   const std::string& substitute() const { return substitute_; }
   const PersistentBytes& persistent() const { return persistent_; }
   // auto keeps resident what cost().link_gbps cannot hide (PlanOptions::keep_unhidden).
-  void set_contention_aware(bool on) { contention_aware_ = on; }
+  void set_contention_aware(bool on) {
+    contention_aware_ = on;
+    static_.reset();
+  }
 
  private:
   // The config's plan options with this planner's cost model and persistent bytes.
@@ -66,6 +79,8 @@ class OfflinePlanner {
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
   std::map<std::vector<int64_t>, std::unique_ptr<Lowered>> shaped_tapes_;
   bool contention_aware_ = false;
+  Shape static_input_;
+  std::shared_ptr<const FixedDecisions> static_;  // of static_input_'s plan, with this cost
 };
 
 }  // namespace ferry

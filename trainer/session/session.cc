@@ -185,6 +185,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
                               update_kernel(config, store_->param_floats()), po);
     apply_profile(*profile_, exec.plan.cost, config.memory.link_gbps > 0);
   }
+  exec.shapes.name_shapes = !config.data.scales.empty();
+  if (!config.memory.per_shape && config.memory.policy == MemoryPolicy::kAuto) {
+    exec.shapes.static_input = largest_input(config);  // Note [One plan for every shape]
+  }
   exec.host_limit = config.memory.host_limit;
   exec.poison = config.memory.debug_poison;
   // Contention-aware auto (the topology scheduler on a described server): plan against this

@@ -8,24 +8,34 @@
 #include <fmt/ranges.h>
 
 #include "common/bytes.h"
+#include "common/error.h"
 
 namespace ferry {
 
-ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loader, int lookahead)
+ShapePlans::ShapePlans(Executor& executor, Device& device, const DataLoader& loader,
+                       OversizeAction oversize, AnyRank any_rank, int lookahead)
     : executor_(executor),
       device_(device),
       loader_(loader),
+      oversize_action_(oversize),
+      any_rank_(std::move(any_rank)),
       lookahead_(lookahead),
       waits_before_(executor.plan_waits()) {}
 
 void ShapePlans::plan_ahead(LoaderPosition p) {
   for (int i = 0; i < lookahead_; ++i) {
     const Shape input = loader_.input_shape(p);
-    if (input[0] > 0) {
+    if (input[0] > 0 && !failed_here_.count(input.dims())) {
       executor_.prepare(input, /*training=*/true);
       // A plan finished in the background is published now, without waiting: a shape the
-      // budget cannot hold stops the run here, steps before the one that needs it.
-      if (executor_.ready(input, /*training=*/true)) (void)executor_.program(input, true);
+      // budget cannot hold stops the run here, steps before the one that needs it (or, under
+      // memory.oversize skip, is remembered and not planned again).
+      try {
+        if (executor_.ready(input, /*training=*/true)) (void)executor_.program(input, true);
+      } catch (const BudgetError& e) {
+        if (oversize_action_ != OversizeAction::kSkip) throw;
+        failed_here_[input.dims()] = e.what();
+      }
     }
     if (++p.batch == loader_.batches_per_epoch()) p = LoaderPosition{p.epoch + 1, 0};
   }
@@ -34,6 +44,87 @@ void ShapePlans::plan_ahead(LoaderPosition p) {
 void ShapePlans::before_step(const Shape& input) {
   (void)input;
   waits_before_ = executor_.plan_waits();
+}
+
+// Note [Dropping oversize batches]
+// Under memory.oversize skip, a batch whose input shape no plan fits within memory.budget is
+// dropped: the loader moves on to the next batch and the step trains that one (run.steps counts
+// trained steps; the learning-rate schedule follows them). Data parallel needs every rank to
+// drop the same batches, and every rank draws the same shape at each position, but whether a
+// plan fits could differ between ranks (each plans with its own measured kernel times). So the
+// first time a shape comes up for a step, the ranks agree (any_rank: a collective at the same
+// point of every rank's batch sequence): a shape any rank cannot plan is dropped by all. Once
+// every shape the loader can draw is dropped, the run ends: no step could train. The decision is
+// made at the budget in force when the shape first comes up (memory.share may change it later).
+bool ShapePlans::admit(const Shape& input) {
+  if (auto it = admitted_.find(input.dims()); it != admitted_.end()) return it->second;
+  bool fits = !failed_here_.count(input.dims());
+  if (fits) {
+    try {
+      (void)executor_.program(input, /*training=*/true);
+    } catch (const BudgetError& e) {
+      if (oversize_action_ != OversizeAction::kSkip) throw;
+      failed_here_[input.dims()] = e.what();
+      fits = false;
+    }
+  }
+  if (oversize_action_ == OversizeAction::kSkip && any_rank_) fits = !any_rank_(!fits);
+  admitted_[input.dims()] = fits;
+  return fits;
+}
+
+std::string ShapePlans::skip(const Shape& input, int64_t step) {
+  ++skipped_;
+  auto [it, fresh] = oversize_.try_emplace(input.dims());
+  Oversize& o = it->second;
+  ++o.batches;
+  if (fresh) {
+    oversize_order_.push_back(input.dims());
+    const auto here = failed_here_.find(input.dims());
+    o.why = here != failed_here_.end()
+                ? here->second
+                : fmt::format("input {}: another rank's plan for it does not fit memory.budget",
+                              input.str());
+  }
+  check_some_shape_fits(input);
+  if (!fresh) return "";
+  return fmt::format(
+      "skip     {}; its batches are dropped on every rank from step {} on (memory.oversize: skip), "
+      "counted at the end and in summary.json",
+      o.why, step);
+}
+
+void ShapePlans::check_some_shape_fits(const Shape& dropped) const {
+  const std::vector<Shape> all = loader_.input_shapes();
+  if (std::any_of(all.begin(), all.end(), [&](const Shape& s) {
+        const auto a = admitted_.find(s.dims());
+        return a == admitted_.end() || a->second;
+      })) {
+    return;
+  }
+  const auto here = failed_here_.find(dropped.dims());
+  throw ConfigError(
+      fmt::format("memory.oversize skip: no input shape fits memory.budget, every batch would be "
+                  "dropped ({})",
+                  here != failed_here_.end() ? here->second : dropped.str()),
+      "raise memory.budget, or give data.scales sides that fit");
+}
+
+LoaderPosition ShapePlans::first_admitted(LoaderPosition p) {
+  while (!admit(loader_.input_shape(p))) {
+    check_some_shape_fits(loader_.input_shape(p));
+    if (++p.batch == loader_.batches_per_epoch()) p = LoaderPosition{p.epoch + 1, 0};
+  }
+  return p;
+}
+
+nlohmann::json ShapePlans::skipped_summary() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& dims : oversize_order_) {
+    const Oversize& o = oversize_.at(dims);
+    out.push_back({{"shape", dims}, {"batches", o.batches}, {"why", o.why}});
+  }
+  return out;
 }
 
 std::string ShapePlans::after_step(const Shape& input, int64_t step) {
@@ -192,10 +283,19 @@ std::string ShapePlans::end_line() const {
     parts.push_back(fmt::format("{} x{} {:.4f}s/{:.4f}s", Shape(order_[k]).str(), s.steps,
                                 measured[k], s.program->plan.prediction.step_seconds));
   }
+  std::string dropped;
+  if (skipped_ > 0) {
+    std::vector<std::string> shapes;
+    for (const auto& dims : oversize_order_) {
+      shapes.push_back(fmt::format("{} x{}", Shape(dims).str(), oversize_.at(dims).batches));
+    }
+    dropped = fmt::format("; {} batch{} dropped (memory.oversize: skip): {}", skipped_,
+                          skipped_ == 1 ? "" : "es", fmt::join(shapes, ", "));
+  }
   return fmt::format(
       "shapes   {} seen, {} step{} waited for a plan; per shape steps, measured/predicted step: "
-      "{}",
-      order_.size(), waited_steps_, waited_steps_ == 1 ? "" : "s", fmt::join(parts, ", "));
+      "{}{}",
+      order_.size(), waited_steps_, waited_steps_ == 1 ? "" : "s", fmt::join(parts, ", "), dropped);
 }
 
 }  // namespace ferry

@@ -247,58 +247,114 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   in.topology_scheduler = topology;
   in.chunk_bytes = o.chunk_bytes;
   in.trace = o.trace;
-  std::map<double, MemoryPlan> plans;  // by assumed link rate
-  for (size_t r = 0; r < n; ++r) {
-    // Under --scheduler topology, auto plans contention-aware, as the config's
-    // topology.scheduler: topology makes it do in training (unless --planning says otherwise).
-    std::optional<bool> aware = o.contention_aware;
-    if (!aware && topology && config.memory.policy == MemoryPolicy::kAuto) aware = true;
-    const AssumedLink a = assumed_link(config, server.links, static_cast<int>(r), aware);
-    rep.assumed.push_back(a);
-    auto it = plans.find(a.gbps);
-    if (it == plans.end()) {
-      CostModel c = cost;
-      c.link_gbps = emulated ? a.gbps / config.topology.emulation_scale : a.gbps;
-      planner.set_cost(c);
-      planner.set_contention_aware(a.contention_aware);
-      it = plans.emplace(a.gbps, planner.plan(config.memory.policy, config.data.batch_size)).first;
-    }
-    const MemoryPlan& plan = it->second;
-    SimRank rank;
-    rank.name = fmt::format("GPU{}", server.links.gpus[r]);
-    for (const TapeStep& s : plan.tape.steps) {
-      rank.step_seconds.push_back(cost.step_seconds(s, plan.tape));
-      if (o.trace) rank.step_names.push_back(s.name);
-    }
-    rank.transfers = plan_transfers(plan);
-    if (emulated) {
-      rank.step_seconds = measured_step_seconds(o.emulated_run, r, plan.tape);
-      // The input batch crosses the link before its load step ends (Executor::run_step).
-      for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
-        const TapeStep& step = plan.tape.steps[s];
-        if (step.phase != StepPhase::kLoad) continue;
-        uint64_t bytes = 0;
-        for (int w : step.writes) bytes += plan.tape.tensors[static_cast<size_t>(w)].bytes;
-        rank.transfers.insert(
-            rank.transfers.begin(),
-            SimTransfer{false, bytes, static_cast<int>(s) - 1, static_cast<int>(s)});
+  const ShapeSchedule schedule = o.shapes.empty()
+                                     ? shape_schedule(config)
+                                     : parse_shape_schedule(config, o.shapes, "--shapes");
+  if (emulated && schedule.shapes.size() > 1)
+    throw ConfigError("--emulated: the emulation traced the steps of one input shape",
+                      "simulate it with data.scales=[] and without --shapes");
+  rep.schedule = schedule.source;
+  rep.per_shape = config.memory.per_shape;
+  // memory.per_shape false: every shape takes the decisions of the schedule's largest.
+  planner.set_static_input(schedule.largest().input);
+  const NodeSimInput node = in;
+  for (const ScheduledShape& shape : schedule.shapes) {
+    NodeSimInput sin = node;
+    ShapeSimulation sim;
+    sim.shape = shape;
+    std::map<double, MemoryPlan> plans;  // by assumed link rate
+    for (size_t r = 0; r < n; ++r) {
+      // Under --scheduler topology, auto plans contention-aware, as the config's
+      // topology.scheduler: topology makes it do in training (unless --planning says otherwise).
+      std::optional<bool> aware = o.contention_aware;
+      if (!aware && topology && config.memory.policy == MemoryPolicy::kAuto) aware = true;
+      const AssumedLink a = assumed_link(config, server.links, static_cast<int>(r), aware);
+      if (rep.assumed.size() < n) rep.assumed.push_back(a);
+      auto it = plans.find(a.gbps);
+      if (it == plans.end()) {
+        CostModel c = cost;
+        c.link_gbps = emulated ? a.gbps / config.topology.emulation_scale : a.gbps;
+        planner.set_cost(c);
+        planner.set_contention_aware(a.contention_aware);
+        it = plans.emplace(a.gbps, planner.plan_shape(config.memory.policy, shape.input)).first;
+      }
+      const MemoryPlan& plan = it->second;
+      SimRank rank;
+      rank.name = fmt::format("GPU{}", server.links.gpus[r]);
+      for (const TapeStep& s : plan.tape.steps) {
+        rank.step_seconds.push_back(cost.step_seconds(s, plan.tape));
+        if (o.trace) rank.step_names.push_back(s.name);
+      }
+      rank.transfers = plan_transfers(plan);
+      if (emulated) {
+        rank.step_seconds = measured_step_seconds(o.emulated_run, r, plan.tape);
+        // The input batch crosses the link before its load step ends (Executor::run_step).
+        for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
+          const TapeStep& step = plan.tape.steps[s];
+          if (step.phase != StepPhase::kLoad) continue;
+          uint64_t bytes = 0;
+          for (int w : step.writes) bytes += plan.tape.tensors[static_cast<size_t>(w)].bytes;
+          rank.transfers.insert(
+              rank.transfers.begin(),
+              SimTransfer{false, bytes, static_cast<int>(s) - 1, static_cast<int>(s)});
+        }
+      }
+      rank.path = server.links.paths[r];
+      sin.ranks.push_back(std::move(rank));
+      if (r == 0) {
+        sim.peak_bytes = plan.peak_bytes();
+        sim.offload_bytes = plan.offload_bytes;
+        sim.recompute_flops = plan.recompute_flops;
+        sim.planned = plan.prediction;
+        if (n > 1 || o.nodes > 1)
+          sin.buckets = gradient_buckets(config, planner.lowered_shape(shape.input), plan);
       }
     }
-    rank.path = server.links.paths[r];
-    in.ranks.push_back(std::move(rank));
-    if (r == 0) {
-      rep.peak_bytes = plan.peak_bytes();
-      rep.offload_bytes = plan.offload_bytes;
-      rep.recompute_flops = plan.recompute_flops;
-      rep.planned = plan.prediction;
-      if (n > 1 || o.nodes > 1)
-        in.buckets = gradient_buckets(config, planner.lowered(config.data.batch_size), plan);
+    sim.result = simulate_node(sin);
+    sim.samples_per_s = sim.result.step_seconds > 0
+                            ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) *
+                                  static_cast<double>(o.nodes) / sim.result.step_seconds
+                            : 0;
+    if (&shape == &schedule.largest()) {
+      rep.input = std::move(sin);
+      rep.result.spans = sim.result.spans;
+      rep.result.samples = sim.result.samples;
     }
+    sim.result.spans.clear();
+    sim.result.samples.clear();
+    rep.shapes.push_back(std::move(sim));
   }
-  rep.result = simulate_node(in);
-  rep.samples_per_s = rep.result.step_seconds > 0
+  // Note [Simulating a shape schedule]: means over the schedule.
+  NodeSimResult& mean = rep.result;
+  mean.ranks.assign(n, SimRankStats{});
+  mean.links.assign(rep.input.links.size(), SimLinkStats{});
+  for (const ShapeSimulation& sim : rep.shapes) {
+    const double w = sim.shape.weight;
+    const NodeSimResult& r = sim.result;
+    mean.step_seconds += w * r.step_seconds;
+    mean.stall_seconds += w * r.stall_seconds;
+    mean.allreduce_bytes += w * r.allreduce_bytes;
+    for (size_t k = 0; k < n; ++k) {
+      mean.ranks[k].step_seconds += w * r.ranks[k].step_seconds;
+      mean.ranks[k].compute_seconds += w * r.ranks[k].compute_seconds;
+      mean.ranks[k].stall_seconds += w * r.ranks[k].stall_seconds;
+      mean.ranks[k].copy_bytes += w * r.ranks[k].copy_bytes;
+    }
+    for (size_t l = 0; l < mean.links.size(); ++l) {
+      mean.links[l].to_host_bytes += w * r.links[l].to_host_bytes;
+      mean.links[l].to_device_bytes += w * r.links[l].to_device_bytes;
+      mean.links[l].busy_seconds += w * r.links[l].busy_seconds;
+    }
+    rep.peak_bytes = std::max(rep.peak_bytes, sim.peak_bytes);
+    rep.offload_bytes += static_cast<uint64_t>(w * static_cast<double>(sim.offload_bytes));
+    rep.recompute_flops += w * sim.recompute_flops;
+    rep.planned.step_seconds += w * sim.planned.step_seconds;
+    rep.planned.stall_seconds += w * sim.planned.stall_seconds;
+    rep.planned.compute_seconds += w * sim.planned.compute_seconds;
+  }
+  rep.samples_per_s = mean.step_seconds > 0
                           ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) *
-                                static_cast<double>(o.nodes) / rep.result.step_seconds
+                                static_cast<double>(o.nodes) / mean.step_seconds
                           : 0;
   return rep;
 }

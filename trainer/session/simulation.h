@@ -15,6 +15,7 @@
 #include "sim/node_sim.h"
 #include "topology/model.h"
 #include "trainer/config/config.h"
+#include "trainer/session/shape_schedule.h"
 
 namespace ferry {
 
@@ -75,8 +76,26 @@ struct SimulateOptions {
   // over the rank's path as the executor does; gpus 0 = the ranks that traced. "" = a described
   // server.
   std::string emulated_run;
+  // The input shapes to average the step over, `SIZE[:WEIGHT],...` (image sides or tokens per
+  // row: parse_shape_schedule); "" = what the config's loader draws (shape_schedule).
+  std::string shapes;
 };
 
+// One shape of the schedule, planned (rank 0's plan) and simulated.
+struct ShapeSimulation {
+  ScheduledShape shape;
+  uint64_t peak_bytes = 0, offload_bytes = 0;
+  double recompute_flops = 0;
+  Prediction planned;  // the planner's own prediction of rank 0's step
+  NodeSimResult result;
+  double samples_per_s = 0;
+};
+
+// Note [Simulating a shape schedule]
+// Each shape of the schedule is planned exactly (per rank, as training plans it: a plan per
+// shape, or under memory.per_shape false the largest shape's decisions for all) and its step
+// simulated alone; the report's step, stall, copies and link bytes are the means over the
+// schedule, each shape weighted by how often it is drawn, and its peak the largest.
 struct SimulationReport {
   std::string topology, hardware, scheduler;
   MemoryPolicy policy = MemoryPolicy::kNone;
@@ -84,16 +103,20 @@ struct SimulationReport {
   int nodes = 1;                     // samples_per_s counts every node's GPUs
   std::vector<AssumedLink> assumed;  // per rank
   std::vector<std::string> link_kinds;
-  uint64_t peak_bytes = 0, offload_bytes = 0;  // rank 0's plan
-  double recompute_flops = 0;
-  Prediction planned;  // rank 0's plan as the planner's own cost model predicts it
-  NodeSimInput input;
-  NodeSimResult result;
-  double samples_per_s = 0;
+  uint64_t peak_bytes = 0;     // rank 0's plans: the largest peak
+  uint64_t offload_bytes = 0;  // rank 0's plans: mean over the schedule
+  double recompute_flops = 0;  // rank 0's plans: mean over the schedule
+  Prediction planned;        // rank 0's plans as the planner's own cost model predicts them (mean)
+  NodeSimInput input;        // the largest shape's (what --trace shows)
+  NodeSimResult result;      // means over the schedule; spans and samples of the largest shape
+  double samples_per_s = 0;  // rows per second at the mean step
+  std::string schedule;      // where the shapes come from, in words
+  bool per_shape = true;     // memory.per_shape
+  std::vector<ShapeSimulation> shapes;  // in schedule order
 };
 
-// Plans each rank's step and simulates one step of the node. ConfigError when the plan does
-// not fit memory.budget (as training would).
+// Plans each rank's step for every shape of the schedule and simulates one step of the node
+// per shape. ConfigError when a plan does not fit memory.budget (as training would).
 SimulationReport simulate_config(const Config& config, const SimulateOptions& options);
 
 }  // namespace ferry

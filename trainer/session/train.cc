@@ -64,6 +64,19 @@ std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
   return out;
 }
 
+// Whether any rank passed true (every rank calls it at the same point): one host broadcast per
+// rank, for the rare decisions all ranks must share (Note [Dropping oversize batches]).
+bool any_rank(Communicator& comm, const RankInfo& ranks, bool mine) {
+  if (ranks.size == 1) return mine;
+  bool any = false;
+  for (int r = 0; r < ranks.size; ++r) {
+    uint8_t v = ranks.rank == r && mine ? 1 : 0;
+    comm.broadcast_host(&v, sizeof(v), r);
+    any = any || v != 0;
+  }
+  return any;
+}
+
 // What this rank runs: ranks, placement, device, model, data, memory and the step's plan.
 void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data,
                   const MemoryPlan& plan) {
@@ -161,7 +174,9 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
                       {"device_peak_bytes", result.device_peak_bytes},
                       {"offload_bytes", plan.offload_bytes},
                       {"plan_waited_steps", result.plan_waited_steps},
-                      {"shapes", shapes.summary()}};
+                      {"shapes", shapes.summary()},
+                      {"oversize_skipped", result.oversize_skipped},
+                      {"skipped_shapes", shapes.skipped_summary()}};
   if (const DeviceProfile* p = session.cost_profile()) {
     j["cost_profile"] = {{"kernels", p->kernels},
                          {"from_cache", p->from_cache},
@@ -266,14 +281,17 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     for (const Shape& s : loader.input_shapes()) (void)build_configured_model(config, s);
   }
   // The next batches' shapes are planned in the background from here on, the first one's here.
-  ShapePlans shapes(session.executor(), device, loader);
+  ShapePlans shapes(session.executor(), device, loader, config.memory.oversize,
+                    [&](bool mine) { return any_rank(session.communicator(), ranks, mine); });
   shapes.plan_ahead(loader.position());
   // Plan the first step before any runs (Note [Life of an offloaded activation] in
   // trainer/exec/executor.h, step 2): planned once per input shape and mode, every step follows
-  // its shape's plan; the shapes of the next batches are planned ahead, in the background.
+  // its shape's plan; the shapes of the next batches are planned ahead, in the background. Under
+  // memory.oversize skip the first batch trained may come later.
+  const LoaderPosition first = shapes.first_admitted(loader.position());
   const MemoryPlan& plan =
       session.executor()
-          .program(configured_input(config, config.data.batch_size, loader.side(loader.position())),
+          .program(configured_input(config, config.data.batch_size, loader.side(first)),
                    /*training=*/true)
           .plan;
   print_banner(log, session, config, *dataset, plan);
@@ -322,11 +340,19 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     Batch batch = loader.next();
     // The loader knows what comes next: plan new shapes while this step runs.
     shapes.plan_ahead(loader.position());
+    shapes.before_step(batch.shape());
+    // Note [Dropping oversize batches] (shape_plans.cc): the same batches on every rank.
+    while (!shapes.admit(batch.shape())) {
+      if (const std::string line = shapes.skip(batch.shape(), step); !line.empty()) log.line(line);
+      batch.release();
+      batch = loader.next();
+      shapes.plan_ahead(loader.position());
+      shapes.before_step(batch.shape());
+    }
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
     const Shape input = batch.shape();
     if (shared) shared->before_step(input, step);
-    shapes.before_step(input);
     session.forward_backward({batch.input(), batch.labels(), batch.size(), input},
                              static_cast<uint64_t>(step));
     if (const std::string line = shapes.after_step(input, step); !line.empty()) log.line(line);
@@ -406,6 +432,9 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
         extra["planned_peak_bytes"] = p->plan.peak_bytes();
         extra["shape_peak_bytes"] = shapes.measured_peak(*p);
       }
+      if (config.memory.oversize == OversizeAction::kSkip) {
+        extra["oversize_skipped"] = shapes.skipped_batches();
+      }
       if (grad_norm) extra["grad_norm"] = *grad_norm;
       metrics.write(r, extra);
       interval_loss = interval_correct = interval_samples = 0;
@@ -430,6 +459,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   result.device_peak_bytes = device.memory().stats().peak;
   result.shapes = static_cast<int64_t>(shapes.shape_count());
   result.plan_waited_steps = shapes.waited_steps();
+  result.oversize_skipped = shapes.skipped_batches();
   log.line(shapes.end_line());
   if (shared) log.line(shared->end_line());
   if (!session.link_usage().empty()) {

@@ -22,6 +22,8 @@ struct TrainResult {
   // the steps that waited for their shape's plan (Note [Planning ahead] in program.cc).
   int64_t shapes = 0;
   int64_t plan_waited_steps = 0;
+  // Batches dropped because no plan of their shape fits memory.budget (memory.oversize skip).
+  int64_t oversize_skipped = 0;
 };
 
 // Trains as `config` says on this rank of the job, writing (rank 0) <run.dir>/config.yaml,

@@ -2,7 +2,8 @@
 // synthetic images at sides 24-48 under a budget the largest side cannot meet without moving
 // activations, in poison mode. For every shape the run saw, the measured device peak equals the
 // planned one and is within the budget; the losses are bitwise those of memory.policy none with
-// unlimited memory; at most one step waited for its plan. Under mpirun -np 2 both ranks train
+// unlimited memory; at most one step waited for its plan; so with memory.per_shape false (one
+// static plan: side 48's decisions at every side). Under mpirun -np 2 both ranks train
 // every step at the same side (the one a single rank draws). Bad data.scales are one error line
 // naming the key, exit 2.
 #include <gtest/gtest.h>
@@ -76,7 +77,9 @@ TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
   for (const Variant& v :
        {Variant{"auto", ""},
         // The planner believes copies are slow: it rebuilds instead (recompute is the default).
-        Variant{"auto_recompute", "memory.link_gbps=0.001"}}) {
+        Variant{"auto_recompute", "memory.link_gbps=0.001"},
+        // Mimose's static baseline: side 48's decisions for every side.
+        Variant{"static", "memory.per_shape=false"}}) {
     SCOPED_TRACE(v.name);
     const std::string dir = scratch("multi_scale_" + v.name);
     e = run(multi_scale(
@@ -104,6 +107,18 @@ TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
     }
     EXPECT_GT(moved + rebuilt, 0) << "the largest side had to move or rebuild something";
     if (v.name == "auto_recompute") EXPECT_GT(rebuilt, 0);
+    // Side 24 fits with everything resident: a plan of its own moves nothing, the static plan
+    // moves (or rebuilds) what side 48's does.
+    for (const auto& shape : s["shapes"]) {
+      if (shape["shape"][2] != 24) continue;
+      const double paid =
+          shape["offload_bytes"].get<double>() + shape["recompute_flops"].get<double>();
+      if (v.name == "static") {
+        EXPECT_GT(paid, 0) << "side 24 under the static plan";
+      } else {
+        EXPECT_EQ(paid, 0) << "side 24 under its own plan";
+      }
+    }
     // The whole run's device high-water mark: one arena for every plan, never a sum.
     EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
     // One line per new shape, saying how it was planned.

@@ -1,0 +1,86 @@
+// Shape schedules (trainer/session/shape_schedule.h): data.scales weighted as often as the loader
+// really draws each side, the configured input alone without scales, and --shapes text parsed
+// (weights normalised, repeats merged) or refused with one error naming the option.
+#include "trainer/session/shape_schedule.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "trainer/data/loader.h"
+#include "trainer/session/data_setup.h"
+
+namespace ferry {
+namespace {
+
+Config images(std::vector<int64_t> scales) {
+  Config c = default_config();
+  c.model.name = "resnet18_cifar";
+  c.data.batch_size = 4;
+  c.data.samples = 64;
+  c.data.scales = std::move(scales);
+  return c;
+}
+
+TEST(ShapeSchedule, ScalesAreWeightedAsOftenAsTheLoaderDrawsThem) {
+  const Config c = images({24, 32, 32, 48});
+  const ShapeSchedule s = shape_schedule(c);
+  ASSERT_EQ(s.shapes.size(), 3u);
+  EXPECT_EQ(s.shapes[0].input, Shape({4, 3, 24, 24}));
+  EXPECT_EQ(s.shapes[1].size, 32);
+  EXPECT_DOUBLE_EQ(s.shapes[0].weight, 0.25);
+  EXPECT_DOUBLE_EQ(s.shapes[1].weight, 0.5);
+  EXPECT_DOUBLE_EQ(s.shapes[2].weight, 0.25);
+  EXPECT_EQ(s.largest().size, 48);
+  // The loader's draws over 16 epochs of 16 batches match the weights.
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.scales = c.data.scales;
+  DataLoader loader(open_configured_dataset(c), o);
+  std::map<int64_t, double> drawn;
+  const int64_t batches = 16 * loader.batches_per_epoch();
+  for (int64_t i = 0; i < batches; ++i) drawn[loader.side(loader.position_after(i))] += 1;
+  for (const ScheduledShape& shape : s.shapes) {
+    EXPECT_NEAR(drawn[shape.size] / static_cast<double>(batches), shape.weight, 0.06)
+        << "side " << shape.size;
+  }
+}
+
+TEST(ShapeSchedule, WithoutScalesTheConfiguredInputAlone) {
+  const ShapeSchedule s = shape_schedule(images({}));
+  ASSERT_EQ(s.shapes.size(), 1u);
+  EXPECT_EQ(s.shapes[0].input, Shape({4, 3, 32, 32}));
+  EXPECT_EQ(s.shapes[0].weight, 1.0);
+}
+
+TEST(ShapeSchedule, TextGivesSidesOrTokenLengthsWithNormalisedWeights) {
+  const ShapeSchedule s = parse_shape_schedule(images({}), "24:1,48:2.5,24:0.5", "--shapes");
+  ASSERT_EQ(s.shapes.size(), 2u);
+  EXPECT_EQ(s.shapes[0].input, Shape({4, 3, 24, 24}));
+  EXPECT_DOUBLE_EQ(s.shapes[0].weight, 1.5 / 4);
+  EXPECT_DOUBLE_EQ(s.shapes[1].weight, 2.5 / 4);
+  Config gpt = default_config();
+  gpt.model.name = "gpt2";
+  gpt.data.source = DataSource::kTokens;
+  gpt.data.path = "unused.bin";
+  gpt.data.batch_size = 16;
+  const ShapeSchedule t = parse_shape_schedule(gpt, "256,1024", "--shapes");
+  ASSERT_EQ(t.shapes.size(), 2u);
+  EXPECT_EQ(t.shapes[1].input, Shape({16, 1024}));
+  EXPECT_DOUBLE_EQ(t.shapes[0].weight, 0.5);
+  // Longer than the rows the model reads.
+  EXPECT_THROW(parse_shape_schedule(gpt, "2048", "--shapes"), ConfigError);
+  for (const char* bad : {"", "0", "24:0", "24:-1", "24:x", "a", "24:1:2", "24,,32", "16385"}) {
+    try {
+      (void)parse_shape_schedule(images({}), bad, "--shapes");
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--shapes: ", 0), 0u) << e.what();
+      EXPECT_NE(e.hint().find("SIZE[:WEIGHT]"), std::string::npos) << e.hint();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry
