@@ -66,6 +66,18 @@ if [[ ! -x build/trainer ]]; then
   exit 2
 fi
 
+# A run killed outright (SIGKILL runs no trap) leaves its namespaces, named after its pid, and its
+# work folder. Sweep those of runs whose script is gone before making ours; a live run's are kept.
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ferry[0-9]+-(h[0-9]+|br)$'); do
+  owner="${ns#ferry}"
+  owner="${owner%%-*}"
+  if ! kill -0 "$owner" 2>/dev/null; then
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null && echo "multihost: removed $ns, left by a run that was killed" >&2
+    rm -rf /tmp/ferry"$owner".????
+  fi
+done
+
 tag="ferry$$"
 subnet_prefix="10.213.$(($$ % 200 + 20))"
 work=$(mktemp -d "/tmp/${tag}.XXXX")
