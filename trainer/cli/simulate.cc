@@ -114,12 +114,6 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("memory.policy %s, memory.budget %s, scheduler %s\n",
               std::string(policy_name(rep.policy)).c_str(),
               format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());
-  if (config.data.documents && !config.data.pack) {
-    // Note [Shapes in the simulator] (trainer/session/simulation.cc).
-    std::printf(
-        "input: documents padded per batch, simulated at the longest row, data.seq_len "
-        "(per-length plans: trainer plan)\n");
-  }
   std::printf(
       "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s\n",
       format_bytes(rep.peak_bytes).c_str(), format_bytes(rep.offload_bytes).c_str(),

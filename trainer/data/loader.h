@@ -151,7 +151,9 @@ class DataLoader {
   // The image side of the batch at `position` (Note [Per-batch sides]); 0 without scales.
   int64_t side(LoaderPosition position) const;
   // The row length of the batch at `position`: padded documents' batch_length over the global
-  // batch (documents.h); the dataset's T for other token sources; 0 for images.
+  // batch (documents.h); the dataset's T for other token sources; 0 for images. A pure function,
+  // cheap after the epoch's order: counting it over an epoch's positions gives the distribution
+  // of lengths training draws (what a simulator's shape schedule would weigh).
   int64_t length(LoaderPosition position) const;
   // The input shape of this rank's batch at `position`: (rows, C, side, side) or (rows, T...).
   // A pure function of the options: what next() returns there has this shape.

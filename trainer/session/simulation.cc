@@ -261,11 +261,6 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
       c.link_gbps = emulated ? a.gbps / config.topology.emulation_scale : a.gbps;
       planner.set_cost(c);
       planner.set_contention_aware(a.contention_aware);
-      // Note [Shapes in the simulator]: every rank's step is simulated at the configured input
-      // shape: model.input, or for data.documents the longest row, data.seq_len (padded
-      // documents change length per batch; `trainer plan` prints each length's plan). A shape
-      // schedule (data.scales' sides, the documents' length distribution) would plan each shape
-      // here and weigh their simulated steps; it is not built yet.
       it = plans.emplace(a.gbps, planner.plan(config.memory.policy, config.data.batch_size)).first;
     }
     const MemoryPlan& plan = it->second;
