@@ -2,8 +2,8 @@
 // a small GPT on generated documents under a budget the longest length cannot meet without moving
 // or rebuilding activations, in poison mode. For every length the run saw, the measured device
 // peak equals the planned one and is within the budget, and the losses are bitwise those of
-// memory.policy none with unlimited memory. Packed rows evaluate every document as padded rows
-// do (each document alone). Under mpirun -np 2 both ranks train every step at the length one
+// memory.policy none with unlimited memory. More padding changes nothing but the float order.
+// Packed rows evaluate every document as padded rows do (each document alone). Under mpirun -np 2 both ranks train every step at the length one
 // rank draws. `trainer plan` prints a plan per length. Bad keys: one error line, exit 2.
 #include <gtest/gtest.h>
 
@@ -136,6 +136,32 @@ TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
     if (variant == "auto_recompute") EXPECT_GT(rebuilt, 0);
     EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
   }
+}
+
+// Padding adds nothing: the same batches padded to the longest document (data.len_bucket 1)
+// and to 128 positions every time give the same losses and parameters within float (the mean is
+// over real tokens, and padded positions carry no gradient). SGD, so a leak is not normalised
+// away.
+TEST(Documents, PaddingChangesNothingButTheFloatOrder) {
+  const std::string sgd = " optim.name=sgd optim.lr=0.5 optim.weight_decay=0 checkpoint.every=6";
+  std::map<int64_t, Logged> runs;
+  std::map<int64_t, std::string> dirs;
+  for (const int64_t bucket : {1, 128}) {
+    dirs[bucket] = scratch("documents_bucket_" + std::to_string(bucket));
+    const Exit e =
+        run(documents(dirs[bucket], 6, "data.len_bucket=" + std::to_string(bucket) + sgd));
+    ASSERT_EQ(e.code, 0) << e.output;
+    runs[bucket] = read_metrics(dirs[bucket]);
+  }
+  ASSERT_EQ(runs[1].losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(runs[128].shapes[i][1], 128);
+    EXPECT_LT(runs[1].shapes[i][1], 128) << "step " << i + 1 << " padded less";
+    EXPECT_NEAR(runs[1].losses[i], runs[128].losses[i], 1e-5 * runs[128].losses[i])
+        << "step " << i + 1;
+  }
+  expect_same_parameters(dirs[1] + "/checkpoints/step_6.safetensors",
+                         dirs[128] + "/checkpoints/step_6.safetensors", 1e-5);
 }
 
 // The mean token loss of every document of val.bin, one per padded row and packed several to a
