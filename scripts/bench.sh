@@ -258,7 +258,8 @@ import json; s = json.load(open('$out/docs_plan.json'))['shapes']
 p = {x['length']: x['peak_bytes'] for x in s}; lb = max(x['lower_bound_bytes'] for x in s)
 lo, hi = p[min(p)], p[max(p)]; print(max(lo + (hi - lo) // 3, lb * 21 // 20))")
   arms=(none per_shape padded pack_none pack)
-  if build/trainer config --reference | grep -q 'memory.per_shape'; then arms+=(static); fi
+  # (Not `| grep -q`: under pipefail the trainer's SIGPIPE would read as "not built".)
+  if [[ $(build/trainer config --reference) == *memory.per_shape* ]]; then arms+=(static); fi
   for rep in 1 2 3; do
     for arm in "${arms[@]}"; do
       case $arm in
