@@ -257,16 +257,25 @@ if [[ $what == all || $what == documents ]]; then
 import json; s = json.load(open('$out/docs_plan.json'))['shapes']
 p = {x['length']: x['peak_bytes'] for x in s}; lb = max(x['lower_bound_bytes'] for x in s)
 lo, hi = p[min(p)], p[max(p)]; print(max(lo + (hi - lo) // 3, lb * 21 // 20))")
-  arms=(none per_shape padded pack_none pack)
+  # The *_rebuild arms tell the planner copies are slow (memory.link_gbps 0.001): it rebuilds
+  # instead of moving, which costs compute on the CPU too (a copy thread on an idle core is
+  # nearly free there).
+  arms=(none per_shape per_shape_rebuild padded pack_none pack)
   # (Not `| grep -q`: under pipefail the trainer's SIGPIPE would read as "not built".)
-  if [[ $(build/trainer config --reference) == *memory.per_shape* ]]; then arms+=(static); fi
+  if [[ $(build/trainer config --reference) == *memory.per_shape* ]]; then
+    arms+=(static static_rebuild)
+  fi
   for rep in 1 2 3; do
     for arm in "${arms[@]}"; do
       case $arm in
         none) docs_run "${arm}_$rep" memory.policy=none ;;
         per_shape) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" ;;
+        per_shape_rebuild) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                             memory.link_gbps=0.001 ;;
         static) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
                   memory.per_shape=false ;;
+        static_rebuild) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                          memory.per_shape=false memory.link_gbps=0.001 ;;
         padded) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
                   data.len_bucket=1024 ;;
         pack_none) docs_run "${arm}_$rep" memory.policy=none data.pack=true ;;
@@ -290,6 +299,8 @@ none = step["none"]
 print(f"budget {budget / 2**20:.1f} MiB; mean step (median of 3 runs of steps 6-40):")
 names = {"none": "none, unlimited memory", "per_shape": "a plan per length",
          "static": "one static plan (memory.per_shape false)",
+         "per_shape_rebuild": "a plan per length, rebuilding",
+         "static_rebuild": "one static plan, rebuilding",
          "padded": "every batch padded to 1024", "pack_none": "packed rows, none unlimited",
          "pack": "packed rows, under the budget"}
 for a in arms:
@@ -298,9 +309,11 @@ for a in arms:
           f"{tps[a]:8.0f} real tokens/s   runs: {runs}")
 print(f"  packed / padded real tokens/s: {tps['pack_none'] / tps['none']:.2f} (none, unlimited), "
       f"{tps['pack'] / tps['per_shape']:.2f} (under the budget, against per-length plans)")
-s = json.load(open(f"{out}/docs_per_shape_1/summary.json"))
-for x in sorted(s["shapes"], key=lambda x: x["shape"][1]):
-    print(f"  {x['shape']}: {x['steps']} steps, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
+for arm in ("per_shape", "per_shape_rebuild"):
+  print(f"  {names[arm]}:")
+  s = json.load(open(f"{out}/docs_{arm}_1/summary.json"))
+  for x in sorted(s["shapes"], key=lambda x: x["shape"][1]):
+    print(f"    {x['shape']}: {x['steps']} steps, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
           f"(measured {x['measured_peak_bytes'] / 2**20:.1f}), moved {x['offload_bytes'] / 2**20:.1f} MiB, "
           f"rebuilt {x['recompute_flops'] / 1e9:.3f} GFLOP, planned in {x['plan_seconds']:.3f}s")
 PY
