@@ -3,8 +3,9 @@
 // or rebuilding activations, in poison mode. For every length the run saw, the measured device
 // peak equals the planned one and is within the budget, and the losses are bitwise those of
 // memory.policy none with unlimited memory. More padding changes nothing but the float order.
-// Packed rows evaluate every document as padded rows do (each document alone). Under mpirun -np 2 both ranks train every step at the length one
-// rank draws. `trainer plan` prints a plan per length. Bad keys: one error line, exit 2.
+// Packed rows evaluate every document as padded rows do (each document alone). Under mpirun -np 2
+// both ranks train every step at the length one rank draws. `trainer plan` prints a plan per
+// length. Bad keys: one error line, exit 2.
 #include <gtest/gtest.h>
 
 #include <cstdio>
