@@ -201,10 +201,11 @@ class MpiCommunicator final : public Communicator {
                          stalled.waited_s, watchdog_->timeout_s(), who_),
              fmt::format("{}; raise comm.timeout_s if a step can take longer, or set it to 0 "
                          "to turn the watchdog off",
-                         named.empty() ? std::string("check every rank's log")
-                                       : fmt::format("check what {} is doing (stopped, hung, in a "
-                                                     "debugger, out of memory?)",
-                                                     rank_list(named))),
+                         named.empty()
+                             ? std::string("check every rank's log")
+                             : fmt::format("check what {} {} doing (stopped, hung, in a "
+                                           "debugger, out of memory?)",
+                                           rank_list(named), named.size() == 1 ? "is" : "are")),
              1);
   }
 

@@ -31,6 +31,7 @@ void* DeviceHeap::allocate(uint64_t bytes, const std::string& label) {
     live_[offset] = Block{size, label};
     stats_.in_use += size;
     stats_.peak = std::max(stats_.peak, stats_.in_use);
+    stats_.window_peak = std::max(stats_.window_peak, stats_.in_use);
     ++stats_.allocations;
     return base_ + offset;
   }
@@ -83,6 +84,11 @@ MemoryStats DeviceHeap::stats() const {
 void DeviceHeap::reset_peak() {
   std::lock_guard lock(mu_);
   stats_.peak = stats_.in_use;
+}
+
+void DeviceHeap::start_window() {
+  std::lock_guard lock(mu_);
+  stats_.window_peak = stats_.in_use;
 }
 
 std::vector<ResidentBlock> DeviceHeap::resident() const {

@@ -18,6 +18,7 @@ struct MemoryStats {
   uint64_t capacity = 0;
   uint64_t in_use = 0;
   uint64_t peak = 0;
+  uint64_t window_peak = 0;  // the largest in_use since the last start_window()
   uint64_t oom_count = 0;
   uint64_t allocations = 0;
 };
@@ -38,6 +39,9 @@ class DeviceHeap {
 
   MemoryStats stats() const;
   void reset_peak();
+  // Starts a new window for MemoryStats::window_peak (a job sharing its device measures its
+  // peak per budget) without touching the run's peak.
+  void start_window();
   // Live allocations, largest first.
   std::vector<ResidentBlock> resident() const;
   uint64_t capacity() const { return capacity_; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 namespace ferry {
 
@@ -26,12 +27,15 @@ std::vector<size_t> grant(const std::vector<ChunkClaim>& waiting,
   std::vector<size_t> granted;
   for (size_t i : order) {
     const ChunkClaim& c = waiting[i];
-    bool free = std::none_of(c.links.begin(), c.links.end(), [&](int link) {
-      return taken.count(LinkDirection{link, c.direction}) > 0;
-    });
-    if (!free) continue;
-    for (int link : c.links) taken.insert(LinkDirection{link, c.direction});
-    granted.push_back(i);
+    if (!c.link_directions.empty() && c.link_directions.size() != c.links.size())
+      throw std::invalid_argument("a chunk claim gives link_directions, not one per link");
+    std::vector<LinkDirection> wants;
+    for (size_t k = 0; k < c.links.size(); ++k)
+      wants.push_back({c.links[k], c.link_directions.empty() ? c.direction : c.link_directions[k]});
+    const bool free = std::none_of(wants.begin(), wants.end(),
+                                   [&](const LinkDirection& ld) { return taken.count(ld) > 0; });
+    if (free) granted.push_back(i);
+    if (free || c.reserve) taken.insert(wants.begin(), wants.end());
   }
   return granted;
 }

@@ -56,15 +56,56 @@ std::vector<JobSlot*> jobs_on(Shared* s, int g) {
   return out;
 }
 
-void set(uint64_t& field, uint64_t value, JobSlot& j) {
+void copy_reason(JobSlot& j, const std::string& why) {
+  std::snprintf(j.reason, sizeof(j.reason), "%s", why.c_str());
+}
+
+void set(uint64_t& field, uint64_t value, JobSlot& j, const std::string& why) {
   if (field == value) return;
   field = value;
   ++j.generation;
+  copy_reason(j, why);
+}
+
+// Appends an entry to the held record when GPU `g`'s sums or job count changed (Note [The
+// ledger's record of held memory]); `job` made the change (0: a re-division).
+void record(Shared* s, int g, uint64_t job) {
+  GpuSlot& gpu = s->gpus[g];
+  uint64_t held = 0, granted = 0, job_held = 0;
+  int32_t n = 0;
+  for (const JobSlot* j : jobs_on(s, g)) {
+    held += j->held;
+    granted += j->granted;
+    ++n;
+    if (j->id == job) job_held = j->held;
+  }
+  gpu.peak_held = std::max(gpu.peak_held, held);
+  if (held == gpu.recorded_held && granted == gpu.recorded_granted && n == gpu.recorded_jobs)
+    return;
+  gpu.recorded_held = held;
+  gpu.recorded_granted = granted;
+  gpu.recorded_jobs = n;
+  const uint64_t seq = s->next_seq++;
+  RecordSlot& r = s->history[(seq - 1) % JobLedger::kHistory];
+  r.seq = 0;  // an entry whose writer dies half-way is skipped by readers
+  r.t = now_s();
+  // Both in the block: a bounded copy, not snprintf (whose ranges must not overlap).
+  const size_t length = strnlen(gpu.device, sizeof(r.device) - 1);
+  std::memcpy(r.device, gpu.device, length);
+  r.device[length] = '\0';
+  r.jobs = n;
+  r.held = held;
+  r.granted = granted;
+  r.capacity = gpu.capacity;
+  r.job = job;
+  r.job_held = job_held;
+  r.seq = seq;
 }
 
 // Raises the grants of growing jobs, in arrival order, while every grant on the GPU fits the
-// capacity (Note [Handing memory over between jobs]); sets `waiting`.
-void settle(Shared* s, int g) {
+// capacity (Note [Handing memory over between jobs]); sets `waiting`; records the sums. `why`
+// becomes the reason of the jobs whose grant it raises.
+void settle(Shared* s, int g, const std::string& why) {
   GpuSlot& gpu = s->gpus[g];
   const std::vector<JobSlot*> jobs = jobs_on(s, g);
   uint64_t granted = 0;
@@ -79,7 +120,7 @@ void settle(Shared* s, int g) {
       to = j->granted + room;
     }
     granted += to - j->granted;
-    set(j->granted, to, *j);
+    set(j->granted, to, *j, why);
   }
   for (JobSlot* j : jobs) {
     const int32_t waiting = !j->admitted || j->granted < j->lower;
@@ -88,14 +129,16 @@ void settle(Shared* s, int g) {
       ++j->generation;
     }
   }
+  record(s, g, 0);
 }
 
 // Divides GPU `g` among its entries (links/memory_shares.h), then settles; frees the GPU's slot
-// when no entry is left.
-void redivide(Shared* s, int g) {
+// when no entry is left. `why` becomes the reason of the jobs whose share or grant changes.
+void redivide(Shared* s, int g, const std::string& why) {
   GpuSlot& gpu = s->gpus[g];
   const std::vector<JobSlot*> jobs = jobs_on(s, g);
   if (jobs.empty()) {
+    record(s, g, 0);  // nobody is left on it
     gpu = GpuSlot{};
     return;
   }
@@ -113,32 +156,30 @@ void redivide(Shared* s, int g) {
   const ShareDivision d =
       divide_memory(gpu.capacity, in, static_cast<ShareObjective>(gpu.objective));
   for (size_t i = 0; i < jobs.size(); ++i) {
-    set(jobs[i]->share, d.jobs[i].share, *jobs[i]);
+    set(jobs[i]->share, d.jobs[i].share, *jobs[i], why);
     jobs[i]->predicted_step_s = d.jobs[i].step_s;
     jobs[i]->admitted = !d.jobs[i].waiting;
   }
   ++gpu.generation;
-  settle(s, g);
+  settle(s, g, why);
 }
 
-void record_held(Shared* s, int g) {
-  uint64_t held = 0;
-  for (const JobSlot* j : jobs_on(s, g)) held += j->held;
-  s->gpus[g].peak_held = std::max(s->gpus[g].peak_held, held);
-}
+std::string who(const JobSlot& j) { return fmt::format("job {} (pid {})", j.id, j.pid); }
 
 // Removes the entries of dead processes and re-divides their GPUs (every GPU when `all`).
 int reap_locked(Shared* s, bool all) {
-  bool touched[JobLedger::kMaxGpus] = {};
+  std::string why[JobLedger::kMaxGpus];
   int reaped = 0;
   for (JobSlot& j : s->jobs) {
     if (!j.used || shm_names::alive({j.pid, j.start})) continue;
     j.used = 0;
-    touched[j.gpu] = true;
+    why[j.gpu] += fmt::format("{}{} died (reaped)", why[j.gpu].empty() ? "" : ", ", who(j));
     ++reaped;
   }
-  for (int g = 0; g < JobLedger::kMaxGpus; ++g)
-    if (s->gpus[g].used && (all || touched[g])) redivide(s, g);
+  for (int g = 0; g < JobLedger::kMaxGpus; ++g) {
+    if (!s->gpus[g].used || (!all && why[g].empty())) continue;
+    redivide(s, g, why[g].empty() ? "a job died while it changed the ledger" : why[g]);
+  }
   return reaped;
 }
 
@@ -189,6 +230,7 @@ JobGrant grant_of(const Shared* s, const JobSlot* j, uint64_t id) {
   g.granted = j->granted;
   g.waiting = j->waiting != 0;
   g.generation = j->generation;
+  g.reason = j->reason;
   return g;
 }
 
@@ -251,7 +293,7 @@ JobGrant JobLedger::join(const JobRequest& request) {
     std::copy(ladder.begin(), ladder.end(), j.ladder);
     j.joined = now_s();
     j.used = 1;  // last: a joiner killed before this left nothing
-    redivide(s_, g);
+    redivide(s_, g, who(j) + " arrived");
     return grant_of(s_, &j, j.id);
   }
   if (!jobs_on(s_, g).size()) s_->gpus[g] = GpuSlot{};
@@ -264,7 +306,7 @@ void JobLedger::leave(uint64_t id) {
   JobSlot* j = find(s_, id);
   if (!j) return;
   j->used = 0;
-  redivide(s_, j->gpu);
+  redivide(s_, j->gpu, who(*j) + " left");
 }
 
 JobGrant JobLedger::poll(uint64_t id) {
@@ -282,7 +324,7 @@ JobGrant JobLedger::report(uint64_t id, uint64_t held, double measured_step_s) {
   }
   j->held = held;
   if (measured_step_s >= 0) j->measured_step_s = measured_step_s;
-  record_held(s_, j->gpu);
+  record(s_, j->gpu, id);
   return grant_of(s_, j, id);
 }
 
@@ -295,14 +337,16 @@ JobGrant JobLedger::confirm(uint64_t id, uint64_t held) {
                             j->share, held));
   }
   j->held = held;
-  record_held(s_, j->gpu);
-  if (j->share < j->granted) set(j->granted, j->share, *j);
-  settle(s_, j->gpu);
+  const std::string why = who(*j) + " confirmed its smaller share";
+  if (j->share < j->granted) set(j->granted, j->share, *j, why);
+  record(s_, j->gpu, id);
+  settle(s_, j->gpu, why);
   return grant_of(s_, j, id);
 }
 
 JobGrant JobLedger::update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                                  const std::vector<SharePoint>& ladder_in) {
+                                  const std::vector<SharePoint>& ladder_in,
+                                  const std::string& why) {
   const std::vector<SharePoint> ladder = thinned(ladder_in);
   check_job(lower, peak, ladder);
   Locked lock(s_);
@@ -312,7 +356,8 @@ JobGrant JobLedger::update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
   j->peak = peak;
   j->n_ladder = static_cast<int32_t>(ladder.size());
   std::copy(ladder.begin(), ladder.end(), j->ladder);
-  redivide(s_, j->gpu);
+  redivide(s_, j->gpu,
+           who(*j) + " re-registered its curve" + (why.empty() ? "" : " (" + why + ")"));
   return grant_of(s_, j, id);
 }
 
@@ -372,9 +417,33 @@ std::vector<LedgerGpu> JobLedger::snapshot() {
       lj.waiting = j->waiting != 0;
       lj.generation = j->generation;
       lj.age_s = t - j->joined;
+      lj.reason = j->reason;
       lg.jobs.push_back(std::move(lj));
     }
     out.push_back(std::move(lg));
+  }
+  return out;
+}
+
+std::vector<HeldRecord> JobLedger::history(uint64_t after_seq) {
+  Locked lock(s_);
+  std::vector<HeldRecord> out;
+  const uint64_t end = s_->next_seq;  // one past the newest
+  const uint64_t kept = end > static_cast<uint64_t>(kHistory) ? end - kHistory : 1;
+  for (uint64_t seq = std::max(after_seq + 1, kept); seq < end; ++seq) {
+    const RecordSlot& r = s_->history[(seq - 1) % kHistory];
+    if (r.seq != seq) continue;  // its writer died half-way
+    HeldRecord h;
+    h.seq = r.seq;
+    h.t = r.t;
+    h.device = r.device;
+    h.jobs = r.jobs;
+    h.held = r.held;
+    h.granted = r.granted;
+    h.capacity = r.capacity;
+    h.job = r.job;
+    h.job_held = r.job_held;
+    out.push_back(std::move(h));
   }
   return out;
 }

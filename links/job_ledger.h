@@ -42,6 +42,17 @@ struct JobRequest {
   ShareObjective objective = ShareObjective::kThroughput;  // the first job's on the GPU holds
 };
 
+// Note [The ledger's record of held memory]
+// The ledger keeps a record of what the jobs on each GPU hold: whenever the sum of their held
+// bytes, the sum of their grants or their number changes, one entry (a ring of the last
+// kHistory, numbered across the ledger) with the time and the sums. `held` is what each job has
+// reported, and a job reports so that its record is never below what it holds: before its
+// device memory grows (report() with the size it will hold, refused above its grant), after it
+// shrinks (confirm() once the memory is freed). So at every instant the record's sum bounds
+// what the jobs actually hold, and since grants sum to at most the capacity and report() refuses
+// more than the grant, no entry can exceed the capacity. Tests read the record (history());
+// `trainer jobs` shows its largest sum so far (LedgerGpu::peak_held).
+
 // A job's standing, as it reads it.
 struct JobGrant {
   uint64_t id = 0;          // the job's entry (also its arrival order)
@@ -51,6 +62,9 @@ struct JobGrant {
   bool waiting = true;      // not admitted yet: granted < its lower bound
   uint64_t generation = 0;  // changes whenever share, granted or waiting do
   bool gone = false;        // the entry is no longer in the ledger (left, or reaped)
+  // What last changed the share or the grant: "job 3 (pid 4242) arrived", "... left", "... died
+  // (reaped)", "... re-registered its curve (<why>)", "... confirmed its smaller share".
+  std::string reason;
 };
 
 // One job in a snapshot.
@@ -70,7 +84,21 @@ struct LedgerJob {
   double measured_step_s = 0;   // 0: not measured yet
   bool waiting = true;
   uint64_t generation = 0;
-  double age_s = 0;  // since it joined
+  double age_s = 0;    // since it joined
+  std::string reason;  // JobGrant::reason
+};
+
+// One entry of the held record (Note [The ledger's record of held memory]).
+struct HeldRecord {
+  uint64_t seq = 0;  // 1, 2, ... across the ledger: a gap means entries were overwritten
+  double t = 0;      // CLOCK_MONOTONIC seconds
+  std::string device;
+  int jobs = 0;           // entries on the GPU
+  uint64_t held = 0;      // the sum of their held bytes
+  uint64_t granted = 0;   // the sum of their grants
+  uint64_t capacity = 0;  // the GPU's
+  uint64_t job = 0;       // the job whose change made the entry (0: a re-division)
+  uint64_t job_held = 0;  // what that job holds now
 };
 
 // One GPU in a snapshot.
@@ -92,6 +120,7 @@ class JobLedger {
   static constexpr int kMaxGpus = 32;
   static constexpr int kMaxJobs = 128;
   static constexpr int kMaxLadder = 32;
+  static constexpr int kHistory = 1024;
 
   // The node's ledger for this user: "/ferry-jobs-v<layout>-u<uid>", or $FERRY_JOB_LEDGER when
   // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
@@ -125,9 +154,10 @@ class JobLedger {
   // to the share and growing jobs may take the rest (Note [Handing memory over between jobs]).
   // Throws Error when held exceeds the share.
   JobGrant confirm(uint64_t id, uint64_t held);
-  // A new ladder (re-planned, or with the measured cost model); re-divides the GPU.
+  // A new ladder (re-planned, or with the measured cost model, or scaled after a drift); re-divides
+  // the GPU. `why` goes into the reasons of the jobs whose share or grant it changes.
   JobGrant update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                         const std::vector<SharePoint>& ladder);
+                         const std::vector<SharePoint>& ladder, const std::string& why = "");
   // Waits until the entry's generation differs from `generation`, or `timeout_s` passes.
   JobGrant wait_change(uint64_t id, uint64_t generation, double timeout_s);
   // Waits until the entry is admitted (granted >= lower) or `timeout_s` passes.
@@ -136,6 +166,9 @@ class JobLedger {
   int reap();
   // Every GPU with a job on it.
   std::vector<LedgerGpu> snapshot();
+  // The held record's entries numbered after `after_seq` that the ring still keeps, oldest first
+  // (Note [The ledger's record of held memory]).
+  std::vector<HeldRecord> history(uint64_t after_seq = 0);
 
   struct Shared;  // the block's layout, private to job_ledger*.cc
 

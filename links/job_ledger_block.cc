@@ -46,6 +46,7 @@ Shared* create_block(const std::string& name) {
     auto* s = static_cast<Shared*>(block);  // zero-filled: set what is not zero
     s->version = kVersion;
     s->next_id = 1;
+    s->next_seq = 1;
     shared_block::init_robust_mutex(&s->mu);
     std::atomic_thread_fence(std::memory_order_release);
     s->magic = kMagic;

@@ -13,7 +13,7 @@ namespace ferry {
 namespace job_ledger_impl {
 
 constexpr uint64_t kMagic = 0x6665727279'6a6f62ULL;  // "ferryjob"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kText = 256;
 
 struct GpuSlot {
@@ -23,6 +23,11 @@ struct GpuSlot {
   uint64_t capacity = 0;
   uint64_t generation = 0;
   uint64_t peak_held = 0;
+  // The sums of the GPU's last entry in the held record: a change of any appends one.
+  uint64_t recorded_held = 0;
+  uint64_t recorded_granted = 0;
+  int32_t recorded_jobs = 0;
+  int32_t pad = 0;
 };
 
 struct JobSlot {
@@ -47,7 +52,22 @@ struct JobSlot {
   double predicted_step_s = 0;
   double measured_step_s = 0;
   uint64_t generation = 0;
-  double joined = 0;  // CLOCK_MONOTONIC seconds
+  double joined = 0;        // CLOCK_MONOTONIC seconds
+  char reason[kText] = {};  // what last changed its share or grant
+};
+
+// One entry of the held record, as stored (HeldRecord's fields).
+struct RecordSlot {
+  uint64_t seq = 0;
+  double t = 0;
+  char device[64] = {};
+  int32_t jobs = 0;
+  int32_t pad = 0;
+  uint64_t held = 0;
+  uint64_t granted = 0;
+  uint64_t capacity = 0;
+  uint64_t job = 0;
+  uint64_t job_held = 0;
 };
 
 }  // namespace job_ledger_impl
@@ -60,6 +80,8 @@ struct JobLedger::Shared {
   uint64_t next_id;
   job_ledger_impl::GpuSlot gpus[kMaxGpus];
   job_ledger_impl::JobSlot jobs[kMaxJobs];
+  uint64_t next_seq;                              // of the held record's next entry (from 1)
+  job_ledger_impl::RecordSlot history[kHistory];  // the held record, a ring
 };
 
 }  // namespace ferry

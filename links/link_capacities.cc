@@ -47,4 +47,19 @@ std::vector<int> arbitrated_links(const std::vector<LinkCapacity>& capacities,
   return out;
 }
 
+Flow arbitrated_flow(const std::vector<LinkCapacity>& capacities, const Flow& flow) {
+  double b = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < flow.links.size(); ++i)
+    b = std::min(b,
+                 cap(capacities.at(static_cast<size_t>(flow.links[i])), link_direction(flow, i)));
+  Flow out{{}, flow.direction, {}};
+  for (size_t i = 0; i < flow.links.size(); ++i) {
+    const TransferDirection d = link_direction(flow, i);
+    if (!(b > 0.5 * cap(capacities.at(static_cast<size_t>(flow.links[i])), d))) continue;
+    out.links.push_back(flow.links[i]);
+    out.link_directions.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace ferry

@@ -31,4 +31,12 @@ CopyPath copy_path(const LinkMap& map, const std::vector<LinkCapacity>& capaciti
 std::vector<int> arbitrated_links(const std::vector<LinkCapacity>& capacities,
                                   const std::vector<int>& path, TransferDirection direction);
 
+// The same for a flow that turns around (an all-reduce hop: Flow::link_directions): the
+// link-directions of which one chunk alone, at the flow's bottleneck rate, takes more than half,
+// with their directions, in the flow's order. A fair share beside another chunk would slow it
+// there; on a link it takes half of or less, a copy beside it costs it nothing and the token
+// would only idle the rest (a GPU's link behind a narrow inter-socket link, a root complex).
+// For a copy's path of equal links and a root complex twice as wide this is arbitrated_links.
+Flow arbitrated_flow(const std::vector<LinkCapacity>& capacities, const Flow& flow);
+
 }  // namespace ferry

@@ -15,13 +15,25 @@
 namespace ferry {
 namespace {
 
+// Note [Ratios on a grid]
+// The division depends on each job's ratios alone (Note [What the controller optimises]), but a
+// ladder scaled by a factor (a job re-registers its curve after a drift) gives ratios that differ
+// in their last bits, and jobs with equal curves would then swap the extra bytes at every
+// re-registration (a re-plan each time). So ratios are rounded to a grid of 2^-32: a scaled
+// ladder gives the same ratios, ties stay ties and fall the same way, and sums of them are exact.
+double on_grid(double ratio) {
+  return std::nearbyint(std::ldexp(ratio, 32)) * std::ldexp(1.0, -32);
+}
+
 // A job's ladder made monotone: budgets increasing, step times non-increasing.
 struct Curve {
   std::vector<uint64_t> budget;
   std::vector<double> step;  // predicted, uncalibrated
   double alone = 0;          // step at the peak
   double scale = 1;          // measured / predicted at the current budget
-  double value(size_t k) const { return alone / step[k]; }  // speed relative to alone
+  // Speed relative to alone, and its inverse (Note [Ratios on a grid]).
+  double value(size_t k) const { return on_grid(alone / step[k]); }
+  double slowdown(size_t k) const { return on_grid(step[k] / alone); }
 };
 
 Curve curve_of(const ShareJob& j, size_t index) {
@@ -122,7 +134,7 @@ std::vector<size_t> greedy_search(const std::vector<const Curve*>& curves,
 // The first point of `c` whose slowdown is within `limit`.
 size_t first_within(const Curve& c, double limit) {
   for (size_t k = 0; k < c.step.size(); ++k)
-    if (c.step[k] / c.alone <= limit * (1 + 1e-12)) return k;
+    if (c.slowdown(k) <= limit) return k;
   return c.step.size() - 1;
 }
 
@@ -189,7 +201,7 @@ ShareDivision divide_memory(uint64_t capacity, const std::vector<ShareJob>& jobs
     // The smallest largest slowdown whose budgets fit: feasibility grows with the limit.
     std::vector<double> limits;
     for (const Curve* c : chosen)
-      for (double s : c->step) limits.push_back(s / c->alone);
+      for (size_t k = 0; k < c->step.size(); ++k) limits.push_back(c->slowdown(k));
     std::sort(limits.begin(), limits.end());
     limits.erase(std::unique(limits.begin(), limits.end()), limits.end());
     const auto fits = [&](double limit) {

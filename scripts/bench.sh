@@ -12,13 +12,19 @@
 #   8. multi-scale resnet18_cifar (data.scales 24-48) under a budget the largest side cannot
 #      meet resident: a plan per shape, every batch at the largest side (one static shape), and
 #      none with unlimited memory
-#   9. documents of changing length (data.documents, issue 18): a small GPT on this machine's
+#   9. one job over 2 hosts made of namespaces (scripts/multihost.sh, TCP between them) against
+#      the same 4 ranks on one host (shared memory): step time (needs root; skipped otherwise)
+#  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
+#      TENSILE's memory saved, vdnn-all) and 2 and 3 concurrent jobs at batch 2 (memory.share on
+#      one device, vdnn-all), memory saved against extra time (scripts/bench_share.py)
+#  11. documents of changing length (data.documents, issue 18): a small GPT on this machine's
 #      licence texts, one document per paragraph: a plan per padded length, one static plan
 #      (memory.per_shape false, when built) and every batch padded to data.seq_len under the same
 #      budget, none with unlimited memory; and padded against packed rows (data.pack) in real
 #      tokens/s
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|
-#                          documents] (default all)
+# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
+#                          share|documents]
+#        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
@@ -225,6 +231,38 @@ for s in ps["shapes"]:
 PY
 fi
 
+if [[ $what == all || $what == hosts ]]; then
+  echo "== 9. quickstart, 4 ranks (batch 32 each): 2 namespace hosts x 2 ranks vs 1 host x 4; median of 3 alternating runs, 200 steps =="
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "skipped: the namespace hosts need root"
+  else
+    hosts_args=(train configs/quickstart.yaml run.steps=200 data.batch_size=32 checkpoint.every=0
+                memory.measure=false topology.bind=false)
+    for rep in 1 2 3; do
+      rm -rf "$out/hosts_one_$rep" "$out/hosts_two_$rep"
+      mpirun -np 4 --oversubscribe --bind-to none build/trainer "${hosts_args[@]}" \
+        run.dir="$out/hosts_one_$rep" > "$out/hosts_one_$rep.log" 2>&1
+      scripts/multihost.sh --hosts 2 --ranks-per-host 2 -- "${hosts_args[@]}" \
+        run.dir="$out/hosts_two_$rep" > "$out/hosts_two_$rep.log" 2>&1
+    done
+    /usr/bin/python3 - "$out" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, statistics, sys
+out, load = sys.argv[1], sys.argv[2]
+def step(arm):
+    return statistics.median(json.load(open(f"{out}/hosts_{arm}_{rep}/summary.json"))["measured_step_s"]
+                             for rep in (1, 2, 3))
+one, two = step("one"), step("two")
+print(f"step: 1 host {1e3 * one:.1f} ms, 2 hosts {1e3 * two:.1f} ms ({two / one:.2f}x); "
+      f"load average {load}")
+PY
+  fi
+fi
+
+if [[ $what == all || $what == share ]]; then
+  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
+fi
+
 if [[ $what == all || $what == documents ]]; then
   # Real text: every paragraph of the licence texts on this machine is a document (one token per
   # byte, the separator 256 before each), so the lengths are real ones; rows of at most 1024,
@@ -237,7 +275,7 @@ if [[ $what == all || $what == documents ]]; then
     /usr/bin/python3 scripts/prepare_tokens.py --tokenizer bytes --split paragraph --out "$docs" \
       '/usr/share/common-licenses/*' '/usr/share/doc/*/copyright' > "$out/doc_paragraphs.log"
   fi
-  echo "== 9. documents of changing length: gpt_text (4 x 128) on paragraphs of licence texts, batch 4, rows <= 1024 padded to a multiple of 128; load: $(uptime | sed 's/.*load average: //') =="
+  echo "== 11. documents of changing length: gpt_text (4 x 128) on paragraphs of licence texts, batch 4, rows <= 1024 padded to a multiple of 128; load: $(uptime | sed 's/.*load average: //') =="
   docs_args=(run.steps=40 run.log_every=1 checkpoint.every=0 "data.path=$docs/train.bin"
     "data.val_path=$docs/val.bin" data.documents=true data.len_bucket=128 model.context=1024
     data.batch_size=4 optim.warmup_steps=0 optim.schedule=constant memory.measure=false

@@ -3,10 +3,14 @@
 scheduler with contention-aware `auto` against fifo with oblivious `auto`, fifo with vdnn-all,
 and the ideal with unlimited memory, on a DGX-1-like server (8 V100, 2 per gen3 switch) and the
 SNC4 H100 node; VGG-16 and ResNet-50 at batch 256 per GPU under memory.budget 12GiB; then the
-largest batch each trains within 16 GiB per GPU against `none`. Prints a markdown table; never
+largest batch each trains within 16 GiB per GPU against `none`; then the same servers over 1, 2
+and 4 nodes (issue 20: `--nodes`, the all-reduce leaving each node through its NICs), with
+contention-aware `auto` under `fifo` as a third arm (what arbitrating the copies against the
+all-reduce adds on its own) and the scaling from 1 to 4 nodes. Prints markdown tables; never
 asserts (goals: >= 1.3x, >= 2x, >= 0.85, +100% batch at <= 15% throughput loss).
 
-Usage: scripts/bench_simulate.py [--trainer build/trainer]
+Usage: scripts/bench_simulate.py [--trainer build/trainer] [--several-nodes]
+  --several-nodes: only the several-nodes table (about a minute).
 """
 import argparse
 import json
@@ -19,6 +23,17 @@ SERVERS = [
     ("H100 SNC4, 4x H100 (h100-pcie5)", "configs/topologies/h100-snc4.yaml", "h100-pcie5", "80GiB"),
 ]
 MODELS = ["vgg16", "resnet50"]
+# The servers over several nodes: each NIC's rate comes from the profile's network.nic_gbps.
+NODE_SERVERS = [
+    ("DGX-1-like, v100-pcie3, 4 EDR (12.5 GB/s)", "configs/topologies/dgx1-like.yaml",
+     "v100-pcie3", "16GiB"),
+    ("H100 SNC4, h100-pcie5, 4 NDR (50 GB/s)", "configs/topologies/h100-snc4.yaml", "h100-pcie5",
+     "80GiB"),
+]
+# (model, batch per GPU, memory.budget): the issue's case, then one whose all-reduce is as long
+# as its backward pass while it still offloads, where arbitrating the two matters.
+NODE_CASES = [("vgg16", 256, "12GiB"), ("resnet50", 256, "12GiB"), ("vgg16", 64, "4GiB")]
+NODE_COUNTS = [1, 2, 4]
 
 
 def simulate(trainer, model, topology, hardware, scheduler, *overrides, planning=None):
@@ -60,11 +75,43 @@ def max_batch(trainer, model, topology, hardware, scheduler, policy):
     return good, best
 
 
+def several_nodes(t):
+    """samples/s over 1, 2 and 4 nodes: topology + aware auto, fifo + oblivious, fifo + aware."""
+    arms = [("topology", "aware"), ("fifo", "oblivious"), ("fifo", "aware")]
+    print("| server | model, batch per GPU, budget | nodes | topology + aware auto | "
+          "fifo + oblivious auto | fifo + aware auto | topology / fifo + aware | "
+          "scaling 1 -> 4 (topology) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, topo, hw, devmem in NODE_SERVERS:
+        for model, batch, budget in NODE_CASES:
+            cells = {arm: [] for arm in arms}
+            for nodes in NODE_COUNTS:
+                for sched, planning in arms:
+                    j, err = simulate(t, model, topo, hw, sched, f"device.memory={devmem}",
+                                      f"memory.budget={budget}", "memory.policy=auto",
+                                      f"data.batch_size={batch}", "--nodes", str(nodes),
+                                      planning=planning)
+                    cells[(sched, planning)].append(j["samples_per_s"] if j else None)
+            f = lambda vs: " / ".join(f"{v:.0f}" if v else "does not fit" for v in vs)
+            top, aware = cells[arms[0]], cells[arms[2]]
+            gain = " / ".join(f"{a / b:.3f}x" if a and b else "-" for a, b in zip(top, aware))
+            scaling = (f"{100 * top[-1] / (NODE_COUNTS[-1] * top[0]):.1f}%"
+                       if top[0] and top[-1] else "-")
+            print(f"| {label} | {model}, {batch}, {budget} | "
+                  f"{' / '.join(map(str, NODE_COUNTS))} | {f(top)} | {f(cells[arms[1]])} | "
+                  f"{f(aware)} | {gain} | {scaling} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainer", default="build/trainer")
+    ap.add_argument("--several-nodes", action="store_true",
+                    help="only the several-nodes table")
     args = ap.parse_args()
     t = args.trainer
+    if args.several_nodes:
+        several_nodes(t)
+        return 0
     print("| server | model | topology + aware auto | fifo + oblivious auto | (a) ratio [>= 1.3] | "
           "fifo + vdnn-all | (b) ratio [>= 2] | ideal (no memory limit) | (c) ratio [>= 0.85] |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -134,6 +181,10 @@ def main():
         loss = f"-{100 * (1 - as_ / ns):.0f}%" if ns else "-"
         keep = (f"{kb} ({kj['samples_per_s']:.0f}, +{100 * (kb / nb - 1):.0f}%)" if kj else "-")
         print(f"| {label} | {model} | {nb} ({ns:.0f}) | {ab} ({as_:.0f}, {gain}, {loss}) | {keep} |")
+    print()
+    print("Several nodes (samples/s of the whole job on 1 / 2 / 4 nodes):")
+    print()
+    several_nodes(t)
     return 0
 
 

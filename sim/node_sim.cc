@@ -54,6 +54,32 @@ struct Active {
   double rate = 0;
 };
 
+// A hop as one flow, up its sender's links and down its receiver's: each link's own side.
+Flow hop_flow(const SimHop& h) {
+  Flow f{h.up, TransferDirection::kToHost, {}};
+  f.links.insert(f.links.end(), h.down.begin(), h.down.end());
+  f.link_directions.assign(h.up.size(), TransferDirection::kToHost);
+  f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+  f.links.insert(f.links.end(), h.then_up.begin(), h.then_up.end());
+  f.link_directions.resize(f.links.size(), TransferDirection::kToHost);
+  f.links.insert(f.links.end(), h.then_down.begin(), h.then_down.end());
+  f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+  return f;
+}
+
+// One position of the ring under the topology scheduler: the hops from one rank to the next,
+// one per channel, claimed together (Note [All-reduce chunks on arbitrated links] in
+// node_sim.h). `left`: each hop's bytes of the running bucket not yet granted.
+struct RingPosition {
+  std::vector<size_t> hops;  // indices into the ring
+  Flow arbitrated;           // the link-directions its chunks take tokens on, every hop's
+  double max_rate = kInf;    // GB/s: the narrowest of those links alone
+  double left = 0;
+  int chunks_active = 0;  // hops of its granted chunk still moving
+  bool claimed = false;
+  uint64_t claim_seq = 0;
+};
+
 }  // namespace
 
 NodeSimResult simulate_node(const NodeSimInput& in) {
@@ -138,6 +164,27 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   const double ring_ranks = static_cast<double>(job_ranks);
   const double channels = reduce ? static_cast<double>(in.ring.size() / n_ranks) : 1.0;
   const double hop_share = reduce ? 2.0 * (ring_ranks - 1) / ring_ranks / channels : 0.0;
+  std::vector<RingPosition> positions(reduce ? n_ranks : 0);
+  for (size_t h = 0; reduce && h < in.ring.size(); ++h) {
+    RingPosition& p = positions[h % n_ranks];
+    p.hops.push_back(h);
+    const Flow a = arbitrated_flow(caps, hop_flow(in.ring[h]));
+    for (size_t i = 0; i < a.links.size(); ++i) {
+      bool have = false;
+      for (size_t k = 0; k < p.arbitrated.links.size(); ++k)
+        have = have || (p.arbitrated.links[k] == a.links[i] &&
+                        p.arbitrated.link_directions[k] == a.link_directions[i]);
+      if (have) continue;
+      p.arbitrated.links.push_back(a.links[i]);
+      p.arbitrated.link_directions.push_back(a.link_directions[i]);
+      p.max_rate = std::min(p.max_rate, capacity(a.links[i], dir_index(a.link_directions[i])));
+    }
+  }
+  // Hop bytes of the buckets after each: the rest of the all-reduce behind bucket b.
+  std::vector<double> hop_bytes_after(in.buckets.size() + 1, 0.0);
+  for (size_t b = in.buckets.size(); b-- > 0;)
+    hop_bytes_after[b] =
+        hop_bytes_after[b + 1] + hop_share * static_cast<double>(in.buckets[b].bytes);
   size_t next_bucket = 0;
   bool bucket_running = false;
   const auto buckets_done = [&] { return !reduce || next_bucket == in.buckets.size(); };
@@ -166,6 +213,17 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   const auto update_step = [&](size_t r) {
     const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
     return in.update_step >= 0 && in.update_step < steps ? in.update_step : steps - 1;
+  };
+  // When rank r's compute will start step w at the earliest (now if it has passed it; +inf when
+  // w is no step: nothing waits).
+  const auto reach_step = [&](size_t r, int w) {
+    const RankState& s = st[r];
+    const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
+    if (w < 0 || w >= steps) return kInf;
+    const int from = s.next_step + (s.running ? 1 : 0);  // the next step to start
+    const double base = s.running ? s.step_end : now;
+    if (w <= from) return w < from ? now : base;
+    return base + s.prefix[static_cast<size_t>(w)] - s.prefix[static_cast<size_t>(from)];
   };
   const auto span = [&](int track, double b, double e, std::string name, bool stall) {
     if (in.trace && e > b) res.spans.push_back({track, b, e, std::move(name), stall});
@@ -242,17 +300,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         }
         // Slack: when compute will reach the step that waits, less the time the rest of the
         // copy needs alone on its path.
-        const SimTransfer& t = in.ranks[r].transfers[i];
-        const int w = t.wait_before;
-        const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
-        double reach = kInf;  // nothing waits for it: it may go last
-        if (w >= 0 && w < steps) {
-          const int from = s.next_step + (s.running ? 1 : 0);  // the next step to start
-          const double base = s.running ? s.step_end : now;
-          reach = w <= from ? (w < from ? now : base)
-                            : base + s.prefix[static_cast<size_t>(w)] -
-                                  s.prefix[static_cast<size_t>(from)];
-        }
+        const double reach = reach_step(r, in.ranks[r].transfers[i].wait_before);
         ChunkClaim c;
         c.rank = static_cast<int>(r);
         c.direction = d == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice;
@@ -263,27 +311,9 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
                                                        s.max_rate[d] * 1e9) -
                                         now;
         c.seq = claim_seq[key];
+        c.reserve = true;  // Note [Claims that need several links at once]
         claims.push_back(std::move(c));
         claim_of.emplace_back(r, d);
-      }
-    }
-    if (!claims.empty()) {
-      std::vector<LinkDirection> busy;
-      for (const Active& a : active) {
-        if (a.hop) continue;
-        for (int l : st[static_cast<size_t>(a.rank)].arbitrated[a.dir])
-          busy.push_back(
-              {l, a.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
-      }
-      for (size_t g : grant(claims, busy)) {
-        const auto [r, d] = claim_of[g];
-        RankState& s = st[r];
-        const size_t i = s.queue[d].front();
-        const double chunk = std::min(s.remaining[i], static_cast<double>(in.chunk_bytes));
-        active.push_back({false, static_cast<int>(r), d, i, chunk, 0});
-        s.chunk_active[d] = true;
-        claimed[r * 2 + static_cast<size_t>(d)] = false;
-        if (s.first_byte[i] < 0) s.first_byte[i] = now;
       }
     }
     // 3. The next bucket, once every rank has produced it and the previous one is reduced.
@@ -293,8 +323,12 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       for (size_t r = 0; r < n_ranks; ++r) ready = ready && st[r].next_step > b.ready_after;
       if (ready) {
         const double bytes = hop_share * static_cast<double>(b.bytes);
-        for (size_t h = 0; h < in.ring.size(); ++h)
-          active.push_back({true, static_cast<int>(h), 0, 0, bytes, 0});
+        for (size_t h = 0; h < in.ring.size(); ++h) {
+          if (in.topology_scheduler)
+            positions[h % n_ranks].left = bytes;  // claimed in chunks below
+          else
+            active.push_back({true, static_cast<int>(h), 0, 0, bytes, 0});
+        }
         bucket_running = true;
         res.allreduce_bytes += bytes * channels;
         if (bytes <= 0) {
@@ -305,6 +339,77 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
           ++next_bucket;
           continue;
         }
+      }
+    }
+
+    // Under the topology scheduler each ring position of the running bucket claims its next
+    // chunk beside the copies' claims, its deadline the update step that needs every bucket:
+    // its latest start leaves the rest of its hops' bytes, this bucket's and the later
+    // buckets', time to cross its narrowest link alone (Note [All-reduce chunks on arbitrated
+    // links]).
+    if (in.topology_scheduler && bucket_running) {
+      double deadline = kInf;
+      for (size_t r = 0; r < n_ranks; ++r)
+        deadline = std::min(deadline, reach_step(r, update_step(r)));
+      for (size_t q = 0; q < positions.size(); ++q) {
+        RingPosition& p = positions[q];
+        if (p.chunks_active > 0 || p.left <= 0) continue;
+        if (!p.claimed) {
+          p.claimed = true;
+          p.claim_seq = seq++;
+        }
+        ChunkClaim c;
+        c.rank = static_cast<int>(q);
+        c.links = p.arbitrated.links;
+        c.link_directions = p.arbitrated.link_directions;
+        const double rest =
+            (p.left + hop_bytes_after[next_bucket + 1]) * static_cast<double>(p.hops.size());
+        c.slack_s =
+            deadline == kInf || p.max_rate == kInf
+                ? 1e30
+                : chunk_latest_start(deadline, static_cast<uint64_t>(rest), p.max_rate * 1e9) - now;
+        c.seq = p.claim_seq;
+        c.reserve = true;  // Note [Claims that need several links at once]
+        claims.push_back(std::move(c));
+        claim_of.emplace_back(q, -1);
+      }
+    }
+    // The arbiter grants the copies' and the ring positions' chunks together.
+    if (!claims.empty()) {
+      std::vector<LinkDirection> busy;
+      for (const Active& a : active) {
+        if (a.hop) {
+          if (!in.topology_scheduler) continue;
+          const Flow& f = positions[static_cast<size_t>(a.rank) % n_ranks].arbitrated;
+          for (size_t i = 0; i < f.links.size(); ++i)
+            busy.push_back({f.links[i], link_direction(f, i)});
+          continue;
+        }
+        for (int l : st[static_cast<size_t>(a.rank)].arbitrated[a.dir])
+          busy.push_back(
+              {l, a.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
+      }
+      for (size_t g : grant(claims, busy)) {
+        const auto [r, d] = claim_of[g];
+        if (d < 0) {  // a ring position's chunk, split over its hops; without tokens, whole
+          RingPosition& p = positions[r];
+          const double chunk = p.arbitrated.links.empty()
+                                   ? p.left
+                                   : std::min(p.left, static_cast<double>(in.chunk_bytes) /
+                                                          static_cast<double>(p.hops.size()));
+          for (size_t h : p.hops) active.push_back({true, static_cast<int>(h), 0, 0, chunk, 0});
+          p.left -= chunk;
+          p.chunks_active = static_cast<int>(p.hops.size());
+          p.claimed = false;
+          continue;
+        }
+        RankState& s = st[r];
+        const size_t i = s.queue[d].front();
+        const double chunk = std::min(s.remaining[i], static_cast<double>(in.chunk_bytes));
+        active.push_back({false, static_cast<int>(r), d, i, chunk, 0});
+        s.chunk_active[d] = true;
+        claimed[r * 2 + static_cast<size_t>(d)] = false;
+        if (s.first_byte[i] < 0) s.first_byte[i] = now;
       }
     }
 
@@ -319,16 +424,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         flows.push_back({in.ranks[static_cast<size_t>(x.rank)].path,
                          x.dir == 0 ? TransferDirection::kToHost : TransferDirection::kToDevice});
       } else {
-        // One flow up its sender's links and down its receiver's: each link's own side.
-        const SimHop& h = in.ring[static_cast<size_t>(x.rank)];
-        Flow f{h.up, TransferDirection::kToHost, {}};
-        f.links.insert(f.links.end(), h.down.begin(), h.down.end());
-        f.link_directions.assign(h.up.size(), TransferDirection::kToHost);
-        f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
-        f.links.insert(f.links.end(), h.then_up.begin(), h.then_up.end());
-        f.link_directions.resize(f.links.size(), TransferDirection::kToHost);
-        f.links.insert(f.links.end(), h.then_down.begin(), h.then_down.end());
-        f.link_directions.resize(f.links.size(), TransferDirection::kToDevice);
+        Flow f = hop_flow(in.ring[static_cast<size_t>(x.rank)]);
         if (!f.links.empty()) flows.push_back(std::move(f));
       }
       flow_span[a].second = flows.size();
@@ -393,13 +489,17 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     now = next;
     bool hops_left = false;
     for (const Active& x : active) hops_left = hops_left || (x.hop && x.remaining > 0);
+    for (const RingPosition& p : positions) hops_left = hops_left || p.left > 0;
     std::vector<Active> keep;
     for (Active& x : active) {
       if (x.remaining > 0) {
         keep.push_back(x);
         continue;
       }
-      if (x.hop) continue;
+      if (x.hop) {
+        if (in.topology_scheduler) --positions[static_cast<size_t>(x.rank) % n_ranks].chunks_active;
+        continue;
+      }
       RankState& s = st[static_cast<size_t>(x.rank)];
       s.chunk_active[x.dir] = false;
       if (in.topology_scheduler && s.remaining[x.transfer] > 0.5)

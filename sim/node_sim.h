@@ -1,9 +1,9 @@
 // The node simulator: one training step of every rank of a node on a virtual clock. Compute runs
 // each rank's planned tape; copies queue on one stream per direction per rank and cross the
 // links of the rank's path, which concurrent copies and all-reduce traffic share max-min fairly
-// (link_share.h, the emulation's rule); under the topology scheduler copies go in chunks granted
-// by the arbiter (arbiter_policy.h, the real scheduler's rule). Pure and deterministic: the same
-// inputs give the same result, bit for bit.
+// (link_share.h, the emulation's rule); under the topology scheduler copies and the all-reduce's
+// hops go in chunks granted by the arbiter (arbiter_policy.h, the real scheduler's rule), each
+// with its deadline. Pure and deterministic: the same inputs give the same result, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,25 @@ struct SimRank {
   std::vector<int> path;                // links a host<->device copy crosses
 };
 
+// Note [All-reduce chunks on arbitrated links]
+// Under fifo a bucket's ring hops are fluid flows that share every link max-min with the copies
+// crossing it, as NCCL's traffic shares a PCIe switch with cudaMemcpyAsync. Under the topology
+// scheduler the simulator models a scheduler that arbitrates them together. Each position of
+// the ring (the hops from rank r to rank r+1, one per channel) claims chunks of `chunk_bytes`
+// like a copy, split evenly over its channels, which move together as NCCL's channels do (one
+// claim per hop serialised the channels and left the root complexes, which no chunk fills, part
+// idle). A claim takes the tokens of the links of which a hop's chunk takes more than half, each
+// in its own direction (arbitrated_flow in links/link_capacities.h: both GPUs' links, the NIC's
+// link both ways across nodes, the switch uplinks between switches; not a root complex, nor a
+// GPU's link behind a narrow inter-socket link), and the arbiter serves the least laxity first
+// among copies and ring positions alike. The deadline is the update step, which waits for every
+// bucket: the latest start leaves the position's bytes of this bucket and of every later bucket
+// time to cross its narrowest arbitrated link alone. A claim needs several tokens at once, so it
+// reserves them while it waits, and so do the copies' claims (Note [Claims that need several
+// links at once] in links/arbiter_policy.h). Within a bucket the positions move independently
+// and the bucket ends when the last one's last chunk lands, as under fifo. The real trainer does
+// not gate NCCL's traffic: this is what such a scheduler would give.
+
 struct NodeSimInput {
   std::vector<NamedLink> links;
   std::vector<SimRank> ranks;
@@ -51,7 +70,7 @@ struct NodeSimInput {
   std::vector<SimHop> ring;
   int job_ranks = 0;  // ranks of the whole job, every node's (the ring's length); 0: ranks.size()
   int update_step = -1;               // the step that waits for every bucket (-1: the last)
-  bool topology_scheduler = false;    // chunked, arbitrated copies; else fifo
+  bool topology_scheduler = false;    // chunked, arbitrated copies and hops; else fifo
   uint64_t chunk_bytes = 4ull << 20;  // topology.chunk_mb's default
   bool trace = false;                 // record spans for the Chrome trace
 };

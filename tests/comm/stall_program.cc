@@ -1,9 +1,9 @@
 // A 2-rank job in which rank 1 stops itself (SIGSTOP) while rank 0 waits in an all-reduce that
 // rank 1 never joins, with a 2 s watchdog. The test (expect_abort.cmake) checks that the job
 // ends by itself, soon, non-zero, with one message from rank 0 naming rank 1.
-// Usage: comm_stall_program [blocking|nonblocking|creation|inside]; creation: rank 1 stops
+// Usage: comm_stall_program [blocking|nonblocking|creation|inside|late]; creation: rank 1 stops
 // before the communicator exists, so rank 0 waits in its creation; inside: rank 1 enters the
-// all-reduce first and stops inside it.
+// all-reduce first and stops inside it; late: rank 1 keeps running (sleeps) instead of stopping.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
         raise(SIGSTOP);
       }
       work.wait();  // never completes on rank 0
+    } else if (argc > 1 && std::strcmp(argv[1], "late") == 0) {
+      if (ranks.rank == 1) std::this_thread::sleep_for(std::chrono::seconds(120));
+      comm->all_reduce_mean(data, 1 << 18, compute).wait();  // never completes on rank 0
     } else {
       if (ranks.rank == 1) raise(SIGSTOP);                   // stopped until the job is killed
       comm->all_reduce_mean(data, 1 << 18, compute).wait();  // never completes on rank 0

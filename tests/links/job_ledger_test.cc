@@ -12,6 +12,7 @@
 #include <chrono>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -136,6 +137,67 @@ TEST_F(JobLedgerTest, AShrinkingJobConfirmsBeforeAGrowingJobMayUseTheMemory) {
   ledger->leave(d0.id);
   // The GPU's entry went with its last job: the next job's capacity holds.
   EXPECT_EQ(ledger->join(request({{100, 1.0}}, 500)).capacity, 500u);
+}
+
+TEST_F(JobLedgerTest, TheHeldRecordFollowsEveryChangeAndEachJobHearsWhyItsShareChanged) {
+  auto ledger = JobLedger::attach(name_);
+  const std::string me = " (pid " + std::to_string(getpid()) + ")";
+  const JobGrant a = ledger->join(request({{100, 3.0}, {200, 2.0}, {300, 1.0}}));
+  ledger->report(a.id, 250, 1.0);
+  ledger->report(a.id, 250, 1.1);  // nothing held changed: no entry
+  const JobGrant b = ledger->join(request({{100, 2.0}, {200, 1.0}}));
+  EXPECT_EQ(ledger->poll(a.id).reason, "job " + std::to_string(b.id) + me + " arrived");
+  ledger->confirm(a.id, 100);
+  EXPECT_EQ(ledger->poll(b.id).reason,
+            "job " + std::to_string(a.id) + me + " confirmed its smaller share");
+  ledger->report(b.id, 180);
+  // B re-registers a flatter curve: A (step 3 s at 100) buys more with the bytes now.
+  ledger->update_ladder(b.id, 100, 200, {{100, 1.1}, {200, 1.0}}, "drifted");
+  EXPECT_EQ(ledger->poll(b.id).share, 100u);
+  EXPECT_EQ(ledger->poll(b.id).reason,
+            "job " + std::to_string(b.id) + me + " re-registered its curve (drifted)");
+  ledger->leave(b.id);
+  EXPECT_EQ(ledger->poll(a.id).reason, "job " + std::to_string(b.id) + me + " left");
+  ledger->leave(a.id);
+  // (jobs, held, granted) after each change, in order, numbered from 1 without a gap.
+  const std::vector<HeldRecord> h = ledger->history();
+  std::vector<std::tuple<int, uint64_t, uint64_t>> seen;
+  for (size_t k = 0; k < h.size(); ++k) {
+    EXPECT_EQ(h[k].seq, k + 1);
+    EXPECT_EQ(h[k].device, "cpu:0");
+    EXPECT_EQ(h[k].capacity, 300u);
+    EXPECT_LE(h[k].held, h[k].capacity);
+    EXPECT_LE(h[k].granted, h[k].capacity);
+    if (k > 0) {
+      EXPECT_GE(h[k].t, h[k - 1].t);
+    }
+    seen.emplace_back(h[k].jobs, h[k].held, h[k].granted);
+  }
+  const std::vector<std::tuple<int, uint64_t, uint64_t>> expected{
+      {1, 0, 300},    // A joins
+      {1, 250, 300},  // A holds 250
+      {2, 250, 300},  // B joins: A keeps 300 until it confirms, B gets nothing yet
+      {2, 100, 100},  // A confirms 100 (before the others are served)
+      {2, 100, 300},  // B granted 200
+      {2, 280, 300},  // B holds 180
+      {2, 280, 300},  // B's share falls to 100, its grant stays until it confirms: no change
+      {1, 100, 300},  // B leaves: A's grant rises at once (nobody has to shrink)
+      {0, 0, 0}};     // A leaves
+  std::vector<std::tuple<int, uint64_t, uint64_t>> want;
+  for (const auto& e : expected)
+    if (want.empty() || want.back() != e) want.push_back(e);
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(h[1].job, a.id);
+  EXPECT_EQ(h[1].job_held, 250u);
+  EXPECT_EQ(ledger->history(h.size() - 1).size(), 1u);  // after a number
+  EXPECT_TRUE(ledger->history(h.size()).empty());
+  // The ring keeps the last kHistory entries.
+  const JobGrant c = ledger->join(request({{10, 1.0}}, 300));
+  for (int k = 0; k < JobLedger::kHistory + 10; ++k) ledger->report(c.id, k % 2 ? 10 : 5);
+  const std::vector<HeldRecord> ring = ledger->history();
+  ASSERT_EQ(ring.size(), size_t(JobLedger::kHistory));
+  EXPECT_EQ(ring.back().seq, ring.front().seq + JobLedger::kHistory - 1);
+  EXPECT_GT(ring.front().seq, 1u);
 }
 
 TEST_F(JobLedgerTest, AJobWhoseLowerBoundDoesNotFitWaitsInArrivalOrder) {
@@ -266,6 +328,8 @@ TEST_F(JobLedgerTest, AJobKilledWithSigkillIsReapedAndItsMemoryGoesToTheOthers) 
   EXPECT_LT(now_s() - start, 1.0);
   EXPECT_FALSE(g.waiting);
   EXPECT_EQ(g.granted, 200u);
+  EXPECT_NE(g.reason.find("(pid " + std::to_string(child) + ") died (reaped)"), std::string::npos)
+      << g.reason;
   int status = 0;
   waitpid(child, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status));

@@ -42,5 +42,36 @@ TEST(LinkCapacities, Dgx1PathsShareSwitchUplinksAndArbitrateWhatOneChunkFills) {
   EXPECT_EQ(map.link(far.links[3]).kind, LinkKind::kInterSocket);
 }
 
+TEST(LinkCapacities, AHopIsArbitratedWhereOneChunkTakesMoreThanHalfOfALink) {
+  // GPU1 -> GPU2 on the DGX-1-like server: up GPU1's link, its switch's uplink and the root
+  // complex, down the other switch's uplink and GPU2's link. The root complex (two switches
+  // wide) is left to fair sharing; the x16 links are each the bottleneck.
+  const LinkMap map = dgx1();
+  auto caps = link_capacities(map);
+  const std::vector<int> up = map.gpu_path(1, 0), down = map.gpu_path(2, 0);
+  ASSERT_EQ(up.size(), 3u);
+  ASSERT_EQ(map.link(up[2]).kind, LinkKind::kRootComplex);
+  constexpr auto kD = TransferDirection::kToDevice;
+  const Flow hop{{up[0], up[1], up[2], down[1], down[0]}, kH, {kH, kH, kH, kD, kD}};
+  const Flow a = arbitrated_flow(caps, hop);
+  EXPECT_EQ(a.links, (std::vector<int>{up[0], up[1], down[1], down[0]}));
+  EXPECT_EQ(a.link_directions, (std::vector<TransferDirection>{kH, kH, kD, kD}));
+  // A to-device side a little slower than the to-host side (v100-pcie3: 12 against 12.5 GB/s)
+  // leaves the to-host links arbitrated: a copy beside the chunk there would halve it.
+  for (int l : {down[0], down[1]}) caps[static_cast<size_t>(l)].to_device_gbps *= 12.0 / 12.5;
+  EXPECT_EQ(arbitrated_flow(caps, hop).links, a.links);
+  // A link less than twice the bottleneck's rate is arbitrated; one more is not.
+  caps[static_cast<size_t>(up[2])].to_host_gbps =
+      1.9 * caps[static_cast<size_t>(down[0])].to_device_gbps;
+  EXPECT_EQ(arbitrated_flow(caps, hop).links,
+            (std::vector<int>{up[0], up[1], up[2], down[1], down[0]}));
+  // Behind a narrow link (the H100 node's inter-socket link, 19.2 GB/s against 49 to 55) the
+  // chunk takes that link only: the GPUs' links stay free for their copies.
+  caps = link_capacities(map);
+  caps[static_cast<size_t>(up[2])].to_host_gbps =
+      0.35 * caps[static_cast<size_t>(up[0])].to_host_gbps;
+  EXPECT_EQ(arbitrated_flow(caps, hop).links, (std::vector<int>{up[2]}));
+}
+
 }  // namespace
 }  // namespace ferry

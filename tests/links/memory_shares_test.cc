@@ -145,6 +145,29 @@ TEST(MemoryShares, AMeasuredStepCalibratesTheReportedTimesNotTheDivision) {
   EXPECT_FALSE(share_drifted(jobs[1], 0.0));
 }
 
+// Note [Ratios on a grid]: a job that re-registers its ladder scaled by measured / predicted
+// (a drift) changes no share, even among jobs with equal curves, where the last bits of the
+// scaled ratios would otherwise decide who gets the extra bytes.
+TEST(MemoryShares, ALadderScaledByAnyFactorDividesTheDeviceAsBefore) {
+  const std::vector<SharePoint> ladder{{100, 0.099}, {101, 0.0867}, {103, 0.0448}};
+  std::vector<ShareJob> jobs{job(ladder, 0), job(ladder, 1), job(ladder, 2)};
+  for (ShareObjective o : {kT, kF}) {
+    const ShareDivision before = divide_memory(302, jobs, o);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> factor(0.05, 5.0);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<ShareJob> scaled = jobs;
+      for (ShareJob& j : scaled) {
+        const double f = factor(rng);
+        for (SharePoint& p : j.ladder) p.step_s *= f;
+      }
+      const ShareDivision after = divide_memory(302, scaled, o);
+      for (size_t k = 0; k < jobs.size(); ++k)
+        ASSERT_EQ(after.jobs[k].share, before.jobs[k].share) << "trial " << trial << " job " << k;
+    }
+  }
+}
+
 TEST(MemoryShares, AMalformedLadderIsRefused) {
   ShareJob j = job({{100, 2.0}, {200, 1.0}});
   j.peak = 300;  // the ladder stops short of the peak

@@ -1,7 +1,9 @@
 // The node simulator: with one GPU on one link it agrees with the planner's own cost model
 // (prefetch simulate()); the same input gives the same result; every byte a copy or an
 // all-reduce hop moves is counted once on every link it crosses; links shared by more GPUs
-// slow their copies; the arbiter's grants keep one chunk per arbitrated link and direction.
+// slow their copies; the arbiter's grants keep one chunk per arbitrated link and direction;
+// under the topology scheduler all-reduce chunks and copies go by deadline (Note [All-reduce
+// chunks on arbitrated links] in sim/node_sim.h), and no claim is starved.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -159,7 +161,9 @@ TEST(NodeSim, ArbitratedLinksCarryOneChunkPerDirectionAtATime) {
   // the two GPUs under a switch never move in the same direction at once; under fifo they do.
   for (bool topology : {true, false}) {
     NodeSimInput in = dgx1_input(topology);
-    in.ring.clear();  // all-reduce hops are shared fairly, not arbitrated
+    // Copies alone: a hop between the two GPUs of a switch takes their own links, not the
+    // switch's, and would run beside the other GPU's copy.
+    in.ring.clear();
     in.buckets.clear();
     const NodeSimResult r = simulate_node(in);
     ASSERT_FALSE(r.samples.empty());
@@ -206,6 +210,70 @@ TEST(NodeSim, AnAllReduceHopTakesEachLinksOwnSideAsOneFlow) {
   EXPECT_NEAR(r.step_seconds, 1.0, 1e-3);  // offload and hops all end at 1 s
   EXPECT_NEAR(r.links[0].to_host_bytes, 10e9, 1e3);
   EXPECT_NEAR(r.links[1].to_device_bytes, 2e9, 1e3);
+}
+
+// Two GPUs, each alone on its link (10 GB/s each way); hop 0 goes up GPU0's link and down
+// GPU1's, hop 1 back. A bucket of `bucket` bytes is ready after step 0; the update is the last
+// step.
+NodeSimInput two_gpus(std::vector<double> steps0, std::vector<double> steps1, uint64_t bucket) {
+  NodeSimInput in;
+  in.links = {{"A", {10, 10, 1.0}}, {"B", {10, 10, 1.0}}};
+  in.ranks = {SimRank{"GPU0", std::move(steps0), {}, {}, {0}},
+              SimRank{"GPU1", std::move(steps1), {}, {}, {1}}};
+  in.buckets = {{bucket, 0}};
+  in.ring = {{{0}, {1}}, {{1}, {0}}};
+  return in;
+}
+
+TEST(NodeSim, UnderTopologyAnAllReduceDueNowGoesBeforeAnOffloadNothingWaitsFor) {
+  // GPU0 offloads 8 GB that nothing waits for while the 2 GB bucket (2 GB per hop for 2 ranks)
+  // is needed at once by the update. Under fifo hop 0 shares A's to-host side with the offload
+  // (5 GB/s, 0.4 s); under topology it takes A alone (10 GB/s, 0.2 s) and the offload waits.
+  NodeSimInput in = two_gpus({1e-6, 1e-6}, {1e-6, 1e-6}, 2'000'000'000ull);
+  in.ranks[0].transfers = {{true, 8'000'000'000ull, -1, -1}};
+  const NodeSimResult fifo = simulate_node(in);
+  in.topology_scheduler = true;
+  const NodeSimResult topology = simulate_node(in);
+  EXPECT_NEAR(fifo.step_seconds, 0.4, 1e-3);
+  EXPECT_NEAR(topology.step_seconds, 0.2, 2e-3);  // after at most the offload's first chunk
+  // The offload still moves every byte, after the all-reduce.
+  EXPECT_NEAR(topology.ranks[0].copy_bytes, 8e9, 1);
+  EXPECT_NEAR(topology.links[0].to_host_bytes, 10e9, 1);
+}
+
+TEST(NodeSim, UnderTopologyAPrefetchDueNowGoesBeforeAnAllReduceWithTimeToSpare) {
+  // GPU1 prefetches 2 GB for step 1 while the 2 GB bucket, needed only by the update after a
+  // 1 s step, goes down the same side of B. Under fifo they share it and GPU1 waits 0.4 s;
+  // under topology the prefetch goes first (0.2 s) and the all-reduce hides under step 1.
+  NodeSimInput in = two_gpus({1e-6, 1.0, 1e-6}, {1e-6, 1.0, 1e-6}, 2'000'000'000ull);
+  in.ranks[1].transfers = {{false, 2'000'000'000ull, -1, 1}};
+  const NodeSimResult fifo = simulate_node(in);
+  in.topology_scheduler = true;
+  const NodeSimResult topology = simulate_node(in);
+  EXPECT_NEAR(fifo.ranks[1].stall_seconds, 0.4, 1e-3);
+  EXPECT_NEAR(topology.ranks[1].stall_seconds, 0.2, 2e-3);
+  EXPECT_NEAR(topology.step_seconds, 1.2, 3e-3);
+  EXPECT_NEAR(topology.links[1].to_device_bytes, 4e9, 1);
+}
+
+TEST(NodeSim, UnderTopologyAnUrgentCopyIsNotStarvedByHopsAndCopiesTakingItsLinksInTurn) {
+  // GPUs 0 and 1 under one switch S (Note [Claims that need several links at once] in
+  // links/arbiter_policy.h). GPU0 streams a 4 GB prefetch for step 2 over S; when the bucket
+  // becomes ready, GPU1 asks for a 1 GB prefetch for its next step, the most urgent claim. Its
+  // claim must wait for S (GPU0's chunk), while hop 0 wants GPU1's link: unless the claim holds
+  // that link, hop 0 takes it, then GPU0 takes S again, and GPU1 waits for all of GPU0's copy.
+  NodeSimInput in;
+  in.links = {{"G0", {10, 10, 1.0}}, {"G1", {10, 10, 1.0}}, {"S", {10, 10, 1.0}}};
+  in.ranks = {
+      SimRank{"GPU0", {1e-6, 1.0, 1.0, 1e-6}, {}, {{false, 4'000'000'000ull, -1, 2}}, {0, 2}},
+      SimRank{"GPU1", {0.01, 1.0, 1.0, 1e-6}, {}, {{false, 1'000'000'000ull, 0, 1}}, {1, 2}}};
+  in.buckets = {{4'000'000'000ull, 0}};
+  in.ring = {{{0}, {1}}, {{1}, {0}}};
+  in.topology_scheduler = true;
+  const NodeSimResult r = simulate_node(in);
+  // Its own 0.1 s, after at most one of GPU0's 4 MB chunks.
+  EXPECT_NEAR(r.ranks[1].stall_seconds, 0.1, 2e-3);
+  EXPECT_NEAR(r.links[2].to_device_bytes, 5e9, 1);
 }
 
 TEST(NodeLinks, TopologyDuplexFactorAppliesWhereNoProfileStatesOne) {

@@ -49,6 +49,7 @@ nlohmann::json to_json(const std::string& name, const std::vector<LedgerGpu>& gp
                       {"predicted_step_s", j.predicted_step_s},
                       {"measured_step_s", j.measured_step_s},
                       {"state", state(j)},
+                      {"reason", j.reason},
                       {"generation", j.generation},
                       {"age_s", j.age_s},
                       {"ladder", ladder}});

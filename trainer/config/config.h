@@ -181,6 +181,9 @@ struct MemoryConfig {
   bool share = false;
   ShareObjective share_objective = ShareObjective::kThroughput;
   double share_wait = 600;  // [0, 1e6] seconds a job waits to be admitted; 0 = not at all
+  // [0, 100]: a running job whose measured step time differs from its curve's prediction by more
+  // than this share re-registers its curve scaled by measured / predicted; 0 = never.
+  double share_drift = 0.3;
   bool operator==(const MemoryConfig&) const = default;
 };
 

@@ -331,6 +331,10 @@ std::vector<KeySpec> build_schema() {
       real(FERRY_CONFIG_KEY(memory, share_wait), closed(0, 1e6),
            "memory.share: seconds a job waits for its lower bound to fit the shared device, "
            "then exits with an error (code 2); 0 = no wait."),
+      real(FERRY_CONFIG_KEY(memory, share_drift), closed(0, 100),
+           "memory.share: a running job whose measured step time differs from its predicted one "
+           "by more than this share (TENSILE's 0.3) re-registers its curve scaled by measured / "
+           "predicted, and the device is divided again; 0 = never."),
       // comm
       choice(FERRY_CONFIG_KEY(comm, backend),
              "Gradient all-reduce: auto = nccl on cuda, mpi on cpu."),

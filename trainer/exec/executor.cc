@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "device/counter_rng.h"
+#include "prefetch/arena.h"
 
 namespace ferry {
 
@@ -57,12 +58,24 @@ const Program& Executor::program(const Shape& input, bool training) {
   return programs_.get(input, training);
 }
 
+void Executor::set_budget(uint64_t budget) {
+  if (budget == programs_.budget()) return;
+  device_.synchronize();  // nothing may still use the arena
+  arena_.reset();
+  programs_.set_budget(budget);
+}
+
 void Executor::ensure_arena(uint64_t bytes) {
   if (arena_ && arena_.bytes() >= bytes) return;
   if (arena_) device_.synchronize();  // nothing may still use the old arena
+  const uint64_t size = arena_aligned(std::max<uint64_t>(bytes, kArenaAlignment));
+  if (arena_listener_) {
+    const uint64_t in_use = device_.memory().stats().in_use;
+    const uint64_t old = arena_ ? arena_aligned(arena_.bytes()) : 0;
+    arena_listener_(in_use - std::min(in_use, old) + size);
+  }
   arena_.reset();
-  arena_ = DeviceBuffer(device_.memory(), std::max<uint64_t>(bytes, kArenaAlignment),
-                        "activation arena");
+  arena_ = DeviceBuffer(device_.memory(), size, "activation arena");
   if (options_.poison) {
     device_.kernels().launch(
         Fill{static_cast<int64_t>(arena_.bytes() / sizeof(float)), NAN, arena_.as<float>()},
@@ -101,8 +114,9 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
                                       : programs_.get(batch.n, training);
   FERRY_ASSERT(batch.shape.rank() == 0 || batch.shape[0] == batch.n,
                "HostBatch: shape and row count disagree");
-  // One arena serves every plan: it grows to the largest plan used so far (the old one freed
-  // first), never to a sum; persistent state lives in its own blocks and never moves.
+  // One arena serves every plan: it grows to the largest plan used so far at the current budget
+  // (the old one freed first), never to a sum, and a budget change (set_budget) starts it afresh;
+  // persistent state lives in its own blocks and never moves.
   ensure_arena(p.plan.arena_bytes);
   ++p.steps_run;
   // The previous step may still run: its fetches end in prefetching, and this step's offloads

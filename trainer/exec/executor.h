@@ -2,9 +2,10 @@
 // executor.cc): kernels on the compute stream, offloads on the device-to-host stream after their
 // producer's event, device space reused only after the copy's event, prefetches on the
 // host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
-// (input shape, mode) (program.h), ahead of the step that needs them when asked to (prepare());
-// one arena, as large as the largest plan used, serves them all. The host never waits inside a
-// step; it reads the staged losses when it asks (metrics_ring.h).
+// (input shape, mode, budget) (program.h), ahead of the step that needs them when asked to
+// (prepare()); one arena, as large as the largest plan used at the current budget, serves them
+// all. The host never waits inside a step; it reads the staged losses when it asks
+// (metrics_ring.h).
 //
 // Note [Life of an offloaded activation]
 // One saved activation, say the output of a convolution that its backward reads, from the config
@@ -126,6 +127,30 @@ class Executor {
   // Plans `input` on a background thread unless planned already; never waits.
   void prepare(const Shape& input, bool training) { programs_.prepare(input, training); }
   bool ready(const Shape& input, bool training) const { return programs_.ready(input, training); }
+  // The same within `budget` instead of the current budget (a shared device's next grant).
+  void prepare(const Shape& input, bool training, uint64_t budget) {
+    programs_.prepare(input, training, budget);
+  }
+  bool ready(const Shape& input, bool training, uint64_t budget) const {
+    return programs_.ready(input, training, budget);
+  }
+  // Between steps: from now on programs are planned and found within `budget` device bytes.
+  // When it changes, waits for the device (no work may still use the arena) and frees the
+  // arena; the next step allocates its program's. Persistent state stays where it is (Note
+  // [Following a shared budget] in trainer/session/share_budget.h).
+  void set_budget(uint64_t budget);
+  uint64_t budget() const { return programs_.budget(); }
+  // `program`'s tape planned within `budget`, as a program of that budget would be, without
+  // making one (ProgramCache::plan_within).
+  MemoryPlan plan_within(const Program& program, uint64_t budget) const {
+    return programs_.plan_within(program, budget);
+  }
+  // Called before the arena is allocated, with the device bytes this executor's device will
+  // hold once it is (what it holds outside the arena plus the new arena); it may throw to refuse.
+  // A job sharing its device tells its ledger there, before the memory is taken.
+  void on_arena_growth(std::function<void(uint64_t device_bytes)> listener) {
+    arena_listener_ = std::move(listener);
+  }
   // Programs that were not planned when first asked for (planned then, or waited for).
   int64_t plan_waits() const { return programs_.waits(); }
   // Every program used so far, in order of first use.
@@ -188,6 +213,7 @@ class Executor {
   HostPool host_pool_;
   ProgramCache programs_;
   DeviceBuffer arena_;
+  std::function<void(uint64_t)> arena_listener_;
   std::unique_ptr<Event> upload_done_;
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;

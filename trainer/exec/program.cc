@@ -19,7 +19,8 @@ ProgramCache::ProgramCache(Device& device, ParameterStore& store, HostPool& host
       host_pool_(host_pool),
       factory_(std::move(factory)),
       shaped_(std::move(shaped)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      budget_(options_.budget) {}
 
 ProgramCache::~ProgramCache() {
   for (auto& [key, e] : programs_) {
@@ -46,7 +47,7 @@ Program& ProgramCache::get(int64_t batch, bool training) {
     graph = factory_(batch);
     learn_sample(*graph);
   }
-  const Key key{configured_input(batch).dims(), training};
+  const Key key{configured_input(batch).dims(), training, budget_};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = programs_.find(key);
@@ -57,7 +58,7 @@ Program& ProgramCache::get(int64_t batch, bool training) {
 
 Program& ProgramCache::get(const Shape& input, bool training) {
   if (sample_.rank() == 0) learn_sample(factory_(1));
-  const Key key{input.dims(), training};
+  const Key key{input.dims(), training, budget_};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = programs_.find(key);
@@ -67,29 +68,31 @@ Program& ProgramCache::get(const Shape& input, bool training) {
 }
 
 // Note [Planning ahead]
-// A new input shape (data.scales) needs its own program. The loader knows the shapes of the
-// batches after the current one (a pure function of the position), so the trainer calls
-// prepare() for them while the current step runs: the graph is built, lowered and planned on a
-// background thread (std::async), which touches only const state of this cache and the device's
-// kernel-plan cache (thread-safe). The executor's thread publishes the result at its first get():
+// A new input shape (data.scales) needs its own program, and so does a new budget (memory.share:
+// the job's grant changed; the budget is passed to the planning thread, never read there). The
+// loader knows the shapes of the batches after the current one (a pure function of the
+// position), and the ledger the next budget, so the trainer calls prepare() for them while the
+// current step runs: the graph is built, lowered and planned on a background thread
+// (std::async), which touches only const state of this cache and the device's kernel-plan cache
+// (thread-safe). The executor's thread publishes the result at its first get():
 // it indexes the plan (host copies, residency machines, persistent addresses: state the executor
 // owns) and from then on the program's plan is immutable. The map is guarded by mu_; a Program is
 // never moved once made (unique_ptr), so a reference stays valid while the cache lives.
-void ProgramCache::prepare(const Shape& input, bool training) {
+void ProgramCache::prepare(const Shape& input, bool training, uint64_t budget) {
   if (sample_.rank() == 0) learn_sample(factory_(1));
-  Key key{input.dims(), training};
+  Key key{input.dims(), training, budget};
   std::lock_guard<std::mutex> lock(mu_);
   if (programs_.count(key)) return;
   std::vector<std::string> keep = keep_alive_;
   Entry& e = programs_[key];
-  e.planning = std::async(std::launch::async, [this, input, training, keep] {
-    return plan_program(input, training, keep, std::nullopt);
+  e.planning = std::async(std::launch::async, [this, input, training, budget, keep] {
+    return plan_program(input, training, budget, keep, std::nullopt);
   });
 }
 
-bool ProgramCache::ready(const Shape& input, bool training) const {
+bool ProgramCache::ready(const Shape& input, bool training, uint64_t budget) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = programs_.find(Key{input.dims(), training});
+  auto it = programs_.find(Key{input.dims(), training, budget});
   if (it == programs_.end()) return false;
   const Entry& e = it->second;
   return e.program != nullptr ||
@@ -124,8 +127,9 @@ Program& ProgramCache::publish(const Key& key, std::optional<Graph> graph) {
   try {
     // Waits outside the lock: prepare() from this thread never runs meanwhile, but a reader of
     // ready() or programs() on another thread must not block on planning.
-    p = planning.valid() ? planning.get()
-                         : plan_program(input, key.training, keep_alive_, std::move(graph));
+    p = planning.valid()
+            ? planning.get()
+            : plan_program(input, key.training, key.budget, keep_alive_, std::move(graph));
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     programs_.erase(key);  // a later get() tries again and throws again
@@ -140,6 +144,7 @@ Program& ProgramCache::publish(const Key& key, std::optional<Graph> graph) {
 }
 
 std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool training,
+                                                    uint64_t budget,
                                                     std::vector<std::string> keep_alive,
                                                     std::optional<Graph> graph) const {
   const auto start = std::chrono::steady_clock::now();
@@ -174,6 +179,7 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
     if (!found) throw ConfigError("keep_alive: no tensor named '" + name + "'");
   }
   PlanOptions options = options_;
+  options.budget = budget;
   options.persistent = store_.bytes();
   if (!training) options.policy = MemoryPolicy::kNone;  // nothing is saved for a backward
   try {
@@ -190,6 +196,13 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   }
   p->plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return p;
+}
+
+MemoryPlan ProgramCache::plan_within(const Program& program, uint64_t budget) const {
+  PlanOptions options = options_;
+  options.budget = budget;
+  options.persistent = store_.bytes();
+  return plan_memory(program.lowered.tape, options);
 }
 
 void ProgramCache::index_plan(Program& p) {

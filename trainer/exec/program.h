@@ -1,6 +1,6 @@
-// Programs: everything planned for one input shape and mode (the graph, its lowered tape, the
-// memory plan), indexed by step for the executor, and a cache that plans each once: on first use,
-// or ahead of it on a background thread (Note [Planning ahead] in program.cc).
+// Programs: everything planned for one input shape, mode and budget (the graph, its lowered tape,
+// the memory plan), indexed by step for the executor, and a cache that plans each once: on first
+// use, or ahead of it on a background thread (Note [Planning ahead] in program.cc).
 // Invariant: a published program's plan never changes (only its offloads' residency state and
 // its measured arena extent move while steps run); its offloads' pinned host copies are held as
 // long as the cache lives.
@@ -68,9 +68,12 @@ struct Program {
   double plan_seconds = 0;
 };
 
-// Plans a program per (input shape, mode) and keeps it (Note [Life of an offloaded activation]
-// in executor.h, step 2). get() and prepare() are called from one thread (the executor's);
-// planning itself may run on background threads.
+// Plans a program per (input shape, mode, budget) and keeps it (Note [Life of an offloaded
+// activation] in executor.h, step 2). get() and prepare() are called from one thread (the
+// executor's); planning itself may run on background threads. The budget is the cache's current
+// one (set_budget) unless a call names another: a job sharing its device (memory.share) plans
+// the budget its grant moves to ahead of the switch (Note [Following a shared budget] in
+// trainer/session/share_budget.h).
 class ProgramCache {
  public:
   // `options` plans every training program (evaluation plans under kNone); its persistent bytes
@@ -93,15 +96,25 @@ class ProgramCache {
   Program& get(const Shape& input, bool training);
   // Starts planning `input` on a background thread unless it is planned or being planned;
   // returns at once. Its errors surface at get().
-  void prepare(const Shape& input, bool training);
+  void prepare(const Shape& input, bool training) { prepare(input, training, budget_); }
+  // The same within `budget` device bytes (0: unlimited) instead of the current budget.
+  void prepare(const Shape& input, bool training, uint64_t budget);
   // Whether get(input, training) would return without planning or waiting.
-  bool ready(const Shape& input, bool training) const;
+  bool ready(const Shape& input, bool training) const { return ready(input, training, budget_); }
+  bool ready(const Shape& input, bool training, uint64_t budget) const;
+  // The budget get() plans and finds programs for from now on (at first the options' budget).
+  // Programs of other budgets stay cached.
+  void set_budget(uint64_t budget) { budget_ = budget; }
+  uint64_t budget() const { return budget_; }
   // get() calls that found their program not planned yet (planned it, or waited for it).
   int64_t waits() const;
   // Every program published so far, in the order they were first used.
   std::vector<const Program*> programs() const;
   // The configured input shape for `batch` rows: (batch, sample...).
   Shape configured_input(int64_t batch) const;
+  // `program`'s tape planned within `budget` (0: unlimited) with this cache's options, and no
+  // program made of it: the curve of a job sharing its device. ConfigError when it cannot fit.
+  MemoryPlan plan_within(const Program& program, uint64_t budget) const;
 
   // Keeps the named activations alive to the end of each step (read them back; tests,
   // debugging). Applies to programs planned from now on.
@@ -111,6 +124,7 @@ class ProgramCache {
   struct Key {
     std::vector<int64_t> input;
     bool training;
+    uint64_t budget;  // PlanOptions::budget the program is planned within
     auto operator<=>(const Key&) const = default;
   };
   struct Entry {
@@ -119,7 +133,7 @@ class ProgramCache {
   };
   // The graph, its lowering and its plan: pure, safe on a background thread.
   // `graph`: the graph already built for `input`, or empty to build it here.
-  std::unique_ptr<Program> plan_program(const Shape& input, bool training,
+  std::unique_ptr<Program> plan_program(const Shape& input, bool training, uint64_t budget,
                                         std::vector<std::string> keep_alive,
                                         std::optional<Graph> graph) const;
   // The published program of `key`: waits for its planning (or plans it) and indexes it.
@@ -136,7 +150,8 @@ class ProgramCache {
   GraphFactory factory_;
   ShapedGraphFactory shaped_;
   PlanOptions options_;
-  Shape sample_;  // the configured input's shape without its batch dimension
+  uint64_t budget_ = 0;  // the current budget (set_budget); the executor's thread only
+  Shape sample_;         // the configured input's shape without its batch dimension
   std::vector<std::string> keep_alive_;
   mutable std::mutex mu_;  // guards programs_, order_ and waits_
   std::map<Key, Entry> programs_;

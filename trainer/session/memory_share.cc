@@ -1,7 +1,6 @@
 // A job sharing its device: its ladder from the offline planner, its admission and its lease on
-// the node's job ledger (links/job_ledger.h). Re-planning when the share changes while training
-// is the executor's (not here): until then a job runs on the grant it was admitted with, which it
-// reports as held, so the ledger gives no one else that memory before the job ends.
+// the node's job ledger (links/job_ledger.h). Following the grant while training is
+// share_budget.h's; until the first step the job reports its whole grant as held.
 #include "trainer/session/memory_share.h"
 
 #include <algorithm>
@@ -17,23 +16,30 @@ namespace ferry {
 
 ShareCurve share_curve(const Config& config, int points) {
   OfflinePlanner planner(config);
-  const MemoryPolicy policy = config.memory.policy;
-  const int64_t batch = config.data.batch_size;
+  return share_curve(
+      [&](uint64_t budget) {
+        return planner.plan_at(config.memory.policy, config.data.batch_size, budget);
+      },
+      config.memory.budget, points);
+}
+
+ShareCurve share_curve(const std::function<MemoryPlan(uint64_t budget)>& plan_at, uint64_t cap,
+                       int points) {
   // The predicted step time within `budget`, 0 when the policy cannot meet it.
   const auto step_at = [&](uint64_t budget) {
     try {
-      return std::max(1e-9, planner.plan_at(policy, batch, budget).prediction.step_seconds);
+      return std::max(1e-9, plan_at(budget).prediction.step_seconds);
     } catch (const ConfigError&) {
       return 0.0;
     }
   };
-  const MemoryPlan alone = planner.plan_at(policy, batch, 0);
+  const MemoryPlan alone = plan_at(0);
   ShareCurve c;
   double peak_step = std::max(1e-9, alone.prediction.step_seconds);
   c.peak = alone.peak_bytes();
-  if (c.peak > config.memory.budget) {
-    c.peak = config.memory.budget;
-    peak_step = std::max(1e-9, planner.plan(policy, batch).prediction.step_seconds);  // or no fit
+  if (cap > 0 && c.peak > cap) {
+    c.peak = cap;
+    peak_step = std::max(1e-9, plan_at(cap).prediction.step_seconds);  // or no fit
   }
   // The smallest budget the policy meets: the working-set bound, or found between it and the
   // peak (to within a 256th of the span).
@@ -82,7 +88,8 @@ std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower
 
 MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                                    const ShareCurve& curve,
-                                   const std::function<void(const std::string&)>& say) {
+                                   const std::function<void(const std::string&)>& say)
+    : curve_(curve), cap_(config.memory.budget) {
   ledger_ = JobLedger::attach();
   JobRequest r;
   r.device = share_device_key(config, ranks);

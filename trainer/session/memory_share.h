@@ -1,8 +1,9 @@
 // A job that shares its device (memory.share): its curve for the node's job ledger (lower bound,
 // peak, predicted step times between them, from the offline planner) and its lease on the
 // device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
-// and given back when the job ends. Invariant: while a lease is held, the job's budget is the
-// ledger's grant to it, which the ledger keeps within the device's capacity beside the others'.
+// and given back when the job ends; while the job trains, its budget follows the grant
+// (share_budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
+// it, which the ledger keeps within the device's capacity beside the others'.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "comm/ranks.h"
 #include "links/job_ledger.h"
+#include "prefetch/plan.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -28,6 +30,11 @@ struct ShareCurve {
 // memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and
 // at budgets between. Throws ConfigError when the policy cannot fit memory.budget at all.
 ShareCurve share_curve(const Config& config, int points = 8);
+// The same from any planner of the job's step: `plan_at(budget)` plans within `budget` bytes (0:
+// unlimited), throwing ConfigError when it cannot; `cap` (memory.budget; 0: none) caps the peak.
+// A running job plans its curve again with its executor's measured cost model.
+ShareCurve share_curve(const std::function<MemoryPlan(uint64_t budget)>& plan_at, uint64_t cap,
+                       int points = 8);
 
 // The device a rank shares on this node: "<backend>:<local rank>" (the emulated device of a CPU
 // rank; a CUDA rank's ordinal stands for its GPU).
@@ -48,14 +55,20 @@ class MemoryShareLease {
   MemoryShareLease(const MemoryShareLease&) = delete;
   MemoryShareLease& operator=(const MemoryShareLease&) = delete;
 
-  // The budget the job runs with: its grant at admission.
+  // The budget the job starts with: its grant at admission.
   uint64_t budget() const { return budget_; }
+  // The grant at admission.
   const JobGrant& grant() const { return grant_; }
+  // The curve the job registered at start, and the memory.budget that caps it.
+  const ShareCurve& curve() const { return curve_; }
+  uint64_t cap() const { return cap_; }
   JobLedger& ledger() { return *ledger_; }
 
  private:
   std::shared_ptr<JobLedger> ledger_;
   JobGrant grant_;
+  ShareCurve curve_;
+  uint64_t cap_ = 0;
   uint64_t budget_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "device/backend_traits.h"
+#include "links/link_capacities.h"
 
 #include "topology/binding.h"
 #include "topology/bus_ids.h"
@@ -149,6 +150,18 @@ std::function<void(void*, uint64_t)> host_memory_placement(const Placement& plac
       // they would without a placement. A node that does not exist is a ConfigError and passes.
     }
   };
+}
+
+std::vector<NamedLink> node_ledger_links(const Config& config, const Placement& placement,
+                                         bool emulated) {
+  std::vector<NamedLink> links;
+  if (!placement.links) return links;
+  const std::vector<LinkCapacity> capacities =
+      link_capacities(*placement.links, config.topology.duplex_factor,
+                      emulated ? config.topology.emulation_scale : 1.0);
+  for (const Link& l : placement.links->links())
+    links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
+  return links;
 }
 
 }  // namespace ferry

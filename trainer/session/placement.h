@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/ranks.h"
+#include "links/link_share.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
 #include "topology/placement.h"
@@ -47,6 +48,14 @@ Placement place_this_rank(const Config& config, const RankInfo& ranks);
 // True when `config`'s CPU ranks stand in for the GPUs of its topology.file, their copies
 // crossing that server's links slowed by topology.emulation_scale (device.copy_gbps unset).
 bool emulates_server_links(const Config& config);
+
+// The links of this rank's node as its node's link ledger holds them (placement.links, each with
+// its capacity: topology.duplex_factor, and stretched by topology.emulation_scale when `emulated`,
+// the CPU emulation's). Every rank computes them from its own node's topology, and the ledger's
+// name from them (LinkLedger::node_name): nothing of another node goes into either, so the ranks
+// of each node meet in their own node's ledger. Empty when the rank drives no GPU.
+std::vector<NamedLink> node_ledger_links(const Config& config, const Placement& placement,
+                                         bool emulated);
 
 // DeviceOptions::place_host_memory for this rank: on the live machine with topology.bind, binds
 // each pinned host block to the rank's NUMA node (the GPU's) before its first touch, where the

@@ -237,14 +237,9 @@ void Session::attach_link_ledger() {
   }
   comm_->broadcast_host(name.data(), name.size(), 0);
   name.back() = '\0';
-  std::vector<NamedLink> links;
   // Emulated links are stretched by the emulation's scale; a GPU's are its own.
-  const std::vector<LinkCapacity> capacities =
-      link_capacities(*placement_.links, config_.topology.duplex_factor,
-                      arbiter_->emulates_links() ? config_.topology.emulation_scale : 1.0);
-  for (const Link& l : placement_.links->links()) {
-    links.push_back(NamedLink{l.name, capacities[static_cast<size_t>(l.id)]});
-  }
+  const std::vector<NamedLink> links =
+      node_ledger_links(config_, placement_, arbiter_->emulates_links());
   LedgerUser user;
   user.job = name.data();
   user.rank = ranks_.rank;

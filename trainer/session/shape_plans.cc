@@ -41,10 +41,11 @@ std::string ShapePlans::after_step(const Shape& input, int64_t step) {
   if (waited) ++waited_steps_;
   auto [it, fresh] = seen_.try_emplace(input.dims());
   Seen& s = it->second;
+  // The program that ran: another one of the same shape after a budget change (memory.share).
+  s.program = &executor_.program(input, /*training=*/true);
   if (fresh) {
     order_.push_back(input.dims());
     pending_.push_back(0);
-    s.program = &executor_.program(input, /*training=*/true);
     s.first_step = step;
     s.waited = waited;
   }

@@ -31,10 +31,12 @@
 #include "trainer/session/data_setup.h"
 #include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
+#include "trainer/session/node_files.h"
 #include "trainer/session/rank_log.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
 #include "trainer/session/shape_plans.h"
+#include "trainer/session/share_budget.h"
 
 namespace ferry {
 
@@ -48,9 +50,9 @@ namespace {
 std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
                                  const std::string& table) {
   if (ranks.local_size == ranks.size) return table;
-  const std::string mine = ranks.local_rank == 0 ? fmt::format("node {} (first rank {})\n{}",
-                                                               host_name(), ranks.rank, table)
-                                                 : std::string();
+  const std::string mine = speaks_for_node(ranks)
+                               ? fmt::format("{}\n{}", node_heading(ranks, host_name()), table)
+                               : std::string();
   std::string out;
   for (int r = 0; r < ranks.size; ++r) {
     uint64_t length = ranks.rank == r ? mine.size() : 0;
@@ -222,9 +224,8 @@ void write_link_usage(const Config& config, const RankInfo& ranks,
                       {"bin_s", usage.front().bin_s},
                       {"directions", {"to_host", "to_device"}},
                       {"links", links}};
-  const std::string host = ranks.local_size < ranks.size ? host_name() : "";
-  const std::string name = host.empty() ? "links.json" : fmt::format("links.{}.json", host);
-  const std::string path = (fs::path(config.run.dir) / name).string();
+  const std::string path =
+      (fs::path(config.run.dir) / node_links_file(ranks, host_name())).string();
   write_run_file(path, j.dump(2) + "\n");
   if (busiest) {
     log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
@@ -232,8 +233,10 @@ void write_link_usage(const Config& config, const RankInfo& ranks,
   }
 }
 
-// The loop itself; train() wraps it so that a failure on one rank ends the job.
-TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start) {
+// The loop itself; train() wraps it so that a failure on one rank ends the job. `share`: the
+// job's lease on its shared device (memory.share), else null.
+TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start,
+                MemoryShareLease* share) {
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
   auto dataset = open_configured_dataset(config);
@@ -278,6 +281,14 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                    /*training=*/true)
           .plan;
   print_banner(log, session, config, *dataset, plan);
+  // memory.share: the budget follows the grant, re-planned between steps.
+  std::optional<SharedBudget> shared;
+  if (share) {
+    shared.emplace(config, *share, session.executor(), device,
+                   configured_input(config, config.data.batch_size, loader.side(loader.position())),
+                   session.cost_profile() != nullptr,
+                   [&](const std::string& line) { log.line(line); });
+  }
 
   const LrSchedule schedule = lr_schedule(config);
   MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
@@ -324,6 +335,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
     const float lr = schedule.at(step - 1);
     const Shape input = batch.shape();
+    if (shared) shared->before_step(input, step);
     shapes.before_step(input);
     session.forward_backward({batch.input(), batch.labels(), batch.size(), input, batch.segments(),
                               batch.loss_divisor()},
@@ -370,6 +382,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       timed_intervals.emplace_back(step - drained_step,
                                    std::chrono::duration<double>(now - drained_at).count());
       shapes.interval(timed_intervals.back().second);
+      if (shared) shared->drained(timed_intervals.back().first, timed_intervals.back().second);
       drained_at = now;
       drained_step = step;
     } else {
@@ -406,7 +419,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       if (config.data.documents) r.tokens_per_s = interval_tokens / std::max(seconds, 1e-9);
       log.line(progress_line(r));
       // The logged step's gradient norm before clipping, as nanoGPT logs it.
-      nlohmann::json extra = {{"shape", input.dims()}};
+      nlohmann::json extra = {{"shape", input.dims()}, {"budget", session.executor().budget()}};
+      if (shared) extra.update(shared->fields());
       if (config.data.documents) extra["tokens_per_s"] = r.tokens_per_s;
       if (const Program* p = shapes.program(input)) {
         extra["planned_peak_bytes"] = p->plan.peak_bytes();
@@ -437,9 +451,10 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   result.shapes = static_cast<int64_t>(shapes.shape_count());
   result.plan_waited_steps = shapes.waited_steps();
   log.line(shapes.end_line());
+  if (shared) log.line(shared->end_line());
   if (!session.link_usage().empty()) {
     session.communicator().barrier();  // every rank's copies are through
-    if (ranks.local_rank == 0) write_link_usage(config, ranks, session.link_usage(), log);
+    if (speaks_for_node(ranks)) write_link_usage(config, ranks, session.link_usage(), log);
   }
   report_timing(log, session, config, plan, timed_intervals, result, shapes);
   return result;
@@ -469,7 +484,7 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   Session session(granted, ranks, /*training=*/true);
   try {
     check_same_resume(session.communicator(), ranks, start.resume);
-    return run(granted, session, log, start);
+    return run(granted, session, log, start, share.get());
   } catch (const std::exception& e) {
     // The log file keeps it; the console gets it once, from fail_job (here or in main).
     log.file_line(fmt::format("error: {}", e.what()));

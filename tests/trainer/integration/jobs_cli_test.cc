@@ -5,25 +5,24 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "links/job_ledger.h"
-#include "links/shm_names.h"
+#include "tests/trainer/integration/ledger_util.h"
 #include "tests/trainer/integration/run_util.h"
 
 namespace ferry {
 namespace {
 
+using testing::await_ledger;
 using testing::run;
+using testing::spawn;
 using testing::trainer;
 
-// A private ledger's name, removed however the test ends.
-struct PrivateLedger {
-  std::string name = "/ferry-jobs-clitest-" + shm_names::job_token();
-  ~PrivateLedger() { JobLedger::unlink(name); }
+struct PrivateLedger : testing::PrivateLedger {
+  PrivateLedger() : testing::PrivateLedger("clitest") {}
 };
 
 TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
@@ -75,6 +74,8 @@ TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
   EXPECT_EQ(gpu["jobs"][1]["share"], ledger->poll(gb.id).share);
   EXPECT_DOUBLE_EQ(gpu["jobs"][0]["measured_step_s"].get<double>(), 0.3);
   EXPECT_EQ(gpu["jobs"][0]["ladder"].size(), 2u);
+  EXPECT_EQ(gpu["jobs"][1]["reason"],
+            "job " + std::to_string(gb.id) + " (pid " + std::to_string(getpid()) + ") arrived");
 }
 
 size_t count(const std::string& text, const std::string& what) {
@@ -116,29 +117,6 @@ TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
   EXPECT_EQ(trained.code, 0) << trained.output;
   EXPECT_NE(trained.output.find("memory.share: budget"), std::string::npos) << trained.output;
   EXPECT_TRUE(ledger->snapshot().empty());  // it left when it ended
-}
-
-// Starts `command` through the shell (exec'd, so the pid is the command's); stdout and stderr
-// to `log`.
-pid_t spawn(const std::string& command, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string line = "exec " + command + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-// Polls the ledger until `ready` holds for a snapshot, at most `timeout_s`.
-bool await_ledger(JobLedger& ledger, double timeout_s,
-                  const std::function<bool(const std::vector<LedgerGpu>&)>& ready) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    if (ready(ledger.snapshot())) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 TEST(JobsCli, AJobKilledWithSigkillGivesItsShareToAWaitingJobWithinSeconds) {

@@ -1,7 +1,10 @@
 // One job over two hosts made of Linux namespaces (scripts/multihost.sh): 4 ranks, 2 per host,
 // train as 4 ranks on one host do (within the data-parallel tolerance: TCP between hosts
 // reduces in another order than shared memory), each host keeps its own /dev/shm, and nothing
-// is left behind. Skips where namespaces cannot be made (not root, or no unshare).
+// is left behind. A failure on the other host ends the whole job within the bound one node has
+// (30 s, comm.timeout_s 10 for a stopped rank), naming the rank or the host: a rank that fails, a
+// rank that stops, a host whose processes all die, a host cut off the network. Skips where
+// namespaces cannot be made (not root, or no unshare).
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +84,62 @@ TEST(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
   EXPECT_EQ(run("ip netns list | grep -c ferry").output, "0\n");
 }
 
+// The other host's rank 3 fails, then stops (SIGSTOP): the job ends within the bound one node
+// has (data_parallel_test), with rank 3's own message, then with rank 0's watchdog naming it.
+// Across hosts joined by TCP alone MPI makes no one-sided window: rank 3 is named because it
+// does not answer (Note [Arrivals without a window] in comm/mpi_arrivals.h).
+TEST(MultiHost, ARankOfTheOtherHostThatFailsOrStopsEndsTheJobNamingIt) {
+  std::string why;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  const std::string launch =
+      "timeout 120 " + source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --";
+  Exit e = run(launch + train_args(scratch("multihost_fail")) +
+               " run.steps=50 debug.fail_at_step=3 debug.fail_rank=3");
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, 30.0) << e.output;
+  EXPECT_NE(e.output.find("rank 3 of 4: error: debug.fail_at_step: injected failure at step 3"),
+            std::string::npos)
+      << e.output;
+  e = run(launch + train_args(scratch("multihost_stall")) +
+          " run.steps=50 debug.stall_at_step=3 debug.fail_rank=3 comm.timeout_s=10");
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, 30.0) << e.output;
+  EXPECT_NE(e.output.find("rank 3 of 4: debug.stall_at_step: stopping this rank (SIGSTOP)"),
+            std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("error: comm.timeout_s: all-reduce #"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("rank 3 did not answer (stopped or hung)"), std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("hint: check what rank 3 is doing"), std::string::npos) << e.output;
+  EXPECT_EQ(run("ip netns list | grep -c ferry").output, "0\n");
+}
+
+// Host 1 of a job under scripts/multihost.sh; `action` is a shell command that takes `$ns`, each
+// of its namespaces. Starts the job (in the background), waits for its first checkpoint, acts,
+// and returns the job's exit, the seconds from the action to the end, and whether it had saved.
+struct HostLoss {
+  Exit ended;
+  double seconds = 0;
+  bool saved = false;
+};
+HostLoss lose_host_one(const std::string& job, const std::string& dir, const std::string& action) {
+  HostLoss out;
+  std::thread runner([&] { out.ended = run(job); });
+  const std::string first = dir + "/checkpoints/step_20.safetensors";
+  for (int i = 0; i < 600 && !std::filesystem::exists(first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  out.saved = std::filesystem::exists(first);
+  const auto at = std::chrono::steady_clock::now();
+  run("for ns in $(ip netns list | awk '/^ferry[0-9]+-h1/ {print $1}'); do " + action + "; done");
+  runner.join();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+  return out;
+}
+
 // A whole host vanishing (every process in its namespaces killed) ends the job within seconds,
 // naming the host; the job resumes from its last checkpoint.
 TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
@@ -89,30 +148,16 @@ TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
   if (!namespaces_available(&why)) GTEST_SKIP() << why;
   const std::string dir = scratch("multihost_vanish");
   const std::string launch = source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --";
-  const std::string job =
-      launch + train_args(dir) + " run.steps=100000 run.log_every=100 checkpoint.every=20";
-  Exit ended;
-  std::thread runner([&] { ended = run(job); });
-  const std::string first = dir + "/checkpoints/step_20.safetensors";
-  for (int i = 0; i < 600 && !std::filesystem::exists(first); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  const bool saved = std::filesystem::exists(first);
+  const std::string job = "timeout 120 " + launch + train_args(dir) +
+                          " run.steps=100000 run.log_every=100 checkpoint.every=20";
   // Host 1 of this job vanishes: every process in its network namespace.
-  const auto killed = std::chrono::steady_clock::now();
-  run("for ns in $(ip netns list | awk '/^ferry[0-9]+-h1/ {print $1}'); do "
-      "kill -9 $(ip netns pids $ns); done");
-  runner.join();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  ASSERT_TRUE(saved) << ended.output;
-  EXPECT_NE(ended.code, 0) << ended.output;
-  EXPECT_LT(seconds, 30.0) << "the job must end soon after a host vanishes";
-  // OpenMPI names the host whose peer hung up (or whose daemon it lost), or the ranks on it.
-  const bool named = ended.output.find("ferry-host1") != std::string::npos ||
-                     ended.output.find("rank 2") != std::string::npos ||
-                     ended.output.find("rank 3") != std::string::npos;
-  EXPECT_TRUE(named) << ended.output;
+  const HostLoss lost = lose_host_one(job, dir, "kill -9 $(ip netns pids $ns)");
+  ASSERT_TRUE(lost.saved) << lost.ended.output;
+  EXPECT_NE(lost.ended.code, 0) << lost.ended.output;
+  EXPECT_NE(lost.ended.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(lost.seconds, 30.0) << "the job must end soon after a host vanishes";
+  // OpenMPI names the host whose daemon it lost (or whose peer hung up).
+  EXPECT_NE(lost.ended.output.find("ferry-host1"), std::string::npos) << lost.ended.output;
   // Resume: continues from the newest checkpoint to 20 steps past it.
   int64_t newest = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints")) {
@@ -130,6 +175,34 @@ TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
       << resumed.output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_" + std::to_string(target) +
                                       ".safetensors"));
+}
+
+// Host 1 drops off the network (its interface goes down; its processes run on): nothing closes,
+// so rank 0's watchdog names host 1's ranks after comm.timeout_s, and mpirun ends the job once
+// TCP gives up resending to host 1's daemon, soon with the hosts' tcp_retries2 at 5 (Note [A
+// host lost from the network] in scripts/multihost.sh).
+TEST(MultiHost, AHostCutOffTheNetworkEndsTheJobNamingItsRanks) {
+  std::string why;
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  const std::string dir = scratch("multihost_cut");
+  const std::string job = "timeout 120 " + source("scripts/multihost.sh") +
+                          " --hosts 2 --ranks-per-host 2 --tcp-retries2 5 --" + train_args(dir) +
+                          " run.steps=100000 run.log_every=100 checkpoint.every=20 "
+                          "comm.timeout_s=10";
+  const HostLoss lost = lose_host_one(job, dir, "ip -n $ns link set eth0 down");
+  ASSERT_TRUE(lost.saved) << lost.ended.output;
+  EXPECT_NE(lost.ended.code, 0) << lost.ended.output;
+  EXPECT_NE(lost.ended.code, 124) << "the job hung until the timeout";
+  // comm.timeout_s, then about 13 s of TCP retries.
+  EXPECT_LT(lost.seconds, 45.0) << lost.ended.output;
+  EXPECT_NE(lost.ended.output.find("rank 0 of 4: error: comm.timeout_s: all-reduce #"),
+            std::string::npos)
+      << lost.ended.output;
+  EXPECT_NE(lost.ended.output.find("ranks 2, 3 did not answer (stopped or hung)"),
+            std::string::npos)
+      << lost.ended.output;
+  EXPECT_EQ(run("ip netns list | grep -c ferry").output, "0\n");
 }
 
 // A checkpoint folder only host 0 can read: resuming "latest" would make host 1's ranks start

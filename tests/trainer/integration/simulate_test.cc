@@ -218,6 +218,7 @@ TEST(Simulate, AcrossNodesTheNicsCarryTheAllReduce) {
           "/no-nic.yaml --hardware v100-pcie3 --nodes 2");
   EXPECT_EQ(e.code, 2) << e.output;
   EXPECT_NE(e.output.find("has no network adapter"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("error:"), e.output.rfind("error:")) << "one error line: " << e.output;
 }
 
 }  // namespace

@@ -1,0 +1,173 @@
+// Following a shared budget between steps (Note [Following a shared budget] in share_budget.h).
+#include "trainer/session/share_budget.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "links/memory_shares.h"
+
+namespace ferry {
+
+namespace {
+
+[[noreturn]] void throw_gone() {
+  throw Error("memory.share: the node's job ledger no longer lists this job, so it holds no grant",
+              "another process removed the job ledger's block (/dev/shm): start the job again");
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Executor& executor,
+                           Device& device, const Shape& first, bool measured,
+                           std::function<void(const std::string&)> say)
+    : config_(config),
+      lease_(lease),
+      executor_(executor),
+      device_(device),
+      say_(std::move(say)),
+      grant_(lease.grant()),
+      ladder_(lease.curve().ladder),
+      lower_(lease.curve().lower),
+      peak_(lease.curve().peak) {
+  budgets_.push_back(executor_.budget());
+  executor_.on_arena_growth([this](uint64_t device_bytes) {
+    // Before the memory is taken: the ledger refuses more than the grant.
+    grant_ = lease_.ledger().report(grant_.id, device_bytes);
+    if (grant_.gone) throw_gone();
+  });
+  device_.memory().start_window();
+  if (measured) {
+    const Program& p = executor_.program(first, /*training=*/true);
+    const ShareCurve curve = share_curve(
+        [&](uint64_t budget) { return executor_.plan_within(p, budget); }, lease_.cap());
+    bool same =
+        curve.lower == lower_ && curve.peak == peak_ && curve.ladder.size() == ladder_.size();
+    for (size_t k = 0; same && k < ladder_.size(); ++k)
+      same = curve.ladder[k].budget == ladder_[k].budget &&
+             curve.ladder[k].step_s == ladder_[k].step_s;
+    if (!same) {
+      lower_ = curve.lower;
+      peak_ = curve.peak;
+      ladder_ = curve.ladder;
+      grant_ = lease_.ledger().update_ladder(grant_.id, lower_, peak_, ladder_,
+                                             "planned with the measured cost model");
+      say_(
+          fmt::format("share    curve planned again with the measured cost model: lower bound {}, "
+                      "peak {}, predicted step {:.4f}s at the peak",
+                      format_bytes(lower_), format_bytes(peak_), ladder_.back().step_s));
+    }
+  }
+}
+
+SharedBudget::~SharedBudget() { executor_.on_arena_growth(nullptr); }
+
+void SharedBudget::before_step(const Shape& next, int64_t step) {
+  grant_ = lease_.ledger().poll(grant_.id);
+  if (grant_.gone) throw_gone();
+  const uint64_t target = target_of(grant_);
+  // No longer admitted (earlier jobs' lower bounds grew): the job keeps running on its grant,
+  // which the ledger leaves it until it confirms a share.
+  if (target == executor_.budget() || grant_.waiting || target < lower_) {
+    planning_ = 0;
+    return;
+  }
+  if (planning_ != target) {
+    executor_.prepare(next, /*training=*/true, target);
+    planning_ = target;
+    planning_since_ = now_s();
+  }
+  // A shrink keeps its old grant until it confirms, and a growth waits for nothing it needs: in
+  // both, the current plan runs on until the new one is ready.
+  if (executor_.ready(next, /*training=*/true, target)) switch_to(target, next, step);
+}
+
+void SharedBudget::switch_to(uint64_t budget, const Shape& next, int64_t step) {
+  const uint64_t from = executor_.budget();
+  const double waited_s = now_s() - planning_since_;
+  const std::string reason = grant_.reason;
+  for (;;) {
+    executor_.set_budget(budget);  // the device is idle and the arena freed from here on
+    grant_ = lease_.ledger().confirm(grant_.id, device_.memory().stats().in_use);
+    if (budget <= grant_.granted) break;
+    // The share fell again while this job switched: plan the smaller one now (the step waits).
+    budget = target_of(grant_);
+  }
+  planning_ = 0;
+  const Program& p = executor_.program(next, /*training=*/true);
+  device_.memory().start_window();
+  switched_in_interval_ = true;
+  ++switches_;
+  budgets_.push_back(budget);
+  const MemoryPlan& plan = p.plan;
+  say_(fmt::format(
+      "budget   {} -> {} at step {}: {}; share {} of {}; policy {}, predicted step {:.4f}s, "
+      "peak {}, moved {}/step, rebuilt {:.3g} GFLOP/step; planned in {:.3f}s, {:.3f}s before "
+      "the switch",
+      format_bytes(from), format_bytes(budget), step, reason.empty() ? "re-divided" : reason,
+      format_bytes(grant_.share), format_bytes(grant_.capacity), policy_name(plan.policy),
+      plan.prediction.step_seconds, format_bytes(plan.peak_bytes()),
+      format_bytes(plan.offload_bytes), plan.recompute_flops / 1e9, p.plan_seconds, waited_s));
+}
+
+void SharedBudget::drained(int64_t steps, double seconds) {
+  const bool measured = !switched_in_interval_ && steps > 0 && seconds > 0;
+  switched_in_interval_ = false;
+  if (measured) {
+    window_steps_ += steps;
+    window_seconds_ += seconds;
+  } else {
+    window_steps_ = 0;
+    window_seconds_ = 0;
+  }
+  const double step_s = measured ? seconds / static_cast<double>(steps) : -1;
+  grant_ = lease_.ledger().report(grant_.id, device_.memory().stats().in_use, step_s);
+  const double drift = config_.memory.share_drift;
+  if (window_steps_ < kDriftWindow || drift <= 0) return;
+  const int64_t window_n = window_steps_;
+  const double window_s = window_seconds_ / static_cast<double>(window_n);
+  window_steps_ = 0;
+  window_seconds_ = 0;
+  ShareJob job;
+  job.lower = lower_;
+  job.peak = peak_;
+  job.ladder = ladder_;
+  job.measured_step_s = window_s;
+  job.current = executor_.budget();
+  if (!share_drifted(job, drift)) return;
+  const double predicted = ladder_step(ladder_, job.current);
+  const double scale = window_s / predicted;
+  for (SharePoint& p : ladder_) p.step_s *= scale;
+  ++drifts_;
+  const std::string why = fmt::format(
+      "measured step {:.4f}s (mean of {} steps) against {:.4f}s predicted at {}, "
+      "beyond memory.share_drift {}: curve scaled by {:.3f}",
+      window_s, window_n, predicted, format_bytes(job.current), drift, scale);
+  grant_ = lease_.ledger().update_ladder(grant_.id, lower_, peak_, ladder_, why);
+  say_("drift    " + why + ", the device divided again");
+}
+
+nlohmann::json SharedBudget::fields() const {
+  const MemoryStats m = device_.memory().stats();
+  return {{"budget", executor_.budget()},       {"share", grant_.share},
+          {"granted", grant_.granted},          {"held", m.in_use},
+          {"budget_peak_bytes", m.window_peak}, {"replans", switches_}};
+}
+
+std::string SharedBudget::end_line() const {
+  std::vector<std::string> budgets;
+  for (uint64_t b : budgets_) budgets.push_back(format_bytes(b));
+  return fmt::format("share    budgets {} ({} re-plan{}, {} drift re-registration{})",
+                     fmt::join(budgets, " -> "), switches_, switches_ == 1 ? "" : "s", drifts_,
+                     drifts_ == 1 ? "" : "s");
+}
+
+}  // namespace ferry
