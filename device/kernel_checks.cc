@@ -2,6 +2,7 @@
 // backend runs the kernel.
 #include "device/kernel_checks.h"
 
+#include <cmath>
 #include <initializer_list>
 #include <utility>
 
@@ -106,6 +107,14 @@ void check_softmax_cross_entropy(int64_t n, int64_t k, const char* what) {
     throw ConfigError(fmt::format("{}: invalid shape N={} K={}", what, n, k),
                       "rows and classes must be positive");
   }
+}
+
+double loss_divisor(float divisor, int64_t n, const char* what) {
+  if (!(divisor >= 0.0f) || !std::isfinite(divisor)) {
+    throw ConfigError(fmt::format("{}: divisor {} is not a finite number >= 0", what, divisor),
+                      "pass the labelled rows to average over, or 0 for every row");
+  }
+  return divisor > 0.0f ? static_cast<double>(divisor) : static_cast<double>(n);
 }
 
 void check_sgd_update(const SgdUpdate& a) {

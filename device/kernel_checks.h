@@ -41,6 +41,9 @@ void check_batch_norm_training_geom(const BatchNormGeom& g);
 
 // Softmax cross-entropy: positive rows and classes (labels are data, checked by the backend).
 void check_softmax_cross_entropy(int64_t n, int64_t k, const char* what);
+// What the loss's total is divided by: `divisor`, or n when it is 0 (SoftmaxCrossEntropyForward).
+// ConfigError for a negative or non-finite divisor.
+double loss_divisor(float divisor, int64_t n, const char* what);
 
 // The element count, and a momentum buffer whenever momentum is set.
 void check_sgd_update(const SgdUpdate& a);

@@ -259,11 +259,13 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.v, a.n, 0.0f);
         } else if constexpr (std::is_same_v<T, EmbeddingForward>) {
           o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
+          o.bind_if<int32_t>(a.segments, a.n * a.t, 0.0f);  // one document per row
           o.bind<float>(a.wte, a.vocab * a.c);
           o.bind<float>(a.wpe, a.t * a.c);
           o.bind<float>(a.y, a.n * a.t * a.c);
         } else if constexpr (std::is_same_v<T, EmbeddingBackward>) {
           o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
+          o.bind_if<int32_t>(a.segments, a.n * a.t, 0.0f);
           o.bind<float>(a.dy, a.n * a.t * a.c);
           o.bind<float>(a.dwte, a.vocab * a.c);
           o.bind<float>(a.dwpe, a.context * a.c);
@@ -296,6 +298,7 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.y, a.g.n * a.g.t * a.g.c);
           o.bind<float>(a.probs, scores);
           o.bind<float>(a.mask, (scores + 3) / 4, 0.0f);
+          o.bind_if<int32_t>(a.segments, a.g.n * a.g.t, 0.0f);
           o.workspace(a.ws, shape);
         } else if constexpr (std::is_same_v<T, AttentionBackward>) {
           const int64_t scores = a.g.n * a.g.heads * a.g.t * a.g.t;
@@ -304,6 +307,7 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.mask, (scores + 3) / 4, 0.0f);
           o.bind<float>(a.dy, a.g.n * a.g.t * a.g.c);
           o.bind<float>(a.dqkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind_if<int32_t>(a.segments, a.g.n * a.g.t, 0.0f);
           o.workspace(a.ws, shape);
         } else if constexpr (std::is_same_v<T, SumOfSquares>) {
           o.bind<float>(a.x, a.n);
@@ -362,14 +366,17 @@ std::string kernel_key(const KernelArgs& args) {
         } else if constexpr (std::is_same_v<T, EmbeddingForward> ||
                              std::is_same_v<T, EmbeddingBackward>) {
           k("n", a.n)("t", a.t)("c", a.c)("vocab", a.vocab);
+          if (a.segments != nullptr) k("segments", true);
         } else if constexpr (std::is_same_v<T, LayerNormForward> ||
                              std::is_same_v<T, LayerNormBackward>) {
           k("rows", a.g.rows)("c", a.g.c);
         } else if constexpr (std::is_same_v<T, AttentionForward>) {
           attention(k, a.g);
           k("training", a.training);
+          if (a.segments != nullptr) k("segments", true);
         } else if constexpr (std::is_same_v<T, AttentionBackward>) {
           attention(k, a.g);
+          if (a.segments != nullptr) k("segments", true);
         } else {
           k("n", a.n);
         }

@@ -283,9 +283,12 @@ struct DropoutBackward {  // dx = mask ? dy / (1 - p) : 0
 
 // ---- loss ------------------------------------------------------------------------------------
 
-// loss[0] = mean over rows of (logsumexp(logits_i) - logits_i[label_i]); probs = softmax(logits)
-// (N, K), saved for backward; correct[0] (int32, may be null) = rows whose first argmax equals
-// the label. Labels are int32 in [0, K).
+// loss[0] = (sum over labelled rows of (logsumexp(logits_i) - logits_i[label_i])) / divisor,
+// the sum in row order; probs = softmax(logits) (N, K), saved for backward; correct[0] (int32,
+// may be null) = labelled rows whose first argmax equals the label. Labels are int32 below K; a
+// negative label marks a row that is not labelled (a padding position: Note [Documents as rows]
+// in trainer/data/documents.h): it adds exactly nothing to the loss, the count or the gradient.
+// divisor 0 means N (the mean over rows when every row is labelled).
 struct SoftmaxCrossEntropyForward {
   int64_t n = 1, k = 1;
   const float* logits = nullptr;
@@ -293,36 +296,51 @@ struct SoftmaxCrossEntropyForward {
   float* loss = nullptr;
   float* probs = nullptr;
   int32_t* correct = nullptr;
+  float divisor = 0.0f;
 };
 
-// dlogits = scale * (probs - onehot(label)) / N. Overwrites dlogits.
+// dlogits = scale * (probs - onehot(label)) / divisor for labelled rows (divisor 0: N), exactly 0
+// for rows whose label is negative. Overwrites dlogits.
 struct SoftmaxCrossEntropyBackward {
   int64_t n = 1, k = 1;
   float scale = 1.0f;
   const float* probs = nullptr;
   const int32_t* labels = nullptr;
   float* dlogits = nullptr;
+  float divisor = 0.0f;
 };
 
 // ---- transformers ---------------------------------------------------------------------------
 
-// GPT-2's input embedding: y[n, t, :] = wte[tokens[n, t], :] + wpe[t, :]. Tokens are int32 in
-// [0, vocab) (the loader checks them; a kernel may assume it).
+// Note [Segments of a packed row]
+// Packed documents (data.pack) share a row: segments (N, T) int32, when not null, holds for
+// each position i of row n the first position of its document, 0 <= segments[n, i] <= i (so
+// segments[n, i] = i starts a document, and positions of one document are contiguous). A
+// position's place in its document, i - segments[n, i], is its position for the embedding, and
+// attention lets query i see keys j in [segments[n, i], i] only: a block-diagonal causal mask,
+// so each document is computed as if it were alone in its row. Null: one document per row
+// (segments[n, i] = 0 everywhere: positions 0..T-1, the plain causal mask).
+
+// GPT-2's input embedding: y[n, t, :] = wte[tokens[n, t], :] + wpe[p, :] with p = t - segments[n,
+// t] (Note [Segments of a packed row]; p = t without segments). Tokens are int32 in [0, vocab)
+// (the loader checks them; a kernel may assume it).
 struct EmbeddingForward {
-  int64_t n = 1, t = 1;             // batch rows, positions
-  int64_t c = 1;                    // width
-  int64_t vocab = 1;                // rows of wte
-  const int32_t* tokens = nullptr;  // (N, T)
-  const float* wte = nullptr;       // (vocab, C)
-  const float* wpe = nullptr;       // (context >= T, C); only its first T rows are read
-  float* y = nullptr;               // (N, T, C)
+  int64_t n = 1, t = 1;               // batch rows, positions
+  int64_t c = 1;                      // width
+  int64_t vocab = 1;                  // rows of wte
+  const int32_t* tokens = nullptr;    // (N, T)
+  const float* wte = nullptr;         // (vocab, C)
+  const float* wpe = nullptr;         // (context >= T, C); only its first T rows are read
+  float* y = nullptr;                 // (N, T, C)
+  const int32_t* segments = nullptr;  // (N, T) or null
 };
 
 // dwte[v, :] = 0 + each dy[n, t, :] with tokens[n, t] == v, added one row at a time in
 // increasing (n, t) order (no atomics: the same bits on every run and backend); rows of tokens
 // that do not occur are 0. With accumulate_wte the rows are added onto dwte instead of onto 0
-// (a tied LM head wrote it first), in the same order. dwpe[t, :] = sum over n of dy[n, t, :] in
-// increasing n, for t < T (rows >= T: 0).
+// (a tied LM head wrote it first), in the same order. dwpe[p, :] = 0 + each dy[n, t, :] whose
+// position (EmbeddingForward) is p, in increasing (n, t) order (without segments: the sum over n
+// of dy[n, p, :] in increasing n), for p < T (rows >= T: 0).
 struct EmbeddingBackward {
   int64_t n = 1, t = 1, c = 1, vocab = 1;
   int64_t context = 1;  // rows of wpe (>= T)
@@ -331,6 +349,7 @@ struct EmbeddingBackward {
   float* dwte = nullptr;      // (vocab, C)
   float* dwpe = nullptr;      // (context, C)
   bool accumulate_wte = false;
+  const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
 };
 
 // torch.nn.LayerNorm over the last dimension: rows (M) of C values.
@@ -391,8 +410,9 @@ struct AttentionGeom {
   bool operator==(const AttentionGeom&) const = default;
 };
 
-// Per (n, h): S = q k^T / sqrt(D) with S[i, j] masked for j > i; P = softmax(S) by rows (masked
-// entries exactly 0); probs = P (N, heads, T, T), saved for backward. In training with dropout,
+// Per (n, h): S = q k^T / sqrt(D) with S[i, j] masked for j > i and, with segments, for j <
+// segments[n, i] (Note [Segments of a packed row]); P = softmax(S) by rows (masked entries
+// exactly 0); probs = P (N, heads, T, T), saved for backward. In training with dropout,
 // P' = dropout(P) as DropoutForward draws it over the (N, heads, T, T) elements (seed, offset 0),
 // mask as there; otherwise P' = P and mask is unused (may be null). y[n, i, h D + d] = (P' v)[i,
 // d], heads merged back to (N, T, C). A null y computes probs alone (a recompute that rebuilds the
@@ -406,6 +426,7 @@ struct AttentionForward {
   float* probs = nullptr;
   uint8_t* mask = nullptr;
   Workspace ws;
+  const int32_t* segments = nullptr;  // (N, T) or null
 };
 
 // Gradients of AttentionForward in training: dqkv (N, T, 3C), overwritten (the dq, dk and dv
@@ -418,6 +439,7 @@ struct AttentionBackward {
   const float* dy = nullptr;  // (N, T, C)
   float* dqkv = nullptr;
   Workspace ws;
+  const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
 };
 
 // ---- gradient clipping -------------------------------------------------------------------------

@@ -21,8 +21,13 @@
 #  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
 #      TENSILE's memory saved, vdnn-all) and 2 and 3 concurrent jobs at batch 2 (memory.share on
 #      one device, vdnn-all), memory saved against extra time (scripts/bench_share.py)
+#  11. documents of changing length (data.documents, issue 18): a small GPT on this machine's
+#      licence texts, one document per paragraph: a plan per padded length, one static plan
+#      (memory.per_shape false, when built) and every batch padded to data.seq_len under the same
+#      budget, none with unlimited memory; and padded against packed rows (data.pack) in real
+#      tokens/s
 # Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
-#                          share]
+#                          share|documents]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -298,4 +303,99 @@ fi
 if [[ $what == all || $what == share ]]; then
   echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
   /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
+fi
+
+if [[ $what == all || $what == documents ]]; then
+  # Real text: every paragraph of the licence texts on this machine is a document (one token per
+  # byte, the separator 256 before each), so the lengths are real ones; rows of at most 1024,
+  # padded per batch to a multiple of 128. A 4-layer, width-128 GPT (configs/gpt_text.yaml),
+  # batch 4, one thread (two threads' OpenMP barriers stall on a shared 2-core machine), the FLOP
+  # cost model. Every arm draws the same batches (run.seed 0); steps 6-40 are timed, each alone
+  # (run.log_every 1). Arms interleaved over 3 rounds; medians.
+  docs="$out/doc_paragraphs"
+  if [[ ! -f $docs/train.bin ]]; then
+    /usr/bin/python3 scripts/prepare_tokens.py --tokenizer bytes --split paragraph --out "$docs" \
+      '/usr/share/common-licenses/*' '/usr/share/doc/*/copyright' > "$out/doc_paragraphs.log"
+  fi
+  echo "== 11. documents of changing length: gpt_text (4 x 128) on paragraphs of licence texts, batch 4, rows <= 1024 padded to a multiple of 128; load: $(uptime | sed 's/.*load average: //') =="
+  docs_args=(run.steps=40 run.log_every=1 checkpoint.every=0 "data.path=$docs/train.bin"
+    "data.val_path=$docs/val.bin" data.documents=true data.len_bucket=128 model.context=1024
+    data.batch_size=4 optim.warmup_steps=0 optim.schedule=constant memory.measure=false
+    device.memory=4GiB device.threads=1)
+  docs_run() {  # name key=value...
+    local name=$1
+    shift
+    rm -rf "$out/docs_$name"
+    build/trainer train configs/gpt_text.yaml run.dir="$out/docs_$name" "${docs_args[@]}" "$@" \
+      > "$out/docs_$name.log" 2>&1
+  }
+  # The budget: a third of the way from the shortest length's peak to the longest's, with
+  # everything resident, and at least the longest length's lower bound.
+  build/trainer plan configs/gpt_text.yaml "${docs_args[@]}" memory.policy=none --json \
+    > "$out/docs_plan.json"
+  budget=$(/usr/bin/python3 -c "
+import json; s = json.load(open('$out/docs_plan.json'))['shapes']
+p = {x['length']: x['peak_bytes'] for x in s}; lb = max(x['lower_bound_bytes'] for x in s)
+lo, hi = p[min(p)], p[max(p)]; print(max(lo + (hi - lo) // 3, lb * 21 // 20))")
+  # The *_rebuild arms tell the planner copies are slow (memory.link_gbps 0.001): it rebuilds
+  # instead of moving, which costs compute on the CPU too (a copy thread on an idle core is
+  # nearly free there).
+  arms=(none per_shape per_shape_rebuild padded pack_none pack)
+  # (Not `| grep -q`: under pipefail the trainer's SIGPIPE would read as "not built".)
+  if [[ $(build/trainer config --reference) == *memory.per_shape* ]]; then
+    arms+=(static static_rebuild)
+  fi
+  for rep in 1 2 3; do
+    for arm in "${arms[@]}"; do
+      case $arm in
+        none) docs_run "${arm}_$rep" memory.policy=none ;;
+        per_shape) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" ;;
+        per_shape_rebuild) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                             memory.link_gbps=0.001 ;;
+        static) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                  memory.per_shape=false ;;
+        static_rebuild) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                          memory.per_shape=false memory.link_gbps=0.001 ;;
+        padded) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" \
+                  data.len_bucket=1024 ;;
+        pack_none) docs_run "${arm}_$rep" memory.policy=none data.pack=true ;;
+        pack) docs_run "${arm}_$rep" memory.policy=auto memory.budget="$budget" data.pack=true ;;
+      esac
+    done
+  done
+  /usr/bin/python3 - "$out" "$budget" "${arms[@]}" <<'PY'
+import json, statistics, sys
+out, budget, arms = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def run(name):
+    rows = [json.loads(l) for l in open(f"{out}/docs_{name}/metrics.jsonl")]
+    timed = [r for r in rows if r["step"] > 5]
+    seconds = [4 / r["samples_per_s"] for r in timed]
+    tokens = sum(r["tokens_per_s"] * s for r, s in zip(timed, seconds))
+    return statistics.mean(seconds), tokens / sum(seconds)
+res = {a: [run(f"{a}_{rep}") for rep in (1, 2, 3)] for a in arms}
+step = {a: statistics.median(x[0] for x in res[a]) for a in arms}
+tps = {a: statistics.median(x[1] for x in res[a]) for a in arms}
+none = step["none"]
+print(f"budget {budget / 2**20:.1f} MiB; mean step (median of 3 runs of steps 6-40):")
+names = {"none": "none, unlimited memory", "per_shape": "a plan per length",
+         "static": "one static plan (memory.per_shape false)",
+         "per_shape_rebuild": "a plan per length, rebuilding",
+         "static_rebuild": "one static plan, rebuilding",
+         "padded": "every batch padded to 1024", "pack_none": "packed rows, none unlimited",
+         "pack": "packed rows, under the budget"}
+for a in arms:
+    runs = ", ".join(f"{x[0]:.4f}" for x in res[a])
+    print(f"  {names[a]:44s} {step[a]:.4f}s ({100 * (step[a] / none - 1):+6.1f}% vs none)  "
+          f"{tps[a]:8.0f} real tokens/s   runs: {runs}")
+print(f"  packed / padded real tokens/s: {tps['pack_none'] / tps['none']:.2f} (none, unlimited), "
+      f"{tps['pack'] / tps['per_shape']:.2f} (under the budget, against per-length plans)")
+for arm in ("per_shape", "per_shape_rebuild"):
+  print(f"  {names[arm]}:")
+  s = json.load(open(f"{out}/docs_{arm}_1/summary.json"))
+  for x in sorted(s["shapes"], key=lambda x: x["shape"][1]):
+    print(f"    {x['shape']}: {x['steps']} steps, peak {x['planned_peak_bytes'] / 2**20:.1f} MiB "
+          f"(measured {x['measured_peak_bytes'] / 2**20:.1f}), moved {x['offload_bytes'] / 2**20:.1f} MiB, "
+          f"rebuilt {x['recompute_flops'] / 1e9:.3f} GFLOP, planned in {x['plan_seconds']:.3f}s")
+PY
+  echo "load after: $(uptime | sed 's/.*load average: //')"
 fi

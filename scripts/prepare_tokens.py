@@ -14,9 +14,16 @@ Tokenizers (--tokenizer):
          <|endoftext|> (50256), as llm.c's scripts do. Needs tiktoken and its gpt2 encoding
          files already cached (no network is used: TIKTOKEN_CACHE_DIR, DATA_GYM_CACHE_DIR or
          <tmp>/data-gym-cache).
-  bytes  one token per byte (vocabulary 256); the files' bytes concatenated as they are, so
-         decoding is bytes(tokens).
+  bytes  one token per byte, each file preceded by the separator 256 (vocabulary 257), so
+         decoding is bytes(t for t in tokens if t != 256); with --no-separator the files' bytes
+         are concatenated as they are (vocabulary 256).
   auto   gpt2 when it works offline, else bytes (the default).
+
+The separator before every file (the end-of-text token of the previous one) is what
+`data.documents: true` splits the stream at: ferry's `data.eot_token` defaults to
+model.vocab - 1, which is 50256 for gpt2 and 256 for bytes. With --split paragraph each
+paragraph (text between blank lines, the blank lines dropped) is a document of its own instead
+of each file: shorter documents of real lengths.
 
 Files are read in the order given, each glob's matches sorted; a directory or unreadable file
 is skipped with a note. The script prints the tokenizer and the model.vocab to use.
@@ -26,6 +33,7 @@ import argparse
 import glob
 import hashlib
 import os
+import re
 import struct
 import sys
 import tempfile
@@ -36,6 +44,7 @@ VERSION = 1
 HEADER_INTS = 256
 GPT2_VOCAB = 50257
 GPT2_EOT = 50256
+BYTES_SEPARATOR = 256  # one past the bytes: the bytes tokenizer's end-of-text token
 # The files tiktoken's gpt2 encoding loads (tiktoken_ext/openai_public.py).
 GPT2_FILES = (
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
@@ -90,6 +99,11 @@ def read_documents(files):
             print("note: skipping %s: %s" % (path, e.strerror), file=sys.stderr)
 
 
+def paragraphs(data):
+    """The non-blank paragraphs of `data` (bytes), split at lines holding only whitespace."""
+    return [p for p in re.split(rb"\n[ \t\r\f\v]*\n\s*", data) if p.strip()]
+
+
 def write_tokens(path, tokens):
     """llm.c's format: 256 int32 header, then uint16 tokens (little-endian)."""
     if len(tokens) >= 2**31:
@@ -113,6 +127,12 @@ def main():
     p.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto")
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="the last fraction of the tokens written to val.bin (default 0.1)")
+    p.add_argument("--split", choices=("file", "paragraph"), default="file",
+                   help="what a document is, each led by the separator: a file (default), or "
+                        "a paragraph (text between blank lines)")
+    p.add_argument("--no-separator", action="store_true",
+                   help="bytes: no separator token before each file (vocabulary 256); "
+                        "data.documents then has no documents to split")
     args = p.parse_args()
     if not 0 < args.val_fraction < 1:
         sys.exit("error: --val-fraction must be in (0, 1), got %s" % args.val_fraction)
@@ -127,13 +147,20 @@ def main():
 
     tokens = array("H")
     files = 0
+    documents = 0
+    if args.split == "paragraph" and args.no_separator:
+        sys.exit("error: --split paragraph needs the separator; drop --no-separator")
     for path, data in read_documents(input_files(args.inputs)):
         files += 1
-        if encoding is not None:
-            tokens.append(GPT2_EOT)
-            tokens.extend(encoding.encode_ordinary(data.decode("utf-8", errors="replace")))
-        else:
-            tokens.extend(data)
+        for doc in paragraphs(data) if args.split == "paragraph" else [data]:
+            documents += 1
+            if encoding is not None:
+                tokens.append(GPT2_EOT)
+                tokens.extend(encoding.encode_ordinary(doc.decode("utf-8", errors="replace")))
+            else:
+                if not args.no_separator:
+                    tokens.append(BYTES_SEPARATOR)
+                tokens.extend(doc)
     if len(tokens) < 2:
         sys.exit("error: the inputs hold %d tokens; need at least 2 (train and val)" % len(tokens))
 
@@ -144,9 +171,16 @@ def main():
     write_tokens(train_path, tokens[: len(tokens) - val])
     write_tokens(val_path, tokens[len(tokens) - val:])
 
-    name, vocab = ("gpt2 (tiktoken BPE)", GPT2_VOCAB) if encoding is not None else ("bytes", 256)
+    if encoding is not None:
+        name, vocab = "gpt2 (tiktoken BPE)", GPT2_VOCAB
+    elif args.no_separator:
+        name, vocab = "bytes", 256
+    else:
+        name, vocab = "bytes (separator %d before each %s)" % (BYTES_SEPARATOR, args.split), 257
     print("tokenizer %s: set model.vocab=%d (or more)" % (name, vocab))
-    print("read %d file%s: %d tokens" % (files, "" if files == 1 else "s", len(tokens)))
+    print("read %d file%s: %d tokens%s" % (files, "" if files == 1 else "s", len(tokens),
+                                            ", %d paragraphs" % documents
+                                            if args.split == "paragraph" else ""))
     print("train %s: %d tokens" % (train_path, len(tokens) - val))
     print("val   %s: %d tokens" % (val_path, val))
 

@@ -216,6 +216,9 @@ void run(PlanCache& plans, const SgdUpdate& a);
 void run(PlanCache& plans, const AdamWUpdate& a);
 
 // kernels_transformer.cc (attention: kernels_attention.cc)
+// Segment starts are data (Note [Segments of a packed row] in device/kernels.h): DataError
+// naming `what` unless 0 <= segments[r] <= r % t for every row r < rows; null passes.
+void check_segments(const int32_t* segments, int64_t rows, int64_t t, const char* what);
 void run(PlanCache& plans, const EmbeddingForward& a);
 void run(PlanCache& plans, const EmbeddingBackward& a);
 void run(PlanCache& plans, const LayerNormForward& a);

@@ -1,7 +1,7 @@
 // GPT-2's causal attention core on the CPU: oneDNN batched matmuls that read q, k and v straight
 // out of the fused qkv and write y with the heads merged (strided views, no copies), and one fused
-// loop per score row for the scale, causal mask, softmax and dropout. Deterministic: every
-// partition depends on the shape and the thread count only.
+// loop per score row for the scale, causal (and segment) mask, softmax and dropout. Deterministic:
+// every partition depends on the shape and the thread count only.
 #include <cmath>
 
 #include "device/counter_rng.h"
@@ -162,9 +162,15 @@ Pass<4> backward_pass(PlanCache& plans, const AttentionGeom& g) {
 // Row sums use kLanes lanes (lane l adds elements l, l + kLanes, ... in order) added by a
 // pairwise tree: a fixed order that vectorizes.
 
-// One row of scores s (t wide) becomes its causal softmax: the first `len` entries are scaled by
-// 1 / sqrt_d and normalized, the rest set to 0.
-FERRY_SIMD_CLONES void softmax_row(float* s, int64_t len, int64_t t, float sqrt_d) {
+// One row of scores (t wide) becomes its causal softmax: entries [begin, len) are scaled by
+// 1 / sqrt_d and normalized, the rest set to 0 (begin: the query's segment start, Note
+// [Segments of a packed row] in device/kernels.h; 0 without segments).
+FERRY_SIMD_CLONES void softmax_row(float* row, int64_t begin, int64_t len, int64_t t,
+                                   float sqrt_d) {
+  for (int64_t j = 0; j < begin; ++j) row[j] = 0.0f;
+  float* s = row + begin;
+  len -= begin;
+  t -= begin;
   float max_lanes[kLanes];
   for (float& m : max_lanes) m = -INFINITY;
   const int64_t body = len / kLanes * kLanes;
@@ -225,9 +231,15 @@ FERRY_SIMD_CLONES void undrop_row(const float* p, const uint8_t* mask, int64_t l
   for (int64_t j = 0; j < len; ++j) dp[j] = mask[j] ? dp[j] / keep : 0.0f;
 }
 
-// Softmax backward on one row, dP in place becoming dS / sqrt_d (entries from len on: 0).
-FERRY_SIMD_CLONES void softmax_grad_row(const float* p, float* dp, int64_t len, int64_t t,
-                                        float sqrt_d) {
+// Softmax backward on one row, dP in place becoming dS / sqrt_d (entries outside [begin, len):
+// 0).
+FERRY_SIMD_CLONES void softmax_grad_row(const float* row_p, float* row_dp, int64_t begin,
+                                        int64_t len, int64_t t, float sqrt_d) {
+  for (int64_t j = 0; j < begin; ++j) row_dp[j] = 0.0f;
+  const float* p = row_p + begin;
+  float* dp = row_dp + begin;
+  len -= begin;
+  t -= begin;
   double lanes[kLanes] = {};
   const int64_t body = len / kLanes * kLanes;
   for (int64_t j = 0; j < body; j += kLanes) {
@@ -237,6 +249,11 @@ FERRY_SIMD_CLONES void softmax_grad_row(const float* p, float* dp, int64_t len, 
   const float dot = static_cast<float>(lane_total(lanes));
   for (int64_t j = 0; j < len; ++j) dp[j] = p[j] * (dp[j] - dot) / sqrt_d;
   for (int64_t j = len; j < t; ++j) dp[j] = 0.0f;
+}
+
+// Batch row n's segment starts (T), or null without segments.
+const int32_t* segments_of(const int32_t* segments, int64_t n, int64_t t) {
+  return segments == nullptr ? nullptr : segments + n * t;
 }
 
 float sqrt_head_dim(const AttentionGeom& g) {
@@ -255,6 +272,7 @@ uint64_t workspace(PlanCache& plans, const AttentionBackward& a) {
 
 void run(PlanCache& plans, const AttentionForward& a) {
   check_attention_forward(a);
+  check_segments(a.segments, a.g.n * a.g.t, a.g.t, "attention_forward");
   const AttentionGeom& g = a.g;
   const bool drop = dropping(a) && a.y != nullptr;  // probabilities alone: nothing drops
   const Pass<2> pass = forward_pass(plans, g, dropping(a));
@@ -276,9 +294,10 @@ void run(PlanCache& plans, const AttentionForward& a) {
                              scratch, "attention_forward");
     }
     parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
+      const int32_t* segments = segments_of(a.segments, n0 + bh / g.heads, t);
       for (int64_t i = 0; i < t; ++i) {
         const int64_t row = bh * tt + i * t;
-        softmax_row(probs + row, i + 1, t, sqrt_d);
+        softmax_row(probs + row, segments ? segments[i] : 0, i + 1, t, sqrt_d);
         if (drop) {
           dropout_row(probs + row, t, g.dropout, a.seed, static_cast<uint64_t>(first + row),
                       a.mask + first + row, dropped + row);
@@ -299,6 +318,7 @@ void run(PlanCache& plans, const AttentionForward& a) {
 
 void run(PlanCache& plans, const AttentionBackward& a) {
   check_attention_backward(a);
+  check_segments(a.segments, a.g.n * a.g.t, a.g.t, "attention_backward");
   const AttentionGeom& g = a.g;
   const bool drop = g.dropout > 0.0f;
   const Pass<4> pass = backward_pass(plans, g);
@@ -323,13 +343,14 @@ void run(PlanCache& plans, const AttentionBackward& a) {
                              scratch, "attention_backward");
     }
     parallel_items(pass.rows * g.heads, views.score_floats(), [&](int64_t bh) {
+      const int32_t* segments = segments_of(a.segments, n0 + bh / g.heads, t);
       for (int64_t i = 0; i < t; ++i) {
         const int64_t row = bh * tt + i * t;
         if (drop) {
           undrop_row(probs + row, a.mask + first + row, i + 1, t, keep, dropped + row,
                      dscores + row);
         }
-        softmax_grad_row(probs + row, dscores + row, i + 1, t, sqrt_d);
+        softmax_grad_row(probs + row, dscores + row, segments ? segments[i] : 0, i + 1, t, sqrt_d);
       }
     });
     const float* p = drop ? dropped : probs;

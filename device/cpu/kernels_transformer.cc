@@ -2,7 +2,10 @@
 // attention core is in kernels_attention.cc; the gradient-clipping reductions in kernels_optim.cc).
 // Every sum runs inside one work item in a fixed order, so results do not depend on the threads.
 #include <cmath>
+#include <functional>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
@@ -25,6 +28,24 @@ FERRY_SIMD_CLONES void accumulate_row(const float* x, float* y, int64_t c) {
 
 FERRY_SIMD_CLONES void zero_row(float* y, int64_t c) {
   for (int64_t i = 0; i < c; ++i) y[i] = 0.0f;
+}
+
+// The position of row `row` (n * T + t) for the position table: t, or its place in its document
+// (Note [Segments of a packed row] in device/kernels.h).
+int64_t position_of(const int32_t* segments, int64_t row, int64_t t) {
+  return segments == nullptr ? row % t : row % t - segments[row];
+}
+
+// The rows [0, rows) grouped by key (each in [0, keys)), in increasing row order within a key:
+// a counting sort. start has keys + 1 entries; rows of key k are order[start[k], start[k + 1]).
+void rows_by_key(int64_t rows, int64_t keys, const std::function<int64_t(int64_t)>& key,
+                 std::vector<int64_t>& start, std::vector<int64_t>& order) {
+  start.assign(static_cast<size_t>(keys + 1), 0);
+  order.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) ++start[key(r) + 1];
+  for (int64_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t r = 0; r < rows; ++r) order[next[key(r)]++] = r;
 }
 
 // ---- layer norm ----
@@ -133,39 +154,51 @@ FERRY_SIMD_CLONES void gelu_grad(const float* x, const float* dy, float* dx, int
 
 }  // namespace
 
+void check_segments(const int32_t* segments, int64_t rows, int64_t t, const char* what) {
+  if (segments == nullptr) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (segments[r] < 0 || segments[r] > r % t) {
+      throw DataError(fmt::format("{}: segment start {} of position {} of row {} is outside [0, "
+                                  "{}]",
+                                  what, segments[r], r % t, r / t, r % t),
+                      "a position's document starts at or before it (Note [Segments of a packed "
+                      "row] in device/kernels.h)");
+    }
+  }
+}
+
 void run(PlanCache&, const EmbeddingForward& a) {
   check_embedding_forward(a);
+  check_segments(a.segments, a.n * a.t, a.t, "embedding_forward");
   parallel_items(a.n * a.t, a.n * a.t * a.c, [&](int64_t row) {
-    const int64_t t = row % a.t;
-    add_rows(a.wte + static_cast<int64_t>(a.tokens[row]) * a.c, a.wpe + t * a.c, a.y + row * a.c,
+    const int64_t p = position_of(a.segments, row, a.t);
+    add_rows(a.wte + static_cast<int64_t>(a.tokens[row]) * a.c, a.wpe + p * a.c, a.y + row * a.c,
              a.c);
   });
 }
 
 void run(PlanCache&, const EmbeddingBackward& a) {
   check_embedding_backward(a);
+  check_segments(a.segments, a.n * a.t, a.t, "embedding_backward");
   const int64_t rows = a.n * a.t, c = a.c;
-  // The positions of each token, in increasing (n, t) order (a counting sort).
-  std::vector<int64_t> start(a.vocab + 1, 0), positions(rows);
-  for (int64_t r = 0; r < rows; ++r) ++start[a.tokens[r] + 1];
-  for (int64_t v = 0; v < a.vocab; ++v) start[v + 1] += start[v];
-  {
-    std::vector<int64_t> next(start.begin(), start.end() - 1);
-    for (int64_t r = 0; r < rows; ++r) positions[next[a.tokens[r]]++] = r;
-  }
+  // The rows of each token and of each position, in increasing (n, t) order.
+  std::vector<int64_t> start, order;
+  rows_by_key(
+      rows, a.vocab, [&](int64_t r) { return a.tokens[r]; }, start, order);
   parallel_items(a.vocab, rows * c + (a.accumulate_wte ? 0 : a.vocab * c), [&](int64_t v) {
     float* out = a.dwte + v * c;
-    const int64_t b = start[v], e = start[v + 1];
     // Each dy row is added onto the row in (n, t) order, from 0 or (accumulating) from what the
     // tied head wrote: the CUDA kernel's order too.
     if (!a.accumulate_wte) zero_row(out, c);
-    for (int64_t i = b; i < e; ++i) accumulate_row(a.dy + positions[i] * c, out, c);
+    for (int64_t i = start[v]; i < start[v + 1]; ++i) accumulate_row(a.dy + order[i] * c, out, c);
   });
-  parallel_items(a.context, a.n * a.t * c, [&](int64_t t) {
-    float* out = a.dwpe + t * c;
+  rows_by_key(
+      rows, a.t, [&](int64_t r) { return position_of(a.segments, r, a.t); }, start, order);
+  parallel_items(a.context, rows * c, [&](int64_t p) {
+    float* out = a.dwpe + p * c;
     zero_row(out, c);
-    if (t >= a.t) return;
-    for (int64_t n = 0; n < a.n; ++n) accumulate_row(a.dy + (n * a.t + t) * c, out, c);
+    if (p >= a.t) return;
+    for (int64_t i = start[p]; i < start[p + 1]; ++i) accumulate_row(a.dy + order[i] * c, out, c);
   });
 }
 

@@ -1,9 +1,9 @@
 // The attention core's elementwise and per-row pieces between its cuBLAS products
-// (attention_cublas.cc): the causal softmax with the forward's dropout, the dropout rebuilt for
-// the backward, and the softmax's backward. One block per score row; a row's sums use fixed
-// logical lanes and a fixed tree (the order depends on T only), so the bits repeat run to run and
-// for every grid. The dropout draws DropoutForward's mask (device/counter_rng.h, offset 0 over the
-// (N, heads, T, T) elements).
+// (attention_cublas.cc): the causal (and segment-masked) softmax with the forward's dropout, the
+// dropout rebuilt for the backward, and the softmax's backward. One block per score row; a row's
+// sums use fixed logical lanes and a fixed tree (the order depends on T only), so the bits repeat
+// run to run and for every grid. The dropout draws DropoutForward's mask (device/counter_rng.h,
+// offset 0 over the (N, heads, T, T) elements).
 #include <algorithm>
 
 #include "device/counter_rng.h"
@@ -32,26 +32,37 @@ __device__ float lane_max(float* lanes) {
   return top;
 }
 
-// Row r holds query i = r % t; columns j <= i are its keys. The exponentials are staged in the
-// row itself (each thread rewrites only the columns of its lanes).
+// The first key query row r may see: its segment start (Note [Segments of a packed row] in
+// device/kernels.h), 0 without segments. Row r is query r % t of batch row r / (heads t).
+__device__ int64_t first_key(const int32_t* segments, int64_t r, int64_t t, int64_t heads) {
+  if (segments == nullptr) return 0;
+  return segments[(r / (heads * t)) * t + r % t];
+}
+
+// Row r holds query i = r % t; columns j in [b, i] are its keys, b its segment start. Lane l
+// takes columns b + l, b + l + kSmLanes, ...: a document's sums do not depend on where its row
+// put it. The exponentials are staged in the row itself (each thread rewrites only the columns
+// of its lanes).
 __global__ void __launch_bounds__(kSmLanes)
-    attention_softmax_kernel(int64_t rows, int64_t t, float p, float keep, uint64_t seed,
-                             float* probs, float* dropped, uint8_t* mask) {
+    attention_softmax_kernel(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
+                             float p, float keep, uint64_t seed, float* probs, float* dropped,
+                             uint8_t* mask) {
   __shared__ float lanes_max[kSmLanes];
   __shared__ double lanes_sum[kSmLanes];
   const float neg_inf = -__int_as_float(0x7f800000);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t i = r % t;
+    const int64_t b = first_key(segments, r, t, heads);
     float* s = probs + r * t;
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       float m = neg_inf;
-      for (int64_t j = l; j <= i; j += kSmLanes) m = m < s[j] ? s[j] : m;
+      for (int64_t j = b + l; j <= i; j += kSmLanes) m = m < s[j] ? s[j] : m;
       lanes_max[l] = m;
     }
     const float top = lane_max(lanes_max);
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
-      for (int64_t j = l; j <= i; j += kSmLanes) {
+      for (int64_t j = b + l; j <= i; j += kSmLanes) {
         const float e = exp(s[j] - top);
         s[j] = e;
         a += static_cast<double>(e);
@@ -61,7 +72,8 @@ __global__ void __launch_bounds__(kSmLanes)
     const double total = lane_total<kSmLanes>(lanes_sum);
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       for (int64_t j = l; j < t; j += kSmLanes) {
-        const float pj = j <= i ? static_cast<float>(static_cast<double>(s[j]) / total) : 0.0f;
+        const float pj =
+            b <= j && j <= i ? static_cast<float>(static_cast<double>(s[j]) / total) : 0.0f;
         s[j] = pj;
         if (dropped != nullptr) {
           const int64_t at = r * t + j;
@@ -87,16 +99,18 @@ __device__ float undropped(float g, const uint8_t* mask, int64_t at, float keep)
 }
 
 __global__ void __launch_bounds__(kSmLanes)
-    attention_softmax_grad_kernel(int64_t rows, int64_t t, float keep, const float* probs,
-                                  const uint8_t* mask, float* dprobs) {
+    attention_softmax_grad_kernel(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
+                                  float keep, const float* probs, const uint8_t* mask,
+                                  float* dprobs) {
   __shared__ double lanes_sum[kSmLanes];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t i = r % t;
+    const int64_t b = first_key(segments, r, t, heads);
     const float* pr = probs + r * t;
     float* g = dprobs + r * t;
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
-      for (int64_t j = l; j <= i; j += kSmLanes) {
+      for (int64_t j = b + l; j <= i; j += kSmLanes) {
         a += static_cast<double>(undropped(g[j], mask, r * t + j, keep)) *
              static_cast<double>(pr[j]);
       }
@@ -105,7 +119,7 @@ __global__ void __launch_bounds__(kSmLanes)
     const float dot = static_cast<float>(lane_total<kSmLanes>(lanes_sum));
     for (int l = static_cast<int>(threadIdx.x); l < kSmLanes; l += static_cast<int>(blockDim.x)) {
       for (int64_t j = l; j < t; j += kSmLanes) {
-        g[j] = j <= i ? pr[j] * (undropped(g[j], mask, r * t + j, keep) - dot) : 0.0f;
+        g[j] = b <= j && j <= i ? pr[j] * (undropped(g[j], mask, r * t + j, keep) - dot) : 0.0f;
       }
     }
     __syncthreads();
@@ -118,11 +132,12 @@ unsigned int row_grid(int64_t rows) {
 
 }  // namespace
 
-void launch_attention_softmax(int64_t rows, int64_t t, float p, uint64_t seed, float* probs,
-                              float* dropped, uint8_t* mask, cudaStream_t stream) {
+void launch_attention_softmax(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
+                              float p, uint64_t seed, float* probs, float* dropped, uint8_t* mask,
+                              cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_kernel(attention_softmax_kernel, row_grid(rows), kSmLanes, stream, rows, t, p, 1.0f - p,
-                seed, probs, p > 0.0f ? dropped : nullptr, mask);
+  launch_kernel(attention_softmax_kernel, row_grid(rows), kSmLanes, stream, rows, t, heads,
+                segments, p, 1.0f - p, seed, probs, p > 0.0f ? dropped : nullptr, mask);
 }
 
 void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
@@ -132,11 +147,12 @@ void launch_attention_dropout_apply(int64_t count, float p, const float* probs, 
                 probs, mask, dropped);
 }
 
-void launch_attention_softmax_backward(int64_t rows, int64_t t, float p, const float* probs,
+void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
+                                       const int32_t* segments, float p, const float* probs,
                                        const uint8_t* mask, float* dprobs, cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_kernel(attention_softmax_grad_kernel, row_grid(rows), kSmLanes, stream, rows, t, 1.0f - p,
-                probs, p > 0.0f ? mask : nullptr, dprobs);
+  launch_kernel(attention_softmax_grad_kernel, row_grid(rows), kSmLanes, stream, rows, t, heads,
+                segments, 1.0f - p, probs, p > 0.0f ? mask : nullptr, dprobs);
 }
 
 }  // namespace ferry::cuda

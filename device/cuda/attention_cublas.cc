@@ -95,7 +95,8 @@ uint64_t CublasAttention::workspace_bytes(const AttentionBackward& a) {
   return blas_.workspace() + score_bytes(a.g) * (backward_drops(a) ? 2 : 1);
 }
 
-// S = q k^T / sqrt(D) -> causal softmax (-> dropout) -> y = P' v, per batch row over its heads.
+// S = q k^T / sqrt(D) -> causal (segment-masked) softmax (-> dropout) -> y = P' v, per batch row
+// over its heads.
 void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
   check(a.g, "attention_forward");
   std::lock_guard lock(mutex_);
@@ -120,8 +121,8 @@ void CublasAttention::launch(const AttentionForward& a, cudaStream_t stream) {
               i32(g.heads));
   }
   float* dropped = drops ? after(a.ws, blas) : nullptr;
-  launch_attention_softmax(g.n * g.heads * g.t, g.t, drops ? g.dropout : 0.0f, a.seed, a.probs,
-                           dropped, a.mask, stream);
+  launch_attention_softmax(g.n * g.heads * g.t, g.t, g.heads, a.segments, drops ? g.dropout : 0.0f,
+                           a.seed, a.probs, dropped, a.mask, stream);
   if (a.y == nullptr) return;  // a recompute of the probabilities
   const float* p = drops ? dropped : a.probs;
   for (int64_t n = 0; n < g.n; ++n) {
@@ -173,8 +174,8 @@ void CublasAttention::launch(const AttentionBackward& a, cudaStream_t stream) {
                p + n * g.heads * tt, t, tt, a.dqkv + n * g.t * 3 * g.c + 2 * g.c, ld_qkv, d},
               i32(g.heads));
   }
-  launch_attention_softmax_backward(g.n * g.heads * g.t, g.t, g.dropout, a.probs, a.mask, dscores,
-                                    stream);
+  launch_attention_softmax_backward(g.n * g.heads * g.t, g.t, g.heads, a.segments, g.dropout,
+                                    a.probs, a.mask, dscores, stream);
   for (int64_t n = 0; n < g.n; ++n) {
     const float* q = a.qkv + n * g.t * 3 * g.c;
     const float* k = q + g.c;

@@ -164,13 +164,16 @@ void run(const DropoutBackward& a, cudaStream_t stream) {
 void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream,
          const ReductionScratch& scratch) {
   check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_forward");
-  launch_softmax_cross_entropy_forward(a.n, a.k, a.logits, a.labels, a.loss, a.probs, a.correct,
-                                       checked(scratch, "softmax_cross_entropy_forward"), stream);
+  launch_softmax_cross_entropy_forward(
+      a.n, a.k, a.logits, a.labels, a.loss, a.probs, a.correct,
+      loss_divisor(a.divisor, a.n, "softmax_cross_entropy_forward"),
+      checked(scratch, "softmax_cross_entropy_forward"), stream);
 }
 
 void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream) {
   check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_backward");
-  const float factor = a.scale / static_cast<float>(a.n);
+  const float factor =
+      a.scale / static_cast<float>(loss_divisor(a.divisor, a.n, "softmax_cross_entropy_backward"));
   launch_softmax_cross_entropy_backward(a.n, a.k, factor, a.probs, a.labels, a.dlogits, stream);
 }
 
@@ -190,13 +193,13 @@ void run(const AdamWUpdate& a, cudaStream_t stream) {
 
 void run(const EmbeddingForward& a, cudaStream_t stream) {
   check_embedding_forward(a);
-  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.wte, a.wpe, a.y, stream);
+  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.segments, a.wte, a.wpe, a.y, stream);
 }
 
 void run(const EmbeddingBackward& a, cudaStream_t stream) {
   check_embedding_backward(a);
-  launch_embedding_backward(a.n, a.t, a.c, a.vocab, a.context, a.tokens, a.dy, a.dwte, a.dwpe,
-                            a.accumulate_wte, stream);
+  launch_embedding_backward(a.n, a.t, a.c, a.vocab, a.context, a.tokens, a.segments, a.dy, a.dwte,
+                            a.dwpe, a.accumulate_wte, stream);
 }
 
 void run(const LayerNormForward& a, cudaStream_t stream) {

@@ -104,14 +104,16 @@ void launch_dropout_backward(int64_t n, float p, const float* dy, const uint8_t*
 // ---- loss (loss.cu) ------------------------------------------------------------------------
 
 // Rows spread over blocks, one per thread, in double as the CPU backend; the batch total and the
-// correct count summed in row order through `scratch`, as the CPU backend sums them. A row whose
-// label is outside [0, K) gets a NaN loss (and NaN probabilities), since the device cannot
-// throw; the loss then reads NaN.
+// correct count summed in row order through `scratch`, as the CPU backend sums them; the total
+// is divided by `divisor` (> 0: the caller resolves SoftmaxCrossEntropyForward's 0 to N). A row
+// with a negative label adds exactly 0 (padding); a row whose label is >= K gets a NaN loss (and
+// NaN probabilities), since the device cannot throw; the loss then reads NaN.
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, const ReductionScratch& scratch,
-                                          cudaStream_t stream);
-// dlogits = (probs - onehot) * factor, factor = scale / N. A row with a bad label gets NaN.
+                                          int32_t* correct, double divisor,
+                                          const ReductionScratch& scratch, cudaStream_t stream);
+// dlogits = (probs - onehot) * factor, factor = scale / divisor; exactly 0 on a row with a
+// negative label. A row with a label >= K gets NaN.
 void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,
                                            const int32_t* labels, float* dlogits,
                                            cudaStream_t stream);

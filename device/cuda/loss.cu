@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kLossRowsPerBlock)
     const int64_t i = first + r;
     const float* z = logits + i * k;
     const int32_t label = labels[i];
-    const bool valid = label >= 0 && label < k;
+    const bool valid = label < k;  // a negative label: padding, which adds exactly 0
+    const bool labelled = label >= 0;
     int64_t argmax = 0;
     for (int64_t j = 1; j < k; ++j) {
       if (z[j] > z[argmax]) argmax = j;
@@ -35,17 +36,17 @@ __global__ void __launch_bounds__(kLossRowsPerBlock)
       float* p = probs + i * k;
       for (int64_t j = 0; j < k; ++j) p[j] = static_cast<float>(exp(z[j] - lse));
     }
-    row_loss[r] = valid ? lse - static_cast<double>(z[label]) : nan;
-    row_hit[r] = valid && argmax == label ? 1.0 : 0.0;
+    row_loss[r] = !valid ? nan : labelled ? lse - static_cast<double>(z[label]) : 0.0;
+    row_hit[r] = valid && labelled && argmax == label ? 1.0 : 0.0;
   }
 }
 
 // Adds the piece's rows in row order onto the running total (running[0], running[1]; started
-// at zero for the first piece); after the last piece writes the mean loss and the correct count.
-// One thread: N additions are cheap next to the rows' N*K exponentials.
-__global__ void xent_total_kernel(int64_t first, int64_t rows, int64_t n, const double* row_loss,
-                                  const double* row_hit, double* running, float* loss,
-                                  int32_t* correct) {
+// at zero for the first piece); after the last piece writes the total over `divisor` and the
+// correct count. One thread: N additions are cheap next to the rows' N*K exponentials.
+__global__ void xent_total_kernel(int64_t first, int64_t rows, int64_t n, double divisor,
+                                  const double* row_loss, const double* row_hit, double* running,
+                                  float* loss, int32_t* correct) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double total = first == 0 ? 0.0 : running[0];
   double hits = first == 0 ? 0.0 : running[1];
@@ -56,7 +57,7 @@ __global__ void xent_total_kernel(int64_t first, int64_t rows, int64_t n, const 
   running[0] = total;
   running[1] = hits;
   if (first + rows == n) {
-    loss[0] = static_cast<float>(total / static_cast<double>(n));
+    loss[0] = static_cast<float>(total / divisor);
     if (correct != nullptr) correct[0] = static_cast<int32_t>(hits);
   }
 }
@@ -67,8 +68,12 @@ __global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const f
   FERRY_GRID_STRIDE(q, n * k) {
     const int64_t i = q / k, j = q % k;
     const int32_t label = labels[i];
-    if (label < 0 || label >= k) {
+    if (label >= k) {
       dlogits[q] = nan;
+      continue;
+    }
+    if (label < 0) {  // padding: exactly no gradient
+      dlogits[q] = 0.0f;
       continue;
     }
     dlogits[q] = (probs[q] - (j == label ? 1.0f : 0.0f)) * factor;
@@ -79,8 +84,8 @@ __global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const f
 
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, const ReductionScratch& scratch,
-                                          cudaStream_t stream) {
+                                          int32_t* correct, double divisor,
+                                          const ReductionScratch& scratch, cudaStream_t stream) {
   double* row_loss = scratch.ptr;
   double* row_hit = scratch.ptr + kReductionPartials;
   double* running = scratch.ptr + 2 * kReductionPartials;
@@ -91,8 +96,8 @@ void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* log
         static_cast<unsigned int>((rows + kLossRowsPerBlock - 1) / kLossRowsPerBlock);
     launch_kernel(xent_rows_kernel, blocks, kLossRowsPerBlock, stream, first, rows, k, logits,
                   labels, probs, row_loss, row_hit);
-    launch_kernel(xent_total_kernel, 1, 1, stream, first, rows, n, row_loss, row_hit, running, loss,
-                  correct);
+    launch_kernel(xent_total_kernel, 1, 1, stream, first, rows, n, divisor, row_loss, row_hit,
+                  running, loss, correct);
   }
 }
 

@@ -14,11 +14,19 @@ namespace {
 
 // ---- embedding ------------------------------------------------------------------------------
 
+// Token row `row`'s position: t, or its place in its document (Note [Segments of a packed row]
+// in device/kernels.h).
+__device__ int64_t position_of(const int32_t* segments, int64_t row, int64_t t) {
+  return segments == nullptr ? row % t : row % t - segments[row];
+}
+
 __global__ void embedding_forward_kernel(int64_t rows, int64_t t, int64_t c, const int32_t* tokens,
-                                         const float* wte, const float* wpe, float* y) {
+                                         const int32_t* segments, const float* wte,
+                                         const float* wpe, float* y) {
   FERRY_GRID_STRIDE(q, rows * c) {
     const int64_t row = q / c, col = q % c;
-    y[q] = wte[static_cast<int64_t>(tokens[row]) * c + col] + wpe[(row % t) * c + col];
+    y[q] = wte[static_cast<int64_t>(tokens[row]) * c + col] +
+           wpe[position_of(segments, row, t) * c + col];
   }
 }
 
@@ -30,13 +38,19 @@ __global__ void zero_kernel(int64_t n, float* y) {
 constexpr int64_t kTokenTile = 256;
 
 // Note [Embedding backward without atomics]: row v of dwte belongs to block v % gridDim.x.
-__global__ void embedding_wte_grad_kernel(int64_t count, int64_t c, const int32_t* tokens,
-                                          const float* dy, float* dwte) {
+// Token k's row is tokens[k]; with `segments` (the position table's walk, `t` its positions per
+// row) it is instead token k's position, k % t - segments[k].
+__global__ void embedding_table_grad_kernel(int64_t count, int64_t c, const int32_t* tokens,
+                                            const int32_t* segments, int64_t t, const float* dy,
+                                            float* dwte) {
   __shared__ int32_t tile[kTokenTile];
   for (int64_t first = 0; first < count; first += kTokenTile) {
     const int64_t in_tile = count - first < kTokenTile ? count - first : kTokenTile;
     __syncthreads();  // the previous tile is used up
-    for (int64_t k = threadIdx.x; k < in_tile; k += blockDim.x) tile[k] = tokens[first + k];
+    for (int64_t k = threadIdx.x; k < in_tile; k += blockDim.x) {
+      tile[k] = segments == nullptr ? tokens[first + k]
+                                    : static_cast<int32_t>(position_of(segments, first + k, t));
+    }
     __syncthreads();
     for (int64_t k = 0; k < in_tile; ++k) {
       const auto v = static_cast<uint32_t>(tile[k]);
@@ -283,22 +297,32 @@ __global__ void clip_by_norm_kernel(int64_t n, float max_norm, const float* sum_
 }  // namespace
 
 void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* tokens,
-                              const float* wte, const float* wpe, float* y, cudaStream_t stream) {
+                              const int32_t* segments, const float* wte, const float* wpe, float* y,
+                              cudaStream_t stream) {
   const int64_t total = n * t * c;
   if (total <= 0) return;
   launch_kernel(embedding_forward_kernel, grid_for(total), kThreads, stream, n * t, t, c, tokens,
-                wte, wpe, y);
+                segments, wte, wpe, y);
 }
 
 void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
-                               const int32_t* tokens, const float* dy, float* dwte, float* dwpe,
-                               bool accumulate, cudaStream_t stream) {
+                               const int32_t* tokens, const int32_t* segments, const float* dy,
+                               float* dwte, float* dwpe, bool accumulate, cudaStream_t stream) {
   if (!accumulate)
     launch_kernel(zero_kernel, grid_for(vocab * c), kThreads, stream, vocab * c, dwte);
   const auto owners = static_cast<unsigned int>(std::min<int64_t>(vocab, kMaxBlocks));
-  launch_kernel(embedding_wte_grad_kernel, owners, kThreads, stream, n * t, c, tokens, dy, dwte);
-  launch_kernel(embedding_wpe_grad_kernel, grid_for(context * c), kThreads, stream, n, t, c,
-                context, dy, dwpe);
+  launch_kernel(embedding_table_grad_kernel, owners, kThreads, stream, n * t, c, tokens,
+                static_cast<const int32_t*>(nullptr), t, dy, dwte);
+  if (segments == nullptr) {
+    launch_kernel(embedding_wpe_grad_kernel, grid_for(context * c), kThreads, stream, n, t, c,
+                  context, dy, dwpe);
+    return;
+  }
+  // Packed documents: a position's rows are scattered, so dwpe is walked in token order as dwte.
+  launch_kernel(zero_kernel, grid_for(context * c), kThreads, stream, context * c, dwpe);
+  const auto position_owners = static_cast<unsigned int>(std::min<int64_t>(t, kMaxBlocks));
+  launch_kernel(embedding_table_grad_kernel, position_owners, kThreads, stream, n * t, c, tokens,
+                segments, t, dy, dwpe);
 }
 
 void launch_layer_norm_forward(int64_t rows, int64_t c, float eps, const float* x,

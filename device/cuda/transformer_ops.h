@@ -15,20 +15,24 @@ namespace ferry::cuda {
 
 // ---- embedding (transformer.cu) --------------------------------------------------------------
 
-// y (N*T, C) = wte[tokens] + wpe[t], one thread per output element.
+// y (N*T, C) = wte[tokens] + wpe[p], p = t - segments[n, t] (t without segments), one thread
+// per output element.
 void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* tokens,
-                              const float* wte, const float* wpe, float* y, cudaStream_t stream);
+                              const int32_t* segments, const float* wte, const float* wpe, float* y,
+                              cudaStream_t stream);
 
 // Note [Embedding backward without atomics]
 // dwte: unless `accumulate`, dwte is zeroed first. Then vocabulary row v belongs to block
 // v % grid; every block walks all N*T tokens in increasing (n, t) order and, for each token it
 // owns, its threads add dy's row to dwte's row column by column. A row is written by one block
 // only, in token order, so dwte[v] = ((dwte[v] + dy_first) + dy_second) + ... : the CPU
-// backend's loop order, and the same bits for every grid. dwpe: one thread per (t, c) adds dy
-// over n in increasing n; rows [T, context) are zeroed.
+// backend's loop order, and the same bits for every grid. dwpe without segments: one thread per
+// (t, c) adds dy over n in increasing n; rows [T, context) are zeroed. With segments, dwpe is
+// zeroed and walked as dwte is, each token's row keyed by its position t - segments[n, t]: the
+// same (n, t) order.
 void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
-                               const int32_t* tokens, const float* dy, float* dwte, float* dwpe,
-                               bool accumulate, cudaStream_t stream);
+                               const int32_t* tokens, const int32_t* segments, const float* dy,
+                               float* dwte, float* dwpe, bool accumulate, cudaStream_t stream);
 
 // ---- layer norm (transformer.cu) -------------------------------------------------------------
 
@@ -71,19 +75,23 @@ void launch_clip_by_norm(int64_t n, float max_norm, const float* sum_sq, float* 
 // ---- attention core (attention.cu) ---------------------------------------------------------
 
 // Rows of the (N, heads, T, T) score tensor: rows = N * heads * T, each T wide; row r is query
-// position i = r % T, and element (r, j) is element r * T + j of the tensor (the dropout
-// counter).
+// position i = r % T of batch row r / (heads T), and element (r, j) is element r * T + j of the
+// tensor (the dropout counter). `segments` (N, T), or null: each query's first key (Note
+// [Segments of a packed row] in device/kernels.h).
 //
-// In place on `probs`: scores -> causal softmax (entries j > i exactly 0). With keep < 1 (p =
-// 1 - keep > 0), also dropped = DropoutForward(probs) at offset 0 (mask 1/0, kept / keep).
-void launch_attention_softmax(int64_t rows, int64_t t, float p, uint64_t seed, float* probs,
-                              float* dropped, uint8_t* mask, cudaStream_t stream);
+// In place on `probs`: scores -> causal softmax (entries j > i, and j < the query's segment
+// start, exactly 0). With keep < 1 (p = 1 - keep > 0), also dropped = DropoutForward(probs) at
+// offset 0 (mask 1/0, kept / keep).
+void launch_attention_softmax(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
+                              float p, uint64_t seed, float* probs, float* dropped, uint8_t* mask,
+                              cudaStream_t stream);
 // dropped = mask ? probs / (1 - p) : 0 (the forward's P', rebuilt for dV).
 void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
                                     float* dropped, cudaStream_t stream);
 // In place on `dprobs`: dP' -> dS = P (dP - rowsum(dP P)), dP = DropoutBackward(dP') when p > 0
 // (mask may be null otherwise); masked entries 0. The 1/sqrt(D) is left to the products.
-void launch_attention_softmax_backward(int64_t rows, int64_t t, float p, const float* probs,
+void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
+                                       const int32_t* segments, float p, const float* probs,
                                        const uint8_t* mask, float* dprobs, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -13,6 +13,7 @@
 #include "device/backend_traits.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
+#include "trainer/data/documents.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/device_profile.h"
 #include "trainer/session/model_of.h"
@@ -109,24 +110,36 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   return profile;
 }
 
-// One input shape of data.scales, planned under the configured policy.
+// One input shape of data.scales (a side) or of data.documents (a length), planned under the
+// configured policy.
 struct ShapeRow {
-  int64_t side = 0;
+  int64_t side = 0;  // or the length, for documents
   Shape input;
   MemoryPlan plan;
   bool fits = false;
   std::string error;
 };
 
-// The plans training would use, one per side of data.scales (in the order given).
+// The sides of data.scales (in the order given), or the lengths a padded batch of documents can
+// take (length_buckets: data.len_bucket, 2 data.len_bucket, ..., data.seq_len).
+std::vector<int64_t> shape_keys(const Config& config) {
+  if (config.data.documents && !config.data.pack) {
+    return length_buckets(config.data.len_bucket, tokens_per_row(config));
+  }
+  return config.data.scales;
+}
+
+// The plans training would use, one per side of data.scales or length of data.documents.
 std::vector<ShapeRow> shape_rows(const Config& config, OfflinePlanner& planner) {
   std::vector<ShapeRow> out;
-  for (int64_t side : config.data.scales) {
+  const bool lengths = config.data.documents;
+  for (int64_t side : shape_keys(config)) {
     if (std::any_of(out.begin(), out.end(), [&](const ShapeRow& r) { return r.side == side; }))
       continue;
     ShapeRow r;
     r.side = side;
-    r.input = configured_input(config, config.data.batch_size, side);
+    r.input = lengths ? Shape{config.data.batch_size, side}
+                      : configured_input(config, config.data.batch_size, side);
     try {
       r.plan = planner.plan_shape(config.memory.policy, r.input);
       r.fits = true;
@@ -233,7 +246,7 @@ int run_plan(const PlanArgs& args) {
     if (!shapes.empty()) {
       nlohmann::json js = nlohmann::json::array();
       for (const ShapeRow& r : shapes) {
-        nlohmann::json j = {{"side", r.side},
+        nlohmann::json j = {{config.data.documents ? "length" : "side", r.side},
                             {"input", r.input.dims()},
                             {"policy", policy_name(r.plan.policy)},
                             {"fits", r.fits},
@@ -284,12 +297,16 @@ int run_plan(const PlanArgs& args) {
     // of its first step, and runs them all in one arena as large as the largest.
     const bool static_plan =
         !config.memory.per_shape && config.memory.policy == MemoryPolicy::kAuto;
-    std::printf("\nper input shape (data.scales), policy %s%s, one arena of the largest peak:\n",
+    const char* key = config.data.documents ? "length" : "side";
+    std::printf("\nper input shape (%s), policy %s%s, one arena of the largest peak:\n",
+                config.data.documents ? "data.documents, data.len_bucket" : "data.scales",
                 std::string(policy_name(config.memory.policy)).c_str(),
-                static_plan ? ", the largest side's decisions for every side (memory.per_shape "
-                              "false)"
+                static_plan ? fmt::format(", the largest {}'s decisions for every {} "
+                                          "(memory.per_shape false)",
+                                          key, key)
+                                  .c_str()
                             : "");
-    std::printf("%-6s %-20s %12s %12s %12s %12s %s\n", "side", "input", "peak", "lower bound",
+    std::printf("%-6s %-20s %12s %12s %12s %12s %s\n", key, "input", "peak", "lower bound",
                 "offload/step", "recompute", "predicted step");
     for (const ShapeRow& r : shapes) {
       std::printf("%-6lld %-20s %12s %12s %12s %9.3g GF %.3fs%s\n", static_cast<long long>(r.side),
@@ -299,7 +316,8 @@ int run_plan(const PlanArgs& args) {
                   r.plan.prediction.step_seconds, r.fits ? "" : "  does not fit");
     }
     for (const ShapeRow& r : shapes) {
-      if (!r.fits) std::printf("side %lld: %s\n", static_cast<long long>(r.side), r.error.c_str());
+      if (!r.fits)
+        std::printf("%s %lld: %s\n", key, static_cast<long long>(r.side), r.error.c_str());
     }
   }
   const MemoryPlan& any = rows.front().plan;

@@ -32,6 +32,9 @@
 //   data.path: required when data.source is idx            (or cifar10, imagefolder, tokens)
 //   data.mean: must be [] when data.source is tokens, got 1 value (WHERE)   (or data.std)
 //   data.seq_len: must be <= model.context (1024), got 2048 (WHERE)       (check_seq_len)
+//   data.documents: needs data.source tokens, got synthetic (WHERE)
+//   data.pack: needs data.documents true (WHERE)
+//   data.eot_token: must be below model.vocab (257), got 300            (when the data opens)
 //   data.crop: must equal model.input's height and width (64 x 64) or be 0, got 32 (WHERE)
 //   data.mean: needs one value per channel of model.input (3), got 1 (WHERE)   (or data.std)
 //   memory.budget: must be <= device.memory (4GiB), got 8GiB (WHERE)
@@ -112,6 +115,13 @@ struct DataConfig {
   // synthetic, imagefolder training: image sides drawn per global batch, each in [1, 16384];
   // empty = off (Note [Per-batch sides] in trainer/data/loader.h).
   std::vector<int64_t> scales;
+  // tokens: one document per row, split at data.eot_token, padded per batch to the longest
+  // rounded up to len_bucket (>= 1), or packed (Note [Documents as rows] in
+  // trainer/data/documents.h); eot_token -1 = model.vocab - 1.
+  bool documents = false;
+  bool pack = false;
+  int64_t len_bucket = 64;
+  int64_t eot_token = -1;
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -237,6 +237,15 @@ void Loader::check_cross_keys(const Config& c) const {
                                   "side{}",
                                   to_string(c.data.source), given_at("data.scales")),
                       "data.scales works with synthetic and imagefolder data; set data.scales=[]");
+  if (c.data.documents && c.data.source != DataSource::kTokens)
+    throw ConfigError(fmt::format("data.documents: needs data.source tokens, got {}{}",
+                                  to_string(c.data.source), given_at("data.documents")),
+                      "documents are split out of a token file: set data.source=tokens and "
+                      "data.path, or data.documents=false");
+  if (c.data.pack && !c.data.documents)
+    throw ConfigError(fmt::format("data.pack: needs data.documents true{}", given_at("data.pack")),
+                      "data.pack packs documents into rows: set data.documents=true too, or "
+                      "data.pack=false");
   if (c.data.source == DataSource::kTokens) {
     for (const auto& [key, values] :
          {std::pair<const char*, const std::vector<double>*>{"data.mean", &c.data.mean},

@@ -231,6 +231,20 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(data, seq_len), closed(0, 1 << 20),
               "tokens: tokens per training row (the window holds seq_len + 1: inputs and their "
               "next tokens); 0 = model.context; must be <= model.context."),
+      flag(FERRY_CONFIG_KEY(data, documents),
+           "tokens: one document per row, split at data.eot_token (longer ones cut at "
+           "data.seq_len); a batch is padded to its longest document rounded up to "
+           "data.len_bucket (the same length on every rank), padding ignored by attention and "
+           "the loss, which is the mean over real tokens; planned per length."),
+      flag(FERRY_CONFIG_KEY(data, pack),
+           "data.documents: fill rows of data.seq_len with whole documents instead of padding, "
+           "attention kept within each document and positions restarting at each."),
+      integer(FERRY_CONFIG_KEY(data, len_bucket), at_least(1),
+              "data.documents: a padded batch's length is rounded up to a multiple of this "
+              "(at most data.seq_len): fewer lengths, fewer plans."),
+      integer(FERRY_CONFIG_KEY(data, eot_token), closed(-1, 65535),
+              "data.documents: the end-of-text token separating documents; -1 = model.vocab - 1 "
+              "(GPT-2's 50256, scripts/prepare_tokens.py's bytes separator 256)."),
       // optim
       choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),
       real(FERRY_CONFIG_KEY(optim, lr), above(0), "Base learning rate (after warm-up)."),

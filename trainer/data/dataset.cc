@@ -11,6 +11,7 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/data/documents.h"
 #include "trainer/data/read_file.h"
 
 namespace ferry {
@@ -84,6 +85,14 @@ void Dataset::read_at(int64_t index, int64_t epoch, int64_t side, float* pixels,
   FERRY_ASSERT(false, "read_at on a dataset that cannot resize: " + describe());
 }
 
+void Dataset::read_row(int64_t index, int64_t epoch, int64_t len, void* input, int32_t* labels,
+                       int32_t* segments) const {
+  (void)segments;
+  FERRY_ASSERT(sample_shape().rank() == 1 && len == sample_shape()[0],
+               "read_row of a fixed-size sample at another length: " + describe());
+  read(index, epoch, input, labels);
+}
+
 std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   if (spec.source == "synthetic") {
     return make_synthetic_dataset(spec.image_shape, spec.classes, spec.samples, spec.seed);
@@ -108,6 +117,15 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     o.seed = spec.seed;
     o.skip_bad = spec.skip_bad;
     return load_imagefolder_dataset(o);
+  }
+  if (spec.source == "tokens" && spec.documents) {
+    DocumentOptions o;
+    o.path = spec.path;
+    o.seq_len = spec.seq_len;
+    o.vocab = spec.classes;
+    o.eot = spec.eot;
+    o.pack = spec.pack;
+    return load_document_dataset(o);
   }
   if (spec.source == "tokens") {
     TokenDatasetOptions o;

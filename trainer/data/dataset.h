@@ -56,6 +56,25 @@ class Dataset {
   virtual int64_t max_side() const { return 0; }
   virtual void read_at(int64_t index, int64_t epoch, int64_t side, float* pixels /* (C, s, s) */,
                        int32_t* labels) const;
+  // Documents (Note [Documents as rows] in trainer/data/documents.h): samples whose rows carry
+  // labels on only some positions. The positions of sample `index` that carry a label (a
+  // document's length, a packed row's documents' total); -1: every position (the default).
+  virtual int64_t labelled(int64_t index) const {
+    (void)index;
+    return -1;
+  }
+  // Whether a batch's rows are cut to its longest sample (padded documents: the loader computes
+  // the batch length, batch_length in documents.h).
+  virtual bool pads_per_batch() const { return false; }
+  // Whether rows carry segment starts (packed documents: Note [Segments of a packed row] in
+  // device/kernels.h).
+  virtual bool segmented() const { return false; }
+  // Writes sample `index` as a row of `len` positions (at most sample_shape()'s T, at least
+  // labelled(index)): tokens into `input`, labels (-1 on positions without one), and, when
+  // segmented(), the row's segment starts into `segments`. Const and thread-safe. By default
+  // read(), for len equal to sample_shape()'s T.
+  virtual void read_row(int64_t index, int64_t epoch, int64_t len, void* input, int32_t* labels,
+                        int32_t* segments) const;
   // Warnings met since the last call (a skipped unreadable file), for the run's log.
   virtual std::vector<std::string> take_warnings() const { return {}; }
   // Samples whose file could not be read and was skipped so far.
@@ -159,6 +178,11 @@ struct DatasetSpec {
   uint64_t seed = 0;                 // synthetic: which samples; imagefolder: augmentation;
                                      // tokens: random windows
   int64_t seq_len = 0;               // tokens: T (resolved, >= 1)
+  // tokens: documents split at `eot` (data.documents), packed into rows (data.pack); Note
+  // [Documents as rows] in documents.h.
+  bool documents = false;
+  bool pack = false;
+  int64_t eot = 0;
   // imagefolder: crop = image_shape's H and W; path = the folder.
   int64_t resize = 256;
   bool augment = true;  // tokens: random windows (false: consecutive, in file order)

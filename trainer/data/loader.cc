@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "device/counter_rng.h"
+#include "trainer/data/documents.h"
 
 namespace ferry {
 
@@ -32,12 +33,15 @@ namespace loader_detail {
 struct Slot {
   void* block = nullptr;
   uint64_t block_bytes = 0;
-  void* input = nullptr;      // (batch_size, sample_shape...) (Note [Sample layout])
-  int32_t* labels = nullptr;  // (batch_size, labels_per_sample)
-  bool float_input = true;    // images: input holds floats
+  void* input = nullptr;        // (batch_size, sample_shape...) (Note [Sample layout])
+  int32_t* labels = nullptr;    // (batch_size, labels_per_sample)
+  int32_t* segments = nullptr;  // (batch_size, T): packed documents only
+  bool float_input = true;      // images: input holds floats
   int64_t n = 0;
   Shape shape;  // of the input this fill wrote, (n, sample...)
   LoaderPosition position;
+  int64_t labelled = 0;       // labelled positions of this rank's rows
+  float loss_divisor = 0.0f;  // Batch::loss_divisor
 };
 
 // A ready entry: a filled slot, or the end of a finite pass, or the producer's error.
@@ -138,6 +142,18 @@ SliceRange rank_slice(int64_t size, int64_t batch_size, int world_size, int rank
   return r;
 }
 
+// Every rank's part of global batch `batch`: order[begin, begin + count).
+SliceRange global_slice(int64_t size, int64_t batch_size, int world_size, int64_t batch) {
+  const int64_t global = batch_size * world_size;
+  SliceRange r;
+  r.begin = batch * global;
+  r.count = std::min(global, size - r.begin);
+  return r;
+}
+
+// Whether a dataset's rows are documents (labelled on some positions only, read by read_row).
+bool documents(const Dataset& ds) { return ds.pads_per_batch() || ds.segmented(); }
+
 }  // namespace
 
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {
@@ -177,6 +193,9 @@ float* Batch::images() const {
   return slot_ && slot_->float_input ? static_cast<float*>(slot_->input) : nullptr;
 }
 int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
+int32_t* Batch::segments() const { return slot_ ? slot_->segments : nullptr; }
+int64_t Batch::labelled() const { return slot_ ? slot_->labelled : 0; }
+float Batch::loss_divisor() const { return slot_ ? slot_->loss_divisor : 0.0f; }
 Shape Batch::shape() const { return slot_ ? slot_->shape : Shape{}; }
 int64_t Batch::size() const { return slot_ ? slot_->n : 0; }
 LoaderPosition Batch::position() const { return slot_ ? slot_->position : LoaderPosition{}; }
@@ -244,6 +263,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
                         "every data.std value must be > 0");
     }
   }
+  if (o.len_bucket < 1) {
+    throw ConfigError(fmt::format("data.len_bucket: must be >= 1, got {}", o.len_bucket),
+                      "give the multiple of tokens a padded batch's length is rounded up to");
+  }
   if (!o.scales.empty()) {
     if (!images || dataset_->max_side() == 0) {
       throw ConfigError(fmt::format("data.scales: dataset {} cannot make its images at another "
@@ -277,9 +300,14 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   state_->allocator = o.allocator;
   const uint64_t input_bytes = round_up(
       static_cast<uint64_t>(batch_shape().numel()) * dtype_size(dataset_->input_dtype()), kAlign);
-  const uint64_t labels_bytes = static_cast<uint64_t>(o.batch_size) *
-                                static_cast<uint64_t>(dataset_->labels_per_sample()) * 4;
-  const uint64_t block_bytes = round_up(input_bytes + labels_bytes, kAlign);
+  const uint64_t labels_bytes =
+      round_up(static_cast<uint64_t>(o.batch_size) *
+                   static_cast<uint64_t>(dataset_->labels_per_sample()) * 4,
+               kAlign);
+  // Packed documents: a segment start per input position.
+  const uint64_t segments_bytes =
+      dataset_->segmented() ? static_cast<uint64_t>(batch_shape().numel()) * 4 : 0;
+  const uint64_t block_bytes = round_up(input_bytes + labels_bytes + segments_bytes, kAlign);
   for (int i = 0; i < o.prefetch + o.max_leases; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->block_bytes = block_bytes;
@@ -288,6 +316,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
     if (slot->block == nullptr) throw std::bad_alloc();
     slot->input = slot->block;
     slot->labels = reinterpret_cast<int32_t*>(static_cast<char*>(slot->block) + input_bytes);
+    if (segments_bytes > 0) {
+      slot->segments =
+          reinterpret_cast<int32_t*>(static_cast<char*>(slot->block) + input_bytes + labels_bytes);
+    }
     slot->float_input = images;
     state_->free.push_back(slot.get());
     state_->slots.push_back(std::move(slot));
@@ -384,9 +416,37 @@ int64_t DataLoader::side(LoaderPosition p) const {
   return scales[counter_hash(key, static_cast<uint64_t>(p.batch)) % scales.size()];
 }
 
+std::shared_ptr<const std::vector<int64_t>> DataLoader::order_of(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(order_mu_);
+  if (order_epoch_ != epoch) {
+    order_ = std::make_shared<const std::vector<int64_t>>(
+        epoch_order(dataset_->size(), options_.shuffle, options_.seed, epoch));
+    order_epoch_ = epoch;
+  }
+  return order_;
+}
+
+int64_t DataLoader::length_in(const std::vector<int64_t>& order, int64_t batch) const {
+  const SliceRange g =
+      global_slice(dataset_->size(), options_.batch_size, options_.world_size, batch);
+  int64_t longest = 0;
+  for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
+    longest = std::max(longest, dataset_->labelled(order[static_cast<size_t>(i)]));
+  }
+  return batch_length(longest, options_.len_bucket, dataset_->sample_shape()[0]);
+}
+
+int64_t DataLoader::length(LoaderPosition p) const {
+  if (dataset_->input_dtype() == DType::kF32) return 0;
+  if (!dataset_->pads_per_batch()) return dataset_->sample_shape()[0];
+  check_position(p, "position");
+  return length_in(*order_of(p.epoch), p.batch);
+}
+
 Shape DataLoader::input_shape(LoaderPosition p) const {
   const SliceRange r = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
                                   options_.rank, p.batch);
+  if (dataset_->pads_per_batch()) return Shape{r.count, length(p)};
   return rows_of(*dataset_, r.count, side(p));
 }
 
@@ -399,6 +459,12 @@ std::vector<Shape> DataLoader::input_shapes() const {
   if (sides.empty()) sides.push_back(0);
   std::vector<Shape> out;
   for (int64_t n : rows) {
+    if (dataset_->pads_per_batch()) {
+      for (int64_t len : length_buckets(options_.len_bucket, dataset_->sample_shape()[0])) {
+        out.push_back(Shape{n, len});
+      }
+      continue;
+    }
     for (int64_t side : sides) {
       const Shape s = rows_of(*dataset_, n, side);
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
@@ -436,15 +502,34 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const SliceRange r = rank_slice(ds.size(), options_.batch_size, options_.world_size,
                                   options_.rank, slot.position.batch);
   const int64_t side = this->side(slot.position);
-  slot.shape = rows_of(ds, r.count, side);
-  const Shape one = rows_of(ds, 1, side);  // (1, sample...)
+  // Documents (Note [Documents as rows] in documents.h): rows of the batch's length, and what
+  // the loss divides by, from the whole global batch.
+  const bool docs = documents(ds);
+  const int64_t len = ds.pads_per_batch() ? length_in(order, slot.position.batch) : 0;
+  slot.shape = len > 0 ? Shape{r.count, len} : rows_of(ds, r.count, side);
+  const Shape one = len > 0 ? Shape{1, len} : rows_of(ds, 1, side);  // (1, sample...)
   const Shape shape(std::vector<int64_t>(one.dims().begin() + 1, one.dims().end()));
   const int64_t sample = shape.numel();
   const int64_t row_bytes = sample * static_cast<int64_t>(dtype_size(ds.input_dtype()));
-  const int64_t per_row = ds.labels_per_sample();
+  const int64_t per_row = docs ? sample : ds.labels_per_sample();
   const int64_t plane = slot.float_input ? shape[1] * shape[2] : 0;
   const int64_t classes = ds.classes();
   slot.n = r.count;
+  slot.labelled = r.count * per_row;
+  slot.loss_divisor = 0.0f;
+  if (docs) {
+    const SliceRange g =
+        global_slice(ds.size(), options_.batch_size, options_.world_size, slot.position.batch);
+    int64_t global = 0;
+    slot.labelled = 0;
+    for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
+      const int64_t l = ds.labelled(order[static_cast<size_t>(i)]);
+      global += l;
+      if (i >= r.begin && i < r.begin + r.count) slot.labelled += l;
+    }
+    slot.loss_divisor =
+        static_cast<float>(static_cast<double>(global) / static_cast<double>(options_.world_size));
+  }
   // Rows are independent: the workers share them; each row's content depends only on
   // (index, epoch), so the result does not depend on which thread wrote it.
   pool_->run(r.count, [&](int64_t i) {
@@ -454,11 +539,14 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
     int32_t* labels = slot.labels + i * per_row;
     if (side > 0) {
       ds.read_at(index, slot.position.epoch, side, static_cast<float*>(row), labels);
+    } else if (docs) {
+      ds.read_row(index, slot.position.epoch, sample, row, labels,
+                  slot.segments ? slot.segments + i * sample : nullptr);
     } else {
       ds.read(index, slot.position.epoch, row, labels);
     }
     for (int64_t k = 0; k < per_row; ++k) {
-      if (labels[k] < 0 || labels[k] >= classes) {
+      if (labels[k] < (docs ? -1 : 0) || labels[k] >= classes) {
         throw DataError(fmt::format("dataset {} gave label {} for sample {}, outside [0, {})",
                                     ds.describe(), labels[k], index, classes));
       }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct LoaderOptions {
   // dataset's own shape. The side of a batch is a pure function of (seed, epoch, batch index):
   // the same on every rank and for any worker count. Needs a dataset with max_side() >= each.
   std::vector<int64_t> scales;
+  // Padded documents (data.len_bucket, Note [Documents as rows] in documents.h): a batch's rows
+  // are its longest document rounded up to a multiple of this (at most the dataset's T), a pure
+  // function of (seed, epoch, batch index) over the whole global batch: the same on every rank.
+  int64_t len_bucket = 64;
   // Where batch buffers come from (pinned memory for asynchronous device copies); nullptr:
   // aligned host memory. Must outlive the loader and every Batch it returned.
   PinnedAllocator* allocator = nullptr;
@@ -77,8 +82,18 @@ class Batch {
   void* input() const;
   // input() as floats for an image dataset; nullptr for any other input dtype.
   float* images() const;  // (n, C, H, W), rows beyond n unspecified
-  // (n) class labels, or (n, labels_per_sample) (tokens: (n, T) next tokens).
+  // (n) class labels, or (n, labels_per_sample) (tokens: (n, T) next tokens; documents: -1 on
+  // padding positions).
   int32_t* labels() const;
+  // Packed documents: (n, T) segment starts (Note [Segments of a packed row] in
+  // device/kernels.h); null for any other dataset.
+  int32_t* segments() const;
+  // Labelled positions in this rank's rows (documents: real tokens; otherwise every label).
+  int64_t labelled() const;
+  // What this rank's loss sum is divided by (Note [The mean over real tokens] in documents.h):
+  // the global batch's labelled positions over the ranks; 0 (every label, the loss's own mean)
+  // for any source but documents.
+  float loss_divisor() const;
   // The input's shape: (n, C, H, W) images at this batch's side, or (n, T) tokens.
   Shape shape() const;
   // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).
@@ -135,10 +150,16 @@ class DataLoader {
   Shape batch_shape() const;
   // The image side of the batch at `position` (Note [Per-batch sides]); 0 without scales.
   int64_t side(LoaderPosition position) const;
+  // The row length of the batch at `position`: padded documents' batch_length over the global
+  // batch (documents.h); the dataset's T for other token sources; 0 for images. A pure function,
+  // cheap after the epoch's order: counting it over an epoch's positions gives the distribution
+  // of lengths training draws (what a simulator's shape schedule would weigh).
+  int64_t length(LoaderPosition position) const;
   // The input shape of this rank's batch at `position`: (rows, C, side, side) or (rows, T...).
   // A pure function of the options: what next() returns there has this shape.
   Shape input_shape(LoaderPosition position) const;
-  // Every shape this rank's batches can take: one per scale (and a partial batch's).
+  // Every shape this rank's batches can take: one per scale or length bucket (and a partial
+  // batch's).
   std::vector<Shape> input_shapes() const;
   const LoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
@@ -149,6 +170,10 @@ class DataLoader {
   void produce(LoaderPosition from);  // the background thread
   void fill(loader_detail::Slot& slot, const std::vector<int64_t>& order) const;
   void check_position(LoaderPosition position, const char* what) const;
+  // The sample order of `epoch` (epoch_order), cached for the last epoch asked.
+  std::shared_ptr<const std::vector<int64_t>> order_of(int64_t epoch) const;
+  // Padded documents: the batch length of global batch `batch` in `order`.
+  int64_t length_in(const std::vector<int64_t>& order, int64_t batch) const;
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
@@ -157,6 +182,9 @@ class DataLoader {
   std::shared_ptr<loader_detail::State> state_;
   std::unique_ptr<WorkerPool> pool_;  // the producer thread plus workers - 1 helpers
   std::thread thread_;
+  mutable std::mutex order_mu_;  // guards the cached order (asked from any thread)
+  mutable int64_t order_epoch_ = -1;
+  mutable std::shared_ptr<const std::vector<int64_t>> order_;
 };
 
 // The order of the samples in `epoch`: a permutation of [0, size) that depends only on

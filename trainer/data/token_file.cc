@@ -176,6 +176,16 @@ void TokenFile::read(int64_t begin, int64_t n, int64_t vocab, int32_t* out) cons
   }
 }
 
+std::vector<int64_t> TokenFile::positions_of(uint16_t token) const {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < count_; ++i) {
+    uint16_t v;
+    std::memcpy(&v, tokens_ + i, sizeof v);  // the mapping may be unaligned for uint16 (nanoGPT)
+    if (v == token) out.push_back(i);
+  }
+  return out;
+}
+
 void TokenFile::advise(bool random) const {
   if (map_ != nullptr) ::madvise(map_, map_bytes_, random ? MADV_RANDOM : MADV_SEQUENTIAL);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -41,6 +42,8 @@ class TokenFile {
   // DataError "token file 'PATH': token V at position P is outside the vocabulary of VOCAB
   // (model.vocab)" for the first token >= vocab, P counting tokens from 0 after any header.
   void read(int64_t begin, int64_t n, int64_t vocab, int32_t* out) const;
+  // Every position holding `token`, in increasing order: one pass over the mapping.
+  std::vector<int64_t> positions_of(uint16_t token) const;
   // "llm.c" or "nanoGPT".
   const char* format_name() const;
   // Tells the kernel how windows will be read: random (training: no read-ahead of pages no

@@ -236,6 +236,12 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
                          batch.input, g.tensor(g.input()).desc.bytes(), h2d);
       device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.labels())], s),
                          batch.labels, g.tensor(g.labels()).desc.bytes(), h2d);
+      if (g.segments() != kNoTensor) {
+        FERRY_ASSERT(batch.segments != nullptr, "a packed graph needs the batch's segment starts");
+        device_.copy_async(
+            tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.segments())], s),
+            batch.segments, g.tensor(g.segments()).desc.bytes(), h2d);
+      }
       h2d.record(*upload_done_);
       compute.wait(*upload_done_);
       return;
@@ -276,6 +282,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   io.training = p.lowered.training;
   io.update_buffers = !recompute;
   io.seed = counter_hash(step_seed, static_cast<uint64_t>(step.node));
+  io.loss_divisor = batch.loss_divisor;
   if (b.workspace >= 0) {
     io.ws = {tensor_address(p, b.workspace, s),
              p.plan.tape.tensors[static_cast<size_t>(b.workspace)].bytes};

@@ -77,9 +77,15 @@ struct HostBatch {
   const void* input = nullptr;      // float (N, C, H, W) images, or int32 (N, T) tokens
   const int32_t* labels = nullptr;  // (N) classes, or (N, T) next tokens
   int64_t n = 0;
-  // The input's full shape, (n, C, H, W) or (n, T): selects the program (data.scales). Empty:
-  // the configured input shape with n rows.
+  // The input's full shape, (n, C, H, W) or (n, T): selects the program (data.scales, and
+  // data.documents' lengths). Empty: the configured input shape with n rows.
   Shape shape;
+  // Packed documents: (n, T) segment starts, uploaded into the graph's segments tensor (Note
+  // [Segments of a packed row] in device/kernels.h); null for any other graph.
+  const int32_t* segments = nullptr;
+  // What the loss's sum is divided by (Note [The mean over real tokens] in
+  // trainer/data/documents.h); 0: the loss's rows (every label counts).
+  float loss_divisor = 0.0f;
 };
 
 // Told, as backward is enqueued, which parameters' gradients each step has written

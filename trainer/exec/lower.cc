@@ -90,6 +90,9 @@ class Lowering {
     step.op = "load";
     step.writes = {out_.tape_of[static_cast<size_t>(g_.input())],
                    out_.tape_of[static_cast<size_t>(g_.labels())]};
+    if (g_.segments() != kNoTensor) {
+      step.writes.push_back(out_.tape_of[static_cast<size_t>(g_.segments())]);
+    }
     push(std::move(step), {});
   }
 

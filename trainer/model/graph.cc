@@ -29,8 +29,9 @@ std::vector<TensorId> Graph::saved_by(const Node& node) const {
   return out;
 }
 
-GraphBuilder::GraphBuilder(const Shape& input, int64_t classes) : classes_(classes) {
+GraphBuilder::GraphBuilder(const Shape& input, int64_t classes, bool segments) : classes_(classes) {
   const bool tokens = input.rank() == 2;
+  FERRY_ASSERT(tokens || !segments, "segment starts belong to a token input");
   bool positive = true;
   for (size_t i = 0; i < input.rank(); ++i) positive = positive && input[i] >= 1;
   if ((input.rank() != 4 && !tokens) || !positive) {
@@ -51,6 +52,9 @@ GraphBuilder::GraphBuilder(const Shape& input, int64_t classes) : classes_(class
   if (tokens) {
     graph_.input_ = add_tensor("input", {input, DType::kI32}, TensorRole::kInput);
     graph_.labels_ = add_tensor("labels", {input, DType::kI32}, TensorRole::kLabel);
+    if (segments) {
+      graph_.segments_ = add_tensor("segments", {input, DType::kI32}, TensorRole::kInput);
+    }
     return;
   }
   graph_.input_ = add_tensor("input", {input, DType::kF32}, TensorRole::kInput);
@@ -262,7 +266,9 @@ TensorId GraphBuilder::embedding(const std::string& name, const std::string& wte
   const TensorId positions = add_param(wpe, Shape{context, width}, init);
   if (wte_id) *wte_id = table;
   EmbeddingForward shape_of{.n = in[0], .t = in[1], .c = width, .vocab = vocab};
-  return add_node(name, make_embedding(shape_of, context, tied), {graph_.input_},
+  std::vector<TensorId> inputs{graph_.input_};
+  if (graph_.segments_ != kNoTensor) inputs.push_back(graph_.segments_);
+  return add_node(name, make_embedding(shape_of, context, tied), std::move(inputs),
                   {Shape{in[0] * in[1], width}}, {table, positions});
 }
 
@@ -312,7 +318,9 @@ TensorId GraphBuilder::attention(TensorId qkv, const std::string& name, int64_t 
   const Shape scores{batch[0], heads, batch[1], batch[1]};
   std::vector<TensorDesc> aux;
   if (dropout > 0) aux.push_back(TensorDesc{scores, DType::kU8});
-  return add_node(name, make_attention(g), {qkv}, {Shape{in[0], c}, scores}, {}, {},
+  std::vector<TensorId> inputs{qkv};
+  if (graph_.segments_ != kNoTensor) inputs.push_back(graph_.segments_);
+  return add_node(name, make_attention(g), std::move(inputs), {Shape{in[0], c}, scores}, {}, {},
                   std::move(aux));
 }
 

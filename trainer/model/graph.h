@@ -36,6 +36,9 @@ class Graph {
   const ParamInit& init(TensorId param) const;
   TensorId input() const { return input_; }
   TensorId labels() const { return labels_; }
+  // Packed documents' segment starts (N, T) int32, uploaded with the batch (Note [Segments of a
+  // packed row] in device/kernels.h); kNoTensor for any other graph.
+  TensorId segments() const { return segments_; }
   TensorId logits() const { return logits_; }
   TensorId loss() const { return loss_; }
   TensorId correct() const { return correct_; }
@@ -52,8 +55,8 @@ class Graph {
   std::vector<TensorId> params_;
   std::vector<TensorId> buffers_;
   std::vector<ParamInit> inits_;  // parallel to tensors_ (meaningful for params and buffers)
-  TensorId input_ = kNoTensor, labels_ = kNoTensor, logits_ = kNoTensor, loss_ = kNoTensor,
-           correct_ = kNoTensor;
+  TensorId input_ = kNoTensor, labels_ = kNoTensor, segments_ = kNoTensor, logits_ = kNoTensor,
+           loss_ = kNoTensor, correct_ = kNoTensor;
 };
 
 // Builds a Graph layer by layer with PyTorch's layer semantics and default initialisers.
@@ -61,8 +64,10 @@ class Graph {
 class GraphBuilder {
  public:
   // input: images (N, C, H, W), float, with labels (N); or tokens (N, T), int32, with one label
-  // (the next token) per position, (N, T). classes: the width of the logits the loss expects.
-  GraphBuilder(const Shape& input, int64_t classes);
+  // (the next token) per position, (N, T), and with `segments` (packed documents: data.pack) a
+  // third input of segment starts (N, T) int32 that the embedding and attention read. classes:
+  // the width of the logits the loss expects.
+  GraphBuilder(const Shape& input, int64_t classes, bool segments = false);
   bool tokens() const { return shape(graph_.input_).rank() == 2; }
 
   TensorId input() const { return graph_.input_; }

@@ -30,6 +30,9 @@ struct OpIo {
   // same bits and leave persistent state (BN running statistics) untouched.
   bool update_buffers = true;
   uint64_t seed = 0;  // per-node, per-step randomness (dropout)
+  // The batch's loss divisor (SoftmaxCrossEntropyForward::divisor; 0: the loss's rows), for the
+  // loss op: Note [The mean over real tokens] in trainer/data/documents.h.
+  float loss_divisor = 0.0f;
 };
 
 // Which of a node's tensors its backward reads, besides the output gradients.

@@ -14,15 +14,23 @@ namespace fs = std::filesystem;
 
 int64_t token_vocab(const Config& config) { return resolved_sizes(config).vocab; }
 
+int64_t end_of_text_token(const Config& config) {
+  return config.data.eot_token >= 0 ? config.data.eot_token : token_vocab(config) - 1;
+}
+
 namespace {
 
-// Token windows of data.seq_len (Note [Token windows] in trainer/data/dataset.h).
+// Token windows of data.seq_len (Note [Token windows] in trainer/data/dataset.h), or documents
+// (Note [Documents as rows] in trainer/data/documents.h).
 std::shared_ptr<const Dataset> open_token_dataset(const Config& config, bool evaluation) {
   DatasetSpec spec;
   spec.source = "tokens";
   spec.path = evaluation && !config.data.val_path.empty() ? config.data.val_path : config.data.path;
   spec.seq_len = tokens_per_row(config);
   spec.classes = token_vocab(config);
+  spec.documents = config.data.documents;
+  spec.pack = config.data.pack;
+  spec.eot = end_of_text_token(config);
   spec.augment = !evaluation && config.data.shuffle;
   spec.seed = config.data.seed >= 0 ? static_cast<uint64_t>(config.data.seed) : config.run.seed;
   return open_dataset(spec);
@@ -76,6 +84,7 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   o.stddev.assign(config.data.std.begin(), config.data.std.end());
   o.drop_last = config.data.drop_last;
   o.workers = static_cast<int>(config.data.workers);
+  o.len_bucket = config.data.len_bucket;
   o.allocator = &device.pinned();
   return o;
 }

@@ -19,6 +19,8 @@ std::shared_ptr<const Dataset> open_configured_dataset(const Config& config,
 
 // The vocabulary every token must lie below: model.vocab resolved (the logits' width).
 int64_t token_vocab(const Config& config);
+// The token separating documents: data.eot_token, or model.vocab - 1 when it is -1.
+int64_t end_of_text_token(const Config& config);
 
 // The loader options the config gives, with batch buffers in the device's pinned memory.
 LoaderOptions loader_options(const Config& config, Device& device);

@@ -74,31 +74,34 @@ DataLoader one_pass(const Config& c, Session& session, std::shared_ptr<const Dat
 }
 
 // Note [Evaluating a token model]
-// Every full window of the file once, in order (the dataset's evaluation windows); each batch's
-// loss is the mean over its rows x T tokens, so the file's mean token loss is their weighted
-// sum; perplexity = exp(loss); accuracy = the share of next tokens whose logit is the largest.
-// The logits (rows x T x vocab) are never copied to the host.
+// Every full window of the file once, in order (the dataset's evaluation windows), or every
+// document once (data.documents: padded per batch, or packed); each batch's loss is the mean over
+// its labelled tokens (rows x T, or the documents' real tokens), so the file's mean token loss is
+// their weighted sum; perplexity = exp(loss); accuracy = the share of next tokens whose logit is
+// the largest. The logits (rows x T x vocab) are never copied to the host.
 EvalResult evaluate_tokens(const Config& c) {
   Session session(c, RankInfo{}, /*training=*/false);
   auto dataset = open_configured_dataset(c, /*evaluation=*/true);
   DataLoader loader = one_pass(c, session, dataset);
-  const int64_t per_row = dataset->labels_per_sample();
   double loss_sum = 0;
-  int64_t correct = 0, windows = 0;
+  int64_t correct = 0, windows = 0, labelled = 0;
   while (Batch batch = loader.next()) {
     if (batch.size() == 0) continue;
-    session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
+    session.executor().enqueue({batch.input(), batch.labels(), batch.size(), batch.shape(),
+                                batch.segments(), batch.loss_divisor()},
+                               false, 0);
     const StepMetrics m = session.metrics();
-    loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.size() * per_row);
+    loss_sum += static_cast<double>(m.loss) * static_cast<double>(batch.labelled());
     correct += m.correct;
     windows += batch.size();
+    labelled += batch.labelled();
   }
-  const double tokens = static_cast<double>(std::max<int64_t>(windows * per_row, 1));
+  const double tokens = static_cast<double>(std::max<int64_t>(labelled, 1));
   EvalResult r;
   r.loss = loss_sum / tokens;
   r.accuracy = static_cast<double>(correct) / tokens;
   r.samples = windows;
-  r.tokens = windows * per_row;
+  r.tokens = labelled;
   r.perplexity = std::exp(r.loss);
   nlohmann::json j = {{"loss", r.loss},
                       {"perplexity", r.perplexity},
@@ -108,10 +111,13 @@ EvalResult evaluate_tokens(const Config& c) {
                       {"model", c.model.name},
                       {"weights", c.model.init_from}};
   write_run_file((fs::path(c.run.dir) / "eval.json").string(), j.dump(2) + "\n");
-  std::printf(
-      "eval     loss %.4f  perplexity %.3f  accuracy %.4f  windows %lld (%lld tokens)  -> %s\n",
-      r.loss, r.perplexity, r.accuracy, static_cast<long long>(r.samples),
-      static_cast<long long>(r.tokens), (fs::path(c.run.dir) / "eval.json").c_str());
+  std::printf("eval     loss %.4f  perplexity %.3f  accuracy %.4f  %s %lld (%lld tokens)  -> %s\n",
+              r.loss, r.perplexity, r.accuracy,
+              !c.data.documents ? "windows"
+              : c.data.pack     ? "packed rows"
+                                : "documents",
+              static_cast<long long>(r.samples), static_cast<long long>(r.tokens),
+              (fs::path(c.run.dir) / "eval.json").c_str());
   return r;
 }
 

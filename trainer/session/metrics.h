@@ -23,6 +23,8 @@ struct StepReport {
   double elapsed_s = 0;
   // The logged step's input shape, printed when set (data.scales: it changes per step).
   std::string shape;
+  // Real tokens of the global batches per second (data.documents), printed when >= 0.
+  double tokens_per_s = -1;
 };
 
 class MetricsLog {

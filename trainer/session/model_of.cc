@@ -25,6 +25,15 @@ int64_t tokens_per_row(const Config& config) {
 
 std::string input_text(const Config& config) {
   if (model_info(config.model.name).tokens) {
+    if (config.data.pack) {
+      return fmt::format("{} tokens per row of packed documents", tokens_per_row(config));
+    }
+    if (config.data.documents) {
+      return fmt::format(
+          "one document per row, padded per batch to a multiple of {} tokens, at "
+          "most {}",
+          std::min(config.data.len_bucket, tokens_per_row(config)), tokens_per_row(config));
+    }
     return fmt::format("{} tokens per row", tokens_per_row(config));
   }
   if (!config.data.scales.empty()) {
@@ -49,7 +58,8 @@ Shape largest_input(const Config& config) {
 Graph build_configured_model(const Config& config, const Shape& input) {
   if (input == configured_input(config, input[0])) return build_configured_model(config, input[0]);
   if (model_info(config.model.name).tokens) {
-    return build_token_model(config.model.name, input[0], input[1], transformer_sizes(config));
+    return build_token_model(config.model.name, input[0], input[1], transformer_sizes(config),
+                             config.data.pack);
   }
   const char* hint = "give sides the model accepts (data.scales), or set data.scales=[]";
   Graph g;
@@ -95,7 +105,7 @@ Graph build_configured_model(const Config& config, int64_t batch) {
   }
   if (info.tokens) {
     return build_token_model(config.model.name, batch, tokens_per_row(config),
-                             transformer_sizes(config));
+                             transformer_sizes(config), config.data.pack);
   }
   const auto& in = config.model.input;
   return build_model(config.model.name, Shape{batch, in[0], in[1], in[2]}, config.model.classes);

@@ -185,7 +185,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
                               update_kernel(config, store_->param_floats()), po);
     apply_profile(*profile_, exec.plan.cost, config.memory.link_gbps > 0);
   }
-  exec.shapes.name_shapes = !config.data.scales.empty();
+  exec.shapes.name_shapes = !config.data.scales.empty() || config.data.documents;
   if (!config.memory.per_shape && config.memory.policy == MemoryPolicy::kAuto) {
     exec.shapes.static_input = largest_input(config);  // Note [One plan for every shape]
   }

@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -289,17 +290,20 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   // its shape's plan; the shapes of the next batches are planned ahead, in the background. Under
   // memory.oversize skip the first batch trained may come later.
   const LoaderPosition first = shapes.first_admitted(loader.position());
-  const MemoryPlan& plan =
-      session.executor()
-          .program(configured_input(config, config.data.batch_size, loader.side(first)),
-                   /*training=*/true)
-          .plan;
+  // A whole per-rank batch's input at `p`: at its side (data.scales) or length (data.documents).
+  const auto batch_input = [&](LoaderPosition p) {
+    return config.data.documents ? Shape{config.data.batch_size, loader.length(p)}
+                                 : configured_input(config, config.data.batch_size, loader.side(p));
+  };
+  const MemoryPlan& plan = session.executor()
+                               .program(batch_input(first),
+                                        /*training=*/true)
+                               .plan;
   print_banner(log, session, config, *dataset, plan);
   // memory.share: the budget follows the grant, re-planned between steps.
   std::optional<SharedBudget> shared;
   if (share) {
-    shared.emplace(config, *share, session.executor(), device,
-                   configured_input(config, config.data.batch_size, loader.side(loader.position())),
+    shared.emplace(config, *share, session.executor(), device, batch_input(loader.position()),
                    session.cost_profile() != nullptr,
                    [&](const std::string& line) { log.line(line); });
   }
@@ -309,6 +313,12 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                      /*fresh=*/start.resume.empty());
   TrainResult result;
   double interval_loss = 0, interval_correct = 0, interval_samples = 0;
+  // Labels this rank scored in the interval, and real tokens of the global batches (documents).
+  double interval_labels = 0, interval_tokens = 0;
+  // Documents: per step not yet drained, what turns the rank's loss (its sum over the global
+  // batch's mean divisor) into the mean over its own real tokens, the number it logs (Note [The
+  // mean over real tokens] in trainer/data/documents.h).
+  std::map<uint64_t, double> own_mean;
   std::optional<float> grad_norm;  // of the last step drained (optim.clip_norm > 0)
   int64_t interval_steps = 0;
   auto interval_start = std::chrono::steady_clock::now();
@@ -353,13 +363,21 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     const float lr = schedule.at(step - 1);
     const Shape input = batch.shape();
     if (shared) shared->before_step(input, step);
-    session.forward_backward({batch.input(), batch.labels(), batch.size(), input},
+    session.forward_backward({batch.input(), batch.labels(), batch.size(), input, batch.segments(),
+                              batch.loss_divisor()},
                              static_cast<uint64_t>(step));
     if (const std::string line = shapes.after_step(input, step); !line.empty()) log.line(line);
     session.reduce_gradients();
     session.update(lr);
     session.executor().stage_metrics(static_cast<uint64_t>(step), session.grad_norm_sq());
     const int64_t samples = batch.size() * ranks.size;
+    interval_labels += static_cast<double>(batch.labelled());
+    if (config.data.documents && batch.labelled() > 0) {
+      own_mean[static_cast<uint64_t>(step)] =
+          static_cast<double>(batch.loss_divisor()) / static_cast<double>(batch.labelled());
+    }
+    // Documents: the global batch's real tokens (Note [The mean over real tokens]).
+    interval_tokens += static_cast<double>(batch.loss_divisor()) * ranks.size;
     batch.release_after(compute_done(device));
     result.steps = step;
     interval_samples += static_cast<double>(samples);
@@ -370,10 +388,14 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
                                (step % config.checkpoint.every == 0 || step == config.run.steps);
     if (logging || checkpointing || traced) {
       // The one host wait (Note [No host wait inside a step]).
-      for (const StagedMetrics& m : session.executor().drain_metrics()) {
+      for (StagedMetrics m : session.executor().drain_metrics()) {
         if (!std::isfinite(m.loss)) {
           throw Error(fmt::format("the loss became {} at step {}", m.loss, m.step),
                       "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
+        }
+        if (auto it = own_mean.find(m.step); it != own_mean.end()) {
+          m.loss = static_cast<float>(m.loss * it->second);
+          own_mean.erase(it);
         }
         if (m.step == static_cast<uint64_t>(state.step + 1)) result.first_loss = m.loss;
         result.last_loss = m.loss;
@@ -411,23 +433,21 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       r.step = step;
       r.steps = config.run.steps;
       r.loss = interval_loss / static_cast<double>(interval_steps);
-      // Correct counts are this rank's, over its share of the labels (one per sample, or one
-      // per token for a token model).
-      const Graph& g = session.graph();
-      const double labels_per_sample =
-          static_cast<double>(g.tensor(g.labels()).desc.shape.numel()) / g.batch();
-      r.accuracy =
-          interval_correct / std::max(1.0, interval_samples / ranks.size * labels_per_sample);
+      // Correct counts are this rank's, over the labels it scored (one per sample, one per
+      // token for a token model, one per real token of documents).
+      r.accuracy = interval_correct / std::max(1.0, interval_labels);
       r.lr = lr;
       r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
       r.device_peak_bytes = device.memory().stats().peak;
       r.device_capacity = device.memory().capacity();
       r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
-      if (!config.data.scales.empty()) r.shape = input.str();
+      if (!config.data.scales.empty() || config.data.documents) r.shape = input.str();
+      if (config.data.documents) r.tokens_per_s = interval_tokens / std::max(seconds, 1e-9);
       log.line(progress_line(r));
       // The logged step's gradient norm before clipping, as nanoGPT logs it.
       nlohmann::json extra = {{"shape", input.dims()}, {"budget", session.executor().budget()}};
       if (shared) extra.update(shared->fields());
+      if (config.data.documents) extra["tokens_per_s"] = r.tokens_per_s;
       if (const Program* p = shapes.program(input)) {
         extra["planned_peak_bytes"] = p->plan.peak_bytes();
         extra["shape_peak_bytes"] = shapes.measured_peak(*p);
@@ -437,7 +457,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       }
       if (grad_norm) extra["grad_norm"] = *grad_norm;
       metrics.write(r, extra);
-      interval_loss = interval_correct = interval_samples = 0;
+      interval_loss = interval_correct = interval_samples = interval_labels = interval_tokens = 0;
       interval_steps = 0;
       interval_start = now;
     }

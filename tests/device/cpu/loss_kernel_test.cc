@@ -1,5 +1,5 @@
 // Softmax cross-entropy against the float64 reference and finite differences: loss, saved
-// probabilities, the first-argmax accuracy count, large logits, and bad labels.
+// probabilities, the first-argmax accuracy count, large logits, padding rows, and bad labels.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -82,12 +82,72 @@ TEST(SoftmaxCrossEntropyKernel, AccuracyCountsTheFirstArgmaxAndLargeLogitsStayFi
       SoftmaxCrossEntropyForward{3, 3, logits.data(), labels.data(), &loss, probs.data(), nullptr});
 }
 
+// Padding (Note [Documents as rows] in trainer/data/documents.h): rows labelled -1 add exactly
+// nothing, and the total is divided by the given divisor (the labelled rows of a global batch
+// over its ranks), so a padded batch gives the loss and gradients of its labelled rows alone.
+TEST(SoftmaxCrossEntropyKernel, NegativeLabelsAddNothingAndTheDivisorDividesTheSum) {
+  test::KernelRunner k;
+  const int64_t n = 9, classes = 13;
+  const auto logits = random_floats(n * classes, 41, -3.0f, 3.0f);
+  std::vector<int32_t> labels = random_labels(n, classes, 42);
+  for (int64_t i : {1, 4, 5, 8}) labels[i] = -1;
+  // The labelled rows alone, as a batch of their own.
+  std::vector<float> kept_logits;
+  std::vector<int32_t> kept_labels;
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels[i] < 0) continue;
+    kept_logits.insert(kept_logits.end(), logits.begin() + i * classes,
+                       logits.begin() + (i + 1) * classes);
+    kept_labels.push_back(labels[i]);
+  }
+  const int64_t kept = static_cast<int64_t>(kept_labels.size());
+  const auto r = ref::softmax_ce(kept, classes, to_f64(kept_logits), kept_labels);
+  for (const float divisor : {static_cast<float>(kept), 2.5f}) {
+    SCOPED_TRACE(fmt::format("divisor {}", divisor));
+    float loss = NAN;
+    int32_t correct = -1;
+    std::vector<float> probs(n * classes, NAN), dlogits(n * classes, NAN);
+    k.run(SoftmaxCrossEntropyForward{n, classes, logits.data(), labels.data(), &loss, probs.data(),
+                                     &correct, divisor});
+    const double want = r.loss * static_cast<double>(kept) / divisor;
+    EXPECT_NEAR(loss, want, kAbs + kRel * want);
+    EXPECT_EQ(correct, r.correct);
+    k.run(SoftmaxCrossEntropyBackward{n, classes, 1.0f, probs.data(), labels.data(), dlogits.data(),
+                                      divisor});
+    int64_t row = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < classes; ++j) {
+        const float d = dlogits[i * classes + j];
+        if (labels[i] < 0) {
+          ASSERT_EQ(d, 0.0f) << "padding row " << i;  // exactly, not merely small
+          continue;
+        }
+        const double p = r.probs[row * classes + j] - (j == labels[i] ? 1.0 : 0.0);
+        EXPECT_NEAR(d, p / divisor, kAbs) << i << " " << j;
+      }
+      if (labels[i] >= 0) ++row;
+    }
+  }
+  // Divisor 0 is the row count: the unpadded batch's own mean, bit for bit.
+  float loss0 = NAN, loss_rows = NAN;
+  std::vector<float> probs(n * classes);
+  const auto all = random_labels(n, classes, 43);
+  k.run(SoftmaxCrossEntropyForward{n, classes, logits.data(), all.data(), &loss0, probs.data(),
+                                   nullptr, 0.0f});
+  k.run(SoftmaxCrossEntropyForward{n, classes, logits.data(), all.data(), &loss_rows, probs.data(),
+                                   nullptr, static_cast<float>(n)});
+  EXPECT_EQ(loss0, loss_rows);
+  EXPECT_THROW(k.run(SoftmaxCrossEntropyForward{n, classes, logits.data(), all.data(), &loss0,
+                                                probs.data(), nullptr, -1.0f}),
+               ConfigError);
+}
+
 TEST(SoftmaxCrossEntropyKernel, LabelOutsideTheClassesIsADataError) {
   test::KernelRunner k;
   const std::vector<float> logits(6, 0.0f);
   float loss;
   std::vector<float> probs(6);
-  for (int32_t bad : {-1, 3}) {
+  for (int32_t bad : {3, 4}) {
     const std::vector<int32_t> labels = {0, bad};
     try {
       k.run(SoftmaxCrossEntropyForward{2, 3, logits.data(), labels.data(), &loss, probs.data(),

@@ -378,27 +378,39 @@ void adamw_step(Vec& p, const Vec& grad, Vec& m, Vec& v, double lr, double b1, d
 
 // ---- transformers ---------------------------------------------------------------------------
 
+namespace {
+
+// Token (b, p)'s first key and its position's offset: its segment start, or 0.
+int64_t segment_start(const std::vector<int32_t>* segments, int64_t b, int64_t t, int64_t p) {
+  return segments ? (*segments)[static_cast<size_t>(b * t + p)] : 0;
+}
+
+}  // namespace
+
 Vec embedding_forward(int64_t n, int64_t t, int64_t c, const std::vector<int32_t>& tokens,
-                      const Vec& wte, const Vec& wpe) {
+                      const Vec& wte, const Vec& wpe, const std::vector<int32_t>* segments) {
   Vec y(n * t * c);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t p = 0; p < t; ++p) {
       const int64_t tok = tokens[b * t + p];
-      for (int64_t j = 0; j < c; ++j) y[(b * t + p) * c + j] = wte[tok * c + j] + wpe[p * c + j];
+      const int64_t pos = p - segment_start(segments, b, t, p);
+      for (int64_t j = 0; j < c; ++j) y[(b * t + p) * c + j] = wte[tok * c + j] + wpe[pos * c + j];
     }
   }
   return y;
 }
 
 EmbeddingGrads embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
-                                  const std::vector<int32_t>& tokens, const Vec& dy) {
+                                  const std::vector<int32_t>& tokens, const Vec& dy,
+                                  const std::vector<int32_t>* segments) {
   EmbeddingGrads gr{Vec(vocab * c, 0.0), Vec(context * c, 0.0)};
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t p = 0; p < t; ++p) {
       const int64_t tok = tokens[b * t + p];
+      const int64_t pos = p - segment_start(segments, b, t, p);
       for (int64_t j = 0; j < c; ++j) {
         gr.dwte[tok * c + j] += dy[(b * t + p) * c + j];
-        gr.dwpe[p * c + j] += dy[(b * t + p) * c + j];
+        gr.dwpe[pos * c + j] += dy[(b * t + p) * c + j];
       }
     }
   }
@@ -486,7 +498,8 @@ size_t qkv_at(const AttentionGeom& g, int64_t n, int64_t t, int part, int64_t h,
 }  // namespace
 
 AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
-                                  const std::vector<uint8_t>* mask) {
+                                  const std::vector<uint8_t>* mask,
+                                  const std::vector<int32_t>* segments) {
   const int64_t hd = g.head_dim();
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   AttentionResult r{Vec(g.n * g.t * g.c, 0.0), Vec(g.n * g.heads * g.t * g.t, 0.0)};
@@ -495,7 +508,8 @@ AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
       for (int64_t i = 0; i < g.t; ++i) {
         double* p = r.probs.data() + ((n * g.heads + h) * g.t + i) * g.t;
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t first = segment_start(segments, n, g.t, i);
+        for (int64_t j = first; j <= i; ++j) {
           double s = 0.0;
           for (int64_t d = 0; d < hd; ++d)
             s += qkv[qkv_at(g, n, i, 0, h, d)] * qkv[qkv_at(g, n, j, 1, h, d)];
@@ -503,11 +517,11 @@ AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
           mx = std::max(mx, p[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
-        for (int64_t j = 0; j <= i; ++j) p[j] /= sum;
+        for (int64_t j = first; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int64_t j = first; j <= i; ++j) p[j] /= sum;
         for (int64_t d = 0; d < hd; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             const size_t e = ((n * g.heads + h) * g.t + i) * g.t + j;
             const double pd = mask ? ((*mask)[e] ? p[j] / (1.0 - g.dropout) : 0.0) : p[j];
             acc += pd * qkv[qkv_at(g, n, j, 2, h, d)];
@@ -521,10 +535,10 @@ AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
 }
 
 Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
-                       const std::vector<uint8_t>* mask) {
+                       const std::vector<uint8_t>* mask, const std::vector<int32_t>* segments) {
   const int64_t hd = g.head_dim(), t = g.t;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const AttentionResult f = attention_forward(g, qkv, mask);
+  const AttentionResult f = attention_forward(g, qkv, mask, segments);
   Vec dqkv(qkv.size(), 0.0);
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t h = 0; h < g.heads; ++h) {
@@ -532,7 +546,8 @@ Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
       for (int64_t i = 0; i < t; ++i) {
         // dP'[j] = dy_i . v_j; dP = dropout'(dP'); dv_j += P'[i, j] dy_i.
         Vec dp(t, 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t first = segment_start(segments, n, t, i);
+        for (int64_t j = first; j <= i; ++j) {
           const size_t e = base + i * t + j;
           const double keep = mask ? ((*mask)[e] ? 1.0 / (1.0 - g.dropout) : 0.0) : 1.0;
           double s = 0.0;
@@ -545,8 +560,8 @@ Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
         }
         // dS[j] = P[j] (dP[j] - sum_k P[k] dP[k]) scale; dq_i += dS k_j; dk_j += dS q_i.
         double dot = 0.0;
-        for (int64_t j = 0; j <= i; ++j) dot += f.probs[base + i * t + j] * dp[j];
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) dot += f.probs[base + i * t + j] * dp[j];
+        for (int64_t j = first; j <= i; ++j) {
           const double ds = f.probs[base + i * t + j] * (dp[j] - dot) * scale;
           for (int64_t d = 0; d < hd; ++d) {
             dqkv[qkv_at(g, n, i, 0, h, d)] += ds * qkv[qkv_at(g, n, j, 1, h, d)];

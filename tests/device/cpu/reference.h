@@ -56,14 +56,17 @@ SoftmaxCeResult softmax_ce(int64_t n, int64_t k, const Vec& logits,
                            const std::vector<int32_t>& labels);
 
 // ---- transformers ----
-// y (N, T, C) = wte[tokens] + wpe[t].
+// y (N, T, C) = wte[tokens] + wpe[p], p = t, or t - segments[n, t] with `segments` (Note
+// [Segments of a packed row] in device/kernels.h).
 Vec embedding_forward(int64_t n, int64_t t, int64_t c, const std::vector<int32_t>& tokens,
-                      const Vec& wte, const Vec& wpe);
+                      const Vec& wte, const Vec& wpe,
+                      const std::vector<int32_t>* segments = nullptr);
 struct EmbeddingGrads {
   Vec dwte, dwpe;  // (vocab, C), (context, C)
 };
 EmbeddingGrads embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
-                                  const std::vector<int32_t>& tokens, const Vec& dy);
+                                  const std::vector<int32_t>& tokens, const Vec& dy,
+                                  const std::vector<int32_t>* segments = nullptr);
 
 struct LayerNormResult {
   Vec y, mean, rstd;
@@ -80,15 +83,18 @@ Vec gelu_forward(const Vec& x);
 Vec gelu_backward(const Vec& x, const Vec& dy);
 
 // Causal attention on qkv (N, T, 3C): y (N, T, C) and probs P (N, H, T, T). With `mask`
-// (N, H, T, T), P' = mask ? P / (1 - dropout) : 0 feeds y.
+// (N, H, T, T), P' = mask ? P / (1 - dropout) : 0 feeds y. With `segments` (N, T), query i of row
+// n sees keys [segments[n, i], i] only.
 struct AttentionResult {
   Vec y, probs;
 };
 AttentionResult attention_forward(const AttentionGeom& g, const Vec& qkv,
-                                  const std::vector<uint8_t>* mask);
+                                  const std::vector<uint8_t>* mask,
+                                  const std::vector<int32_t>* segments = nullptr);
 // dqkv (N, T, 3C).
 Vec attention_backward(const AttentionGeom& g, const Vec& qkv, const Vec& dy,
-                       const std::vector<uint8_t>* mask);
+                       const std::vector<uint8_t>* mask,
+                       const std::vector<int32_t>* segments = nullptr);
 
 // ---- optimizers (one step, in place), written as torch.optim's code reads ----
 // `first_step`: torch sets buf = d on the first step instead of momentum * buf + d.

@@ -25,6 +25,26 @@ std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint32_t seed) {
   return v;
 }
 
+// Segment starts of rows cut into documents of random lengths (Note [Segments of a packed row] in
+// device/kernels.h): each row's documents are 1 to `longest` positions long.
+std::vector<int32_t> random_segments(int64_t n, int64_t t, int64_t longest, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> length(1, longest);
+  std::vector<int32_t> s(static_cast<size_t>(n * t));
+  for (int64_t b = 0; b < n; ++b) {
+    int64_t start = 0, left = 0;
+    for (int64_t i = 0; i < t; ++i) {
+      if (left == 0) {
+        start = i;
+        left = length(rng);
+      }
+      s[static_cast<size_t>(b * t + i)] = static_cast<int32_t>(start);
+      --left;
+    }
+  }
+  return s;
+}
+
 // ---- embedding ----
 
 TEST(EmbeddingKernel, ForwardMatchesReference) {
@@ -44,11 +64,56 @@ struct EmbeddingBackwardCase {
 
 std::pair<std::vector<float>, std::vector<float>> embedding_backward(
     test::KernelRunner& k, const EmbeddingBackwardCase& s, const std::vector<int32_t>& tokens,
-    const std::vector<float>& dy, std::vector<float> dwte, bool accumulate) {
+    const std::vector<float>& dy, std::vector<float> dwte, bool accumulate,
+    const std::vector<int32_t>* segments = nullptr) {
   std::vector<float> dwpe(s.context * s.c, NAN);
   k.run(EmbeddingBackward{s.n, s.t, s.c, s.vocab, s.context, tokens.data(), dy.data(), dwte.data(),
-                          dwpe.data(), accumulate});
+                          dwpe.data(), accumulate, segments ? segments->data() : nullptr});
   return {dwte, dwpe};
+}
+
+// Packed documents: each position's table row is its place in its document.
+TEST(EmbeddingKernel, SegmentsRestartThePositions) {
+  test::KernelRunner k;
+  const EmbeddingBackwardCase s{3, 40, 19, 23, 48};
+  const auto tokens = random_tokens(s.n * s.t, static_cast<int32_t>(s.vocab), 100);
+  const auto segments = random_segments(s.n, s.t, 9, 101);
+  const auto wte = random_floats(s.vocab * s.c, 102), wpe = random_floats(s.context * s.c, 103);
+  std::vector<float> y(s.n * s.t * s.c, NAN);
+  k.run(EmbeddingForward{s.n, s.t, s.c, s.vocab, tokens.data(), wte.data(), wpe.data(), y.data(),
+                         segments.data()});
+  EXPECT_TRUE(all_close(
+      y, ref::embedding_forward(s.n, s.t, s.c, tokens, to_f64(wte), to_f64(wpe), &segments), 1e-6,
+      1e-6));
+  const auto dy = random_floats(s.n * s.t * s.c, 104);
+  const auto [dwte, dwpe] =
+      embedding_backward(k, s, tokens, dy, std::vector<float>(s.vocab * s.c), false, &segments);
+  const auto ref =
+      ref::embedding_backward(s.n, s.t, s.c, s.vocab, s.context, tokens, to_f64(dy), &segments);
+  EXPECT_TRUE(all_close(dwte, ref.dwte, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dwpe, ref.dwpe, 1e-5, 1e-5));
+  // dwpe adds each position's rows onto 0 in (n, t) order, as dwte does (the CUDA kernel's too).
+  std::vector<float> expected(s.context * s.c, 0.0f);
+  for (int64_t r = 0; r < s.n * s.t; ++r) {
+    const int64_t p = r % s.t - segments[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < s.c; ++j) expected[p * s.c + j] += dy[r * s.c + j];
+  }
+  EXPECT_TRUE(test::bitwise_equal(dwpe, expected));
+  // Segment starts of 0 everywhere are the plain embedding, bit for bit.
+  const std::vector<int32_t> zeros(s.n * s.t, 0);
+  const auto plain = embedding_backward(k, s, tokens, dy, std::vector<float>(s.vocab * s.c), false);
+  const auto zero =
+      embedding_backward(k, s, tokens, dy, std::vector<float>(s.vocab * s.c), false, &zeros);
+  EXPECT_TRUE(test::bitwise_equal(plain.second, zero.second));
+  // A start after its position, or before the row, is refused before any row is indexed.
+  std::vector<int32_t> bad = segments;
+  bad[5] = 6;
+  EXPECT_THROW(k.run(EmbeddingForward{s.n, s.t, s.c, s.vocab, tokens.data(), wte.data(), wpe.data(),
+                                      y.data(), bad.data()}),
+               DataError);
+  bad[5] = -1;
+  EXPECT_THROW(embedding_backward(k, s, tokens, dy, std::vector<float>(s.vocab * s.c), false, &bad),
+               DataError);
 }
 
 TEST(EmbeddingKernel, BackwardMatchesReferenceAndIsRepeatable) {
@@ -202,7 +267,8 @@ struct AttentionRun {
 
 AttentionRun run_attention(test::KernelRunner& k, const AttentionGeom& g, bool training,
                            uint64_t seed, const std::vector<float>& qkv,
-                           const std::vector<float>& dy) {
+                           const std::vector<float>& dy,
+                           const std::vector<int32_t>* segments = nullptr) {
   AttentionRun r;
   const int64_t scores = g.n * g.heads * g.t * g.t;
   r.y.assign(g.n * g.t * g.c, NAN);
@@ -212,11 +278,13 @@ AttentionRun run_attention(test::KernelRunner& k, const AttentionGeom& g, bool t
   AttentionForward f;
   f.g = g, f.training = training, f.seed = seed;
   f.qkv = qkv.data(), f.y = r.y.data(), f.probs = r.probs.data(), f.mask = r.mask.data();
+  f.segments = segments ? segments->data() : nullptr;
   k.run(f);
   if (training) {
     AttentionBackward b;
     b.g = g, b.qkv = qkv.data(), b.probs = r.probs.data(), b.mask = r.mask.data();
     b.dy = dy.data(), b.dqkv = r.dqkv.data();
+    b.segments = f.segments;
     k.run(b);
   }
   return r;
@@ -257,6 +325,76 @@ TEST(AttentionKernel, MatchesReference) {
                            dropped.data(), mask.data()});
       EXPECT_EQ(mask, r.mask);
     }
+  }
+}
+
+// Packed documents: a block-diagonal causal mask (Note [Segments of a packed row]), on the same
+// shapes as above (causal blocks, chunks of the batch, dropout).
+TEST(AttentionKernel, SegmentsMatchReference) {
+  const AttentionGeom shapes[] = {{2, 7, 2, 8, 0.0f},    {1, 17, 3, 12, 0.1f},
+                                  {3, 20, 4, 32, 0.5f},  {2, 130, 2, 8, 0.2f},
+                                  {1, 200, 1, 16, 0.0f}, {3, 600, 2, 4, 0.0f}};
+  uint32_t seed = 160;
+  for (const AttentionGeom& g : shapes) {
+    SCOPED_TRACE(
+        fmt::format("N={} T={} heads={} C={} dropout={}", g.n, g.t, g.heads, g.c, g.dropout));
+    test::KernelRunner k;
+    const auto qkv = random_floats(g.n * g.t * 3 * g.c, seed++, -2.0f, 2.0f);
+    const auto dy = random_floats(g.n * g.t * g.c, seed++);
+    const auto segments = random_segments(g.n, g.t, std::max<int64_t>(1, g.t / 3), seed++);
+    const AttentionRun r = run_attention(k, g, true, 1234, qkv, dy, &segments);
+    const bool drop = g.dropout > 0.0f;
+    const auto ref = ref::attention_forward(g, to_f64(qkv), drop ? &r.mask : nullptr, &segments);
+    EXPECT_TRUE(all_close(r.probs, ref.probs, kRel, 1e-6));
+    EXPECT_TRUE(all_close(r.y, ref.y, kRel, kAbs));
+    EXPECT_TRUE(all_close(
+        r.dqkv,
+        ref::attention_backward(g, to_f64(qkv), to_f64(dy), drop ? &r.mask : nullptr, &segments),
+        kRel, kAbs));
+    // Keys outside the query's document get exactly 0.
+    for (int64_t row = 0; row < g.n * g.heads * g.t; ++row) {
+      const int64_t i = row % g.t, n = row / (g.heads * g.t);
+      const int64_t first = segments[static_cast<size_t>(n * g.t + i)];
+      for (int64_t j = 0; j < g.t; ++j) {
+        if (j < first || j > i) ASSERT_EQ(r.probs[row * g.t + j], 0.0f) << row << " " << j;
+      }
+    }
+  }
+}
+
+// A packed row computes each of its documents as if it were alone in a row of its own length.
+TEST(AttentionKernel, PackedDocumentsEqualEachDocumentAlone) {
+  const int64_t heads = 2, c = 16;
+  const std::vector<int64_t> lengths = {5, 70, 1, 33, 19};  // and 8 positions of padding
+  const int64_t t = 136;
+  const AttentionGeom g{1, t, heads, c, 0.0f};
+  const auto qkv = random_floats(t * 3 * c, 170, -2.0f, 2.0f);
+  const auto dy = random_floats(t * c, 171);
+  std::vector<int32_t> segments;
+  for (int64_t len : lengths) segments.insert(segments.end(), len, segments.size());
+  segments.resize(t, static_cast<int32_t>(segments.size()));  // the padding's own segment
+  test::KernelRunner k;
+  const AttentionRun packed = run_attention(k, g, true, 0, qkv, dy, &segments);
+  int64_t at = 0;
+  for (int64_t len : lengths) {
+    SCOPED_TRACE(fmt::format("document of {} at {}", len, at));
+    const std::vector<float> doc_qkv(qkv.begin() + at * 3 * c, qkv.begin() + (at + len) * 3 * c);
+    const std::vector<float> doc_dy(dy.begin() + at * c, dy.begin() + (at + len) * c);
+    const AttentionRun alone = run_attention(k, {1, len, heads, c, 0.0f}, true, 0, doc_qkv, doc_dy);
+    const std::vector<float> y(packed.y.begin() + at * c, packed.y.begin() + (at + len) * c);
+    const std::vector<float> dqkv(packed.dqkv.begin() + at * 3 * c,
+                                  packed.dqkv.begin() + (at + len) * 3 * c);
+    EXPECT_TRUE(all_close(y, to_f64(alone.y), 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(dqkv, to_f64(alone.dqkv), 1e-5, 1e-6));
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < len; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+          ASSERT_NEAR(packed.probs[(h * t + at + i) * t + at + j],
+                      alone.probs[(h * len + i) * len + j], 1e-6);
+        }
+      }
+    }
+    at += len;
   }
 }
 

@@ -473,6 +473,45 @@ TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyRandomShapes) {
   }
 }
 
+// Padding rows (label -1) add exactly nothing; the total is divided by the given divisor
+// (Note [The mean over real tokens] in trainer/data/documents.h). The same as the CPU backend.
+TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyPaddingRowsAndDivisor) {
+  std::mt19937 rng(42);
+  const int64_t n = 300, k = 17;
+  const std::vector<float> logits = random_floats(n * k, rng, -6.0f, 6.0f);
+  std::vector<int32_t> labels(n);
+  int64_t labelled = 0;
+  for (auto& l : labels) {
+    l = pick(rng, 0, 3) == 0 ? -1 : static_cast<int32_t>(pick(rng, 0, k - 1));
+    labelled += l >= 0 ? 1 : 0;
+  }
+  for (const float divisor : {0.0f, static_cast<float>(labelled), 123.5f}) {
+    SCOPED_TRACE(fmt::format("divisor {}", divisor));
+    std::vector<float> loss = poisoned(1), probs = poisoned(n * k), dlogits = poisoned(n * k);
+    int32_t correct = -1;
+    cpu(SoftmaxCrossEntropyForward{n, k, logits.data(), labels.data(), loss.data(), probs.data(),
+                                   &correct, divisor});
+    cpu(SoftmaxCrossEntropyBackward{n, k, 1.0f, probs.data(), labels.data(), dlogits.data(),
+                                    divisor});
+    const int32_t* glabels = mem_.upload(labels);
+    float* gloss = mem_.alloc<float>(1);
+    float* gprobs = mem_.alloc<float>(n * k);
+    float* gd = mem_.alloc<float>(n * k);
+    int32_t* gcorrect = mem_.alloc<int32_t>(1);
+    gpu(SoftmaxCrossEntropyForward{n, k, mem_.upload(logits), glabels, gloss, gprobs, gcorrect,
+                                   divisor});
+    gpu(SoftmaxCrossEntropyBackward{n, k, 1.0f, gprobs, glabels, gd, divisor});
+    EXPECT_TRUE(close(mem_.download(gloss, 1), loss));
+    if (kSameMathAsCpu) EXPECT_TRUE(bitwise(mem_.download(gloss, 1), loss));
+    EXPECT_EQ(mem_.download(gcorrect, 1)[0], correct);
+    const std::vector<float> d = mem_.download(gd, n * k);
+    EXPECT_TRUE(close(d, dlogits));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; labels[i] < 0 && j < k; ++j) ASSERT_EQ(d[i * k + j], 0.0f) << i;
+    }
+  }
+}
+
 TEST_F(FERRY_PARITY_SUITE, SoftmaxCrossEntropyBadLabelReadsNaN) {
   const std::vector<float> logits = {1.0f, 2.0f, 3.0f, 0.5f, 0.5f, 0.5f};
   const std::vector<int32_t> labels = {2, 3};  // 3 is outside [0, 3)

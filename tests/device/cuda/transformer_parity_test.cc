@@ -75,8 +75,10 @@ const EmbeddingCase kEmbeddingCases[] = {{1, 1, 1, 1, 1},
                                          {4, 64, 48, 300, 64},
                                          {2, 9, 300, 40, 16}};
 
-// The contract's float order: y = wte[token] + wpe[t]; dwte rows accumulated in increasing
-// (n, t) (onto dwte when accumulating), dwpe over n in increasing order.
+// The contract's float order: y = wte[token] + wpe[p], p the position (t, or t - segments[n, t]
+// for packed documents); dwte rows accumulated in increasing (n, t) (onto dwte when
+// accumulating), dwpe rows onto 0 in increasing (n, t) (without segments: over n in increasing
+// order, the same additions).
 struct EmbeddingResult {
   std::vector<float> y, dwte, dwpe;
 };
@@ -84,12 +86,16 @@ struct EmbeddingResult {
 EmbeddingResult embedding_reference(const EmbeddingCase& e, const std::vector<int32_t>& tokens,
                                     const std::vector<float>& wte, const std::vector<float>& wpe,
                                     const std::vector<float>& dy,
-                                    const std::vector<float>& dwte_before, bool accumulate) {
+                                    const std::vector<float>& dwte_before, bool accumulate,
+                                    const std::vector<int32_t>& segments) {
+  const auto position = [&](int64_t row) {
+    return row % e.t - (segments.empty() ? 0 : segments[row]);
+  };
   EmbeddingResult r;
   r.y.resize(e.n * e.t * e.c);
   for (int64_t row = 0; row < e.n * e.t; ++row) {
     for (int64_t j = 0; j < e.c; ++j) {
-      r.y[row * e.c + j] = wte[tokens[row] * e.c + j] + wpe[(row % e.t) * e.c + j];
+      r.y[row * e.c + j] = wte[tokens[row] * e.c + j] + wpe[position(row) * e.c + j];
     }
   }
   r.dwte = accumulate ? dwte_before : std::vector<float>(e.vocab * e.c, 0.0f);
@@ -97,18 +103,17 @@ EmbeddingResult embedding_reference(const EmbeddingCase& e, const std::vector<in
     for (int64_t j = 0; j < e.c; ++j) r.dwte[tokens[row] * e.c + j] += dy[row * e.c + j];
   }
   r.dwpe.assign(e.context * e.c, 0.0f);
-  for (int64_t b = 0; b < e.n; ++b) {
-    for (int64_t p = 0; p < e.t; ++p) {
-      for (int64_t j = 0; j < e.c; ++j) r.dwpe[p * e.c + j] += dy[(b * e.t + p) * e.c + j];
-    }
+  for (int64_t row = 0; row < e.n * e.t; ++row) {
+    for (int64_t j = 0; j < e.c; ++j) r.dwpe[position(row) * e.c + j] += dy[row * e.c + j];
   }
   return r;
 }
 
 struct EmbeddingData {
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens, segments;
   std::vector<float> wte, wpe, dy, dwte_before;
-  EmbeddingData(const EmbeddingCase& e, std::mt19937& rng) {
+  // `segmented`: rows of packed documents of 1 to 6 positions (Note [Segments of a packed row]).
+  EmbeddingData(const EmbeddingCase& e, std::mt19937& rng, bool segmented) {
     // Fewer distinct tokens than positions, so rows repeat and the accumulation order shows,
     // spread over several owner blocks.
     tokens = random_tokens(e.n * e.t, std::min<int64_t>(e.vocab, 4 + e.t), rng);
@@ -116,18 +121,30 @@ struct EmbeddingData {
     wpe = random_floats(e.context * e.c, rng);
     dy = random_floats(e.n * e.t * e.c, rng, -100.0f, 100.0f);
     dwte_before = random_floats(e.vocab * e.c, rng, -1000.0f, 1000.0f);
+    if (!segmented) return;
+    for (int64_t b = 0; b < e.n; ++b) {
+      int64_t start = 0, left = 0;
+      for (int64_t i = 0; i < e.t; ++i) {
+        if (left == 0) start = i, left = pick(rng, 1, 6);
+        segments.push_back(static_cast<int32_t>(start));
+        --left;
+      }
+    }
   }
+  const int32_t* segments_or_null() const { return segments.empty() ? nullptr : segments.data(); }
 };
 
 EmbeddingResult embedding_on_target(FERRY_PARITY_SUITE& t, GpuArena& mem, const EmbeddingCase& e,
                                     const EmbeddingData& d, bool accumulate) {
   const int32_t* tokens = mem.upload(d.tokens);
+  const int32_t* segments = d.segments.empty() ? nullptr : mem.upload(d.segments);
   float* y = mem.alloc<float>(e.n * e.t * e.c);
   float* dwte = accumulate ? mem.upload(d.dwte_before) : mem.alloc<float>(e.vocab * e.c);
   float* dwpe = mem.alloc<float>(e.context * e.c);
-  t.gpu(EmbeddingForward{e.n, e.t, e.c, e.vocab, tokens, mem.upload(d.wte), mem.upload(d.wpe), y});
+  t.gpu(EmbeddingForward{e.n, e.t, e.c, e.vocab, tokens, mem.upload(d.wte), mem.upload(d.wpe), y,
+                         segments});
   t.gpu(EmbeddingBackward{e.n, e.t, e.c, e.vocab, e.context, tokens, mem.upload(d.dy), dwte, dwpe,
-                          accumulate});
+                          accumulate, segments});
   return {mem.download(y, e.n * e.t * e.c), mem.download(dwte, e.vocab * e.c),
           mem.download(dwpe, e.context * e.c)};
 }
@@ -136,15 +153,18 @@ TEST_F(FERRY_PARITY_SUITE, EmbeddingIsTheContractsFloatOrder) {
   std::mt19937 rng(61);
   for (const EmbeddingCase& e : kEmbeddingCases) {
     for (const bool accumulate : {false, true}) {
-      SCOPED_TRACE(fmt::format("N{} T{} C{} vocab{} context{}{}", e.n, e.t, e.c, e.vocab, e.context,
-                               accumulate ? " accumulate" : ""));
-      const EmbeddingData d(e, rng);
-      const EmbeddingResult want =
-          embedding_reference(e, d.tokens, d.wte, d.wpe, d.dy, d.dwte_before, accumulate);
-      const EmbeddingResult got = embedding_on_target(*this, mem_, e, d, accumulate);
-      EXPECT_TRUE(bitwise(got.y, want.y));
-      EXPECT_TRUE(bitwise(got.dwte, want.dwte));
-      EXPECT_TRUE(bitwise(got.dwpe, want.dwpe));
+      for (const bool segmented : {false, true}) {
+        SCOPED_TRACE(fmt::format("N{} T{} C{} vocab{} context{}{}{}", e.n, e.t, e.c, e.vocab,
+                                 e.context, accumulate ? " accumulate" : "",
+                                 segmented ? " segments" : ""));
+        const EmbeddingData d(e, rng, segmented);
+        const EmbeddingResult want = embedding_reference(e, d.tokens, d.wte, d.wpe, d.dy,
+                                                         d.dwte_before, accumulate, d.segments);
+        const EmbeddingResult got = embedding_on_target(*this, mem_, e, d, accumulate);
+        EXPECT_TRUE(bitwise(got.y, want.y));
+        EXPECT_TRUE(bitwise(got.dwte, want.dwte));
+        EXPECT_TRUE(bitwise(got.dwpe, want.dwpe));
+      }
     }
   }
 }
@@ -153,20 +173,23 @@ TEST_F(FERRY_PARITY_SUITE, EmbeddingMatchesTheCpuBackend) {
   std::mt19937 rng(62);
   for (const EmbeddingCase& e : kEmbeddingCases) {
     for (const bool accumulate : {false, true}) {
-      SCOPED_TRACE(fmt::format("N{} T{} C{}{}", e.n, e.t, e.c, accumulate ? " accumulate" : ""));
-      const EmbeddingData d(e, rng);
-      EmbeddingResult cpu_r{poisoned(e.n * e.t * e.c), d.dwte_before, poisoned(e.context * e.c)};
-      if (!accumulate) cpu_r.dwte = poisoned(e.vocab * e.c);
-      FERRY_CPU_OR_SKIP((EmbeddingForward{e.n, e.t, e.c, e.vocab, d.tokens.data(), d.wte.data(),
-                                          d.wpe.data(), cpu_r.y.data()}));
-      FERRY_CPU_OR_SKIP(
-          (EmbeddingBackward{e.n, e.t, e.c, e.vocab, e.context, d.tokens.data(), d.dy.data(),
-                             cpu_r.dwte.data(), cpu_r.dwpe.data(), accumulate}));
-      const EmbeddingResult got = embedding_on_target(*this, mem_, e, d, accumulate);
-      // No atomics on either side: the same additions in the same order.
-      EXPECT_TRUE(bitwise(got.y, cpu_r.y));
-      EXPECT_TRUE(bitwise(got.dwte, cpu_r.dwte));
-      EXPECT_TRUE(bitwise(got.dwpe, cpu_r.dwpe));
+      for (const bool segmented : {false, true}) {
+        SCOPED_TRACE(fmt::format("N{} T{} C{}{}{}", e.n, e.t, e.c, accumulate ? " accumulate" : "",
+                                 segmented ? " segments" : ""));
+        const EmbeddingData d(e, rng, segmented);
+        EmbeddingResult cpu_r{poisoned(e.n * e.t * e.c), d.dwte_before, poisoned(e.context * e.c)};
+        if (!accumulate) cpu_r.dwte = poisoned(e.vocab * e.c);
+        FERRY_CPU_OR_SKIP((EmbeddingForward{e.n, e.t, e.c, e.vocab, d.tokens.data(), d.wte.data(),
+                                            d.wpe.data(), cpu_r.y.data(), d.segments_or_null()}));
+        FERRY_CPU_OR_SKIP((EmbeddingBackward{e.n, e.t, e.c, e.vocab, e.context, d.tokens.data(),
+                                             d.dy.data(), cpu_r.dwte.data(), cpu_r.dwpe.data(),
+                                             accumulate, d.segments_or_null()}));
+        const EmbeddingResult got = embedding_on_target(*this, mem_, e, d, accumulate);
+        // No atomics on either side: the same additions in the same order.
+        EXPECT_TRUE(bitwise(got.y, cpu_r.y));
+        EXPECT_TRUE(bitwise(got.dwte, cpu_r.dwte));
+        EXPECT_TRUE(bitwise(got.dwpe, cpu_r.dwpe));
+      }
     }
   }
 }
@@ -452,10 +475,11 @@ struct AttentionResult {
   std::vector<uint8_t> mask;
 };
 
-// The core in float64: causal softmax of q k^T / sqrt(D), the dropout of DropoutForward at
-// offset 0 when `drop`, and the gradients.
+// The core in float64: causal softmax of q k^T / sqrt(D) (keys from the query's segment start
+// with `segments`), the dropout of DropoutForward at offset 0 when `drop`, and the gradients.
 AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t seed,
-                                    const std::vector<float>& qkv, const std::vector<float>& dy) {
+                                    const std::vector<float>& qkv, const std::vector<float>& dy,
+                                    const std::vector<int32_t>& segments = {}) {
   const int64_t t = g.t, c = g.c, d = g.head_dim(), w = 3 * c;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const double keep = 1.0 - static_cast<double>(g.dropout);
@@ -471,10 +495,14 @@ AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t 
         return (n * t + row) * w + block * c + h * d + k;
       };
       const int64_t base = (n * g.heads + h) * t * t;
+      const auto first = [&](int64_t i) {
+        return segments.empty() ? int64_t{0} : int64_t{segments[n * t + i]};
+      };
+      const auto seen = [&](int64_t i, int64_t j) { return first(i) <= j && j <= i; };
       for (int64_t i = 0; i < t; ++i) {
         double top = -INFINITY;
         std::vector<double> s(i + 1);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           double dot = 0.0;
           for (int64_t k = 0; k < d; ++k)
             dot += static_cast<double>(qkv[at(i, 0, k)]) * qkv[at(j, 1, k)];
@@ -482,9 +510,9 @@ AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t 
           top = std::max(top, s[j]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - top);
+        for (int64_t j = first(i); j <= i; ++j) sum += std::exp(s[j] - top);
         for (int64_t j = 0; j < t; ++j) {
-          p[i * t + j] = j <= i ? std::exp(s[j] - top) / sum : 0.0;
+          p[i * t + j] = seen(i, j) ? std::exp(s[j] - top) / sum : 0.0;
           r.probs[base + i * t + j] = static_cast<float>(p[i * t + j]);
           pd[i * t + j] = p[i * t + j];
           if (drop) {
@@ -521,9 +549,9 @@ AttentionResult attention_reference(const AttentionGeom& g, bool drop, uint64_t 
       }
       for (int64_t i = 0; i < t; ++i) {
         double dot = 0.0;
-        for (int64_t j = 0; j <= i; ++j) dot += dp[i * t + j] * p[i * t + j];
+        for (int64_t j = first(i); j <= i; ++j) dot += dp[i * t + j] * p[i * t + j];
         for (int64_t j = 0; j < t; ++j) {
-          dp[i * t + j] = j <= i ? p[i * t + j] * (dp[i * t + j] - dot) : 0.0;  // dS
+          dp[i * t + j] = seen(i, j) ? p[i * t + j] * (dp[i * t + j] - dot) : 0.0;  // dS
         }
       }
       for (int64_t i = 0; i < t; ++i) {
@@ -548,57 +576,70 @@ TEST_F(FERRY_PARITY_SUITE, AttentionSoftmaxKernelsMatchFloat64) {
   if (!kEmulated) GTEST_SKIP() << "the GPU checks these inside AttentionMatchesFloat64";
   std::mt19937 rng(101);
   for (const float p : {0.0f, 0.25f}) {
-    for (const int64_t t : {int64_t{1}, int64_t{5}, int64_t{70}}) {
-      SCOPED_TRACE(fmt::format("T{} p{}", t, p));
-      const int64_t rows = 3 * t, count = rows * t;  // three (n, head) planes
-      const uint64_t seed = 77;
-      const std::vector<float> scores = random_floats(count, rng, -4.0f, 4.0f);
-      const std::vector<float> dprobs = random_floats(count, rng);
-      float* probs = mem_.upload(scores);
-      float* dropped = mem_.alloc<float>(count);
-      uint8_t* mask = mem_.alloc<uint8_t>(count);
-      cuda::launch_attention_softmax(rows, t, p, seed, probs, dropped, mask, nullptr);
-      float* rebuilt = mem_.alloc<float>(count);
-      if (p > 0.0f) cuda::launch_attention_dropout_apply(count, p, probs, mask, rebuilt, nullptr);
-      float* ds = mem_.upload(dprobs);
-      cuda::launch_attention_softmax_backward(rows, t, p, probs, p > 0.0f ? mask : nullptr, ds,
-                                              nullptr);
-      std::vector<float> want_p(count), want_ds(count);
-      std::vector<uint8_t> want_mask(count);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r % t;
-        double top = -INFINITY, sum = 0.0, dot = 0.0;
-        for (int64_t j = 0; j <= i; ++j) top = std::max(top, double{scores[r * t + j]});
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(scores[r * t + j] - top);
-        std::vector<double> dp(t);
-        for (int64_t j = 0; j < t; ++j) {
-          const int64_t q = r * t + j;
-          const double pj = j <= i ? std::exp(scores[q] - top) / sum : 0.0;
-          want_p[q] = static_cast<float>(pj);
-          want_mask[q] = kept(seed, q, p) ? 1 : 0;
-          dp[j] = p == 0.0f ? dprobs[q] : want_mask[q] ? dprobs[q] / (1.0f - p) : 0.0f;
-          if (j <= i) dot += dp[j] * pj;
+    for (const int64_t t : {int64_t{1}, int64_t{5}, int64_t{70}, int64_t{150}}) {
+      for (const bool segmented : {false, true}) {
+        SCOPED_TRACE(fmt::format("T{} p{}{}", t, p, segmented ? " segments" : ""));
+        const int64_t heads = 3, rows = heads * t, count = rows * t;  // (1, heads, T, T)
+        const uint64_t seed = 77;
+        const std::vector<float> scores = random_floats(count, rng, -4.0f, 4.0f);
+        const std::vector<float> dprobs = random_floats(count, rng);
+        // Packed documents of 1 to 80 positions (Note [Segments of a packed row]).
+        std::vector<int32_t> segments(t, 0);
+        for (int64_t i = 0, start = 0, left = 0; segmented && i < t; ++i, --left) {
+          if (left == 0) start = i, left = pick(rng, 1, 80);
+          segments[i] = static_cast<int32_t>(start);
         }
-        for (int64_t j = 0; j < t; ++j) {
-          want_ds[r * t + j] =
-              j <= i ? static_cast<float>(want_p[r * t + j] * (dp[j] - dot)) : 0.0f;
+        const int32_t* gsegments = segmented ? mem_.upload(segments) : nullptr;
+        float* probs = mem_.upload(scores);
+        float* dropped = mem_.alloc<float>(count);
+        uint8_t* mask = mem_.alloc<uint8_t>(count);
+        cuda::launch_attention_softmax(rows, t, heads, gsegments, p, seed, probs, dropped, mask,
+                                       nullptr);
+        float* rebuilt = mem_.alloc<float>(count);
+        if (p > 0.0f) cuda::launch_attention_dropout_apply(count, p, probs, mask, rebuilt, nullptr);
+        float* ds = mem_.upload(dprobs);
+        cuda::launch_attention_softmax_backward(rows, t, heads, gsegments, p, probs,
+                                                p > 0.0f ? mask : nullptr, ds, nullptr);
+        std::vector<float> want_p(count), want_ds(count);
+        std::vector<uint8_t> want_mask(count);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = r % t, b = segments[i];
+          double top = -INFINITY, sum = 0.0, dot = 0.0;
+          for (int64_t j = b; j <= i; ++j) top = std::max(top, double{scores[r * t + j]});
+          for (int64_t j = b; j <= i; ++j) sum += std::exp(scores[r * t + j] - top);
+          std::vector<double> dp(t);
+          for (int64_t j = 0; j < t; ++j) {
+            const int64_t q = r * t + j;
+            const double pj = b <= j && j <= i ? std::exp(scores[q] - top) / sum : 0.0;
+            want_p[q] = static_cast<float>(pj);
+            want_mask[q] = kept(seed, q, p) ? 1 : 0;
+            dp[j] = p == 0.0f ? dprobs[q] : want_mask[q] ? dprobs[q] / (1.0f - p) : 0.0f;
+            if (b <= j && j <= i) dot += dp[j] * pj;
+          }
+          for (int64_t j = 0; j < t; ++j) {
+            want_ds[r * t + j] =
+                b <= j && j <= i ? static_cast<float>(want_p[r * t + j] * (dp[j] - dot)) : 0.0f;
+          }
         }
-      }
-      const std::vector<float> got_p = mem_.download(probs, count);
-      EXPECT_TRUE(close(got_p, want_p, 1e-5, 1e-7));
-      for (int64_t r = 0; r < rows; ++r) {  // the causal mask: exactly 0
-        for (int64_t j = r % t + 1; j < t; ++j) ASSERT_EQ(got_p[r * t + j], 0.0f);
-      }
-      EXPECT_TRUE(close(mem_.download(ds, count), want_ds, 1e-5, 1e-6));
-      if (p > 0.0f) {
-        EXPECT_TRUE(bitwise(mem_.download(mask, count), want_mask));
-        // P' is DropoutForward of the probabilities, and the backward rebuilds the same bits.
-        std::vector<float> from_probs(count);
-        for (int64_t q = 0; q < count; ++q) {
-          from_probs[q] = want_mask[q] ? got_p[q] / (1.0f - p) : 0.0f;
+        const std::vector<float> got_p = mem_.download(probs, count);
+        EXPECT_TRUE(close(got_p, want_p, 1e-5, 1e-7));
+        for (int64_t r = 0; r < rows; ++r) {  // the causal and segment mask: exactly 0
+          for (int64_t j = 0; j < t; ++j) {
+            if (j < segments[r % t] || j > r % t)
+              ASSERT_EQ(got_p[r * t + j], 0.0f) << r << " " << j;
+          }
         }
-        EXPECT_TRUE(bitwise(mem_.download(dropped, count), from_probs));
-        EXPECT_TRUE(bitwise(mem_.download(rebuilt, count), from_probs));
+        EXPECT_TRUE(close(mem_.download(ds, count), want_ds, 1e-5, 1e-6));
+        if (p > 0.0f) {
+          EXPECT_TRUE(bitwise(mem_.download(mask, count), want_mask));
+          // P' is DropoutForward of the probabilities, and the backward rebuilds the same bits.
+          std::vector<float> from_probs(count);
+          for (int64_t q = 0; q < count; ++q) {
+            from_probs[q] = want_mask[q] ? got_p[q] / (1.0f - p) : 0.0f;
+          }
+          EXPECT_TRUE(bitwise(mem_.download(dropped, count), from_probs));
+          EXPECT_TRUE(bitwise(mem_.download(rebuilt, count), from_probs));
+        }
       }
     }
   }
@@ -616,7 +657,8 @@ const AttentionCase kAttentionCases[] = {{{1, 1, 1, 1, 0.0f}, true},   {{2, 7, 3
 
 AttentionResult attention_on_target(FERRY_PARITY_SUITE& t, GpuArena& mem, const AttentionCase& a,
                                     uint64_t seed, const std::vector<float>& qkv,
-                                    const std::vector<float>& dy) {
+                                    const std::vector<float>& dy,
+                                    const std::vector<int32_t>& segments = {}) {
   const AttentionGeom& g = a.g;
   const bool drop = a.training && g.dropout > 0.0f;
   const size_t scores = g.n * g.heads * g.t * g.t;
@@ -625,11 +667,12 @@ AttentionResult attention_on_target(FERRY_PARITY_SUITE& t, GpuArena& mem, const 
   float* probs = mem.alloc<float>(scores);
   uint8_t* mask = drop ? mem.alloc<uint8_t>(scores) : nullptr;
   float* dqkv = mem.alloc<float>(qkv.size());
-  t.gpu(AttentionForward{g, a.training, seed, gqkv, y, probs, mask});
+  const int32_t* gsegments = segments.empty() ? nullptr : mem.upload(segments);
+  t.gpu(AttentionForward{g, a.training, seed, gqkv, y, probs, mask, {}, gsegments});
   AttentionResult r{mem.download(y, g.n * g.t * g.c), mem.download(probs, scores), {}, {}};
   if (drop) r.mask = mem.download(mask, scores);
   if (a.training) {
-    t.gpu(AttentionBackward{g, gqkv, probs, mask, mem.upload(dy), dqkv});
+    t.gpu(AttentionBackward{g, gqkv, probs, mask, mem.upload(dy), dqkv, {}, gsegments});
     r.dqkv = mem.download(dqkv, qkv.size());
   }
   return r;
@@ -691,6 +734,46 @@ TEST_F(FERRY_PARITY_SUITE, AttentionMatchesTheCpuBackend) {
     if (a.training) {
       EXPECT_TRUE(close(got.dqkv, cpu_r.dqkv, kRel, 1e-5));
     }
+  }
+}
+
+// Packed documents (Note [Segments of a packed row]): the block-diagonal causal mask against
+// float64 and the CPU backend.
+TEST_F(FERRY_PARITY_SUITE, AttentionWithSegmentsMatchesFloat64AndTheCpuBackend) {
+  if (kEmulated) GTEST_SKIP() << "the attention core's products run on cuBLAS: GPU only";
+  std::mt19937 rng(113);
+  for (const AttentionCase& a : kAttentionCases) {
+    const AttentionGeom& g = a.g;
+    SCOPED_TRACE(fmt::format("N{} T{} heads{} C{} p{}", g.n, g.t, g.heads, g.c, g.dropout));
+    const uint64_t seed = 0x5e9;
+    const std::vector<float> qkv = random_floats(g.n * g.t * 3 * g.c, rng);
+    const std::vector<float> dy = random_floats(g.n * g.t * g.c, rng);
+    std::vector<int32_t> segments;
+    for (int64_t b = 0; b < g.n; ++b) {
+      for (int64_t i = 0, start = 0, left = 0; i < g.t; ++i, --left) {
+        if (left == 0) start = i, left = pick(rng, 1, 20);
+        segments.push_back(static_cast<int32_t>(start));
+      }
+    }
+    const bool drop = a.training && g.dropout > 0.0f;
+    const AttentionResult want = attention_reference(g, drop, seed, qkv, dy, segments);
+    const AttentionResult got = attention_on_target(*this, mem_, a, seed, qkv, dy, segments);
+    EXPECT_TRUE(close(got.probs, want.probs, 1e-5, 1e-6));
+    EXPECT_TRUE(close(got.y, want.y, kRel, 1e-5));
+    if (a.training) EXPECT_TRUE(close(got.dqkv, want.dqkv, kRel, 1e-5));
+    const size_t scores = g.n * g.heads * g.t * g.t;
+    AttentionResult cpu_r{poisoned(g.n * g.t * g.c), poisoned(scores), poisoned(qkv.size()),
+                          std::vector<uint8_t>(drop ? scores : 0, 7)};
+    FERRY_CPU_OR_SKIP((AttentionForward{g,
+                                        a.training,
+                                        seed,
+                                        qkv.data(),
+                                        cpu_r.y.data(),
+                                        cpu_r.probs.data(),
+                                        drop ? cpu_r.mask.data() : nullptr,
+                                        {},
+                                        segments.data()}));
+    EXPECT_TRUE(close(got.y, cpu_r.y, kRel, 1e-5));
   }
 }
 

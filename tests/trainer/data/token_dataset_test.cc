@@ -22,30 +22,9 @@ namespace {
 using testing::error_of;
 using testing::TempDir;
 
-void put_le32(std::string& out, int32_t v) {
-  for (int shift = 0; shift < 32; shift += 8)
-    out.push_back(static_cast<char>((static_cast<uint32_t>(v) >> shift) & 0xff));
-}
-
-std::string u16_tokens(const std::vector<uint16_t>& tokens) {
-  std::string out;
-  for (uint16_t t : tokens) {
-    out.push_back(static_cast<char>(t & 0xff));
-    out.push_back(static_cast<char>(t >> 8));
-  }
-  return out;
-}
-
-// llm.c's layout: magic, version, count, then 253 zeros, then the tokens.
-std::string llmc_file(const std::vector<uint16_t>& tokens, int32_t count = -1,
-                      int32_t version = kLlmcTokensVersion, int32_t magic = kLlmcTokensMagic) {
-  std::string out;
-  put_le32(out, magic);
-  put_le32(out, version);
-  put_le32(out, count >= 0 ? count : static_cast<int32_t>(tokens.size()));
-  out.resize(kLlmcHeaderBytes, '\0');
-  return out + u16_tokens(tokens);
-}
+using testing::llmc_file;
+using testing::put_le32;
+using testing::u16_tokens;
 
 // Tokens 0, 1, ..., n - 1: a token's value is its position, so a row names its window.
 std::vector<uint16_t> counting(int n) {
@@ -345,7 +324,9 @@ TEST(TokenDataset, OpenDatasetBuildsTheTokenSource) {
             "unknown data source 'token' (did you mean 'tokens'?)");
 }
 
-// scripts/prepare_tokens.py in byte mode: train.bin then val.bin hold the inputs' bytes.
+// scripts/prepare_tokens.py in byte mode: train.bin then val.bin hold the inputs' bytes, each
+// file led by the separator 256 (data.documents' end-of-text token), or none with
+// --no-separator.
 TEST(PrepareTokens, ByteModeRoundTrip) {
   if (std::system("test -x /usr/bin/python3") != 0) GTEST_SKIP() << "needs /usr/bin/python3";
   TempDir dir;
@@ -353,27 +334,42 @@ TEST(PrepareTokens, ByteModeRoundTrip) {
   for (int i = 0; i < 300; ++i) text += "line " + std::to_string(i) + " \xc3\xa9t\xc3\xa9\n";
   dir.write("in/a.txt", text.substr(0, 1000));
   dir.write("in/b.txt", text.substr(1000));
-  const std::string out = dir.file("out");
-  const std::string command = "/usr/bin/python3 " + std::string(FERRY_SOURCE_DIR) +
-                              "/scripts/prepare_tokens.py --tokenizer bytes --out '" + out + "' '" +
-                              dir.file("in") + "/*.txt' > '" + dir.file("log") + "'";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  TokenFile train(out + "/train.bin"), val(out + "/val.bin");
-  EXPECT_EQ(train.format(), TokenFormat::kLlmc);
-  EXPECT_EQ(val.format(), TokenFormat::kLlmc);
-  const int64_t n = static_cast<int64_t>(text.size());
-  EXPECT_EQ(val.size(), (n + 5) / 10);  // round(10%)
-  ASSERT_EQ(train.size() + val.size(), n);
-  std::string back;
-  for (int64_t i = 0; i < train.size(); ++i) back.push_back(static_cast<char>(train.at(i)));
-  for (int64_t i = 0; i < val.size(); ++i) back.push_back(static_cast<char>(val.at(i)));
-  EXPECT_EQ(back, text);
-  std::vector<int32_t> all(static_cast<size_t>(train.size()));
-  train.read(0, train.size(), 256, all.data());  // every byte token is below 256
-  std::ifstream log(dir.file("log"));
-  std::string first;
-  std::getline(log, first);
-  EXPECT_EQ(first, "tokenizer bytes: set model.vocab=256 (or more)");
+  for (const bool separator : {true, false}) {
+    SCOPED_TRACE(separator ? "separator" : "--no-separator");
+    const std::string out = dir.file(separator ? "out" : "out_plain");
+    const std::string command = "/usr/bin/python3 " + std::string(FERRY_SOURCE_DIR) +
+                                "/scripts/prepare_tokens.py --tokenizer bytes " +
+                                (separator ? "" : "--no-separator ") + "--out '" + out + "' '" +
+                                dir.file("in") + "/*.txt' > '" + dir.file("log") + "'";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    TokenFile train(out + "/train.bin"), val(out + "/val.bin");
+    EXPECT_EQ(train.format(), TokenFormat::kLlmc);
+    EXPECT_EQ(val.format(), TokenFormat::kLlmc);
+    const int64_t n = static_cast<int64_t>(text.size()) + (separator ? 2 : 0);
+    EXPECT_EQ(val.size(), (n + 5) / 10);  // round(10%)
+    ASSERT_EQ(train.size() + val.size(), n);
+    std::vector<int64_t> separators;
+    std::string back;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t t = i < train.size() ? train.at(i) : val.at(i - train.size());
+      if (t == 256) {
+        separators.push_back(i);
+      } else {
+        back.push_back(static_cast<char>(t));
+      }
+    }
+    EXPECT_EQ(back, text);
+    EXPECT_EQ(separators, (separator ? std::vector<int64_t>{0, 1001} : std::vector<int64_t>{}));
+    const int64_t vocab = separator ? 257 : 256;
+    std::vector<int32_t> all(static_cast<size_t>(train.size()));
+    train.read(0, train.size(), vocab, all.data());  // every token is below the vocabulary
+    std::ifstream log(dir.file("log"));
+    std::string first;
+    std::getline(log, first);
+    EXPECT_EQ(first, separator ? "tokenizer bytes (separator 256 before each file): set "
+                                 "model.vocab=257 (or more)"
+                               : "tokenizer bytes: set model.vocab=256 (or more)");
+  }
 }
 
 }  // namespace

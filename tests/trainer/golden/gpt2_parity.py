@@ -8,6 +8,9 @@
    Hugging Face's per-step losses within 1e-4 relative.
 3. ferry's last checkpoint loads into GPT2LMHeadModel.load_state_dict(strict=False) with only
    lm_head.weight (tied) missing, and gives the loss `trainer eval` reports on it.
+4. Documents (data.documents, padded per batch, and data.pack): `trainer eval` of Hugging Face's
+   weights on a file of documents gives the loss of Hugging Face's padded batches (right
+   padding, attention_mask, labels -100) within 1e-5 relative.
 Exits 77 (ctest: skipped) without torch or transformers.
 """
 import argparse
@@ -166,6 +169,42 @@ def main():
     print(f"checkpoint eval loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f}")
     if not close(ours["loss"], ref, 1e-5):
         failures.append(f"checkpoint eval loss {ours['loss']} vs {ref}")
+
+    # 4. Documents of changing length, padded per batch and packed, against padded batches.
+    docs_path = os.path.join(args.dir, "docs.bin")
+    eot = VOCAB - 1
+    docs = []
+    for length in rng.integers(1, 2 * SEQ, size=22):  # some longer than SEQ: cut there
+        docs.append([eot] + [int(t) for t in rng.integers(0, VOCAB - 1, size=int(length))])
+    write_tokens(docs_path, [t for d in docs for t in d] + [eot])
+    saved = GPT2LMHeadModel.from_pretrained(hf_dir)  # `model` has trained since
+    saved.eval()
+    total, count = 0.0, 0
+    for first in range(0, len(docs), BATCH):  # file order, as `trainer eval` reads them
+        # Document d's window: its separator, its tokens and the next separator, cut at SEQ + 1
+        # tokens: SEQ predicted positions at most.
+        rows = [(d + [eot])[:SEQ + 1] for d in docs[first:first + BATCH]]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [eot] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        labels = torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+        with torch.no_grad():
+            loss = saved(input_ids=ids, attention_mask=mask, labels=labels).loss.item()
+        predicted = sum(len(r) - 1 for r in rows)
+        total += loss * predicted
+        count += predicted
+    ref = total / count
+    for name, keys in (("eval_documents", ["data.documents=true", "data.len_bucket=4"]),
+                       ("eval_packed", ["data.documents=true", "data.pack=true"])):
+        run_dir = os.path.join(args.dir, name)
+        run([args.trainer, "eval", cfg, *common, *keys, f"model.init_from={weights}",
+             f"data.path={docs_path}", f"run.dir={run_dir}"])
+        ours = json.load(open(os.path.join(run_dir, "eval.json")))
+        print(f"{name} loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f} "
+              f"({ours['tokens']} / {count} tokens)")
+        if not close(ours["loss"], ref, 1e-5) or ours["tokens"] != count:
+            failures.append(f"{name} loss {ours['loss']} vs {ref}, tokens {ours['tokens']} vs "
+                            f"{count}")
 
     for f in failures:
         print("FAIL:", f)

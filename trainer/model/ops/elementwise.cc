@@ -113,13 +113,14 @@ class SoftmaxCrossEntropyOp : public Op {
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(SoftmaxCrossEntropyForward{n_, k_, cf(io.inputs[0]),
                                         static_cast<const int32_t*>(io.inputs[1]), f(io.outputs[0]),
-                                        f(io.aux[0]), static_cast<int32_t*>(io.outputs[1])},
+                                        f(io.aux[0]), static_cast<int32_t*>(io.outputs[1]),
+                                        io.loss_divisor},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(SoftmaxCrossEntropyBackward{n_, k_, 1.0f, cf(io.aux[0]),
                                          static_cast<const int32_t*>(io.inputs[1]),
-                                         f(io.grad_inputs[0])},
+                                         f(io.grad_inputs[0]), io.loss_divisor},
              s);
   }
 

@@ -28,16 +28,16 @@ std::unique_ptr<Op> make_add(int64_t n);
 // inputs {logits (N, K), labels (N) int32}; outputs {loss (), correct () int32}; aux {probs}.
 std::unique_ptr<Op> make_softmax_cross_entropy(int64_t n, int64_t k);
 
-// Transformers (transformer.cc). inputs {tokens (N, T) int32}; params {wte (vocab, C), wpe
-// (context, C)}; outputs {y (N*T, C)}. `shape` gives n, t, c, vocab; tied: the LM head shares
-// wte and writes its gradient first.
+// Transformers (transformer.cc). inputs {tokens (N, T) int32, segments (N, T) int32 when the
+// documents are packed}; params {wte (vocab, C), wpe (context, C)}; outputs {y (N*T, C)}. `shape`
+// gives n, t, c, vocab; tied: the LM head shares wte and writes its gradient first.
 std::unique_ptr<Op> make_embedding(const EmbeddingForward& shape, int64_t context, bool tied);
 // inputs {x (rows, C)}; params {weight, bias} (C); aux {mean, rstd} (rows); outputs {y}.
 std::unique_ptr<Op> make_layer_norm(const LayerNormGeom& g);
 // inputs {x}; outputs {y}.
 std::unique_ptr<Op> make_gelu(int64_t n);
-// inputs {qkv (N*T, 3C)}; outputs {y (N*T, C), probs (N, heads, T, T)}; aux {mask (N, heads,
-// T, T) u8} when dropout > 0.
+// inputs {qkv (N*T, 3C), segments (N, T) int32 when the documents are packed}; outputs {y (N*T,
+// C), probs (N, heads, T, T)}; aux {mask (N, heads, T, T) u8} when dropout > 0.
 std::unique_ptr<Op> make_attention(const AttentionGeom& g);
 
 }  // namespace ferry

@@ -10,6 +10,11 @@ namespace {
 
 float* f(void* p) { return static_cast<float*>(p); }
 const float* cf(void* p) { return static_cast<const float*>(p); }
+// Packed documents' segment starts, the embedding's and attention's optional second input
+// (Note [Segments of a packed row] in device/kernels.h); null without them.
+const int32_t* segments_of(const OpIo& io) {
+  return io.inputs.size() > 1 ? static_cast<const int32_t*>(io.inputs[1]) : nullptr;
+}
 
 class EmbeddingOp : public Op {
  public:
@@ -20,7 +25,8 @@ class EmbeddingOp : public Op {
     return fmt::format("{} tokens + {} positions -> {}{}", shape_.vocab, context_, shape_.c,
                        tied_ ? ", tied head" : "");
   }
-  SavedSet saved() const override { return {.inputs = 1}; }
+  // The tokens and, for packed documents, their segment starts (inputs[1]).
+  SavedSet saved() const override { return {.inputs = 0b11}; }
   OpCost cost() const override {
     const double n = static_cast<double>(shape_.n) * shape_.t * shape_.c;
     return {n, 2 * n};
@@ -29,6 +35,7 @@ class EmbeddingOp : public Op {
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     EmbeddingForward a = shape_;
     a.tokens = static_cast<const int32_t*>(io.inputs[0]);
+    a.segments = segments_of(io);
     a.wte = cf(io.params[0]);
     a.wpe = cf(io.params[1]);
     a.y = f(io.outputs[0]);
@@ -39,7 +46,7 @@ class EmbeddingOp : public Op {
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(EmbeddingBackward{shape_.n, shape_.t, shape_.c, shape_.vocab, context_,
                                static_cast<const int32_t*>(io.inputs[0]), cf(io.grad_outputs[0]),
-                               f(io.grad_params[0]), f(io.grad_params[1]), tied_},
+                               f(io.grad_params[0]), f(io.grad_params[1]), tied_, segments_of(io)},
              s);
   }
 
@@ -129,7 +136,8 @@ class AttentionOp : public Op {
     return fmt::format("{} heads x {}, causal{}", g_.heads, g_.head_dim(),
                        g_.dropout > 0 ? fmt::format(", dropout {}", g_.dropout) : "");
   }
-  SavedSet saved() const override { return {.inputs = 1, .outputs = 2, .aux = true}; }
+  // qkv and, for packed documents, the segment starts (inputs[1]).
+  SavedSet saved() const override { return {.inputs = 0b11, .outputs = 2, .aux = true}; }
   bool recomputable() const override { return g_.dropout == 0; }
   uint32_t rebuilt_outputs() const override { return 2; }
   OpCost cost() const override {
@@ -145,14 +153,16 @@ class AttentionOp : public Op {
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(AttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
                               f(io.outputs[1]),
-                              io.aux.empty() ? nullptr : static_cast<uint8_t*>(io.aux[0]), io.ws},
+                              io.aux.empty() ? nullptr : static_cast<uint8_t*>(io.aux[0]), io.ws,
+                              segments_of(io)},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
-                               io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
-                               cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws},
-             s);
+    k.launch(
+        AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
+                          io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
+                          cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws, segments_of(io)},
+        s);
   }
 
  private:

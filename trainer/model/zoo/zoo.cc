@@ -153,7 +153,7 @@ TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& o
 }
 
 Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
-                        const TransformerSizes& sizes) {
+                        const TransformerSizes& sizes, bool segments) {
   const Entry& entry = find(name);
   if (!entry.info.tokens) {
     throw ConfigError(fmt::format("model '{}' takes images, not tokens", name),
@@ -165,7 +165,7 @@ Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
         fmt::format("data.seq_len ({}) must be in [1, model.context = {}]", seq_len, s.context),
         "lower data.seq_len or raise model.context");
   }
-  GraphBuilder builder(Shape{batch, seq_len}, s.vocab);
+  GraphBuilder builder(Shape{batch, seq_len}, s.vocab, segments);
   builder.loss(zoo::build_gpt2(builder, s));
   return builder.finish();
 }

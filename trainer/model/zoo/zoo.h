@@ -50,9 +50,11 @@ const ModelInfo& model_info(const std::string& name);
 Graph build_model(const std::string& name, const Shape& input_nchw, int64_t classes);
 
 // Builds the token model `name` (ModelInfo::tokens) for a batch of `batch` rows of `seq_len`
-// tokens, with `sizes` resolved against the named model (resolve_sizes). ConfigError for a
-// seq_len above the context, heads that do not divide the width, or a non-token model.
+// tokens, with `sizes` resolved against the named model (resolve_sizes); `segments`: rows of
+// packed documents, whose segment starts are a third input (data.pack; GraphBuilder).
+// ConfigError for a seq_len above the context, heads that do not divide the width, or a
+// non-token model.
 Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
-                        const TransformerSizes& sizes);
+                        const TransformerSizes& sizes, bool segments = false);
 
 }  // namespace ferry
