@@ -104,7 +104,8 @@ void SharedBudget::switch_to(uint64_t budget, const Shape& next, int64_t step) {
     grant_ = lease_.ledger().confirm(grant_.id, device_.memory().stats().held);
     if (budget + reserve_ <= grant_.granted) break;
     // The share fell again while this job switched: plan the smaller one now (the step waits).
-    budget = target_of(grant_) - reserve_;
+    const uint64_t target = target_of(grant_);
+    budget = target - std::min(target, reserve_);
   }
   planning_ = 0;
   const Program& p = executor_.program(next, /*training=*/true);
