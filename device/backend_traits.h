@@ -4,6 +4,7 @@
 // that depends on the backend comes from here (or the Device), so no caller tests the backend.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,7 +27,17 @@ struct BackendTraits {
   // links are real. Otherwise (cpu) a device drives no GPU on the live machine and, on a
   // described server, stands in for one, its copies emulating that GPU's link.
   bool real_gpus = false;
+  // A device of this backend sharing its GPU with other jobs (memory.share,
+  // DeviceOptions::map_on_use) holds its heap's memory in granules of this many bytes (Note
+  // [Backing a heap on use] in device/heap.h): what it holds exceeds its heap's in_use by less
+  // than one granule in the trainer's layout. 0: exactly its heap's in_use.
+  uint64_t shared_granule = 0;
 };
+
+// The granule a device sharing its GPU holds memory in: the CUDA driver's allocation granularity
+// must divide it (it is 2 MiB on every GPU since Pascal), and the CPU backend's emulated device
+// takes the same, so that it holds what a GPU would.
+inline constexpr uint64_t kSharedGranule = uint64_t{2} << 20;
 
 BackendTraits backend_traits(Backend backend);
 

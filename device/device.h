@@ -52,8 +52,9 @@ struct CudaDeviceOptions {
 
 // Note [Backend options]
 // DeviceOptions holds what every backend reads (capacity, ordinal, scratch limit, the copy
-// arbiter, host-memory placement) and one part per backend, which only that backend reads: a
-// config fills both parts from its device.* keys, and the backend it names ignores the other.
+// arbiter, host-memory placement, mapping on use) and one part per backend, which only that backend
+// reads: a config fills both parts from its device.* keys, and the backend it names ignores the
+// other.
 struct DeviceOptions {
   Backend backend = Backend::kCpu;
   uint64_t memory = 0;  // device.memory: the hard capacity of device memory, in bytes
@@ -66,6 +67,12 @@ struct DeviceOptions {
   // the session binds them to the GPU's NUMA node (Note [Pinned pages on a NUMA node] in
   // device/host_pages.h). Empty: the OS places pages where they are first touched.
   std::function<void(void* addr, uint64_t bytes)> place_host_memory;
+  // memory.share: the device holds memory only under live allocations, in granules of
+  // BackendTraits::shared_granule (Note [Backing a heap on use] in device/heap.h): cuda maps them
+  // into a reserved range (Note [Device memory of a shared GPU] in device/cuda/cuda_device.h),
+  // cpu gives the pages of a granule back to the OS once no allocation touches it. Otherwise
+  // the whole device.memory is held from the start (cuda: one cudaMalloc).
+  bool map_on_use = false;
   CpuDeviceOptions cpu;
   CudaDeviceOptions cuda;
 };

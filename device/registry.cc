@@ -20,10 +20,12 @@ BackendTraits backend_traits(Backend backend) {
     case Backend::kCpu:
       t.arbitration = CopyArbitration::kPaced;
       t.real_gpus = false;
+      t.shared_granule = kSharedGranule;
       break;
     case Backend::kCuda:
       t.arbitration = CopyArbitration::kGated;
       t.real_gpus = true;
+      t.shared_granule = kSharedGranule;
       break;
   }
   return t;

@@ -6,9 +6,10 @@
 # First the first-look probes (what cuDNN's Find and heuristics report under FMA math, the
 # gated copies under a short timeout), then every CUDA test binary in the bundle (the op parity
 # suites and the training tests, one row per training test: CUDA/CPU loss parity and bitwise
-# offload), compute-sanitizer memcheck on 3 steps of resnet18_cifar under vdnn-all with the
-# heuristics' algorithms (device.algorithms=heuristic: the sanitizer never times every
-# algorithm), and the benchmark (scripts/gpu-bench.sh); then one table: test, result (PASS,
+# offload; two CUDA jobs sharing the GPU under memory.share, one row per test),
+# compute-sanitizer memcheck on 3 steps of resnet18_cifar under vdnn-all with the heuristics'
+# algorithms (device.algorithms=heuristic: the sanitizer never times every algorithm), and the
+# benchmark (scripts/gpu-bench.sh); then one table: test, result (PASS,
 # FAIL, SKIP, INFO), figure. Every row runs under its own `timeout` (a hung row is a FAIL that
 # says so, and the next row runs) and every SKIP and FAIL says why.
 # Exit status: 0 all ran and passed, 1 something failed, 77 no GPU here (nothing run).
@@ -165,10 +166,13 @@ gtest "op parity (cuDNN conv, cuBLAS linear)" build/tests/cuda_conv_linear_test 
 gtest "op parity (other kernels)" build/tests/cuda_kernel_parity_test 60
 gtest "training on the GPU" build/tests/cuda_training_test 200 --per-test
 gtest "nccl" build/tests/comm_nccl_test 60
+# memory.share: two trainer processes on GPU 0, each with device.memory of 60% of it (mapped on
+# use), then a shrink and a growth as the second comes and goes (about a minute).
+gtest "memory.share: two CUDA jobs on one GPU" build/tests/cuda_share_test 120 --per-test
 for bin in build/tests/*cuda*_test; do
   case $(basename "$bin") in
     cuda_device_test | cuda_conv_linear_test | cuda_kernel_parity_test | cuda_training_test | \
-      cuda_find_probe_test | cuda_gated_copy_test | cuda_algorithm_cache_test) ;;
+      cuda_find_probe_test | cuda_gated_copy_test | cuda_algorithm_cache_test | cuda_share_test) ;;
     *) [[ -x $bin ]] && gtest "cuda $(basename "$bin")" "$bin" 60 ;;
   esac
 done

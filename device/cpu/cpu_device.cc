@@ -1,4 +1,5 @@
-// CPU device: the memory block, the four streams and copies.
+// CPU device: the memory block (under memory.share, given back to the OS a granule at a time),
+// the four streams and copies.
 #include "device/cpu/cpu_device.h"
 
 #include <omp.h>
@@ -6,6 +7,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -13,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/bytes.h"
+#include "device/backend_traits.h"
 #include "device/host_pages.h"
 
 namespace ferry::cpu {
@@ -32,6 +36,14 @@ void* CpuPinnedAllocator::allocate(uint64_t bytes) {
 
 void CpuPinnedAllocator::deallocate(void* ptr, uint64_t bytes) { unmap_host_pages(ptr, bytes); }
 
+void PageBacking::unback(uint64_t offset, uint64_t bytes) noexcept {
+  // Private anonymous pages: dropped now, zero-filled if touched again.
+  if (madvise(base_ + offset, bytes, MADV_DONTNEED) != 0) {
+    std::fprintf(stderr, "ferry: warning: madvise(MADV_DONTNEED) of %s of device memory failed\n",
+                 format_bytes(bytes).c_str());
+  }
+}
+
 CpuDevice::CpuDevice(const DeviceOptions& options)
     : options_(options), pinned_(options.place_host_memory) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -46,15 +58,25 @@ CpuDevice::CpuDevice(const DeviceOptions& options)
     }
     pacer_ = std::shared_ptr<CopyPacer>(options.arbiter, pacer);
   }
-  // Reserve address space only; pages are committed when first touched.
-  block_ = mmap(nullptr, options.memory, PROT_READ | PROT_WRITE,
+  // Reserve address space only; pages are committed when first touched. Mapping on use, the
+  // range reaches a whole granule past the capacity from a base aligned to the granule.
+  const uint64_t g = kSharedGranule;
+  block_bytes_ = options.map_on_use ? (options.memory + g - 1) / g * g + g : options.memory;
+  block_ = mmap(nullptr, block_bytes_, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (block_ == MAP_FAILED) {
     block_ = nullptr;
     throw OutOfMemoryError(OutOfMemoryError::Where::kDevice, "device block", options.memory, 0, 0,
                            {}, "lower device.memory: the address space could not be reserved");
   }
-  heap_ = std::make_unique<DeviceHeap>(block_, options.memory);
+  if (options.map_on_use) {
+    auto* base =
+        reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(block_) + g - 1) / g * g);
+    backing_ = std::make_unique<PageBacking>(base);
+    heap_ = std::make_unique<DeviceHeap>(base, options.memory, backing_.get());
+  } else {
+    heap_ = std::make_unique<DeviceHeap>(block_, options.memory);
+  }
   kernels_ = std::make_unique<CpuKernels>(threads_);
   const int threads = threads_;
   streams_[0] = std::make_unique<CpuStream>(StreamKind::kCompute,
@@ -68,12 +90,16 @@ CpuDevice::~CpuDevice() {
   for (auto& s : streams_) s.reset();  // drain and join before the memory goes
   kernels_.reset();
   heap_.reset();
-  if (block_) munmap(block_, options_.memory);
+  backing_.reset();
+  if (block_) munmap(block_, block_bytes_);
 }
 
 std::string CpuDevice::name() const {
-  return fmt::format("cpu:{} ({} threads, {} device memory)", options_.ordinal, threads_,
-                     format_bytes(options_.memory));
+  return fmt::format(
+      "cpu:{} ({} threads, {} device memory{})", options_.ordinal, threads_,
+      format_bytes(options_.memory),
+      backing_ ? fmt::format(" held on use in {} granules", format_bytes(backing_->granule()))
+               : "");
 }
 
 Stream& CpuDevice::stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }

@@ -1,11 +1,16 @@
 // The CPU backend's Device: device memory is one lazily committed block of the configured
-// capacity; kernels run in order on the compute stream's thread (oneDNN with OpenMP); copies
-// run on one thread per direction and, when cpu.link_gbps is set, take as long as that link
-// would, or go through the copy arbiter's pacer.
+// capacity (under memory.share, given back a granule at a time as a GPU's would be); kernels run
+// in order on the compute stream's thread (oneDNN with OpenMP); copies run on one thread per
+// direction and, when cpu.link_gbps is set, take as long as that link would, or go through the
+// copy arbiter's pacer.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
+#include "device/backend_traits.h"
 #include "device/cpu/cpu_kernels.h"
 #include "device/cpu/cpu_stream.h"
 #include "device/device.h"
@@ -23,6 +28,21 @@ class CpuPinnedAllocator : public PinnedAllocator {
 
  private:
   std::function<void(void*, uint64_t)> place_;
+};
+
+// The emulated device's HeapBacking under memory.share (DeviceOptions::map_on_use): pages commit
+// when first touched, and a granule no allocation touches any more goes back to the OS, so the
+// emulated device holds what a GPU sharing its memory would (Note [Backing a heap on use] in
+// device/heap.h). back() cannot fail: the range is reserved, the pages come on first touch.
+class PageBacking final : public HeapBacking {
+ public:
+  explicit PageBacking(std::byte* base) : base_(base) {}
+  uint64_t granule() const override { return kSharedGranule; }
+  void back(uint64_t, uint64_t, const std::string&, uint64_t) override {}
+  void unback(uint64_t offset, uint64_t bytes) noexcept override;
+
+ private:
+  std::byte* base_;
 };
 
 class CpuDevice : public Device {
@@ -52,6 +72,8 @@ class CpuDevice : public Device {
   std::shared_ptr<CopyPacer> pacer_;  // options_.arbiter's, when set
   int threads_;
   void* block_ = nullptr;
+  uint64_t block_bytes_ = 0;
+  std::unique_ptr<PageBacking> backing_;  // mapping on use; outlives the heap
   std::unique_ptr<DeviceHeap> heap_;
   CpuPinnedAllocator pinned_;
   std::unique_ptr<CpuKernels> kernels_;

@@ -1,5 +1,6 @@
-// CUDA device: the one device block, pinned host memory, the four prioritised streams and
-// copies. The block is freed only after every stream has drained (destructor).
+// CUDA device: the one device block (or, under memory.share, a range mapped on use), pinned host
+// memory, the four prioritised streams and copies. Device memory is freed only after every stream
+// has drained (destructor).
 #include "device/cuda/cuda_device.h"
 
 #include <cuda_runtime_api.h>
@@ -11,7 +12,9 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "device/backend_traits.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/gpu_shortage.h"
 #include "device/cuda/kernel_ops.h"
 #include "device/host_pages.h"
 
@@ -111,6 +114,25 @@ void CudaPinnedAllocator::deallocate(void* ptr, uint64_t bytes) {
   unmap_host_pages(ptr, bytes);
 }
 
+namespace {
+
+// cudaMalloc of `bytes` on the current device, GPU `ordinal`; OutOfMemoryError (with what the
+// driver reports free) when the GPU has not got them.
+void* device_block(int ordinal, uint64_t bytes, const char* what) {
+  void* block = nullptr;
+  const cudaError_t status = cudaMalloc(&block, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky; keep it out of later cudaGetLastError() checks
+    throw gpu_shortage(ordinal, fmt::format("cuda:{} {}", ordinal, what), bytes,
+                       gpu_memory(ordinal), "lower device.memory");
+  }
+  if (status != cudaSuccess)
+    throw_cuda_error(status, "cudaMalloc(&block, bytes)", __FILE__, __LINE__);
+  return block;
+}
+
+}  // namespace
+
 void CudaDevice::BlockFree::operator()(void* ptr) const {
   CUDA_WARN(cudaSetDevice(ordinal));
   CUDA_WARN(cudaFree(ptr));
@@ -127,39 +149,30 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
   use_device(ordinal_);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
-  name_ = fmt::format("cuda:{} ({}, {} total, {} device memory + {} kernel scratch)", ordinal_,
+  name_ = fmt::format("cuda:{} ({}, {} total, {} device memory{} + {} kernel scratch)", ordinal_,
                       static_cast<const char*>(prop.name), format_bytes(prop.totalGlobalMem),
-                      format_bytes(options.memory), format_bytes(kReductionScratchBytes));
+                      format_bytes(options.memory),
+                      options.map_on_use ? fmt::format(" mapped on use in {} granules",
+                                                       format_bytes(kSharedGranule))
+                                         : "",
+                      format_bytes(kReductionScratchBytes));
 
-  // Note [Reduction scratch beside the heap]: one allocation holds the heap's device.memory bytes
-  // and, after them, the kernels' fixed reduction scratch.
-  const uint64_t scratch_at = (options.memory + 255) / 256 * 256;
-  void* block = nullptr;
-  const cudaError_t status = cudaMalloc(&block, scratch_at + kReductionScratchBytes);
-  if (status == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();  // not sticky; keep it out of later cudaGetLastError() checks
-    size_t free_bytes = 0;
-    size_t total_bytes = 0;
-    const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
-    (void)cudaGetLastError();
-    const std::string have = known
-                                 ? fmt::format("cuda:{} has {} free of {}", ordinal_,
-                                               format_bytes(free_bytes), format_bytes(total_bytes))
-                                 : fmt::format("cuda:{} did not report its free memory", ordinal_);
-    throw OutOfMemoryError(
-        OutOfMemoryError::Where::kDevice, fmt::format("cuda:{} device block", ordinal_),
-        scratch_at + kReductionScratchBytes, known ? total_bytes - free_bytes : 0,
-        known ? total_bytes : 0, {},
-        fmt::format("lower device.memory: {} (other processes may hold the rest)", have));
+  if (options.map_on_use) {
+    // Note [Device memory of a shared GPU]: the heap's range mapped on use, the scratch alone.
+    range_ = std::make_unique<MappedRange>(ordinal_, options.memory, kSharedGranule);
+    heap_ = std::make_unique<DeviceHeap>(range_->base(), options.memory, range_.get());
+    block_.reset(device_block(ordinal_, kReductionScratchBytes, "kernel scratch"));
+    kernels_.set_reduction_scratch(static_cast<double*>(block_.get()), prop.multiProcessorCount);
+  } else {
+    // Note [Reduction scratch beside the heap]: one allocation holds the heap's device.memory
+    // bytes and, after them, the kernels' fixed reduction scratch.
+    const uint64_t scratch_at = (options.memory + 255) / 256 * 256;
+    block_.reset(device_block(ordinal_, scratch_at + kReductionScratchBytes, "device block"));
+    heap_ = std::make_unique<DeviceHeap>(block_.get(), options.memory);
+    kernels_.set_reduction_scratch(
+        reinterpret_cast<double*>(static_cast<char*>(block_.get()) + scratch_at),
+        prop.multiProcessorCount);
   }
-  if (status != cudaSuccess) {
-    throw_cuda_error(status, "cudaMalloc(&block, scratch_at + kReductionScratchBytes)", __FILE__,
-                     __LINE__);
-  }
-  block_.reset(block);
-  heap_ = std::make_unique<DeviceHeap>(block, options.memory);
-  kernels_.set_reduction_scratch(reinterpret_cast<double*>(static_cast<char*>(block) + scratch_at),
-                                 prop.multiProcessorCount);
 
   // Note [Stream priorities]. Numerically lower is higher priority: greatest <= least.
   int least = 0;
@@ -192,6 +205,9 @@ CudaDevice::CudaDevice(const DeviceOptions& options)
 void CudaDevice::check_member_order() {
   static_assert(offsetof(CudaDevice, block_) < offsetof(CudaDevice, streams_),
                 "the device block must outlive the streams (declare block_ before streams_)");
+  static_assert(offsetof(CudaDevice, range_) < offsetof(CudaDevice, heap_) &&
+                    offsetof(CudaDevice, range_) < offsetof(CudaDevice, streams_),
+                "the mapped range must outlive the heap and the streams (declare range_ first)");
   static_assert(offsetof(CudaDevice, streams_) < offsetof(CudaDevice, gated_),
                 "the gated copies use the copy streams (declare gated_ after streams_)");
   static_assert(offsetof(CudaDevice, streams_) < offsetof(CudaDevice, kernels_),

@@ -2,7 +2,8 @@
 // create_cuda_device()). Device memory is ONE cudaMalloc of device.memory bytes cut by a
 // DeviceHeap, so the capacity is exact and hard, as on the CPU backend; the kernels' fixed
 // reduction scratch sits after it in the same allocation (Note [Reduction scratch beside the
-// heap]).
+// heap]). Under memory.share it is a reserved range mapped only under live allocations (Note
+// [Device memory of a shared GPU]).
 #pragma once
 
 #include <functional>
@@ -13,6 +14,7 @@
 #include "device/cuda/cuda_gated_copy.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/cuda/mapped_range.h"
 #include "device/device.h"
 
 namespace ferry::cuda {
@@ -56,7 +58,24 @@ class CudaPinnedAllocator : public PinnedAllocator {
 // after its device.memory bytes, and hands it to its kernels; nothing is allocated per launch.
 // The heap's capacity stays exactly device.memory, so the planner's budget (which plans the
 // heap) is unchanged: the scratch is a fixed cost on top of it, like the library handles', and
-// name() reports it ("... device memory + 384.00 KiB kernel scratch").
+// name() reports it ("... device memory + 384.00 KiB kernel scratch"). A device that maps on use
+// allocates the scratch alone (Note [Device memory of a shared GPU]).
+
+// Note [Device memory of a shared GPU]
+// Jobs sharing a GPU (memory.share) each have a heap of the whole device.memory: the node's job
+// ledger, not the heap, keeps each within its grant. One cudaMalloc each would hold device.memory
+// per job, and the second job's would fail. With DeviceOptions::map_on_use the heap's range
+// is reserved address space (MappedRange) and physical memory is mapped only under live
+// allocations, in granules of kSharedGranule (Note [Backing a heap on use] in
+// device/heap.h): what the process holds on the GPU follows what its heap holds, MemoryStats::held
+// counts it, and the ledger is told that (trainer/session/share_budget.h). The reduction scratch
+// is then a cudaMalloc of its own (384 KiB) for the device's life. A piece the GPU cannot map
+// (another process holds the memory) is an OutOfMemoryError with what cuMemGetInfo reports.
+// Mapping on use only under memory.share: one cudaMalloc is the path that has run on a GPU, the
+// mapped one has not, and a job alone gains nothing from it (its whole device.memory is its own).
+// Unmapping waits for the GPU (cuMemUnmap does not) and happens only when an allocation goes,
+// which the trainer does between steps once the executor synchronized (the arena at a budget
+// switch or growth) and at exit: nothing inside a step maps or unmaps.
 class CudaDevice : public Device {
  public:
   explicit CudaDevice(const DeviceOptions& options);
@@ -100,11 +119,13 @@ class CudaDevice : public Device {
   // Members are destroyed in reverse order of declaration, so everything that uses a stream is
   // declared after streams_: the gated copies enqueue on the copy streams, and the kernels' cuDNN
   // and cuBLAS handles are bound to whichever stream launched last (cudnnDestroy and
-  // cublasDestroy may synchronise it). The block is declared first: it is freed last, after
-  // every stream has drained. A static_assert in cuda_device.cc keeps this order.
+  // cublasDestroy may synchronise it). The block and the mapped range are declared first: they
+  // are freed last, after every stream has drained, and the heap (which gives its mapped pieces
+  // back when it goes) before them. A static_assert in cuda_device.cc keeps this order.
   int ordinal_;
   std::string name_;
-  std::unique_ptr<void, BlockFree> block_;  // the one cudaMalloc, freed last
+  std::unique_ptr<void, BlockFree> block_;  // the one cudaMalloc (mapping on use: the scratch)
+  std::unique_ptr<MappedRange> range_;      // mapping on use: the heap's range
   std::unique_ptr<DeviceHeap> heap_;
   CudaPinnedAllocator pinned_;
   std::unique_ptr<CudaStream> streams_[4];  // indexed by StreamKind

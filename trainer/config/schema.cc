@@ -331,7 +331,9 @@ std::vector<KeySpec> build_schema() {
       flag(FERRY_CONFIG_KEY(memory, share),
            "Share the device with the node's other ferry jobs that share it: the budget is "
            "assigned by the node's job ledger (trainer jobs), between the plan's lower bound and "
-           "its peak, at most memory.budget; a job whose lower bound does not fit waits."),
+           "its peak, at most memory.budget; a job whose lower bound does not fit waits. The "
+           "device then holds only what the job's heap holds, in 2 MiB granules (cuda: "
+           "device.memory is reserved address space, mapped on use)."),
       choice(FERRY_CONFIG_KEY(memory, share_objective),
              "How a shared device is divided (the first job's on the device holds): throughput = "
              "the most speed summed over jobs, each relative to running alone; fair = the "

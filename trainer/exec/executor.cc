@@ -71,11 +71,8 @@ void Executor::ensure_arena(uint64_t bytes) {
   if (arena_ && arena_.bytes() >= bytes) return;
   if (arena_) device_.synchronize();  // nothing may still use the old arena
   const uint64_t size = arena_aligned(std::max<uint64_t>(bytes, kArenaAlignment));
-  if (arena_listener_) {
-    const uint64_t in_use = device_.memory().stats().in_use;
-    const uint64_t old = arena_ ? arena_aligned(arena_.bytes()) : 0;
-    arena_listener_(in_use - std::min(in_use, old) + size);
-  }
+  // What the device will hold with the old arena released and the new one allocated.
+  if (arena_listener_) arena_listener_(device_.memory().held_after(size, arena_.data()));
   arena_.reset();
   arena_ = DeviceBuffer(device_.memory(), size, "activation arena");
   if (options_.poison) {

@@ -148,8 +148,9 @@ class Executor {
     return programs_.plan_within(program, budget);
   }
   // Called before the arena is allocated, with the device bytes this executor's device will
-  // hold once it is (what it holds outside the arena plus the new arena); it may throw to refuse.
-  // A job sharing its device tells its ledger there, before the memory is taken.
+  // hold once it is (MemoryStats::held with the old arena released and the new one allocated:
+  // DeviceHeap::held_after); it may throw to refuse. A job sharing its device tells its ledger
+  // there, before the memory is taken.
   void on_arena_growth(std::function<void(uint64_t device_bytes)> listener) {
     arena_listener_ = std::move(listener);
   }

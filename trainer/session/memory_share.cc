@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/bytes.h"
+#include "device/backend_traits.h"
 #include "trainer/session/planning.h"
 
 namespace ferry {
@@ -66,6 +67,17 @@ ShareCurve share_curve(const std::function<MemoryPlan(uint64_t budget)>& plan_at
   return c;
 }
 
+uint64_t share_reserve(const Config& config) {
+  return config.memory.share ? backend_traits(config.device.backend).shared_granule : 0;
+}
+
+ShareCurve held_curve(ShareCurve curve, uint64_t reserve) {
+  curve.lower += reserve;
+  curve.peak += reserve;
+  for (SharePoint& p : curve.ladder) p.budget += reserve;
+  return curve;
+}
+
 std::string share_device_key(const Config& config, const RankInfo& ranks) {
   return fmt::format("{}:{}", to_string(config.device.backend), ranks.local_rank);
 }
@@ -89,7 +101,9 @@ std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower
 MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                                    const ShareCurve& curve,
                                    const std::function<void(const std::string&)>& say)
-    : curve_(curve), cap_(config.memory.budget) {
+    : curve_(held_curve(curve, share_reserve(config))),
+      cap_(config.memory.budget),
+      reserve_(share_reserve(config)) {
   ledger_ = JobLedger::attach();
   JobRequest r;
   r.device = share_device_key(config, ranks);
@@ -97,9 +111,9 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
   r.config = (std::filesystem::path(config.run.dir) / "config.yaml").string();
   r.run_dir = config.run.dir;
   r.rank = ranks.rank;
-  r.lower = curve.lower;
-  r.peak = curve.peak;
-  r.ladder = curve.ladder;
+  r.lower = curve_.lower;
+  r.peak = curve_.peak;
+  r.ladder = curve_.ladder;
   r.objective = config.memory.share_objective;
   grant_ = ledger_->join(r);
   const auto give_up = [&](const ConfigError& error) {
@@ -120,29 +134,34 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                     r.device, share_objective_name(gpu->objective),
                     share_objective_name(config.memory.share_objective)));
   }
-  if (curve.lower > grant_.capacity) {
-    give_up(
-        ConfigError(fmt::format("memory.share: this job needs at least {} and {} holds {}",
-                                format_bytes(curve.lower), r.device, format_bytes(grant_.capacity)),
-                    "lower data.batch_size, or use memory.policy auto"));
+  if (curve_.lower > grant_.capacity) {
+    give_up(ConfigError(
+        fmt::format("memory.share: this job needs at least {} and {} holds {}",
+                    format_bytes(curve_.lower), r.device, format_bytes(grant_.capacity)),
+        "lower data.batch_size, or use memory.policy auto"));
   }
   if (grant_.waiting) {
-    if (gpu) say(share_wait_message(*gpu, grant_.id, curve.lower));
+    if (gpu) say(share_wait_message(*gpu, grant_.id, curve_.lower));
     grant_ = ledger_->wait_admitted(grant_.id, config.memory.share_wait);
     if (grant_.waiting || grant_.gone) {
       give_up(ConfigError(
           fmt::format("memory.share_wait: waited {} s and {} still cannot hold this job's lower "
                       "bound {}",
-                      config.memory.share_wait, r.device, format_bytes(curve.lower)),
+                      config.memory.share_wait, r.device, format_bytes(curve_.lower)),
           "raise memory.share_wait, or start the job when those listed by 'trainer jobs' end"));
     }
   }
-  budget_ = grant_.granted;
-  ledger_->report(grant_.id, budget_);
-  say(fmt::format("memory.share: budget {} on {} (share {} of {}; lower bound {}, peak {}, {})",
+  // Until the first step the job reports its whole grant as held.
+  ledger_->report(grant_.id, grant_.granted);
+  budget_ = grant_.granted - reserve_;
+  say(fmt::format("memory.share: budget {} on {} (share {} of {}; lower bound {}, peak {}, {}{})",
                   format_bytes(budget_), r.device, format_bytes(grant_.share),
-                  format_bytes(grant_.capacity), format_bytes(curve.lower),
-                  format_bytes(curve.peak), share_objective_name(config.memory.share_objective)));
+                  format_bytes(grant_.capacity), format_bytes(curve_.lower),
+                  format_bytes(curve_.peak), share_objective_name(config.memory.share_objective),
+                  reserve_ > 0 ? fmt::format("; {} below the grant: the device maps whole {} "
+                                             "granules",
+                                             format_bytes(reserve_), format_bytes(reserve_))
+                               : ""));
 }
 
 MemoryShareLease::~MemoryShareLease() { ledger_->leave(grant_.id); }

@@ -36,6 +36,26 @@ ShareCurve share_curve(const Config& config, int points = 8);
 ShareCurve share_curve(const std::function<MemoryPlan(uint64_t budget)>& plan_at, uint64_t cap,
                        int points = 8);
 
+// Note [A shared budget in held bytes]
+// The ledger's grants and its held record count what a job holds on its device
+// (MemoryStats::held); a plan's budget counts its heap's in_use. On the CPU backend they are the
+// same. A CUDA device sharing its GPU maps whole granules (Note [Backing a heap on use] in
+// device/heap.h), so it holds up to a granule more than its heap's in_use in the trainer's layout
+// (persistent blocks from offset 0, then the arena: one run of live allocations). So a job
+// registers its curve raised by that granule (share_reserve(), lower bound, peak and every
+// ladder budget) and plans within its grant less the granule: held <= in_use + granule - 256
+// <= grant - 256. Its reports are then what the process holds in mapped memory, exactly
+// (DeviceHeap::held_after before the arena is taken), never above its grant; a layout that
+// held more would be refused by the ledger, not hidden.
+
+// The bytes a job sharing its device plans below its grant: the backend's shared granule, 0 on
+// the CPU backend or without memory.share (Note [A shared budget in held bytes]).
+uint64_t share_reserve(const Config& config);
+
+// `curve` (of heap bytes) with its lower bound, peak and every ladder budget raised by `reserve`:
+// what the job registers, in held bytes.
+ShareCurve held_curve(ShareCurve curve, uint64_t reserve);
+
 // The device a rank shares on this node: "<backend>:<local rank>" (the emulated device of a CPU
 // rank; a CUDA rank's ordinal stands for its GPU).
 std::string share_device_key(const Config& config, const RankInfo& ranks);
@@ -45,7 +65,8 @@ std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower
 
 class MemoryShareLease {
  public:
-  // Joins the node's job ledger for this rank's device with `curve` and waits until admitted,
+  // Joins the node's job ledger for this rank's device with held_curve(curve, share_reserve())
+  // (`curve` is the planner's, in heap bytes) and waits until admitted,
   // printing once through `say` which jobs hold the device; throws ConfigError (exit 2) when
   // memory.share_wait passes first, or when the lower bound exceeds the device's capacity.
   MemoryShareLease(const Config& config, const RankInfo& ranks, const ShareCurve& curve,
@@ -55,13 +76,16 @@ class MemoryShareLease {
   MemoryShareLease(const MemoryShareLease&) = delete;
   MemoryShareLease& operator=(const MemoryShareLease&) = delete;
 
-  // The budget the job starts with: its grant at admission.
+  // The budget the job starts with: its grant at admission, less reserve().
   uint64_t budget() const { return budget_; }
   // The grant at admission.
   const JobGrant& grant() const { return grant_; }
-  // The curve the job registered at start, and the memory.budget that caps it.
+  // The curve the job registered at start (held_curve() of the planner's), and the memory.budget
+  // that caps the planner's peak.
   const ShareCurve& curve() const { return curve_; }
   uint64_t cap() const { return cap_; }
+  // share_reserve(): a budget is its grant less this (Note [A shared budget in held bytes]).
+  uint64_t reserve() const { return reserve_; }
   JobLedger& ledger() { return *ledger_; }
 
  private:
@@ -69,6 +93,7 @@ class MemoryShareLease {
   JobGrant grant_;
   ShareCurve curve_;
   uint64_t cap_ = 0;
+  uint64_t reserve_ = 0;
   uint64_t budget_ = 0;
 };
 

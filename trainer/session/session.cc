@@ -38,6 +38,9 @@ DeviceOptions device_options(const Config& config) {
   d.cuda.matmul_tf32 = config.device.tf32_matmul;
   d.cuda.deterministic = config.device.deterministic;
   d.cuda.algorithms = config.device.algorithms;
+  // A job sharing its GPU holds only what its heap holds (Note [Device memory of a shared GPU]
+  // in device/cuda/cuda_device.h).
+  d.map_on_use = config.memory.share;
   // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
   // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
   // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm

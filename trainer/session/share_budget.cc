@@ -35,6 +35,7 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
       device_(device),
       say_(std::move(say)),
       grant_(lease.grant()),
+      reserve_(lease.reserve()),
       ladder_(lease.curve().ladder),
       lower_(lease.curve().lower),
       peak_(lease.curve().peak) {
@@ -47,8 +48,10 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
   device_.memory().start_window();
   if (measured) {
     const Program& p = executor_.program(first, /*training=*/true);
-    const ShareCurve curve = share_curve(
-        [&](uint64_t budget) { return executor_.plan_within(p, budget); }, lease_.cap());
+    const ShareCurve curve =
+        held_curve(share_curve([&](uint64_t budget) { return executor_.plan_within(p, budget); },
+                               lease_.cap()),
+                   reserve_);
     bool same =
         curve.lower == lower_ && curve.peak == peak_ && curve.ladder.size() == ladder_.size();
     for (size_t k = 0; same && k < ladder_.size(); ++k)
@@ -75,19 +78,21 @@ void SharedBudget::before_step(const Shape& next, int64_t step) {
   if (grant_.gone) throw_gone();
   const uint64_t target = target_of(grant_);
   // No longer admitted (earlier jobs' lower bounds grew): the job keeps running on its grant,
-  // which the ledger leaves it until it confirms a share.
-  if (target == executor_.budget() || grant_.waiting || target < lower_) {
+  // which the ledger leaves it until it confirms a share. (lower_ >= reserve_, so a target at
+  // or above it leaves a budget.)
+  if (grant_.waiting || target < lower_ || target - reserve_ == executor_.budget()) {
     planning_ = 0;
     return;
   }
-  if (planning_ != target) {
-    executor_.prepare(next, /*training=*/true, target);
-    planning_ = target;
+  const uint64_t budget = target - reserve_;  // Note [A shared budget in held bytes]
+  if (planning_ != budget) {
+    executor_.prepare(next, /*training=*/true, budget);
+    planning_ = budget;
     planning_since_ = now_s();
   }
   // A shrink keeps its old grant until it confirms, and a growth waits for nothing it needs: in
   // both, the current plan runs on until the new one is ready.
-  if (executor_.ready(next, /*training=*/true, target)) switch_to(target, next, step);
+  if (executor_.ready(next, /*training=*/true, budget)) switch_to(budget, next, step);
 }
 
 void SharedBudget::switch_to(uint64_t budget, const Shape& next, int64_t step) {
@@ -96,10 +101,11 @@ void SharedBudget::switch_to(uint64_t budget, const Shape& next, int64_t step) {
   const std::string reason = grant_.reason;
   for (;;) {
     executor_.set_budget(budget);  // the device is idle and the arena freed from here on
-    grant_ = lease_.ledger().confirm(grant_.id, device_.memory().stats().in_use);
-    if (budget <= grant_.granted) break;
+    grant_ = lease_.ledger().confirm(grant_.id, device_.memory().stats().held);
+    if (budget + reserve_ <= grant_.granted) break;
     // The share fell again while this job switched: plan the smaller one now (the step waits).
-    budget = target_of(grant_);
+    const uint64_t target = target_of(grant_);
+    budget = target - std::min(target, reserve_);
   }
   planning_ = 0;
   const Program& p = executor_.program(next, /*training=*/true);
@@ -129,7 +135,7 @@ void SharedBudget::drained(int64_t steps, double seconds) {
     window_seconds_ = 0;
   }
   const double step_s = measured ? seconds / static_cast<double>(steps) : -1;
-  grant_ = lease_.ledger().report(grant_.id, device_.memory().stats().in_use, step_s);
+  grant_ = lease_.ledger().report(grant_.id, device_.memory().stats().held, step_s);
   const double drift = config_.memory.share_drift;
   if (window_steps_ < kDriftWindow || drift <= 0) return;
   const int64_t window_n = window_steps_;
@@ -141,7 +147,7 @@ void SharedBudget::drained(int64_t steps, double seconds) {
   job.peak = peak_;
   job.ladder = ladder_;
   job.measured_step_s = window_s;
-  job.current = executor_.budget();
+  job.current = executor_.budget() + reserve_;  // in held bytes, as the ladder
   if (!share_drifted(job, drift)) return;
   const double predicted = ladder_step(ladder_, job.current);
   const double scale = window_s / predicted;
@@ -158,7 +164,7 @@ void SharedBudget::drained(int64_t steps, double seconds) {
 nlohmann::json SharedBudget::fields() const {
   const MemoryStats m = device_.memory().stats();
   return {{"budget", executor_.budget()},       {"share", grant_.share},
-          {"granted", grant_.granted},          {"held", m.in_use},
+          {"granted", grant_.granted},          {"held", m.held},
           {"budget_peak_bytes", m.window_peak}, {"replans", switches_}};
 }
 

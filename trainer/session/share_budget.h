@@ -31,6 +31,9 @@ namespace ferry {
 //     persistent bytes, within its share), which lets the ledger hand the difference to growing
 //     jobs; the next step allocates the new plan's arena, and reports the bytes it will hold to
 //     the ledger first (Executor::on_arena_growth), which refuses more than the grant.
+// What the job reports is what its device holds, MemoryStats::held (on a CUDA device sharing its
+// GPU, the bytes mapped), and its budget is its target less the backend's granule (Note [A shared
+// budget in held bytes] in memory_share.h); the budgets below are the executor's.
 // A growing job therefore allocates only after its grant rose, and its grant rises only once the
 // shrinking jobs confirmed (Note [Handing memory over between jobs] in links/job_ledger.h): the
 // sum held never exceeds the capacity. A job whose share falls while it plans keeps its old
@@ -89,9 +92,10 @@ class SharedBudget {
   Device& device_;
   std::function<void(const std::string&)> say_;
   JobGrant grant_;
+  uint64_t reserve_ = 0;            // a budget is its target less this (lease.reserve())
   std::vector<SharePoint> ladder_;  // as registered (scaled on drifts)
-  uint64_t lower_ = 0, peak_ = 0;
-  uint64_t planning_ = 0;  // the budget being planned ahead (0: none)
+  uint64_t lower_ = 0, peak_ = 0;   // as registered, in held bytes
+  uint64_t planning_ = 0;           // the budget being planned ahead (0: none)
   double planning_since_ = 0;
   bool switched_in_interval_ = true;  // also: the first interval pays for first touches
   int64_t window_steps_ = 0;          // the drift window so far

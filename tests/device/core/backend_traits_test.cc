@@ -1,6 +1,7 @@
 // What the layers above device/ ask of a backend (device/backend_traits.h): its copy protocol,
 // whether its devices are GPUs, the FLOP model's default rates, whether it keeps timed algorithm
-// choices in a file, and the kernels planning sizes workspaces with, here or without a GPU.
+// choices in a file, the granule a sharing device holds memory in, and the kernels planning sizes
+// workspaces with, here or without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,6 +18,11 @@ TEST(BackendTraits, CpuCopiesArePacedAndCudaCopiesAreGated) {
   EXPECT_TRUE(backend_traits(Backend::kCuda).real_gpus);
   EXPECT_EQ(copy_arbitration_name(CopyArbitration::kPaced), "paced");
   EXPECT_EQ(copy_arbitration_name(CopyArbitration::kGated), "gated");
+}
+
+TEST(BackendTraits, ASharingDeviceHoldsWholeGranulesOfTwoMiB) {
+  EXPECT_EQ(backend_traits(Backend::kCuda).shared_granule, uint64_t{2} << 20);
+  EXPECT_EQ(backend_traits(Backend::kCpu).shared_granule, uint64_t{2} << 20);  // as a GPU would
 }
 
 TEST(BackendTraits, DefaultRatesFollowTheBackendAndTheEmulatedLink) {

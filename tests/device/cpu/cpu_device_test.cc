@@ -1,6 +1,6 @@
 // CpuDevice: copies between device memory and pinned host memory ordered by events across the
-// copy and compute streams, the emulated link bandwidth, copies paced by an arbiter, and the
-// device's memory capacity.
+// copy and compute streams, the emulated link bandwidth, copies paced by an arbiter, the
+// device's memory capacity, and its memory held on use under memory.share.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -126,6 +126,45 @@ TEST(CpuDevice, MemoryHasTheConfiguredCapacity) {
   EXPECT_NE(device.name().find("2 threads"), std::string::npos) << device.name();
   DeviceBuffer a(device.memory(), 6ull << 20, "big");
   EXPECT_THROW(DeviceBuffer(device.memory(), 4ull << 20, "too much"), OutOfMemoryError);
+}
+
+// Resident pages of [p, p + bytes) (p page-aligned), by mincore.
+size_t resident_pages(void* p, uint64_t bytes) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  EXPECT_EQ(mincore(p, bytes, in.data()), 0);
+  return static_cast<size_t>(
+      std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+// memory.share (Note [Backing a heap on use]): the emulated device holds whole 2 MiB granules
+// under its live allocations and gives a granule's pages back to the OS once none touches it.
+TEST(CpuDevice, MappingOnUseGivesTheGranulesOfReleasedMemoryBack) {
+  constexpr uint64_t kG = uint64_t{2} << 20;
+  DeviceOptions o = options(16 * kG + 1024);
+  o.map_on_use = true;
+  CpuDevice device(o);
+  DeviceHeap& heap = device.memory();
+  EXPECT_EQ(heap.granule(), kG);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(heap.base()) % kG, 0u);
+  EXPECT_NE(device.name().find("held on use in 2.00 MiB granules"), std::string::npos)
+      << device.name();
+  DeviceBuffer persistent(heap, kG + 4096, "persistent");  // granule 0 whole, granule 1 an edge
+  DeviceBuffer arena(heap, 3 * kG, "arena");               // granule 1 shared, 2-3, 4 an edge
+  EXPECT_EQ(heap.stats().held, 5 * kG);
+  std::memset(persistent.data(), 1, persistent.bytes());
+  std::memset(arena.data(), 1, arena.bytes());
+  auto* granule2 = static_cast<std::byte*>(heap.base()) + 2 * kG;
+  EXPECT_EQ(resident_pages(granule2, kG), kG / static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+  arena.reset();
+  EXPECT_EQ(heap.stats().held, 2 * kG);
+  EXPECT_EQ(resident_pages(granule2, 3 * kG), 0u) << "the arena's own granules went back";
+  EXPECT_GT(resident_pages(heap.base(), 2 * kG), 0u) << "the persistent block's stayed";
+  // The whole capacity still fits, and the range reaches a granule past it.
+  persistent.reset();
+  DeviceBuffer all(heap, 16 * kG + 1024, "all");
+  EXPECT_EQ(heap.stats().held, 17 * kG);
+  std::memset(all.data(), 2, all.bytes());
 }
 
 // Note [One hook, two protocols]: a pacing arbiter carries every copy through its moves; one

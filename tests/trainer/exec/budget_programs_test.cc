@@ -2,8 +2,9 @@
 // through a Session of alexnet_cifar under auto: a budget prepared ahead is ready without a wait
 // and cached beside the others; a switch frees the arena, the next step allocates the new plan's
 // after telling the listener the bytes the device will hold; a budget run again reuses its
-// program; and training across switches gives the losses of a run that never switched, bit for
-// bit (poison mode), with persistent state where it was.
+// program; a device holding whole granules (memory.share) tells exactly the granules it will
+// hold; and training across switches gives the losses of a run that never switched, bit for bit
+// (poison mode), with persistent state where it was.
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "device/backend_traits.h"
 #include "trainer/session/model_of.h"
 #include "trainer/session/session.h"
 
@@ -102,6 +104,46 @@ TEST(BudgetPrograms, ASwitchFreesTheArenaAndTheNextStepTellsTheBytesBeforeTaking
   e.set_budget(own);
   EXPECT_EQ(&e.program(input, true), &wide);
   EXPECT_EQ(e.programs().size(), 2u);
+  e.on_arena_growth(nullptr);
+}
+
+// memory.share: the device holds whole granules (Note [Backing a heap on use] in device/heap.h),
+// and the listener is told exactly what it will hold, the granules, before they are taken.
+TEST(BudgetPrograms, ADeviceHoldingGranulesTellsTheGranulesItWillHold) {
+  Config c = budget_config();
+  c.memory.share = true;
+  Session session(c, RankInfo{}, /*training=*/true);
+  Executor& e = session.executor();
+  const DeviceHeap& heap = session.device().memory();
+  ASSERT_EQ(heap.granule(), kSharedGranule);
+  const Shape input = configured_input(c, 8);
+  const Program& wide = e.program(input, true);
+  const uint64_t tight = (wide.plan.lower_bound + wide.plan.peak_bytes()) / 2;
+  const auto granules = [](uint64_t bytes) {
+    return (bytes + kSharedGranule - 1) / kSharedGranule * kSharedGranule;
+  };
+  std::vector<uint64_t> told;
+  e.on_arena_growth([&](uint64_t bytes) {
+    told.push_back(bytes);
+    EXPECT_LT(heap.stats().held, bytes) << "told before it is taken";
+  });
+  std::vector<float> images(8 * 3 * 32 * 32, 0.25f);
+  std::vector<int32_t> labels(8, 3);
+  const HostBatch batch{images.data(), labels.data(), 8, input};
+  e.enqueue(batch, true, 1);
+  (void)e.read_metrics();
+  ASSERT_EQ(told.size(), 1u);
+  // Persistent blocks from offset 0, then the arena: one run, held in whole granules.
+  EXPECT_EQ(heap.stats().in_use, wide.plan.peak_bytes());
+  EXPECT_EQ(told[0], granules(wide.plan.peak_bytes()));
+  EXPECT_EQ(heap.stats().held, told[0]);
+  e.set_budget(tight);
+  EXPECT_EQ(heap.stats().held, granules(wide.plan.persistent.total())) << "the arena went back";
+  e.enqueue(batch, true, 2);
+  (void)e.read_metrics();
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1], granules(e.program(input, true).plan.peak_bytes()));
+  EXPECT_EQ(heap.stats().held, told[1]);
   e.on_arena_growth(nullptr);
 }
 

@@ -2,8 +2,9 @@
 // arriving at different times, one leaving early, all finish; the ledger's record of held bytes
 // never exceeds the capacity; each job's peak stays within the budget it ran and its share; its
 // losses are bitwise those of the job alone with unlimited memory (poison mode); its log shows
-// each re-plan. A job killed with SIGKILL mid-step hands its share to the running jobs within 5 s,
-// they go on, and a new job starts.
+// each re-plan; what it holds is whole granules, less than one beyond its budget. A job killed
+// with SIGKILL mid-step hands its share to the running jobs within 5 s, they go on, and a new job
+// starts.
 #include <atomic>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/backend_traits.h"
 #include "links/job_ledger.h"
 #include "links/memory_shares.h"
 #include "tests/trainer/integration/ledger_util.h"
@@ -46,11 +48,13 @@ std::string joined(const std::vector<std::string>& args) {
 
 // The device's capacity for three such jobs: every lower bound fits, but not three jobs at the
 // budget each takes alone (the controller's share of one job on a large device), so a third
-// arrival makes jobs shrink and a departure lets them grow. `alone` gets that budget.
+// arrival makes jobs shrink and a departure lets them grow. `alone` gets that budget. In held
+// bytes, as the jobs register their curves (Note [A shared budget in held bytes]).
 uint64_t three_job_capacity(uint64_t* alone) {
   std::vector<std::string> overrides = kJob;
   overrides.push_back("memory.share=true");
-  const ShareCurve curve = share_curve(load_config(kConfig, overrides));
+  const Config config = load_config(kConfig, overrides);
+  const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
   ShareJob job;
   job.lower = curve.lower;
   job.peak = curve.peak;
@@ -210,6 +214,11 @@ std::vector<Replan> expect_job_within_its_budgets(const std::string& dir, int st
         << dir << " step " << step;
     EXPECT_LE(m[i]["budget"].get<uint64_t>(), m[i]["granted"].get<uint64_t>()) << dir;
     EXPECT_LE(m[i]["held"].get<uint64_t>(), m[i]["granted"].get<uint64_t>()) << dir;
+    // The emulated device holds whole granules, less than one beyond its budget (Note [A shared
+    // budget in held bytes]).
+    EXPECT_EQ(m[i]["held"].get<uint64_t>() % kSharedGranule, 0u) << dir << " step " << step;
+    EXPECT_LT(m[i]["held"].get<uint64_t>(), m[i]["budget"].get<uint64_t>() + kSharedGranule)
+        << dir << " step " << step;
     if (i > 0 && m[i]["budget"] != m[i - 1]["budget"]) {
       EXPECT_TRUE(replanned.count(step))
           << dir << ": the budget changed at step " << step << " and the log does not say so";

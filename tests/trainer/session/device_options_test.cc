@@ -38,6 +38,13 @@ TEST(DeviceOptions, KeysReachTheKernelOptions) {
   EXPECT_EQ(d.workspace_limit, 32 * kMiB);
 }
 
+TEST(DeviceOptions, ASharedDeviceMapsOnUse) {
+  EXPECT_FALSE(device_options(default_config()).map_on_use);
+  const Config c = parse_config_text(
+      "device: {backend: cuda, memory: 1GiB}\nmemory: {policy: auto, share: true}\n");
+  EXPECT_TRUE(device_options(c).map_on_use);
+}
+
 TEST(DeviceOptions, WorkspaceLimitIsAtMostAnEighthOfTheBudget) {
   Config c = parse_config_text("device: {memory: 1GiB}\nmemory: {budget: 200MiB}\n");
   EXPECT_EQ(device_options(c).workspace_limit, 25 * kMiB);

@@ -1,7 +1,8 @@
 // A job sharing its device: its curve is the planner's (the lower bound is the smallest budget
 // the policy meets, the ladder falls from it to the peak), admission waits for the lower bound
 // to fit, printing once who holds the device, gives up after memory.share_wait with exit code 2's
-// error, and the lease leaves the ledger when the job ends.
+// error, and the lease leaves the ledger when the job ends; it registers its curve a granule
+// higher and plans a granule below its grant (Note [A shared budget in held bytes]).
 #include "trainer/session/memory_share.h"
 
 #include <stdlib.h>
@@ -70,6 +71,22 @@ class MemoryShareLeaseTest : public ::testing::Test {
 
 ShareCurve small_curve() { return {100 << 20, 200 << 20, {{100 << 20, 2.0}, {200 << 20, 1.0}}}; }
 
+TEST(MemoryShare, AJobRegistersItsCurveInHeldBytes) {
+  Config c = resnet_config();
+  EXPECT_EQ(share_reserve(c), 2u << 20);
+  c.device.backend = Backend::kCuda;
+  EXPECT_EQ(share_reserve(c), 2u << 20);
+  c.memory.share = false;
+  EXPECT_EQ(share_reserve(c), 0u);
+  const ShareCurve held = held_curve(small_curve(), 3);
+  EXPECT_EQ(held.lower, (100u << 20) + 3);
+  EXPECT_EQ(held.peak, (200u << 20) + 3);
+  ASSERT_EQ(held.ladder.size(), 2u);
+  EXPECT_EQ(held.ladder[0].budget, (100u << 20) + 3);
+  EXPECT_EQ(held.ladder[1].budget, (200u << 20) + 3);
+  EXPECT_EQ(held.ladder[1].step_s, 1.0);
+}
+
 TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearError) {
   Config c = resnet_config();
   c.device.memory = 256 << 20;
@@ -93,7 +110,7 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("memory.share_wait: waited 0.3 s and cpu:0 still cannot "
-                                         "hold this job's lower bound 100.00 MiB"),
+                                         "hold this job's lower bound 102.00 MiB"),
               std::string::npos)
         << e.what();
     EXPECT_EQ(exit_code_for(e), 2);
@@ -122,14 +139,23 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
   {
     MemoryShareLease lease(c, RankInfo{}, small_curve(),
                            [&](const std::string& s) { said.push_back(s); });
+    // Note [A shared budget in held bytes]: registered a granule higher, planned a granule below
+    // the grant; until the first step it reports its whole grant as held.
+    EXPECT_EQ(lease.reserve(), 2u << 20);
     EXPECT_EQ(lease.budget(), 200u << 20);
     ASSERT_EQ(said.size(), 3u);  // the objective, the wait, the budget
     EXPECT_NE(said[2].find("memory.share: budget 200.00 MiB on cpu:0"), std::string::npos)
         << said[2];
+    EXPECT_NE(said[2].find("2.00 MiB below the grant"), std::string::npos) << said[2];
     const auto gpus = ledger->snapshot();
     ASSERT_EQ(gpus.size(), 1u);
     ASSERT_EQ(gpus[0].jobs.size(), 1u);
-    EXPECT_EQ(gpus[0].jobs[0].held, 200u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].lower, 102u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].peak, 202u << 20);
+    ASSERT_EQ(gpus[0].jobs[0].ladder.size(), 2u);
+    EXPECT_EQ(gpus[0].jobs[0].ladder[0].budget, 102u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].granted, 202u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].held, 202u << 20);
     EXPECT_EQ(gpus[0].jobs[0].run_dir, "runs/share");
   }
   leaves.join();
