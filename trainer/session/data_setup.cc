@@ -76,6 +76,12 @@ std::shared_ptr<const Dataset> open_configured_dataset(const Config& config, boo
 }
 
 LoaderOptions loader_options(const Config& config, Device& device) {
+  LoaderOptions o = loader_options(config);
+  o.allocator = &device.pinned();
+  return o;
+}
+
+LoaderOptions loader_options(const Config& config) {
   LoaderOptions o;
   o.batch_size = config.data.batch_size;
   o.shuffle = config.data.shuffle;
@@ -85,7 +91,6 @@ LoaderOptions loader_options(const Config& config, Device& device) {
   o.drop_last = config.data.drop_last;
   o.workers = static_cast<int>(config.data.workers);
   o.len_bucket = config.data.len_bucket;
-  o.allocator = &device.pinned();
   return o;
 }
 

@@ -24,5 +24,7 @@ int64_t end_of_text_token(const Config& config);
 
 // The loader options the config gives, with batch buffers in the device's pinned memory.
 LoaderOptions loader_options(const Config& config, Device& device);
+// The same with batch buffers in plain host memory (a loader read for its shapes alone).
+LoaderOptions loader_options(const Config& config);
 
 }  // namespace ferry

@@ -12,6 +12,8 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/data/loader.h"
+#include "trainer/session/data_setup.h"
 #include "trainer/session/model_of.h"
 
 namespace ferry {
@@ -53,10 +55,34 @@ const ScheduledShape& ShapeSchedule::largest() const {
 // The loader draws the side of each global batch as data.scales[hash(seed, epoch, batch) mod n]
 // (Note [Per-batch sides] in trainer/data/loader.h): every entry of the list equally often, so a
 // side's weight is its count in the list over the list's length (a side listed twice is drawn
-// twice as often). A token source whose rows change length per batch (documents padded to a
-// length bucket) adds its branch here: each bucket's length weighted by the fraction of batches
-// the loader pads to it. Without either, every step has the configured input.
-ShapeSchedule shape_schedule(const Config& config) {
+// twice as often). Documents padded per batch (data.documents without data.pack; Note [Documents
+// as rows] in trainer/data/documents.h) take the length the loader gives each global batch of
+// the first epoch (its longest document rounded up to data.len_bucket): each length weighted by
+// the fraction of those batches padded to it. The global batch spans every rank, so the lengths
+// depend on the job's ranks. Packed rows keep data.seq_len. Otherwise every step has the
+// configured input.
+ShapeSchedule shape_schedule(const Config& config, int world_size) {
+  if (config.data.documents && !config.data.pack) {
+    LoaderOptions lo = loader_options(config);
+    lo.world_size = world_size;
+    lo.drop_last = true;  // every rank takes part in every step, as in training
+    lo.workers = 1;
+    lo.prefetch = 1;
+    const DataLoader loader(open_configured_dataset(config), lo);
+    std::vector<std::pair<int64_t, double>> raw;
+    for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+      raw.emplace_back(loader.length(LoaderPosition{0, b}), 1.0);
+    }
+    // Shortest first, for the per-shape table.
+    std::stable_sort(raw.begin(), raw.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    return normalised(
+        config, raw,
+        fmt::format("data.documents: the {} global batches of epoch 0 ({} x {} rows), "
+                    "padded to data.len_bucket {}",
+                    loader.batches_per_epoch(), world_size, config.data.batch_size,
+                    config.data.len_bucket));
+  }
   const std::vector<int64_t>& scales = config.data.scales;
   if (!scales.empty() && !model_info(config.model.name).tokens) {
     std::vector<std::pair<int64_t, double>> raw;

@@ -26,8 +26,10 @@ struct ShapeSchedule {
 };
 
 // What the config's loader draws (Note [Where a shape schedule comes from]): the sides of
-// data.scales, each weighted by how often the loader draws it; else the configured input alone.
-ShapeSchedule shape_schedule(const Config& config);
+// data.scales, each weighted by how often the loader draws it; the lengths of data.documents'
+// padded batches over the first epoch of a job of `world_size` ranks; else the configured input
+// alone. DataError/ConfigError as training's loader for a documents source it cannot open.
+ShapeSchedule shape_schedule(const Config& config, int world_size = 1);
 
 // A schedule given as text, `SIZE[:WEIGHT],...` (weights default to 1 and are normalised):
 // image sides of the config's model, or tokens per row of a token model (at most its

@@ -248,7 +248,7 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   in.chunk_bytes = o.chunk_bytes;
   in.trace = o.trace;
   const ShapeSchedule schedule = o.shapes.empty()
-                                     ? shape_schedule(config)
+                                     ? shape_schedule(config, static_cast<int>(n) * o.nodes)
                                      : parse_shape_schedule(config, o.shapes, "--shapes");
   if (emulated && schedule.shapes.size() > 1)
     throw ConfigError("--emulated: the emulation traced the steps of one input shape",

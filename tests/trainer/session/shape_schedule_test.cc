@@ -1,6 +1,7 @@
 // Shape schedules (trainer/session/shape_schedule.h): data.scales weighted as often as the loader
-// really draws each side, the configured input alone without scales, and --shapes text parsed
-// (weights normalised, repeats merged) or refused with one error naming the option.
+// really draws each side, padded documents at their batches' lengths, the configured input alone
+// without either, and --shapes text parsed (weights normalised, repeats merged) or refused with
+// one error naming the option.
 #include "trainer/session/shape_schedule.h"
 
 #include <map>
@@ -8,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/temp_dir.h"
+#include "tests/trainer/data/test_files.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/data_setup.h"
 
@@ -45,6 +48,44 @@ TEST(ShapeSchedule, ScalesAreWeightedAsOftenAsTheLoaderDrawsThem) {
     EXPECT_NEAR(drawn[shape.size] / static_cast<double>(batches), shape.weight, 0.06)
         << "side " << shape.size;
   }
+}
+
+// Four documents of 3, 5, 9 and 2 positions (separator 9, shared between neighbours), in file
+// order: batches of 2 rows pad to 5 -> 8 and 9 -> 12 (data.len_bucket 4); one global batch of
+// 4 rows pads to 12.
+TEST(ShapeSchedule, PaddedDocumentsTakeTheLengthsOfTheFirstEpochsGlobalBatches) {
+  testing::TempDir dir;
+  const std::vector<uint16_t> tokens = {9, 1, 2, 9, 1, 2, 3, 4, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 9};
+  Config c = default_config();
+  c.model.name = "gpt2";
+  c.model.layers = 1;
+  c.model.heads = 1;
+  c.model.width = 8;
+  c.model.vocab = 16;
+  c.model.context = 16;
+  c.data.source = DataSource::kTokens;
+  c.data.path = dir.write("docs.bin", testing::llmc_file(tokens));
+  c.data.documents = true;
+  c.data.eot_token = 9;
+  c.data.seq_len = 16;
+  c.data.len_bucket = 4;
+  c.data.shuffle = false;
+  c.data.batch_size = 2;
+  const ShapeSchedule one = shape_schedule(c);
+  ASSERT_EQ(one.shapes.size(), 2u) << one.source;
+  EXPECT_EQ(one.shapes[0].input, Shape({2, 8}));
+  EXPECT_EQ(one.shapes[1].input, Shape({2, 12}));
+  EXPECT_DOUBLE_EQ(one.shapes[0].weight, 0.5);
+  EXPECT_DOUBLE_EQ(one.shapes[1].weight, 0.5);
+  // Two ranks of 2 rows: one global batch of every document.
+  const ShapeSchedule two = shape_schedule(c, 2);
+  ASSERT_EQ(two.shapes.size(), 1u) << two.source;
+  EXPECT_EQ(two.shapes[0].input, Shape({2, 12}));
+  // Packed rows keep data.seq_len.
+  c.data.pack = true;
+  const ShapeSchedule packed = shape_schedule(c);
+  ASSERT_EQ(packed.shapes.size(), 1u);
+  EXPECT_EQ(packed.shapes[0].input, Shape({2, 16}));
 }
 
 TEST(ShapeSchedule, WithoutScalesTheConfiguredInputAlone) {
