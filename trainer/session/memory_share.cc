@@ -78,7 +78,9 @@ ShareCurve held_curve(ShareCurve curve, uint64_t reserve) {
   return curve;
 }
 
-std::string share_device_key(const Config& config, const RankInfo& ranks) {
+std::string share_device_key(const Config& config, const RankInfo& ranks,
+                             const std::optional<PciAddress>& gpu) {
+  if (config.device.backend == Backend::kCuda && gpu) return "cuda:" + gpu->str();
   return fmt::format("{}:{}", to_string(config.device.backend), ranks.local_rank);
 }
 
@@ -100,13 +102,14 @@ std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower
 
 MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                                    const ShareCurve& curve,
-                                   const std::function<void(const std::string&)>& say)
+                                   const std::function<void(const std::string&)>& say,
+                                   const std::optional<PciAddress>& gpu_bus_id)
     : curve_(held_curve(curve, share_reserve(config))),
       cap_(config.memory.budget),
       reserve_(share_reserve(config)) {
   ledger_ = JobLedger::attach();
   JobRequest r;
-  r.device = share_device_key(config, ranks);
+  r.device = share_device_key(config, ranks, gpu_bus_id);
   r.capacity = config.device.memory;
   r.config = (std::filesystem::path(config.run.dir) / "config.yaml").string();
   r.run_dir = config.run.dir;

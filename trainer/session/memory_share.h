@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/ranks.h"
 #include "links/job_ledger.h"
 #include "prefetch/plan.h"
+#include "topology/pci.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
@@ -56,9 +58,12 @@ uint64_t share_reserve(const Config& config);
 // what the job registers, in held bytes.
 ShareCurve held_curve(ShareCurve curve, uint64_t reserve);
 
-// The device a rank shares on this node: "<backend>:<local rank>" (the emulated device of a CPU
-// rank; a CUDA rank's ordinal stands for its GPU).
-std::string share_device_key(const Config& config, const RankInfo& ranks);
+// The device a rank shares on this node: a CUDA rank's GPU by its PCI bus id when placement
+// found it ("cuda:0000:3b:00.0": jobs that number the GPUs differently, e.g. under
+// CUDA_VISIBLE_DEVICES, still meet on it), else "<backend>:<local rank>" (the emulated device
+// of a CPU rank; a CUDA rank's ordinal standing for its GPU).
+std::string share_device_key(const Config& config, const RankInfo& ranks,
+                             const std::optional<PciAddress>& gpu = std::nullopt);
 
 // The admission message when the job waits: who holds the device and how much.
 std::string share_wait_message(const LedgerGpu& gpu, uint64_t id, uint64_t lower);
@@ -69,8 +74,10 @@ class MemoryShareLease {
   // (`curve` is the planner's, in heap bytes) and waits until admitted,
   // printing once through `say` which jobs hold the device; throws ConfigError (exit 2) when
   // memory.share_wait passes first, or when the lower bound exceeds the device's capacity.
+  // `gpu`: the PCI bus id of a CUDA rank's GPU, for the device key (share_device_key).
   MemoryShareLease(const Config& config, const RankInfo& ranks, const ShareCurve& curve,
-                   const std::function<void(const std::string&)>& say);
+                   const std::function<void(const std::string&)>& say,
+                   const std::optional<PciAddress>& gpu = std::nullopt);
   // Leaves the ledger: the grant goes back to the others.
   ~MemoryShareLease();
   MemoryShareLease(const MemoryShareLease&) = delete;

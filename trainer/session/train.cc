@@ -32,6 +32,7 @@
 #include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/node_files.h"
+#include "trainer/session/placement.h"
 #include "trainer/session/rank_log.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
@@ -507,8 +508,12 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   std::unique_ptr<MemoryShareLease> share;
   Config granted = config;
   if (config.memory.share) {
-    share = std::make_unique<MemoryShareLease>(config, ranks, share_curve(config),
-                                               [&](const std::string& s) { log.line(s); });
+    // A CUDA rank's GPU by its bus id, from the placement the session will make again.
+    std::optional<PciAddress> gpu;
+    if (config.device.backend == Backend::kCuda)
+      gpu = place_this_rank(config, ranks).binding.gpu_pci;
+    share = std::make_unique<MemoryShareLease>(
+        config, ranks, share_curve(config), [&](const std::string& s) { log.line(s); }, gpu);
     granted.memory.budget = share->budget();
   }
   Session session(granted, ranks, /*training=*/true);

@@ -71,6 +71,20 @@ class MemoryShareLeaseTest : public ::testing::Test {
 
 ShareCurve small_curve() { return {100 << 20, 200 << 20, {{100 << 20, 2.0}, {200 << 20, 1.0}}}; }
 
+// A CUDA rank's GPU is keyed by its bus id where placement found it, so two jobs that number the
+// GPUs differently meet on it; otherwise (and for the CPU's emulated devices) by local rank.
+TEST(MemoryShare, ACudaRanksDeviceIsItsGpusBusIdWhereKnown) {
+  Config c = default_config();
+  RankInfo ranks;
+  ranks.local_rank = 1;
+  const std::optional<PciAddress> gpu = PciAddress::parse("0000:3b:00.0");
+  ASSERT_TRUE(gpu);
+  EXPECT_EQ(share_device_key(c, ranks, gpu), "cpu:1");
+  c.device.backend = Backend::kCuda;
+  EXPECT_EQ(share_device_key(c, ranks, gpu), "cuda:0000:3b:00.0");
+  EXPECT_EQ(share_device_key(c, ranks), "cuda:1");
+}
+
 TEST(MemoryShare, AJobRegistersItsCurveInHeldBytes) {
   Config c = resnet_config();
   EXPECT_EQ(share_reserve(c), 2u << 20);
