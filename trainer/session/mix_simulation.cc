@@ -187,7 +187,9 @@ class MixSimulator {
  private:
   enum class Rule { kShare, kStatic, kSequential };
 
-  // Each running job's step under the co-running model (Note [Simulating jobs that share a GPU]).
+  // Each running job's step under the co-running model (Note [Simulating jobs that share a GPU]):
+  // the jobs' tapes repeated on one GPU's shared compute, each job's step the mean of its repeats
+  // that ended before the first job ran out of repeats.
   const std::vector<double>& steps(const Running& running) {
     auto it = co_run_.find(running);
     if (it != co_run_.end()) return it->second;
@@ -196,31 +198,41 @@ class MixSimulator {
     in.links = server_->links.links;
     in.topology_scheduler = topology_scheduler_;
     in.chunk_bytes = chunk_bytes_;
+    in.shared_compute = k > 1;
     std::vector<SimRank> ranks;
-    double longest = 0;
+    std::vector<double> work;
     for (const auto& [job, budget] : running) {
       ranks.push_back(models_[job]->rank(budget));
-      SimRank& r = ranks.back();
-      r.name = report_.jobs[job].name;
+      ranks.back().name = report_.jobs[job].name;
       double total = 0;
-      for (double& s : r.step_seconds) total += (s *= static_cast<double>(k));
-      longest = std::max(longest, total);
+      for (double s : ranks.back().step_seconds) total += s;
+      work.push_back(total);
     }
+    const double longest = *std::max_element(work.begin(), work.end());
     std::vector<int> repeats;
-    for (SimRank& r : ranks) {
-      double total = 0;
-      for (double s : r.step_seconds) total += s;
-      const int times =
-          total > 0 ? static_cast<int>(std::clamp(std::round(longest / total), 1.0,
-                                                  static_cast<double>(MixOptions::kMaxRepeats)))
-                    : 1;
+    for (size_t r = 0; r < k; ++r) {
+      const int times = k == 1 || !(work[r] > 0)
+                            ? 1
+                            : static_cast<int>(std::clamp(
+                                  std::round(MixOptions::kLongestRepeats * longest / work[r]), 1.0,
+                                  static_cast<double>(MixOptions::kMaxRepeats)));
       repeats.push_back(times);
-      in.ranks.push_back(times > 1 ? repeated(r, times) : std::move(r));
+      SimRank rank = times > 1 ? repeated(ranks[r], times) : std::move(ranks[r]);
+      const int n = static_cast<int>(rank.step_seconds.size()) / times;
+      for (int t = 1; t <= times && k > 1; ++t) rank.marks.push_back(t * n - 1);
+      in.ranks.push_back(std::move(rank));
     }
     const NodeSimResult res = simulate_node(in);
+    double first_done = kInf;
+    for (const SimRankStats& r : res.ranks) first_done = std::min(first_done, r.step_seconds);
     std::vector<double> out;
-    for (size_t r = 0; r < k; ++r)
-      out.push_back(res.ranks[r].step_seconds / static_cast<double>(repeats[r]));
+    for (size_t r = 0; r < k; ++r) {
+      const std::vector<double>& ends = res.ranks[r].mark_seconds;
+      size_t whole = 0;
+      while (whole < ends.size() && ends[whole] <= first_done) ++whole;
+      out.push_back(whole > 0 ? ends[whole - 1] / static_cast<double>(whole)
+                              : res.ranks[r].step_seconds / static_cast<double>(repeats[r]));
+    }
     return co_run_.emplace(running, std::move(out)).first->second;
   }
 
@@ -320,6 +332,8 @@ class MixSimulator {
       Running running;
       std::vector<size_t> waiting;
       decide(rule, present, equal, running, waiting);
+      // Every job's lower bound fits the GPU, so the first present job always runs.
+      FERRY_ASSERT(!running.empty(), "a mix phase with no job running");
       const std::vector<double> step = steps(running);
       double until = next_arrival - now;
       size_t ends = running.size();

@@ -32,24 +32,27 @@ namespace ferry {
 //    run, so that the two are compared over the same jobs.
 //  - sequential: one job at a time in arrival order, each alone with the whole GPU (its peak, at
 //    most the GPU's memory); a job that arrives while another runs queues.
-// Co-running: with k jobs running, each job's compute runs at 1/k of the GPU (every op takes k
-// times as long), and their copies share the GPU's link max-min fairly, one stream per direction
-// per job, as the node simulator shares any link (under the topology scheduler, chunks granted by
-// least laxity). Each job's tape is repeated so that the jobs' runs last about as long (at most
-// kMaxRepeats times), and its step is its run's time over its repeats. A lone job's step is
-// `trainer simulate` of its config on the same GPU at the same budget.
-// Left out: a job stalled on its copies does not give its compute to the others (so the model
-// understates what sharing a GPU gains when jobs stall, and running jobs one after another never
-// loses throughput in it when each fits alone); kernels of several jobs side by side (MPS);
-// context switches; the first step's costs; the host memory of offloaded bytes; the time a
-// shrinking job takes to confirm before a growing one may use the memory.
+// Co-running: the jobs running share the GPU's compute as processor sharing (Note [One GPU's
+// compute shared by jobs] in sim/node_sim.h): the k jobs computing at an instant each run at 1/k
+// of its speed, and a job waiting for its copies hands its share to the others; their copies
+// share the GPU's link max-min fairly, one stream per direction per job, as the node simulator
+// shares any link (under the topology scheduler, chunks granted by least laxity). Each job's tape
+// is repeated so that the job with the most work per step runs kLongestRepeats steps and the
+// others about as long (at most kMaxRepeats steps), and a job's step is the mean of its repeats
+// that ended before the first job ran out of them (so that no job's figure includes a tail where
+// fewer jobs ran). A lone job's step is `trainer simulate` of its config at the same budget.
+// Left out: kernels of several jobs side by side (MPS) and whatever a job's kernels leave idle;
+// context switches; the first step's costs; the host memory of offloaded bytes; planning ahead
+// and the switch between plans; the time a shrinking job takes to confirm before a growing one
+// may use the memory.
 struct MixOptions {
   std::string topology_file;  // "" = the first job's topology.file; every job on its first GPU
   std::string hardware;       // "" = each job's own cost model
   std::string scheduler;      // "" = the first job's topology.scheduler, for every job
   std::optional<bool> contention_aware;  // as SimulateOptions
   uint64_t chunk_bytes = 0;              // 0 = the first job's topology.chunk_mb
-  static constexpr int kMaxRepeats = 32;
+  static constexpr int kLongestRepeats = 4;
+  static constexpr int kMaxRepeats = 256;
 };
 
 struct MixJob {
