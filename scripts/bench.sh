@@ -21,8 +21,12 @@
 #  10. TENSILE's grid (issue 19): vgg16_cifar and resnet50_cifar, one job at batch 16 (auto at
 #      TENSILE's memory saved, vdnn-all) and 2 and 3 concurrent jobs at batch 2 (memory.share on
 #      one device, vdnn-all), memory saved against extra time (scripts/bench_share.py)
+#  11. a job mix on one device (issue 19): four models arriving 10 s apart, memory.share against a
+#      static equal split and against one after another: (a) real, CPU backend
+#      (scripts/bench_mix.py); (b) the same mix simulated on one H100 at ImageNet sizes at several
+#      GPU memories (trainer simulate --mix configs/simulate/mix-h100.yaml; scripts/bench_mix_sim.py)
 # Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
-#                          share]
+#                          share|mix]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -298,4 +302,11 @@ fi
 if [[ $what == all || $what == share ]]; then
   echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
   /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
+fi
+
+if [[ $what == all || $what == mix ]]; then
+  echo "== 11a. job mix on one emulated device, CPU backend: resnet18_cifar, a small GPT, vgg11_cifar, alexnet_cifar arriving 10 s apart; memory.share / static equal split / one after another (median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_mix.py --trainer build/trainer
+  echo "== 11b. the same mix simulated on one H100 (h100-pcie5) at ImageNet sizes, configs/simulate/mix-h100.yaml at 80, 64, 56 and 48 GiB =="
+  /usr/bin/python3 scripts/bench_mix_sim.py --trainer build/trainer
 fi
