@@ -300,8 +300,8 @@ PY
 fi
 
 if [[ $what == all || $what == share ]]; then
-  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
-  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
+  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 4 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer --reps 4
 fi
 
 if [[ $what == all || $what == mix ]]; then
