@@ -26,8 +26,12 @@
 #      (memory.per_shape false, when built) and every batch padded to data.seq_len under the same
 #      budget, none with unlimited memory; and padded against packed rows (data.pack) in real
 #      tokens/s
+#  12. a job mix on one device (issue 19): four models arriving 10 s apart, memory.share against a
+#      static equal split and against one after another: (a) real, CPU backend
+#      (scripts/bench_mix.py); (b) the same mix simulated on one H100 at ImageNet sizes at several
+#      GPU memories (trainer simulate --mix configs/simulate/mix-h100.yaml; scripts/bench_mix_sim.py)
 # Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
-#                          share|documents]
+#                          share|documents|mix]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -301,8 +305,8 @@ PY
 fi
 
 if [[ $what == all || $what == share ]]; then
-  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
-  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer
+  echo "== 10. TENSILE's grid: memory saved / extra step time, one job at batch 16, 2 and 3 concurrent jobs at batch 2 (FLOP cost model, 8 steps, fastest logging interval after the first, median of 4 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_share.py --trainer build/trainer --reps 4
 fi
 
 if [[ $what == all || $what == documents ]]; then
@@ -398,4 +402,11 @@ for arm in ("per_shape", "per_shape_rebuild"):
           f"rebuilt {x['recompute_flops'] / 1e9:.3f} GFLOP, planned in {x['plan_seconds']:.3f}s")
 PY
   echo "load after: $(uptime | sed 's/.*load average: //')"
+fi
+
+if [[ $what == all || $what == mix ]]; then
+  echo "== 12a. job mix on one emulated device, CPU backend: resnet18_cifar, a small GPT, vgg11_cifar, alexnet_cifar arriving 10 s apart; memory.share / static equal split / one after another (median of 2 alternating runs; load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_mix.py --trainer build/trainer
+  echo "== 12b. the same mix simulated on one H100 (h100-pcie5) at ImageNet sizes, configs/simulate/mix-h100.yaml at 80, 64, 56 and 48 GiB =="
+  /usr/bin/python3 scripts/bench_mix_sim.py --trainer build/trainer
 fi

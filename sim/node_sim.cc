@@ -27,6 +27,8 @@ struct RankState {
   int next_step = 0;
   bool running = false;
   double step_end = 0;
+  double work_left = 0;  // shared compute: seconds of the running step at the device's full speed
+  size_t next_mark = 0;
   double waiting_since = -1;
   std::vector<double> prefix;  // prefix sums of step times
   std::vector<std::vector<size_t>> issued_after, waited_before;
@@ -239,6 +241,10 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         const int steps = static_cast<int>(rank.step_seconds.size());
         if (s.running && s.step_end <= now) {
           s.running = false;
+          if (s.next_mark < rank.marks.size() && rank.marks[s.next_mark] == s.next_step) {
+            res.ranks[r].mark_seconds.push_back(now);
+            ++s.next_mark;
+          }
           for (size_t i : s.issued_after[static_cast<size_t>(s.next_step) + 1]) issue(r, i);
           ++s.next_step;
           changed = true;
@@ -276,6 +282,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
              false);
         s.running = true;
         s.step_end = now + t;
+        s.work_left = t;
         changed = true;
       }
     }
@@ -438,6 +445,12 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       const double t = r == kInf ? now : now + active[a].remaining / (r * 1e9);
       next = std::min(next, t);
     }
+    // Note [One GPU's compute shared by jobs]: the running steps share the device.
+    double computing = 0;
+    for (const RankState& s : st) computing += s.running ? 1 : 0;
+    if (in.shared_compute)
+      for (RankState& s : st)
+        if (s.running) s.step_end = now + s.work_left * computing;
     for (size_t r = 0; r < n_ranks; ++r)
       if (st[r].running) next = std::min(next, st[r].step_end);
     if (in.trace) {
@@ -486,6 +499,9 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     }
     for (size_t l = 0; l < n_links; ++l)
       if (link_busy[l]) res.links[l].busy_seconds += dt;
+    if (in.shared_compute)
+      for (RankState& s : st)
+        if (s.running) s.work_left = s.step_end <= next ? 0 : s.work_left - dt / computing;
     now = next;
     bool hops_left = false;
     for (const Active& x : active) hops_left = hops_left || (x.hop && x.remaining > 0);

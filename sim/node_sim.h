@@ -40,6 +40,7 @@ struct SimRank {
   std::vector<std::string> step_names;  // for the trace (may be empty)
   std::vector<SimTransfer> transfers;   // issued in this order per direction
   std::vector<int> path;                // links a host<->device copy crosses
+  std::vector<int> marks;               // steps whose end time is recorded (increasing)
 };
 
 // Note [All-reduce chunks on arbitrated links]
@@ -73,7 +74,17 @@ struct NodeSimInput {
   bool topology_scheduler = false;    // chunked, arbitrated copies and hops; else fifo
   uint64_t chunk_bytes = 4ull << 20;  // topology.chunk_mb's default
   bool trace = false;                 // record spans for the Chrome trace
+  // The ranks are jobs sharing one GPU's compute (Note [One GPU's compute shared by jobs]); else
+  // each rank computes on a GPU of its own.
+  bool shared_compute = false;
 };
+
+// Note [One GPU's compute shared by jobs]
+// With shared_compute, the ranks' compute steps share one device: at any instant the ranks
+// computing (not waiting for a copy, not finished) each run at 1 / their number of its speed, so a
+// rank that waits for its copies hands its share to the others (processor sharing). A step's time
+// in SimRank::step_seconds is its time with the device to itself. The trace shows each compute
+// span from its start for that time, not stretched; the arbiter's slack assumes the full speed.
 
 struct SimSpan {
   int track = 0;  // rank r: 3r compute, 3r+1 to-host copies, 3r+2 to-device copies
@@ -99,6 +110,7 @@ struct SimRankStats {
   double compute_seconds = 0;  // sum of its step times
   double stall_seconds = 0;    // compute waiting for copies or the all-reduce
   double copy_bytes = 0;
+  std::vector<double> mark_seconds;  // when each step of SimRank::marks ended
 };
 
 struct NodeSimResult {

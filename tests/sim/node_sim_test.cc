@@ -3,7 +3,8 @@
 // all-reduce hop moves is counted once on every link it crosses; links shared by more GPUs
 // slow their copies; the arbiter's grants keep one chunk per arbitrated link and direction;
 // under the topology scheduler all-reduce chunks and copies go by deadline (Note [All-reduce
-// chunks on arbitrated links] in sim/node_sim.h), and no claim is starved.
+// chunks on arbitrated links] in sim/node_sim.h), and no claim is starved; jobs sharing one
+// GPU's compute share it while they compute.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -69,6 +70,50 @@ TEST(NodeSim, OneGpuOnOneLinkAgreesWithThePlannersCostModel) {
       }
     }
   }
+}
+
+// Note [One GPU's compute shared by jobs]: two jobs on one GPU share its compute while both
+// compute; a job waiting for its prefetch hands its share to the other. By hand: job A computes
+// 1 s, waits for a 3 s prefetch, computes 1 s; job B computes 2 s.
+TEST(NodeSim, JobsSharingOneGpusComputeShareItWhileBothCompute) {
+  NodeSimInput in;
+  in.links.push_back({"link", {1.0, 1.0, 1.0}});
+  SimRank a;
+  a.name = "A";
+  a.step_seconds = {1.0, 1.0};
+  a.transfers = {SimTransfer{false, 3'000'000'000ull, -1, 1}};
+  a.path = {0};
+  a.marks = {0, 1};
+  SimRank b;
+  b.name = "B";
+  b.step_seconds = {2.0};
+  b.path = {0};
+  in.ranks = {a, b};
+  const NodeSimResult own = simulate_node(in);  // a GPU each
+  EXPECT_DOUBLE_EQ(own.ranks[0].step_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(own.ranks[0].stall_seconds, 2.0);
+  EXPECT_DOUBLE_EQ(own.ranks[1].step_seconds, 2.0);
+  EXPECT_EQ(own.ranks[0].mark_seconds, (std::vector<double>{1.0, 4.0}));
+  in.shared_compute = true;
+  // 0-2 s both compute at half speed: A's first step ends at 2, B has 1 s left; 2-3 s A waits
+  // for its prefetch and B runs alone, ending at 3; 3-4 s A's second step alone.
+  const NodeSimResult shared = simulate_node(in);
+  EXPECT_NEAR(shared.ranks[0].step_seconds, 4.0, 1e-12);
+  EXPECT_NEAR(shared.ranks[0].stall_seconds, 1.0, 1e-12);
+  EXPECT_NEAR(shared.ranks[1].step_seconds, 3.0, 1e-12);
+  ASSERT_EQ(shared.ranks[0].mark_seconds.size(), 2u);
+  EXPECT_NEAR(shared.ranks[0].mark_seconds[0], 2.0, 1e-12);
+  EXPECT_NEAR(shared.ranks[0].mark_seconds[1], 4.0, 1e-12);
+  EXPECT_DOUBLE_EQ(shared.ranks[0].compute_seconds, 2.0) << "work at the device's full speed";
+  // Without copies, k jobs computing each run at 1/k: B's 2 s and a 1 s job end at 2 and 3.
+  SimRank c;
+  c.name = "C";
+  c.step_seconds = {1.0};
+  c.path = {0};
+  in.ranks = {b, c};
+  const NodeSimResult two = simulate_node(in);
+  EXPECT_NEAR(two.ranks[0].step_seconds, 3.0, 1e-12);
+  EXPECT_NEAR(two.ranks[1].step_seconds, 2.0, 1e-12);
 }
 
 // Eight GPUs of the DGX-1-like server (two per switch), each offloading everything.

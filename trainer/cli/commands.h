@@ -44,6 +44,7 @@ struct SimulateArgs {
   std::string trace;     // Chrome trace file, "" = none
   std::string emulated;  // a traced run directory of the CPU emulation, "" = none
   std::string shapes;    // "SIZE[:WEIGHT],..." input shapes to average over, "" = the config's
+  std::string mix;       // a mix file of jobs sharing one GPU (instead of CONFIG), "" = none
 };
 
 struct InfoArgs {
@@ -61,6 +62,8 @@ int run_train(const TrainArgs& args, const RankInfo& ranks);
 int run_eval(const TrainArgs& args);
 int run_plan(const PlanArgs& args);
 int run_simulate(const SimulateArgs& args);
+// `trainer simulate --mix FILE` (run_simulate calls it when args.mix is given).
+int run_simulate_mix(const SimulateArgs& args);
 int run_info(const InfoArgs& args);
 // Prints the node's job ledger: the GPUs ferry jobs share (memory.share) and their jobs.
 int run_jobs(const JobsArgs& args);

@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
       "simulate",
       "One step of a config on a described server, on a virtual clock: trainer simulate CONFIG "
       "[--topology FILE] [--gpus N] [--nodes N] [--hardware NAME|FILE] [--shapes S:W,...] [--json] "
-      "[--trace FILE]");
-  sim_cmd->add_option("config", sim.config, "YAML experiment config")->required();
+      "[--trace FILE]; or jobs sharing one GPU over time: trainer simulate --mix FILE "
+      "[--hardware NAME|FILE] [--topology FILE] [--json]");
+  sim_cmd->add_option("config", sim.config, "YAML experiment config (or --mix FILE)");
   sim_cmd->add_option("overrides", sim.overrides, "key=value overrides");
   sim_cmd->add_option("--topology", sim.topology, "topology file (default: topology.file)");
   sim_cmd->add_option("--gpus", sim.gpus, "GPUs (ranks) to simulate (default: every GPU)")
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
                       "input shapes to average the step over, SIZE[:WEIGHT],... : image sides, or "
                       "tokens per row of a token model (default: data.scales, else the configured "
                       "input)");
+  sim_cmd->add_option("--mix", sim.mix,
+                      "instead of CONFIG: a mix file of jobs sharing one GPU, each arriving at its "
+                      "time for its steps, under memory.share, a static equal split and one after "
+                      "another (see configs/simulate/mix-h100.yaml)");
 
   try {
     app.parse(argc, argv);

@@ -29,6 +29,10 @@ double utilisation(const NamedLink& l, const SimLinkStats& s, double seconds) {
 }  // namespace
 
 int run_simulate(const SimulateArgs& args) {
+  if (!args.mix.empty()) return run_simulate_mix(args);
+  if (args.config.empty())
+    throw ConfigError("simulate: give a CONFIG or --mix FILE",
+                      "trainer simulate CONFIG [options], or trainer simulate --mix FILE");
   const Config config = load_config(args.config, args.overrides);
   SimulateOptions o;
   o.topology_file = args.topology;

@@ -148,6 +148,19 @@ AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
   return a;
 }
 
+SimRank simulated_rank(const MemoryPlan& plan, const CostModel& cost, const std::vector<int>& path,
+                       const std::string& name, bool names) {
+  SimRank rank;
+  rank.name = name;
+  for (const TapeStep& s : plan.tape.steps) {
+    rank.step_seconds.push_back(cost.step_seconds(s, plan.tape));
+    if (names) rank.step_names.push_back(s.name);
+  }
+  rank.transfers = plan_transfers(plan);
+  rank.path = path;
+  return rank;
+}
+
 Server load_server(const Config& config, const std::string& topology_file, int gpus,
                    const std::string& hardware) {
   const std::string file = topology_file.empty() ? config.topology.file : topology_file;
@@ -279,13 +292,8 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
         it = plans.emplace(a.gbps, planner.plan_shape(config.memory.policy, shape.input)).first;
       }
       const MemoryPlan& plan = it->second;
-      SimRank rank;
-      rank.name = fmt::format("GPU{}", server.links.gpus[r]);
-      for (const TapeStep& s : plan.tape.steps) {
-        rank.step_seconds.push_back(cost.step_seconds(s, plan.tape));
-        if (o.trace) rank.step_names.push_back(s.name);
-      }
-      rank.transfers = plan_transfers(plan);
+      SimRank rank = simulated_rank(plan, cost, server.links.paths[r],
+                                    fmt::format("GPU{}", server.links.gpus[r]), o.trace);
       if (emulated) {
         rank.step_seconds = measured_step_seconds(o.emulated_run, r, plan.tape);
         // The input batch crosses the link before its load step ends (Executor::run_step).
@@ -299,7 +307,6 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
               SimTransfer{false, bytes, static_cast<int>(s) - 1, static_cast<int>(s)});
         }
       }
-      rank.path = server.links.paths[r];
       sin.ranks.push_back(std::move(rank));
       if (r == 0) {
         sim.peak_bytes = plan.peak_bytes();

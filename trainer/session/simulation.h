@@ -115,6 +115,11 @@ struct SimulationReport {
   std::vector<ShapeSimulation> shapes;  // in schedule order
 };
 
+// One GPU's step of `plan` for the node simulator: each tape step's time under `cost`, the plan's
+// copies, and `path`, the links those copies cross; with `names`, each step's name for a trace.
+SimRank simulated_rank(const MemoryPlan& plan, const CostModel& cost, const std::vector<int>& path,
+                       const std::string& name, bool names);
+
 // Plans each rank's step for every shape of the schedule and simulates one step of the node
 // per shape. ConfigError when a plan does not fit memory.budget (as training would).
 SimulationReport simulate_config(const Config& config, const SimulateOptions& options);
