@@ -6,7 +6,6 @@
 // alone (the host waits for its end), so load that changes slower than a step falls on every arm
 // alike. Every shape is planned before the timed steps. Printed, never asserted.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -17,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "common/error.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/data_setup.h"
@@ -79,14 +79,8 @@ int main_impl(int argc, char** argv) {
     for (Arm& a : arms) {
       Batch batch = a.loader->next();
       const Shape input = batch.shape();
-      const auto start = std::chrono::steady_clock::now();
-      a.session->forward_backward({batch.input(), batch.labels(), batch.size(), input},
-                                  static_cast<uint64_t>(step));
-      a.session->reduce_gradients();
-      a.session->update(static_cast<float>(base.optim.lr));
-      (void)a.session->metrics();  // waits for the step's end
-      const double t =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double t = timed_step(*a.session, {batch.input(), batch.labels(), batch.size(), input},
+                                  static_cast<uint64_t>(step), static_cast<float>(base.optim.lr));
       if (step > warmup) {
         a.seconds.push_back(t);
         a.shapes.push_back(input.str());
@@ -132,12 +126,4 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace ferry
 
-int main(int argc, char** argv) {
-  try {
-    return ferry::main_impl(argc, argv);
-  } catch (const ferry::Error& e) {
-    std::fprintf(stderr, "error: %s\n%s%s", e.what(), e.hint().empty() ? "" : "hint: ",
-                 e.hint().empty() ? "" : (e.hint() + "\n").c_str());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return ferry::bench_main(ferry::main_impl, argc, argv); }

@@ -3,7 +3,6 @@
 // [--policies none,vdnn-all] [--steps N] [--warmup N] [--trace DIR]`. Prints each policy's mean
 // step time and its ratio to the first policy; with --trace, a Chrome trace per policy.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -12,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "common/error.h"
 #include "common/strings.h"
 #include "trainer/data/loader.h"
@@ -42,14 +42,8 @@ Result measure(Config c, int warmup, int steps, const std::string& trace_dir) {
     const bool traced = !trace_dir.empty() && step == warmup + 1;
     session.executor().set_trace(traced ? &trace : nullptr);
     Batch batch = loader.next();
-    const auto start = std::chrono::steady_clock::now();
-    session.forward_backward({batch.input(), batch.labels(), batch.size()},
-                             static_cast<uint64_t>(step));
-    session.reduce_gradients();
-    session.update(static_cast<float>(c.optim.lr));
-    session.metrics();
-    const double t =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double t = timed_step(session, {batch.input(), batch.labels(), batch.size()},
+                                static_cast<uint64_t>(step), static_cast<float>(c.optim.lr));
     if (step > warmup) times.push_back(t);
   }
   session.executor().set_trace(nullptr);
@@ -111,12 +105,4 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace ferry
 
-int main(int argc, char** argv) {
-  try {
-    return ferry::main_impl(argc, argv);
-  } catch (const ferry::Error& e) {
-    std::fprintf(stderr, "error: %s\n%s%s", e.what(), e.hint().empty() ? "" : "hint: ",
-                 e.hint().empty() ? "" : (e.hint() + "\n").c_str());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return ferry::bench_main(ferry::main_impl, argc, argv); }

@@ -33,6 +33,14 @@ Config budget_config() {
   return c;
 }
 
+// One training step of a constant batch of 8 images of `input` through `e`, to its end; its loss.
+float constant_step(Executor& e, const Shape& input, uint64_t step) {
+  const std::vector<float> images(8 * 3 * 32 * 32, 0.25f);
+  const std::vector<int32_t> labels(8, 3);
+  e.enqueue({images.data(), labels.data(), 8, input}, true, step);
+  return e.read_metrics().loss;
+}
+
 // Trains `budgets.size()` steps, step k within budgets[k] (0: the session's own, memory.budget);
 // returns the losses. `check` sees the session after each step.
 std::vector<float> train(const Config& c, const std::vector<uint64_t>& budgets,
@@ -76,11 +84,7 @@ TEST(BudgetPrograms, ASwitchFreesTheArenaAndTheNextStepTellsTheBytesBeforeTaking
     told.push_back(bytes);
     EXPECT_LT(session.device().memory().stats().in_use, bytes) << "told before it is taken";
   });
-  std::vector<float> images(8 * 3 * 32 * 32, 0.25f);
-  std::vector<int32_t> labels(8, 3);
-  const HostBatch batch{images.data(), labels.data(), 8, input};
-  e.enqueue(batch, true, 1);
-  (void)e.read_metrics();
+  (void)constant_step(e, input, 1);
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0], persistent + wide.plan.arena_bytes);
   EXPECT_EQ(session.device().memory().stats().in_use, told[0]);
@@ -95,8 +99,7 @@ TEST(BudgetPrograms, ASwitchFreesTheArenaAndTheNextStepTellsTheBytesBeforeTaking
   EXPECT_LE(narrow.plan.peak_bytes(), tight);
   EXPECT_LT(narrow.plan.arena_bytes, wide.plan.arena_bytes);
   EXPECT_GT(narrow.plan.offload_bytes + narrow.plan.recompute_flops, 0.0) << "nothing given up";
-  e.enqueue(batch, true, 2);
-  EXPECT_TRUE(std::isfinite(e.read_metrics().loss)) << "a poisoned tensor was read";
+  EXPECT_TRUE(std::isfinite(constant_step(e, input, 2))) << "a poisoned tensor was read";
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1], narrow.plan.peak_bytes());
   EXPECT_EQ(session.device().memory().stats().in_use, narrow.plan.peak_bytes());
@@ -127,11 +130,7 @@ TEST(BudgetPrograms, ADeviceHoldingGranulesTellsTheGranulesItWillHold) {
     told.push_back(bytes);
     EXPECT_LT(heap.stats().held, bytes) << "told before it is taken";
   });
-  std::vector<float> images(8 * 3 * 32 * 32, 0.25f);
-  std::vector<int32_t> labels(8, 3);
-  const HostBatch batch{images.data(), labels.data(), 8, input};
-  e.enqueue(batch, true, 1);
-  (void)e.read_metrics();
+  (void)constant_step(e, input, 1);
   ASSERT_EQ(told.size(), 1u);
   // Persistent blocks from offset 0, then the arena: one run, held in whole granules.
   EXPECT_EQ(heap.stats().in_use, wide.plan.peak_bytes());
@@ -139,8 +138,7 @@ TEST(BudgetPrograms, ADeviceHoldingGranulesTellsTheGranulesItWillHold) {
   EXPECT_EQ(heap.stats().held, told[0]);
   e.set_budget(tight);
   EXPECT_EQ(heap.stats().held, granules(wide.plan.persistent.total())) << "the arena went back";
-  e.enqueue(batch, true, 2);
-  (void)e.read_metrics();
+  (void)constant_step(e, input, 2);
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1], granules(e.program(input, true).plan.peak_bytes()));
   EXPECT_EQ(heap.stats().held, told[1]);

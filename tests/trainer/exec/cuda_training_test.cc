@@ -13,6 +13,7 @@
 
 #include "device/device.h"
 #include "tests/common/source_root.h"
+#include "tests/support/gpu_test.h"
 #include "tests/trainer/exec/train_steps.h"
 #include "trainer/config/config.h"
 #include "trainer/data/dataset.h"
@@ -21,13 +22,6 @@
 
 namespace ferry {
 namespace {
-
-// Why the GPU tests cannot run here, or "" when they can.
-std::string gpu_skip_reason() {
-  if (!backend_built(Backend::kCuda)) return "this build has no CUDA backend";
-  if (cuda_device_count() == 0) return "no CUDA device present";
-  return "";
-}
 
 // `c` with the CUDA keys that make runs comparable: FP32 convolutions (device.tf32=false, for
 // parity with the CPU) and, when `deterministic`, fixed cuDNN algorithms (bitwise repeats).
@@ -51,13 +45,7 @@ Config small_config(const std::string& model, int64_t batch, Backend backend) {
   return c;
 }
 
-class CudaTraining : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaTraining : public testing::GpuTest {};
 
 TEST_F(CudaTraining, Resnet18LossTrajectoryMatchesTheCpuBackend) {
   const int kSteps = 20;

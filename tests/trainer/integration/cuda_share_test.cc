@@ -12,21 +12,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "device/backend_traits.h"
-#include "device/device.h"
 #include "links/job_ledger.h"
-#include "links/memory_shares.h"
 #include "tests/common/source_root.h"
+#include "tests/support/gpu_test.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "trainer/config/config.h"
 #include "trainer/session/memory_share.h"
@@ -37,9 +32,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::await;
+using testing::await_steps;
 using testing::complete_lines;
+using testing::joined;
+using testing::PrivateLedger;
+using testing::read_text;
+using testing::RecordReader;
 using testing::spawn;
 using testing::Spawned;
+using testing::tail_of;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -50,12 +51,6 @@ const std::vector<std::string> kJob = {
     "memory.measure=false",     "memory.policy=auto",  "memory.link_gbps=0.2",
     "checkpoint.every=0",       "device.backend=cuda", "device.algorithms=heuristic",
     "memory.share=true",        "memory.share_wait=60"};
-
-std::string gpu_skip_reason() {
-  if (!backend_built(Backend::kCuda)) return "this build has no CUDA backend";
-  if (cuda_device_count() == 0) return "no CUDA device present";
-  return "";
-}
 
 // The trainer beside this binary's folder (build/tests/NAME -> build/trainer).
 std::string trainer() {
@@ -73,29 +68,6 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
-std::string shared_job(const std::string& env, uint64_t memory, int seed, int steps,
-                       const std::string& dir) {
-  std::string command = env + trainer() + " train " + quickstart();
-  for (const std::string& a : kJob) command += " " + a;
-  return command + " device.memory=" + std::to_string(memory) +
-         " run.seed=" + std::to_string(seed) + " run.steps=" + std::to_string(steps) +
-         " run.dir=" + dir;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string tail_of(const std::string& path) {
-  const std::string text = read_text(path);
-  return text.substr(text.size() - std::min<size_t>(text.size(), 3000));
-}
-
-bool await_steps(const std::string& dir, size_t steps, double timeout_s) {
-  return await(timeout_s, [&] { return complete_lines(dir + "/metrics.jsonl").size() >= steps; });
-}
-
 // The GPU's free bytes now, as the driver reports them (this process's context included).
 uint64_t gpu_free() {
   size_t free_bytes = 0, total = 0;
@@ -103,45 +75,6 @@ uint64_t gpu_free() {
   EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   return free_bytes;
 }
-
-// Reads the ledger's held record on a thread until stopped, with the GPU's free bytes beside it.
-class Watch {
- public:
-  explicit Watch(const std::string& name) : ledger_(JobLedger::attach(name)) {
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        read();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      read();
-    });
-  }
-  ~Watch() { stop(); }
-  const std::vector<HeldRecord>& stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    return records_;
-  }
-  uint64_t least_free() const { return least_free_; }
-  uint64_t most_held() const { return most_held_; }
-
- private:
-  void read() {
-    for (HeldRecord& r : ledger_->history(last_)) {
-      last_ = r.seq;
-      most_held_ = std::max(most_held_, r.held);
-      records_.push_back(std::move(r));
-    }
-    least_free_ = std::min(least_free_, gpu_free());
-  }
-  std::shared_ptr<JobLedger> ledger_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  uint64_t last_ = 0;
-  uint64_t least_free_ = UINT64_MAX;
-  uint64_t most_held_ = 0;
-  std::vector<HeldRecord> records_;
-};
 
 void expect_records_within(const std::vector<HeldRecord>& records, uint64_t capacity) {
   ASSERT_FALSE(records.empty());
@@ -170,77 +103,79 @@ void expect_steps_within(const std::string& dir) {
       << tail_of(dir + ".log");
 }
 
-class CudaShare : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = gpu_skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
+// Two jobs sharing the GPU through a private ledger, each with device.memory `memory`, in dir/a
+// and dir/b (their logs beside): a (seed 0) trains until killed; b (seed 1) starts once a has
+// logged 3 steps. The ledger's held record is read throughout, with the GPU's least free bytes.
+struct TwoJobs {
+  TwoJobs(const std::string& ledger_name, const std::string& dir_name, uint64_t memory)
+      : ledger(ledger_name), dir(fresh_dir(dir_name)), memory(memory) {}
+
+  // Starts a and, once it has logged 3 steps, b for `b_steps` steps beside it; waits for b's end.
+  void run_b_beside_a(int b_steps) {
+    a.pid = spawn(command(0, 1000000, dir + "/a"), dir + "/a.log");
+    ASSERT_TRUE(await_steps(dir + "/a", 3, 120)) << tail_of(dir + "/a.log");
+    b.pid = spawn(command(1, b_steps, dir + "/b"), dir + "/b.log");
+    EXPECT_EQ(b.wait(), 0) << tail_of(dir + "/b.log");
   }
+
+  // Kills a; then the ledger's record and both jobs' steps are within `memory`.
+  void kill_a_and_check() {
+    ASSERT_EQ(kill(a.pid, SIGKILL), 0);
+    EXPECT_EQ(a.wait(), 128 + SIGKILL);
+    expect_records_within(reader.stop(), memory);
+    expect_steps_within(dir + "/a");
+    expect_steps_within(dir + "/b");
+  }
+
+  std::string command(int seed, int steps, const std::string& run_dir) const {
+    return testing::shared_job(ledger, trainer() + " train " + quickstart() + joined(kJob), memory,
+                               seed, steps, run_dir);
+  }
+
+  const PrivateLedger ledger;
+  const std::string dir;
+  const uint64_t memory;
+  uint64_t least_free = UINT64_MAX;  // written by the reader's thread until it stops
+  RecordReader reader{ledger.name, [this] { least_free = std::min(least_free, gpu_free()); }};
+  Spawned a, b;
 };
 
+class CudaShare : public testing::GpuTest {};
+
 TEST_F(CudaShare, TwoJobsEachWithMoreThanHalfTheGpuRunSideBySide) {
-  const testing::PrivateLedger ledger("cudashare");
-  const std::string env = "env FERRY_JOB_LEDGER=" + ledger.name + " ";
-  const std::string dir = fresh_dir("side_by_side");
   const uint64_t before = gpu_free();
   const uint64_t memory = before / 10 * 6 / kMiB * kMiB;  // two of them exceed the GPU
-  Watch watch(ledger.name);
-  Spawned a, b;
-  a.pid = spawn(shared_job(env, memory, 0, 1000000, dir + "/a"), dir + "/a.log");
-  ASSERT_TRUE(await_steps(dir + "/a", 3, 120)) << tail_of(dir + "/a.log");
-  b.pid = spawn(shared_job(env, memory, 1, 30, dir + "/b"), dir + "/b.log");
-  EXPECT_EQ(b.wait(), 0) << tail_of(dir + "/b.log");
-  ASSERT_EQ(waitpid(a.pid, nullptr, WNOHANG), 0)
-      << "the first job ended early: " << tail_of(dir + "/a.log");
-  ASSERT_EQ(kill(a.pid, SIGKILL), 0);
-  EXPECT_EQ(a.wait(), 128 + SIGKILL);
-  expect_records_within(watch.stop(), memory);
-  expect_steps_within(dir + "/a");
-  expect_steps_within(dir + "/b");
+  TwoJobs jobs("cudashare", "side_by_side", memory);
+  ASSERT_NO_FATAL_FAILURE(jobs.run_b_beside_a(30));
+  ASSERT_EQ(waitpid(jobs.a.pid, nullptr, WNOHANG), 0)
+      << "the first job ended early: " << tail_of(jobs.dir + "/a.log");
+  ASSERT_NO_FATAL_FAILURE(jobs.kill_a_and_check());
   // What the GPU lost while they ran: their heaps' mapped granules (the ledger's record) plus
   // per process the context, library handles and the kernel scratch, which no ledger counts.
   std::printf(
       "cuda-share: device.memory %.0f MiB each of %.0f MiB free; ledger held at most "
       "%.1f MiB, the GPU lost at most %.1f MiB\n",
-      double(memory) / kMiB, double(before) / kMiB, double(watch.most_held()) / kMiB,
-      double(before - std::min(before, watch.least_free())) / kMiB);
-  EXPECT_LT(before - std::min(before, watch.least_free()), memory)
+      double(memory) / kMiB, double(before) / kMiB, double(jobs.reader.most_held()) / kMiB,
+      double(before - std::min(before, jobs.least_free)) / kMiB);
+  EXPECT_LT(before - std::min(before, jobs.least_free), memory)
       << "the jobs held more of the GPU than one device.memory";
 }
 
 TEST_F(CudaShare, TheFirstJobShrinksWhenTheSecondArrivesAndGrowsWhenItLeaves) {
-  std::vector<std::string> overrides = kJob;
-  const Config config = load_config(quickstart(), overrides);
-  const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
-  ShareJob job;
-  job.lower = curve.lower;
-  job.peak = curve.peak;
-  job.ladder = curve.ladder;
-  const uint64_t alone =
-      divide_memory(uint64_t{1} << 40, {job}, ShareObjective::kThroughput).jobs[0].share;
-  ASSERT_GT(alone, curve.lower) << "the curve has no room to shrink";
+  const testing::ShareBounds bounds = testing::share_bounds(load_config(quickstart(), kJob));
+  ASSERT_GT(bounds.alone, bounds.lower) << "the curve has no room to shrink";
   // Both lower bounds fit, not the first at its budget alone beside the second's lower bound.
-  const uint64_t capacity = 2 * curve.lower + (alone - curve.lower) / 2;
-  const testing::PrivateLedger ledger("cudasharereplan");
-  const std::string env = "env FERRY_JOB_LEDGER=" + ledger.name + " ";
-  const std::string dir = fresh_dir("replan");
-  Watch watch(ledger.name);
-  Spawned a, b;
-  a.pid = spawn(shared_job(env, capacity, 0, 1000000, dir + "/a"), dir + "/a.log");
-  ASSERT_TRUE(await_steps(dir + "/a", 3, 120)) << tail_of(dir + "/a.log");
-  b.pid = spawn(shared_job(env, capacity, 1, 40, dir + "/b"), dir + "/b.log");
-  EXPECT_EQ(b.wait(), 0) << tail_of(dir + "/b.log");
+  const uint64_t capacity = 2 * bounds.lower + (bounds.alone - bounds.lower) / 2;
+  TwoJobs jobs("cudasharereplan", "replan", capacity);
+  ASSERT_NO_FATAL_FAILURE(jobs.run_b_beside_a(40));
   // The first job's log: a smaller budget for the arrival, a larger one once it left.
+  const std::string log = jobs.dir + "/a.log";
   const auto said = [&](const std::string& what) {
-    return read_text(dir + "/a.log").find(what) != std::string::npos;
+    return read_text(log).find(what) != std::string::npos;
   };
-  EXPECT_TRUE(await(30, [&] { return said(" left; share "); })) << tail_of(dir + "/a.log");
-  EXPECT_TRUE(said(" arrived; share ")) << tail_of(dir + "/a.log");
-  ASSERT_EQ(kill(a.pid, SIGKILL), 0);
-  EXPECT_EQ(a.wait(), 128 + SIGKILL);
-  expect_records_within(watch.stop(), capacity);
-  expect_steps_within(dir + "/a");
-  expect_steps_within(dir + "/b");
+  EXPECT_TRUE(await(30, [&] { return said(" left; share "); })) << tail_of(log);
+  EXPECT_TRUE(said(" arrived; share ")) << tail_of(log);
+  ASSERT_NO_FATAL_FAILURE(jobs.kill_a_and_check());
 }
 
 }  // namespace

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <regex>
 #include <set>
 
+#include "tests/trainer/integration/run_metrics.h"
 #include "tests/trainer/integration/run_util.h"
 
 namespace ferry::testing {
@@ -69,27 +69,6 @@ std::string documents(const std::string& dir, int steps, const std::string& more
          more;
 }
 
-struct Logged {
-  std::vector<double> losses;
-  std::vector<std::vector<int64_t>> shapes;
-};
-
-Logged read_metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  Logged out;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out.losses.push_back(j["loss"].get<double>());
-    out.shapes.push_back(j["shape"].get<std::vector<int64_t>>());
-  }
-  return out;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
   constexpr int kSteps = 12;
   const std::string none_dir = scratch("documents_none");
@@ -97,11 +76,8 @@ TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
   ASSERT_EQ(e.code, 0) << e.output;
   const Logged reference = read_metrics(none_dir);
   ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
-  std::map<int64_t, uint64_t> none_peaks;
-  const nlohmann::json none_summary = read_json(none_dir + "/summary.json");
-  for (const auto& shape : none_summary["shapes"]) {
-    none_peaks[shape["shape"][1].get<int64_t>()] = shape["planned_peak_bytes"].get<uint64_t>();
-  }
+  const std::map<int64_t, uint64_t> none_peaks =
+      planned_peaks(read_json(none_dir + "/summary.json"), 1);
   ASSERT_GE(none_peaks.size(), 2u) << "the batches took several lengths:\n" << e.output;
   const uint64_t shortest = none_peaks.begin()->second, longest = none_peaks.rbegin()->second;
   ASSERT_LT(shortest, longest);
@@ -115,26 +91,16 @@ TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
                       "memory.policy=auto memory.budget=" + std::to_string(budget) +
                           (variant == "auto" ? "" : " memory.link_gbps=0.001")));
     ASSERT_EQ(e.code, 0) << e.output;
-    const Logged logged = read_metrics(dir);
-    ASSERT_EQ(logged.losses.size(), reference.losses.size());
-    for (size_t i = 0; i < logged.losses.size(); ++i) {
-      EXPECT_EQ(logged.shapes[i], reference.shapes[i]) << "step " << i + 1;
-      EXPECT_EQ(logged.losses[i], reference.losses[i]) << "step " << i + 1 << " (bitwise)";
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_same_steps(read_metrics(dir), reference));
     const nlohmann::json s = read_json(dir + "/summary.json");
     EXPECT_LE(s["plan_waited_steps"].get<int64_t>(), 1);
     EXPECT_EQ(s["shapes"].size(), none_peaks.size());
-    double moved = 0, rebuilt = 0;
-    for (const auto& shape : s["shapes"]) {
-      SCOPED_TRACE(shape["shape"].dump());
-      EXPECT_EQ(shape["measured_peak_bytes"].get<uint64_t>(),
-                shape["planned_peak_bytes"].get<uint64_t>());
-      EXPECT_LE(shape["planned_peak_bytes"].get<uint64_t>(), budget);
-      moved += shape["offload_bytes"].get<double>();
-      rebuilt += shape["recompute_flops"].get<double>();
+    const GivenUp given_up = expect_shapes_within(s, budget);
+    EXPECT_GT(given_up.moved + given_up.rebuilt, 0)
+        << "the longest length had to move or rebuild something";
+    if (variant == "auto_recompute") {
+      EXPECT_GT(given_up.rebuilt, 0);
     }
-    EXPECT_GT(moved + rebuilt, 0) << "the longest length had to move or rebuild something";
-    if (variant == "auto_recompute") EXPECT_GT(rebuilt, 0);
     EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
   }
 }
@@ -196,18 +162,6 @@ TEST(Documents, PackedRowsEvaluateEachDocumentAsAlone) {
   // Windows cross document boundaries: another number (the check above can fail).
   EXPECT_GT(std::abs(evals["windows"]["loss"].get<double>() - padded), 1e-4);
   EXPECT_LT(evals["packed"]["samples"].get<int64_t>(), evals["padded"]["samples"].get<int64_t>());
-}
-
-// The row length of every progress line in a rank's log ("... input (4, 96)").
-std::vector<int64_t> logged_lengths(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int64_t> out;
-  const std::regex input(R"(^step .* input \((\d+), (\d+)\))");
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, input)) out.push_back(std::stoll(m[2]));
-  }
-  return out;
 }
 
 TEST(Documents, TwoRanksTrainEveryStepAtTheLengthOneRankDraws) {

@@ -1,21 +1,30 @@
 // Tests of jobs sharing a device through a private job ledger: the ledger's name (removed however
-// the test ends), starting a trainer in the background, and waiting on the ledger or a run's
-// metrics.jsonl with a deadline.
+// the test ends), a sharing job's command, starting a trainer in the background, reading the
+// ledger's held record as it grows, and waiting on the ledger or a run's metrics.jsonl with a
+// deadline.
 #pragma once
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "links/job_ledger.h"
+#include "links/memory_shares.h"
 #include "links/shm_names.h"
+#include "trainer/config/config.h"
+#include "trainer/session/memory_share.h"
 
 namespace ferry::testing {
 
@@ -26,6 +35,40 @@ struct PrivateLedger {
   ~PrivateLedger() { JobLedger::unlink(name); }
   std::string name;
 };
+
+// " a b c" for {"a", "b", "c"}: keys to append to a command line.
+inline std::string joined(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) out += " " + a;
+  return out;
+}
+
+// The command of a job sharing a device through `ledger`: `train` (the trainer, "train", a config
+// and the keys every job of the test shares) with this job's device.memory, run.seed, run.steps
+// and run.dir.
+inline std::string shared_job(const PrivateLedger& ledger, const std::string& train,
+                              uint64_t memory, int seed, int steps, const std::string& dir) {
+  return "env FERRY_JOB_LEDGER=" + ledger.name + " " + train +
+         " device.memory=" + std::to_string(memory) + " run.seed=" + std::to_string(seed) +
+         " run.steps=" + std::to_string(steps) + " run.dir=" + dir;
+}
+
+// A sharing job's curve in held bytes (Note [A shared budget in held bytes]): its lower bound,
+// and the share the controller gives the job alone on a large device (1 TiB).
+struct ShareBounds {
+  uint64_t lower = 0;
+  uint64_t alone = 0;
+};
+
+inline ShareBounds share_bounds(const Config& config) {
+  const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
+  ShareJob job;
+  job.lower = curve.lower;
+  job.peak = curve.peak;
+  job.ladder = curve.ladder;
+  return {curve.lower,
+          divide_memory(uint64_t{1} << 40, {job}, ShareObjective::kThroughput).jobs[0].share};
+}
 
 // Starts `command` through the shell (exec'd, so the pid is the command's); stdout and stderr
 // to `log`.
@@ -72,6 +115,50 @@ inline bool await_ledger(JobLedger& ledger, double timeout_s,
   return await(timeout_s, [&] { return ready(ledger.snapshot()); });
 }
 
+// Reads the ledger's held record as it grows, on a thread (every 20 ms), until stopped. `each`,
+// when given, runs on that thread after every read (and after the last).
+class RecordReader {
+ public:
+  explicit RecordReader(const std::string& name, std::function<void()> each = nullptr)
+      : ledger_(JobLedger::attach(name)), each_(std::move(each)) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        read();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      read();
+    });
+  }
+  ~RecordReader() { stop(); }
+  const std::vector<HeldRecord>& stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return records_;
+  }
+  // Whether the ring overwrote entries before they were read (the record is not contiguous).
+  bool gap() const { return gap_; }
+  uint64_t most_held() const { return most_held_; }
+
+ private:
+  void read() {
+    for (HeldRecord& r : ledger_->history(last_)) {
+      if (r.seq != last_ + 1) gap_ = true;
+      last_ = r.seq;
+      most_held_ = std::max(most_held_, r.held);
+      records_.push_back(std::move(r));
+    }
+    if (each_) each_();
+  }
+  std::shared_ptr<JobLedger> ledger_;
+  std::function<void()> each_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  uint64_t last_ = 0;
+  bool gap_ = false;
+  uint64_t most_held_ = 0;
+  std::vector<HeldRecord> records_;
+};
+
 // The complete lines of a file being written (a last line without its newline left out).
 inline std::vector<std::string> complete_lines(const std::string& path) {
   std::ifstream in(path);
@@ -82,6 +169,22 @@ inline std::vector<std::string> complete_lines(const std::string& path) {
     out.push_back(line);
   }
   return out;
+}
+
+// Waits until the run in `dir` has logged `steps` steps (at most `timeout_s`).
+inline bool await_steps(const std::string& dir, size_t steps, double timeout_s) {
+  return await(timeout_s, [&] { return complete_lines(dir + "/metrics.jsonl").size() >= steps; });
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The end of a job's log (its last 3000 characters), for a message.
+inline std::string tail_of(const std::string& path) {
+  const std::string text = read_text(path);
+  return text.substr(text.size() - std::min<size_t>(text.size(), 3000));
 }
 
 }  // namespace ferry::testing

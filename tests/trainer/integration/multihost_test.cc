@@ -54,10 +54,17 @@ bool namespaces_available(std::string* why) {
   return true;
 }
 
-TEST(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
-  std::string why;
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
-  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+// Each test skips without mpirun or where namespaces cannot be made.
+class MultiHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+    if (!namespaces_available(&why)) GTEST_SKIP() << why;
+  }
+};
+
+TEST_F(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
   const std::string one = scratch("multihost_one");
   Exit e = run(mpirun(4) + trainer() + train_args(one));
   ASSERT_EQ(e.code, 0) << e.output;
@@ -97,25 +104,18 @@ TEST(MultiHost, TwoHostsOfTwoRanksTrainAsFourRanksOnOneHost) {
 // has (data_parallel_test), with rank 3's own message, then with rank 0's watchdog naming it.
 // Across hosts joined by TCP alone MPI makes no one-sided window: rank 3 is named because it
 // does not answer (Note [Arrivals without a window] in comm/mpi_arrivals.h).
-TEST(MultiHost, ARankOfTheOtherHostThatFailsOrStopsEndsTheJobNamingIt) {
-  std::string why;
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
-  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+TEST_F(MultiHost, ARankOfTheOtherHostThatFailsOrStopsEndsTheJobNamingIt) {
   const std::string launch =
       "timeout 120 " + source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --";
   Exit e = run(launch + train_args(scratch("multihost_fail")) +
                " run.steps=50 debug.fail_at_step=3 debug.fail_rank=3");
-  EXPECT_NE(e.code, 0) << e.output;
-  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
-  EXPECT_LT(e.seconds, 30.0) << e.output;
+  expect_ended_within(e, 30.0);
   EXPECT_NE(e.output.find("rank 3 of 4: error: debug.fail_at_step: injected failure at step 3"),
             std::string::npos)
       << e.output;
   e = run(launch + train_args(scratch("multihost_stall")) +
           " run.steps=50 debug.stall_at_step=3 debug.fail_rank=3 comm.timeout_s=10");
-  EXPECT_NE(e.code, 0) << e.output;
-  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
-  EXPECT_LT(e.seconds, 30.0) << e.output;
+  expect_ended_within(e, 30.0);
   EXPECT_NE(e.output.find("rank 3 of 4: debug.stall_at_step: stopping this rank (SIGSTOP)"),
             std::string::npos)
       << e.output;
@@ -151,10 +151,7 @@ HostLoss lose_host_one(const std::string& job, const std::string& dir, const std
 
 // A whole host vanishing (every process in its namespaces killed) ends the job within seconds,
 // naming the host; the job resumes from its last checkpoint.
-TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
-  std::string why;
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
-  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+TEST_F(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
   const std::string dir = scratch("multihost_vanish");
   const std::string launch = source("scripts/multihost.sh") + " --hosts 2 --ranks-per-host 2 --";
   const std::string job = "timeout 120 " + launch + train_args(dir) +
@@ -190,10 +187,7 @@ TEST(MultiHost, AVanishedHostEndsTheJobAndItResumesFromItsLastCheckpoint) {
 // so rank 0's watchdog names host 1's ranks after comm.timeout_s, and mpirun ends the job once
 // TCP gives up resending to host 1's daemon, soon with the hosts' tcp_retries2 at 5 (Note [A
 // host lost from the network] in scripts/multihost.sh).
-TEST(MultiHost, AHostCutOffTheNetworkEndsTheJobNamingItsRanks) {
-  std::string why;
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
-  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+TEST_F(MultiHost, AHostCutOffTheNetworkEndsTheJobNamingItsRanks) {
   const std::string dir = scratch("multihost_cut");
   const std::string job = "timeout 120 " + source("scripts/multihost.sh") +
                           " --hosts 2 --ranks-per-host 2 --tcp-retries2 5 --" + train_args(dir) +
@@ -216,10 +210,7 @@ TEST(MultiHost, AHostCutOffTheNetworkEndsTheJobNamingItsRanks) {
 
 // A checkpoint folder only host 0 can read: resuming "latest" would make host 1's ranks start
 // fresh beside host 0's resumed ones. The job ends before any step, naming a rank of host 1.
-TEST(MultiHost, AResumeThatAHostCannotSeeIsRefusedNamingItsRanks) {
-  std::string why;
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
-  if (!namespaces_available(&why)) GTEST_SKIP() << why;
+TEST_F(MultiHost, AResumeThatAHostCannotSeeIsRefusedNamingItsRanks) {
   const std::string dir = scratch("multihost_unshared");
   const std::string ckpt = dir + "/local_ckpt";
   const std::string launch = source("scripts/multihost.sh") +

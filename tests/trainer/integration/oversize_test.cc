@@ -3,12 +3,13 @@
 // ends with one error naming the shape and the smallest budget, before the step that would
 // train it; with skip its batches are dropped (one warning, counted in the log, metrics.jsonl
 // and summary.json) and every other batch trains in the order drawn, on every rank alike.
+#include <algorithm>
 #include <fstream>
-#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/trainer/integration/run_metrics.h"
 #include "tests/trainer/integration/run_util.h"
 
 namespace ferry::testing {
@@ -42,35 +43,12 @@ uint64_t budget_below_side_48(int batch) {
   return peak.at(48) - (peak.at(48) - peak.at(32)) / 4;
 }
 
-// The side of every progress line of a rank's log, in order.
-std::vector<int64_t> logged_sides(const std::string& log) {
-  std::ifstream in(log);
-  std::vector<int64_t> out;
-  const std::regex input(R"(^step .* input \((\d+), 3, (\d+), (\d+)\))");
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, input)) out.push_back(std::stoll(m[2]));
-  }
-  return out;
-}
-
 std::vector<int64_t> without_48(const std::vector<int64_t>& sides, size_t n) {
   std::vector<int64_t> out;
   for (int64_t s : sides) {
     if (s != 48 && out.size() < n) out.push_back(s);
   }
   return out;
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
 }
 
 class Oversize : public ::testing::Test {

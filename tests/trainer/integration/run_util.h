@@ -50,6 +50,13 @@ inline void expect_user_error(const Exit& e, const std::string& what) {
   EXPECT_EQ(e.output.find("\nstep "), std::string::npos) << "no step may run:\n" << e.output;
 }
 
+// A job that must end by itself: non-zero, before its `timeout` wrapper's 124, within `seconds`.
+inline void expect_ended_within(const Exit& e, double seconds) {
+  EXPECT_NE(e.code, 0) << e.output;
+  EXPECT_NE(e.code, 124) << "the job hung until the timeout";
+  EXPECT_LT(e.seconds, seconds) << e.output;
+}
+
 inline std::string trainer() { return std::string(FERRY_BINARY_DIR) + "/trainer"; }
 
 // mpirun for `ranks` processes on this machine (as root, oversubscribed if needed).
@@ -61,6 +68,13 @@ inline std::string mpirun(int ranks) {
 }
 
 inline bool have_mpirun() { return run("command -v mpirun").code == 0; }
+
+// How often `what` occurs in `text` (overlapping occurrences counted).
+inline size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 
 // A fresh directory under the build tree for one test, kept after it (to read a failed run's
 // output); tests that need no such record use TempDir (tests/support/temp_dir.h).

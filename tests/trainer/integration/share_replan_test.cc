@@ -24,11 +24,17 @@ namespace ferry {
 namespace {
 
 using nlohmann::json;
-using testing::await;
+using testing::await_steps;
 using testing::complete_lines;
+using testing::count;
+using testing::joined;
+using testing::PrivateLedger;
+using testing::read_text;
+using testing::RecordReader;
 using testing::run;
 using testing::spawn;
 using testing::Spawned;
+using testing::tail_of;
 using testing::trainer;
 
 const std::string kConfig = std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml";
@@ -40,36 +46,24 @@ const std::vector<std::string> kJob = {
     "memory.measure=false",     "memory.policy=auto", "memory.link_gbps=0.2",
     "memory.debug_poison=true", "checkpoint.every=0", "device.threads=1"};
 
-std::string joined(const std::vector<std::string>& args) {
-  std::string out;
-  for (const std::string& a : args) out += " " + a;
-  return out;
-}
-
 // The device's capacity for three such jobs: every lower bound fits, but not three jobs at the
 // budget each takes alone (the controller's share of one job on a large device), so a third
-// arrival makes jobs shrink and a departure lets them grow. `alone` gets that budget. In held
-// bytes, as the jobs register their curves (Note [A shared budget in held bytes]).
-uint64_t three_job_capacity(uint64_t* alone) {
+// arrival makes jobs shrink and a departure lets them grow. In held bytes, as the jobs register
+// their curves (Note [A shared budget in held bytes]).
+uint64_t three_job_capacity() {
   std::vector<std::string> overrides = kJob;
   overrides.push_back("memory.share=true");
-  const Config config = load_config(kConfig, overrides);
-  const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
-  ShareJob job;
-  job.lower = curve.lower;
-  job.peak = curve.peak;
-  job.ladder = curve.ladder;
-  *alone = divide_memory(uint64_t{1} << 40, {job}, ShareObjective::kThroughput).jobs[0].share;
-  return 3 * curve.lower + (*alone - curve.lower);
+  const testing::ShareBounds bounds = testing::share_bounds(load_config(kConfig, overrides));
+  return 3 * bounds.lower + (bounds.alone - bounds.lower);
 }
 
-// The command of a job sharing a device of `capacity` bytes.
-std::string shared_job(const std::string& env, uint64_t capacity, int seed, int steps,
-                       const std::string& dir) {
-  return env + trainer() + " train " + kConfig + joined(kJob) +
-         " memory.share=true memory.share_wait=120 device.memory=" + std::to_string(capacity) +
-         " run.seed=" + std::to_string(seed) + " run.steps=" + std::to_string(steps) +
-         " run.dir=" + dir;
+// The command of a job sharing a device of `capacity` bytes through `ledger`.
+std::string job_command(const PrivateLedger& ledger, uint64_t capacity, int seed, int steps,
+                        const std::string& dir) {
+  return testing::shared_job(
+      ledger,
+      trainer() + " train " + kConfig + joined(kJob) + " memory.share=true memory.share_wait=120",
+      capacity, seed, steps, dir);
 }
 
 // The same job alone, unlimited (policy none on a large device, poison mode still).
@@ -85,59 +79,6 @@ std::vector<json> metrics(const std::string& dir) {
     out.push_back(json::parse(line));
   return out;
 }
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The end of a job's log, for a message.
-std::string tail_of(const std::string& path) {
-  const std::string text = read_text(path);
-  return text.substr(text.size() - std::min<size_t>(text.size(), 3000));
-}
-
-// Reads the ledger's held record as it grows, on a thread, until stopped.
-class RecordReader {
- public:
-  explicit RecordReader(const std::string& name) : ledger_(JobLedger::attach(name)) {
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        read();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      read();
-    });
-  }
-  ~RecordReader() { stop(); }
-  const std::vector<HeldRecord>& stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    return records_;
-  }
-  bool gap() const { return gap_; }
-
- private:
-  void read() {
-    for (HeldRecord& r : ledger_->history(last_)) {
-      if (r.seq != last_ + 1) gap_ = true;  // the ring overwrote entries before they were read
-      last_ = r.seq;
-      records_.push_back(std::move(r));
-    }
-  }
-  std::shared_ptr<JobLedger> ledger_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  uint64_t last_ = 0;
-  bool gap_ = false;
-  std::vector<HeldRecord> records_;
-};
 
 // Checks the record: contiguous, never above the capacity, and `jobs` jobs at once somewhere.
 void expect_record_within(const RecordReader& reader, const std::vector<HeldRecord>& records,
@@ -240,17 +181,10 @@ void expect_same_losses(const std::string& dir, const std::string& alone) {
   }
 }
 
-// Waits until `dir` has logged `steps` steps (at most `timeout_s`).
-bool await_steps(const std::string& dir, size_t steps, double timeout_s) {
-  return await(timeout_s, [&] { return complete_lines(dir + "/metrics.jsonl").size() >= steps; });
-}
-
 TEST(ShareReplan, ThreeJobsComeAndGoWithinTheCapacityAndTrainBitwiseAsAlone) {
-  const testing::PrivateLedger ledger("replan");
-  const std::string env = "env FERRY_JOB_LEDGER=" + ledger.name + " ";
+  const PrivateLedger ledger("replan");
   const std::string dir = testing::scratch("share_replan_three");
-  uint64_t alone = 0;
-  const uint64_t capacity = three_job_capacity(&alone);
+  const uint64_t capacity = three_job_capacity();
   RecordReader reader(ledger.name);
   // A trains longest; B starts after a few steps of A and leaves first; C after a few of B.
   struct Job {
@@ -265,7 +199,8 @@ TEST(ShareReplan, ThreeJobsComeAndGoWithinTheCapacityAndTrainBitwiseAsAlone) {
       ASSERT_TRUE(await_steps(dir + "/" + jobs[k - 1].name, 3, 120)) << jobs[k - 1].name;
     }
     const std::string d = dir + "/" + jobs[k].name;
-    running[k].pid = spawn(shared_job(env, capacity, jobs[k].seed, jobs[k].steps, d), d + ".log");
+    running[k].pid =
+        spawn(job_command(ledger, capacity, jobs[k].seed, jobs[k].steps, d), d + ".log");
   }
   for (size_t k = 0; k < jobs.size(); ++k) {
     const int code = running[k].wait();
@@ -293,20 +228,18 @@ TEST(ShareReplan, ThreeJobsComeAndGoWithinTheCapacityAndTrainBitwiseAsAlone) {
 }
 
 TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANewJobStarts) {
-  const testing::PrivateLedger ledger_name("replankill");
-  const std::string env = "env FERRY_JOB_LEDGER=" + ledger_name.name + " ";
+  const PrivateLedger ledger_name("replankill");
   const std::string dir = testing::scratch("share_replan_kill");
-  uint64_t alone = 0;
-  const uint64_t capacity = three_job_capacity(&alone);
+  const uint64_t capacity = three_job_capacity();
   auto ledger = JobLedger::attach(ledger_name.name);
   RecordReader reader(ledger_name.name);
   // A and B train until killed; C ends by itself.
   Spawned a, b, c;
-  a.pid = spawn(shared_job(env, capacity, 0, 100000, dir + "/a"), dir + "/a.log");
+  a.pid = spawn(job_command(ledger_name, capacity, 0, 100000, dir + "/a"), dir + "/a.log");
   ASSERT_TRUE(await_steps(dir + "/a", 2, 120));
-  b.pid = spawn(shared_job(env, capacity, 1, 100000, dir + "/b"), dir + "/b.log");
+  b.pid = spawn(job_command(ledger_name, capacity, 1, 100000, dir + "/b"), dir + "/b.log");
   ASSERT_TRUE(await_steps(dir + "/b", 2, 120));
-  c.pid = spawn(shared_job(env, capacity, 2, 120, dir + "/c"), dir + "/c.log");
+  c.pid = spawn(job_command(ledger_name, capacity, 2, 120, dir + "/c"), dir + "/c.log");
   ASSERT_TRUE(await_steps(dir + "/c", 3, 120));
   const auto gpus = ledger->snapshot();
   ASSERT_EQ(gpus.size(), 1u);
@@ -339,7 +272,7 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   // The others go on, and a new job starts and finishes beside them.
   EXPECT_TRUE(await_steps(dir + "/a", a_steps + 2, 120));
   EXPECT_TRUE(await_steps(dir + "/c", c_steps + 2, 120));
-  const testing::Exit d = run(shared_job(env, capacity, 3, 5, dir + "/d"));
+  const testing::Exit d = run(job_command(ledger_name, capacity, 3, 5, dir + "/d"));
   EXPECT_EQ(d.code, 0) << d.output;
   const int c_code = c.wait();
   EXPECT_EQ(c_code, 0) << tail_of(dir + "/c.log");
@@ -354,14 +287,12 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
 // the job re-register its curve scaled; 0 turns it off. (A tolerance of 1e-6 cannot be met by a
 // measured time on a shared machine.)
 TEST(ShareReplan, AStepTimeOffItsPredictionReRegistersTheCurveScaledUnlessTurnedOff) {
-  const testing::PrivateLedger ledger("replandrift");
-  const std::string env = "env FERRY_JOB_LEDGER=" + ledger.name + " ";
+  const PrivateLedger ledger("replandrift");
   const std::string dir = testing::scratch("share_replan_drift");
-  uint64_t alone = 0;
-  const uint64_t capacity = three_job_capacity(&alone);
+  const uint64_t capacity = three_job_capacity();
   for (const char* drift : {"0.000001", "0"}) {
-    const testing::Exit e =
-        run(shared_job(env, capacity, 0, 22, dir + "/" + drift) + " memory.share_drift=" + drift);
+    const testing::Exit e = run(job_command(ledger, capacity, 0, 22, dir + "/" + drift) +
+                                " memory.share_drift=" + drift);
     ASSERT_EQ(e.code, 0) << e.output;
     const size_t lines = count(e.output, "\ndrift    measured step ");
     if (std::string(drift) == "0") {
