@@ -38,7 +38,8 @@ import time
 CONFIG = "configs/quickstart.yaml"
 OUT = "build/bench-runs/mix"
 TEXT = f"{OUT}/text"
-GPT = ["model.name=gpt2", "model.vocab=256", "model.context=256", "model.layers=4",
+# Bytes and the separator 256 that prepare_tokens.py writes before each file: vocabulary 257.
+GPT = ["model.name=gpt2", "model.vocab=257", "model.context=256", "model.layers=4",
        "model.heads=4", "model.width=128", "data.source=tokens", f"data.path={TEXT}/train.bin",
        "data.mean=[]", "data.std=[]"]
 # name, overrides, steps (at --scale 1: about 30-40 s each alone on one core of this machine)
