@@ -257,9 +257,9 @@ bool settle(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
   return true;
 }
 
-// The cost model's step time of a planned tape with these offloads.
-double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plans,
-                      const CostModel& cost) {
+// The cost model's prediction of a planned tape with these offloads.
+Prediction predicted(const Materialized& m, const std::vector<TensorPlan>& plans,
+                     const CostModel& cost) {
   std::vector<SimTransfer> transfers;
   for (size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& tp = plans[t];
@@ -268,7 +268,12 @@ double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plan
     transfers.push_back({true, bytes, tp.offload_after, tp.release_at});
     transfers.push_back({false, bytes, tp.fetch_at - 1, tp.needed_at});
   }
-  return simulate(m.tape, cost, transfers).step_seconds;
+  return simulate(m.tape, cost, transfers);
+}
+
+double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plans,
+                      const CostModel& cost) {
+  return predicted(m, plans, cost).step_seconds;
 }
 
 // Note [Keeping what a shared link cannot hide]
@@ -315,6 +320,18 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
   }
 }
 
+// Note [Copies the link cannot hide]
+// The greedy prices each copy by what its own idle gap cannot hide, as if it had the link to
+// itself. When the link is slow against compute (a CPU's paced link, PCIe against a fast GPU on
+// a small model, a new shape whose geometry was estimated), the copies it takes queue behind one
+// another and the settled plan stalls, though rebuilding some of them or keeping them resident
+// would cost less. Then the plan is reconsidered as a contention-aware one is (keep_unhidden):
+// only then, so a plan whose copies are hidden (the usual case on a GPU) costs no more planning.
+bool stalls_on_copies(const Prediction& p) {
+  constexpr double kStallShare = 0.02;
+  return p.stall_seconds > kStallShare * p.step_seconds;
+}
+
 // One auto plan: the greedy (recomputing where `recompute`), settled, then (keep_unhidden) the
 // copies the link cannot hide reconsidered. False when the greedy cannot fit the budget; then
 // `d`, `m` and `plans` hold the tightest plan it tried.
@@ -326,7 +343,7 @@ bool plan_once(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   };
   if (!greedy(input, live, o, arena_budget, recompute, whole_copies, d, fits)) return false;
   settle(input, live, o, arena_budget, d, m, timing, plans);
-  if (o.keep_unhidden) {
+  if (o.keep_unhidden || stalls_on_copies(predicted(m, plans, o.cost))) {
     PlanOptions po = o;
     po.recompute = recompute;
     keep_unhidden(input, live, po, arena_budget, d, m, timing, plans);

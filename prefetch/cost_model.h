@@ -20,12 +20,20 @@ namespace ferry {
 struct MeasuredSteps {
   std::map<std::string, double> seconds;
   std::string device;  // where they were measured: "cuda:0 (NVIDIA H100 80GB HBM3)"
+  // What scales the FLOP model's time of a step that has no measurement (Note [Estimates scaled
+  // to the measured steps] in cost_model.cc), by estimate_scale_key(); "" = over every measured
+  // step. Empty: the FLOP model unscaled.
+  std::map<std::string, double> estimate_scale;
 };
 
 // The identity of a step's work on one tape shape: phase (a recompute counts as its forward),
 // name, FLOPs and the bytes it reads (and the load step's bytes written). Equal keys mean the
 // same kernels on the same shapes.
 std::string measured_step_key(const TapeStep& step, const Tape& tape);
+
+// The kind of work a step's estimate is scaled as: its op and phase (a recompute counts as its
+// forward) as "op|phase number": "conv2d|2" is a convolution's backward.
+std::string estimate_scale_key(const TapeStep& step);
 
 struct CostModel {
   // Per op kind ("conv2d", "linear", "batchnorm2d"; recompute steps count as their op): FLOP/s
@@ -44,8 +52,12 @@ struct CostModel {
   // Measured per-step times; a step without one falls back to the FLOP model.
   std::shared_ptr<const MeasuredSteps> measured;
 
-  // Predicted seconds of one tape step: its measured time when known, else the FLOP model.
+  // Predicted seconds of one tape step: its measured time when known, else the FLOP model's
+  // time scaled as measured->estimate_scale says.
   double step_seconds(const TapeStep& step, const Tape& tape) const;
+  // The FLOP model's time of a step, unscaled: the larger of its FLOPs and its bytes over their
+  // rates, plus the launch cost.
+  double flop_seconds(const TapeStep& step, const Tape& tape) const;
   // The measured time of `step`, or a negative number when there is none.
   double measured_seconds(const TapeStep& step, const Tape& tape) const;
   // Seconds to move `bytes` in one direction, and out and back again.
@@ -61,6 +73,10 @@ struct CostModel {
     return transfer_seconds(bytes, true) + transfer_seconds(bytes, false);
   }
 };
+
+// Sets measured.estimate_scale from `tape`, the tape its times were measured on: per kind of
+// step, the measured seconds over `cost`'s unscaled FLOP model of the same steps, and over all.
+void calibrate_estimates(MeasuredSteps& measured, const Tape& tape, const CostModel& cost);
 
 // One copy the simulator schedules: issued when compute finishes step `issue_after` (or before
 // step `issue_before` starts: the later of the two), and waited for by compute before step

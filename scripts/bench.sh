@@ -204,10 +204,12 @@ if [[ $what == all || $what == shapes ]]; then
   # per-shape, static, none, ...), each on the same batches (run.seed 0), each step timed alone:
   # load that changes slower than a step falls on every arm alike. The CPU's copies stand in for
   # a GPU's link at device.copy_gbps 0.2 (about a GPU's compute-to-PCIe ratio on 2 cores); plans
-  # use the FLOP model in every arm. The budget: side 24's peak plus 3/8 of what side 48 adds.
+  # use the measured cost model in every arm (memory.measure, the default: the first shape's
+  # kernels timed, other shapes' FLOP estimates scaled to them). The budget: side 24's peak plus
+  # 3/8 of what side 48 adds.
   # Then one training run of the per-shape arm: planning time per new shape on this CPU.
   sides="[24, 28, 32, 36, 40, 44, 48]"
-  common=(model.name=resnet18_cifar data.batch_size=16 "data.scales=$sides" memory.measure=false
+  common=(model.name=resnet18_cifar data.batch_size=16 "data.scales=$sides" memory.measure=true
           device.memory=2GiB device.copy_gbps=0.2)
   budget=$(build/trainer plan configs/quickstart.yaml "${common[@]}" memory.policy=none --json |
     /usr/bin/python3 -c "

@@ -105,7 +105,7 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   DeviceProfile profile =
       measure_device(*device, graph, lowered, update_kernel(config, params), po);
   CostModel cost = planner.cost();
-  apply_profile(profile, cost, config.memory.link_gbps > 0);
+  apply_profile(profile, lowered.tape, cost, config.memory.link_gbps > 0);
   planner.set_cost(cost);
   return profile;
 }

@@ -226,6 +226,9 @@ std::unique_ptr<Program> ProgramCache::plan_program(const Shape& input, bool tra
   for (const TapeStep& s : p->plan.tape.steps) {
     if (options_.cost.measured_seconds(s, p->plan.tape) >= 0) ++p->timed_steps;
   }
+  if (const auto& m = options_.cost.measured; m && m->estimate_scale.count("")) {
+    p->estimate_scale = m->estimate_scale.at("");
+  }
   p->plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return p;
 }

@@ -62,8 +62,10 @@ struct Program {
   // executor addressed for this program, and the steps it ran.
   mutable uint64_t arena_touched = 0;
   mutable int64_t steps_run = 0;
-  // Tape steps the cost model has a measured time for, of all tape steps (the rest: FLOP model).
+  // Tape steps the cost model has a measured time for, of all tape steps (the rest: FLOP model,
+  // scaled by estimate_scale over all measured steps; 0 = unscaled).
   int64_t timed_steps = 0;
+  double estimate_scale = 0;
   // Seconds spent planning it (graph, lowering, plan), on whichever thread did.
   double plan_seconds = 0;
 };

@@ -182,8 +182,13 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
   return p;
 }
 
-void apply_profile(const DeviceProfile& profile, CostModel& cost, bool keep_link) {
-  cost.measured = profile.steps;
+void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& cost,
+                   bool keep_link) {
+  if (profile.steps) {
+    auto measured = std::make_shared<MeasuredSteps>(*profile.steps);
+    calibrate_estimates(*measured, tape, cost);
+    cost.measured = std::move(measured);
+  }
   if (keep_link) return;
   cost.link_gbps_to_host = profile.link_gbps_to_host;
   cost.link_gbps_to_device = profile.link_gbps_to_device;

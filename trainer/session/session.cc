@@ -186,7 +186,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
     const Lowered lowered = lower_graph(graph_, device_->kernels(), /*training=*/true);
     profile_ = measure_device(*device_, graph_, lowered,
                               update_kernel(config, store_->param_floats()), po);
-    apply_profile(*profile_, exec.plan.cost, config.memory.link_gbps > 0);
+    apply_profile(*profile_, lowered.tape, exec.plan.cost, config.memory.link_gbps > 0);
   }
   exec.shapes.name_shapes = !config.data.scales.empty() || config.data.documents;
   if (!config.memory.per_shape && config.memory.policy == MemoryPolicy::kAuto) {

@@ -158,8 +158,12 @@ std::string ShapePlans::after_step(const Shape& input, int64_t step) {
       : p.timed_steps == 0
           ? std::string("estimated by the FLOP model")
           : fmt::format("{} of {} tape steps measured, the new geometries' estimated by the FLOP "
-                        "model",
-                        p.timed_steps, tape));
+                        "model{}",
+                        p.timed_steps, tape,
+                        p.estimate_scale > 0
+                            ? fmt::format(" scaled to the measured ones (x{:.2f} over all)",
+                                          p.estimate_scale)
+                            : std::string()));
 }
 
 void ShapePlans::interval(double seconds) {

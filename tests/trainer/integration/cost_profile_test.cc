@@ -96,7 +96,7 @@ TEST(DeviceProfile, KernelsThatDoNotFitLeaveTheirStepsToTheFlopModel) {
   EXPECT_LT(p.steps_measured, p.steps_total);
   EXPECT_EQ(device->memory().stats().in_use, 0u);
   CostModel cost;
-  apply_profile(p, cost, false);
+  apply_profile(p, lowered.tape, cost, false);
   int fallback = 0;
   for (const TapeStep& step : lowered.tape.steps) {
     if (cost.measured_seconds(step, lowered.tape) >= 0) continue;
@@ -142,6 +142,60 @@ TEST(DeviceProfile, PlannerUsesMeasuredStepTimes) {
   EXPECT_NEAR(plan.prediction.compute_seconds, 0.001 * n * (n + 1) / 2, 1e-9);
 }
 
+// A profile measured on one input shape scales the FLOP model's estimates of another shape's
+// steps (Note [Estimates scaled to the measured steps]): by the ratio of their kind of step, or
+// over every measured step for a kind it never measured; the load step stays the link's.
+TEST(DeviceProfile, EstimatesOfAnotherShapeAreScaledToTheMeasuredSteps) {
+  auto device = cpu_device();
+  const Lowered small =
+      lower_graph(build_model("lenet5", Shape{8, 3, 32, 32}, 10), device->kernels(), true);
+  const Lowered big =
+      lower_graph(build_model("lenet5", Shape{16, 3, 32, 32}, 10), device->kernels(), true);
+  CostModel cost;
+  // Convolutions measured at 3x the FLOP model's time, linear layers never, the rest at 0.5x.
+  auto steps = std::make_shared<MeasuredSteps>();
+  double measured = 0, model = 0;
+  for (const TapeStep& s : small.tape.steps) {
+    if (s.phase == StepPhase::kLoad || s.op == "linear") continue;
+    const double t = cost.flop_seconds(s, small.tape);
+    steps->seconds[measured_step_key(s, small.tape)] = t * (s.op == "conv2d" ? 3.0 : 0.5);
+    measured += t * (s.op == "conv2d" ? 3.0 : 0.5);
+    model += t;
+  }
+  DeviceProfile p;
+  p.steps = steps;
+  apply_profile(p, small.tape, cost, /*keep_link=*/true);
+  EXPECT_TRUE(steps->estimate_scale.empty()) << "the profile itself is left as it was";
+  int conv = 0, linear = 0, other = 0;
+  for (const TapeStep& s : big.tape.steps) {
+    // The same work on either batch size (the update) keeps its measured time.
+    if (const double m = cost.measured_seconds(s, big.tape); m >= 0) {
+      EXPECT_EQ(cost.step_seconds(s, big.tape), m) << s.name;
+      continue;
+    }
+    const double flop = cost.flop_seconds(s, big.tape), got = cost.step_seconds(s, big.tape);
+    double want = flop;
+    if (s.phase == StepPhase::kLoad) {
+      want = flop;
+    } else if (s.op == "conv2d") {
+      want = 3.0 * flop, ++conv;
+    } else if (s.op == "linear") {
+      want = flop * measured / model, ++linear;
+    } else {
+      want = 0.5 * flop, ++other;
+    }
+    EXPECT_NEAR(got, want, 1e-12 * want) << s.name << " " << static_cast<int>(s.phase);
+  }
+  EXPECT_GT(conv, 0);
+  EXPECT_GT(linear, 0);
+  EXPECT_GT(other, 0);
+  // Without a profile the FLOP model answers unscaled.
+  const CostModel plain;
+  for (const TapeStep& s : big.tape.steps) {
+    EXPECT_EQ(plain.step_seconds(s, big.tape), plain.flop_seconds(s, big.tape));
+  }
+}
+
 // The link rates per direction reach the transfer times.
 TEST(DeviceProfile, LinkRatesPerDirection) {
   CostModel cost;
@@ -150,13 +204,13 @@ TEST(DeviceProfile, LinkRatesPerDirection) {
   DeviceProfile p;
   p.link_gbps_to_host = 50;
   p.link_gbps_to_device = 25;
-  apply_profile(p, cost, /*keep_link=*/false);
+  apply_profile(p, Tape{}, cost, /*keep_link=*/false);
   EXPECT_DOUBLE_EQ(cost.transfer_seconds(1'000'000'000, true), 0.02);
   EXPECT_DOUBLE_EQ(cost.transfer_seconds(1'000'000'000, false), 0.04);
   EXPECT_DOUBLE_EQ(cost.round_trip_seconds(1'000'000'000), 0.06);
   CostModel kept;
   kept.link_gbps = 10;
-  apply_profile(p, kept, /*keep_link=*/true);  // memory.link_gbps set: it wins
+  apply_profile(p, Tape{}, kept, /*keep_link=*/true);  // memory.link_gbps set: it wins
   EXPECT_DOUBLE_EQ(kept.transfer_seconds(1'000'000'000, false), 0.1);
 }
 
