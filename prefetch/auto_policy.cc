@@ -5,6 +5,7 @@
 // moved as early, and each release as late, as the budget allows, so copies land before they
 // are needed. With memory.recompute the plan is never predicted slower than without it.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -286,7 +287,8 @@ double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plan
 void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o,
                    uint64_t arena_budget, Decisions& d, Materialized& m,
                    std::vector<OffloadTiming>& timing, std::vector<TensorPlan>& plans) {
-  double best = predicted_step(m, plans, o.cost);
+  const Prediction first = predicted(m, plans, o.cost);
+  double best = first.step_seconds, stall = first.stall_seconds;
   std::vector<int> order = d.offload;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return input.tensors[static_cast<size_t>(a)].bytes >
@@ -298,9 +300,10 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
     std::vector<OffloadTiming> tt;
     std::vector<TensorPlan> tp;
     if (!settle(input, live, o, arena_budget, trial, tm, tt, tp)) return false;
-    const double step = predicted_step(tm, tp, o.cost);
-    if (!(step < best * (1 - 1e-9))) return false;
-    best = step;
+    const Prediction p = predicted(tm, tp, o.cost);
+    if (!(p.step_seconds < best * (1 - 1e-9))) return false;
+    best = p.step_seconds;
+    stall = p.stall_seconds;
     d = std::move(trial);
     m = std::move(tm);
     timing = std::move(tt);
@@ -310,6 +313,9 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
   // Keep resident, or (with memory.recompute) rebuild instead of copying.
   const std::vector<bool> saved = saved_mask(input, live);
   for (size_t i = 0; i < order.size() && i < kTries; ++i) {
+    // Without a stall no move can win: keeping a copy resident leaves the compute as it is,
+    // rebuilding adds to it.
+    if (stall <= 0) break;
     Decisions trial = d;
     trial.offload.erase(std::find(trial.offload.begin(), trial.offload.end(), order[i]));
     if (try_decisions(trial) || !o.recompute) continue;
@@ -325,8 +331,13 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
 // itself. When the link is slow against compute (a CPU's paced link, PCIe against a fast GPU on
 // a small model, a new shape whose geometry was estimated), the copies it takes queue behind one
 // another and the settled plan stalls, though rebuilding some of them or keeping them resident
-// would cost less. Then the plan is reconsidered as a contention-aware one is (keep_unhidden):
-// only then, so a plan whose copies are hidden (the usual case on a GPU) costs no more planning.
+// would cost less. Then the plan is reconsidered as a contention-aware one is (keep_unhidden),
+// each of auto's plans (offload only, and with recompute) with what its own rule allows.
+// Reconsidering costs up to kTries layouts, so it runs only on a plan that stalls, and only
+// while it can still win: it never lowers a plan's compute (it keeps copies resident or rebuilds
+// them, and removes no rebuild), so a plan whose compute alone is no faster than the best step
+// so far is passed over, cheapest compute first. The plan kept is the one the reconsidering of
+// every plan would have kept.
 bool stalls_on_copies(const Prediction& p) {
   constexpr double kStallShare = 0.02;
   return p.stall_seconds > kStallShare * p.step_seconds;
@@ -343,7 +354,7 @@ bool plan_once(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   };
   if (!greedy(input, live, o, arena_budget, recompute, whole_copies, d, fits)) return false;
   settle(input, live, o, arena_budget, d, m, timing, plans);
-  if (o.keep_unhidden || stalls_on_copies(predicted(m, plans, o.cost))) {
+  if (o.keep_unhidden) {
     PlanOptions po = o;
     po.recompute = recompute;
     keep_unhidden(input, live, po, arena_budget, d, m, timing, plans);
@@ -371,23 +382,60 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   // for one link (a transformer's blocks each save several), the idle gap of each hides it
   // alone but not all together, and rebuilding the cheap ones (layer norms, GELU, linear
   // outputs) beats copying them; it too is kept only when predicted faster.
-  bool fitted = plan_once(input, live, o, arena_budget, false, false, d, m, timing, plans);
-  if (o.recompute) {
-    for (bool whole_copies : {false, true}) {
-      Decisions rd;
-      Materialized rm;
-      std::vector<OffloadTiming> rtiming;
-      std::vector<TensorPlan> rplans;
-      if (plan_once(input, live, o, arena_budget, true, whole_copies, rd, rm, rtiming, rplans) &&
-          (!fitted ||
-           predicted_step(rm, rplans, o.cost) < predicted_step(m, plans, o.cost) * (1 - 1e-9))) {
-        fitted = true;
-        d = std::move(rd);
-        m = std::move(rm);
-        timing = std::move(rtiming);
-        plans = std::move(rplans);
+  struct Variant {
+    bool recompute = false, whole_copies = false;
+    Decisions d;
+    Materialized m;
+    std::vector<OffloadTiming> timing;
+    std::vector<TensorPlan> plans;
+    Prediction p;
+  };
+  std::vector<Variant> variants;  // the plans that fit, offload only first
+  for (const auto& [recompute, whole_copies] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+    if (recompute && !o.recompute) continue;
+    Variant v{recompute, whole_copies, {}, {}, {}, {}, {}};
+    if (!plan_once(input, live, o, arena_budget, recompute, whole_copies, v.d, v.m, v.timing,
+                   v.plans)) {
+      if (!recompute) {  // the tightest plan it tried: what the error below reports
+        m = std::move(v.m);
+        plans = std::move(v.plans);
       }
+      continue;
     }
+    v.p = predicted(v.m, v.plans, o.cost);
+    variants.push_back(std::move(v));
+  }
+  const bool fitted = !variants.empty();
+  if (fitted && !o.keep_unhidden) {  // Note [Copies the link cannot hide]
+    std::vector<size_t> order(variants.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return variants[a].p.compute_seconds < variants[b].p.compute_seconds;
+    });
+    double best = std::numeric_limits<double>::infinity();
+    for (const Variant& v : variants) best = std::min(best, v.p.step_seconds);
+    for (size_t i : order) {
+      Variant& v = variants[i];
+      if (v.p.compute_seconds >= best) break;
+      if (!stalls_on_copies(v.p)) continue;
+      PlanOptions po = o;
+      po.recompute = v.recompute;
+      keep_unhidden(input, live, po, arena_budget, v.d, v.m, v.timing, v.plans);
+      v.p = predicted(v.m, v.plans, o.cost);
+      best = std::min(best, v.p.step_seconds);
+    }
+  }
+  if (fitted) {
+    // Offload only unless a plan with recompute is predicted faster.
+    size_t keep = 0;
+    for (size_t i = 1; i < variants.size(); ++i) {
+      if (variants[i].p.step_seconds < variants[keep].p.step_seconds * (1 - 1e-9)) keep = i;
+    }
+    d = std::move(variants[keep].d);
+    m = std::move(variants[keep].m);
+    timing = std::move(variants[keep].timing);
+    plans = std::move(variants[keep].plans);
   }
   if (!fitted) {
     // Every candidate offloaded: report what the tightest plan needs.
