@@ -272,11 +272,6 @@ Prediction predicted(const Materialized& m, const std::vector<TensorPlan>& plans
   return simulate(m.tape, cost, transfers);
 }
 
-double predicted_step(const Materialized& m, const std::vector<TensorPlan>& plans,
-                      const CostModel& cost) {
-  return predicted(m, plans, cost).step_seconds;
-}
-
 // Note [Keeping what a shared link cannot hide]
 // The greedy takes candidates by their cost alone, each as if it had the link to itself, and
 // stops only once the layout fits, so it often moves more than the budget needs. Where copies
@@ -383,7 +378,7 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   // alone but not all together, and rebuilding the cheap ones (layer norms, GELU, linear
   // outputs) beats copying them; it too is kept only when predicted faster.
   struct Variant {
-    bool recompute = false, whole_copies = false;
+    bool recompute = false;
     Decisions d;
     Materialized m;
     std::vector<OffloadTiming> timing;
@@ -394,7 +389,7 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
   for (const auto& [recompute, whole_copies] :
        {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
     if (recompute && !o.recompute) continue;
-    Variant v{recompute, whole_copies, {}, {}, {}, {}, {}};
+    Variant v{recompute, {}, {}, {}, {}, {}};
     if (!plan_once(input, live, o, arena_budget, recompute, whole_copies, v.d, v.m, v.timing,
                    v.plans)) {
       if (!recompute) {  // the tightest plan it tried: what the error below reports
@@ -406,8 +401,21 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
     v.p = predicted(v.m, v.plans, o.cost);
     variants.push_back(std::move(v));
   }
-  const bool fitted = !variants.empty();
-  if (fitted && !o.keep_unhidden) {  // Note [Copies the link cannot hide]
+  if (variants.empty()) {
+    // Every candidate offloaded: report what the tightest plan needs.
+    const uint64_t arena = layout_plans(m.tape, plans);
+    throw BudgetError(
+        fmt::format("memory.policy auto cannot fit memory.budget {}: with every saved activation "
+                    "{} the peak is {}",
+                    format_bytes(arena_budget + o.persistent.total()),
+                    o.recompute ? "offloaded or recomputed" : "offloaded",
+                    format_bytes(arena + o.persistent.total())),
+        fmt::format("raise memory.budget to at least {}{}, or lower data.batch_size",
+                    format_bytes(arena + o.persistent.total()),
+                    o.recompute ? "" : ", set memory.recompute=true"));
+  }
+  // Note [Copies the link cannot hide]
+  if (!o.keep_unhidden) {
     std::vector<size_t> order(variants.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -426,30 +434,15 @@ void plan_auto(const Tape& input, const Liveness& live, const PlanOptions& o, ui
       best = std::min(best, v.p.step_seconds);
     }
   }
-  if (fitted) {
-    // Offload only unless a plan with recompute is predicted faster.
-    size_t keep = 0;
-    for (size_t i = 1; i < variants.size(); ++i) {
-      if (variants[i].p.step_seconds < variants[keep].p.step_seconds * (1 - 1e-9)) keep = i;
-    }
-    d = std::move(variants[keep].d);
-    m = std::move(variants[keep].m);
-    timing = std::move(variants[keep].timing);
-    plans = std::move(variants[keep].plans);
+  // Offload only unless a plan with recompute is predicted faster.
+  size_t keep = 0;
+  for (size_t i = 1; i < variants.size(); ++i) {
+    if (variants[i].p.step_seconds < variants[keep].p.step_seconds * (1 - 1e-9)) keep = i;
   }
-  if (!fitted) {
-    // Every candidate offloaded: report what the tightest plan needs.
-    const uint64_t arena = layout_plans(m.tape, plans);
-    throw BudgetError(
-        fmt::format("memory.policy auto cannot fit memory.budget {}: with every saved activation "
-                    "{} the peak is {}",
-                    format_bytes(arena_budget + o.persistent.total()),
-                    o.recompute ? "offloaded or recomputed" : "offloaded",
-                    format_bytes(arena + o.persistent.total())),
-        fmt::format("raise memory.budget to at least {}{}, or lower data.batch_size",
-                    format_bytes(arena + o.persistent.total()),
-                    o.recompute ? "" : ", set memory.recompute=true"));
-  }
+  d = std::move(variants[keep].d);
+  m = std::move(variants[keep].m);
+  timing = std::move(variants[keep].timing);
+  plans = std::move(variants[keep].plans);
 }
 
 void plan_fixed(const Tape& input, const Liveness& live, const PlanOptions& o,

@@ -28,13 +28,14 @@ ModelTape model_tape(const std::string& name, int64_t batch, Shape chw = {3, 32,
 }
 
 MemoryPlan plan(const ModelTape& m, MemoryPolicy policy, uint64_t budget = 0,
-                bool recompute = false, double link_gbps = 12) {
+                bool recompute = false, double link_gbps = 12, bool keep_unhidden = false) {
   PlanOptions o;
   o.policy = policy;
   o.budget = budget;
   o.recompute = recompute;
   o.persistent = m.persistent;
   o.cost.link_gbps = link_gbps;
+  o.keep_unhidden = keep_unhidden;
   return plan_memory(m.lowered.tape, o);
 }
 
@@ -392,9 +393,9 @@ TEST(Planner, AutoRecomputesConvolutionsWhenCopiesCannotHide) {
 
 // Note [Copies the link cannot hide]: on a link slow against compute the greedy's copies queue
 // and stall; auto then reconsiders each copy (keep resident or rebuild), as a contention-aware
-// plan does; with recompute it stalls on its copies no more than the rule's 2% of its step. The case: the
-// multi-scale benchmark's largest side, resnet18_cifar at 48x48, a budget 3/8 of the way from
-// everything offloaded to everything resident, and a link whose round trip of what vdnn-all
+// plan does; with recompute it stalls on its copies no more than the rule's 2% of its step. The
+// case: the multi-scale benchmark's largest side, resnet18_cifar at 48x48, a budget 3/8 of the way
+// from everything offloaded to everything resident, and a link whose round trip of what vdnn-all
 // moves is about a backward pass.
 TEST(Planner, AutoReconsidersCopiesThatStallOnASlowLink) {
   const ModelTape m = model_tape("resnet18_cifar", 16, Shape{3, 48, 48});
@@ -417,14 +418,8 @@ TEST(Planner, AutoReconsidersCopiesThatStallOnASlowLink) {
           << " s waiting for " << p.offload_bytes << " bytes";
     }
     // What the contention-aware planner gets: the same.
-    PlanOptions o;
-    o.policy = MemoryPolicy::kAuto;
-    o.budget = budget;
-    o.recompute = recompute;
-    o.persistent = m.persistent;
-    o.cost.link_gbps = gbps;
-    o.keep_unhidden = true;
-    EXPECT_DOUBLE_EQ(plan_memory(m.lowered.tape, o).prediction.step_seconds,
+    EXPECT_DOUBLE_EQ(plan(m, MemoryPolicy::kAuto, budget, recompute, gbps, /*keep_unhidden=*/true)
+                         .prediction.step_seconds,
                      p.prediction.step_seconds);
   }
 }

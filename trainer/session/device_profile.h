@@ -55,8 +55,7 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
 // Puts a profile into a cost model: measured step times, the FLOP model's estimates of other
 // steps scaled to them (calibrate_estimates; `tape` is the one measured), and the link rates
 // unless `keep_link` (memory.link_gbps was set explicitly).
-void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& cost,
-                   bool keep_link);
+void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& cost, bool keep_link);
 
 // One line for logs: "measured on cpu:0 (...): 41 kernels (41 cached), 88/90 steps, link
 // d2h 7.9 GB/s h2d 8.1 GB/s, 1.2 s".

@@ -158,8 +158,9 @@ TEST(DeviceProfile, EstimatesOfAnotherShapeAreScaledToTheMeasuredSteps) {
   for (const TapeStep& s : small.tape.steps) {
     if (s.phase == StepPhase::kLoad || s.op == "linear") continue;
     const double t = cost.flop_seconds(s, small.tape);
-    steps->seconds[measured_step_key(s, small.tape)] = t * (s.op == "conv2d" ? 3.0 : 0.5);
-    measured += t * (s.op == "conv2d" ? 3.0 : 0.5);
+    const double took = t * (s.op == "conv2d" ? 3.0 : 0.5);
+    steps->seconds[measured_step_key(s, small.tape)] = took;
+    measured += took;
     model += t;
   }
   DeviceProfile p;
