@@ -97,6 +97,13 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   cp -L /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# An installed Debian system resolves its own hostname from /etc/hosts; debootstrap's minbase
+# root has none, and every lookup of it (Open MPI's, at each mpirun's start) then waits on DNS
+# for seconds: two concurrent 2-rank jobs (shared_links_test) stopped overlapping.
+if [[ ! -f $root/etc/hosts ]]; then
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" > "$root/etc/hosts"
+fi
 
 # A clean clone of what is committed, with shared/ beside it, as CI lays it out.
 mkdir -p "$root/work"
