@@ -8,7 +8,7 @@
 
 #include "common/bytes.h"
 #include "trainer/config/config.h"
-#include "trainer/session/planning.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 namespace {

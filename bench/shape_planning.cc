@@ -17,8 +17,8 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "sim/hardware_profile.h"
-#include "trainer/session/model_of.h"
-#include "trainer/session/planning.h"
+#include "trainer/configured/model.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 namespace {

@@ -14,8 +14,8 @@
 #include "bench/bench_util.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/configured/dataset.h"
 #include "trainer/data/loader.h"
-#include "trainer/session/data_setup.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

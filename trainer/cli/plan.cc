@@ -11,15 +11,18 @@
 #include "common/file_write.h"
 #include "common/strings.h"
 #include "device/backend_traits.h"
+#include "sim/hardware_profile.h"
+#include "sim/node_links.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
+#include "trainer/configured/model.h"
 #include "trainer/data/documents.h"
 #include "trainer/model/zoo/zoo.h"
-#include "trainer/session/device_profile.h"
-#include "trainer/session/model_of.h"
-#include "trainer/session/planning.h"
+#include "trainer/plan/assumed_link.h"
+#include "trainer/plan/device_profile.h"
+#include "trainer/plan/planning.h"
+#include "trainer/plan/server.h"
 #include "trainer/session/session.h"
-#include "trainer/session/simulation.h"
 
 namespace ferry {
 
@@ -80,6 +83,12 @@ void explain(const MemoryPlan& plan) {
   if (rows.size() > 12) std::printf("  ... and %zu smaller\n", rows.size() - 12);
 }
 
+// What one sample of the model reads: (C, H, W) of an image model, (T) tokens of a token model.
+std::vector<int64_t> input_dims(const Config& config) {
+  if (model_info(config.model.name).tokens) return {tokens_per_row(config)};
+  return {config.model.input.begin(), config.model.input.end()};
+}
+
 // Whether `trainer plan` times the model on a device here: asked, or a GPU is present.
 bool measure_here(const PlanArgs& args, const Config& config) {
   if (args.no_measure) return false;
@@ -129,13 +138,39 @@ std::vector<int64_t> shape_keys(const Config& config) {
   return config.data.scales;
 }
 
+// Shapes planned without a word; past this many (data.len_bucket 1 gives one per length, 16,384
+// of them for model.context 16384), stderr says how many and how far planning has come.
+constexpr size_t kQuietShapes = 64;
+constexpr double kProgressEveryS = 5.0;
+
 // The plans training would use, one per side of data.scales or length of data.documents.
 std::vector<ShapeRow> shape_rows(const Config& config, OfflinePlanner& planner) {
   std::vector<ShapeRow> out;
   const bool lengths = config.data.documents;
-  for (int64_t side : shape_keys(config)) {
-    if (std::any_of(out.begin(), out.end(), [&](const ShapeRow& r) { return r.side == side; }))
-      continue;
+  std::vector<int64_t> keys;
+  for (int64_t side : shape_keys(config))
+    if (std::find(keys.begin(), keys.end(), side) == keys.end()) keys.push_back(side);
+  const bool progress = keys.size() > kQuietShapes;
+  const auto start = std::chrono::steady_clock::now();
+  auto said = start;
+  if (progress) {
+    std::fprintf(
+        stderr, "plan: planning %zu %s (%s), one plan each; progress every %.0f s\n", keys.size(),
+        lengths ? "lengths" : "sides",
+        lengths ? fmt::format("data.len_bucket {}", config.data.len_bucket).c_str() : "data.scales",
+        kProgressEveryS);
+    std::fflush(stderr);
+  }
+  for (int64_t side : keys) {
+    if (progress) {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - said).count() >= kProgressEveryS) {
+        std::fprintf(stderr, "plan: %zu of %zu planned (%.0f s)\n", out.size(), keys.size(),
+                     std::chrono::duration<double>(now - start).count());
+        std::fflush(stderr);
+        said = now;
+      }
+    }
     ShapeRow r;
     r.side = side;
     r.input = lengths ? Shape{config.data.batch_size, side}
@@ -240,7 +275,7 @@ int run_plan(const PlanArgs& args) {
     }
     nlohmann::json out = {{"model", config.model.name},  {"batch", batch},
                           {"link_gbps", cost.link_gbps}, {"link_why", link_why},
-                          {"input", config.model.input}, {"budget_bytes", config.memory.budget},
+                          {"input", input_dims(config)}, {"budget_bytes", config.memory.budget},
                           {"policies", policies},        {"seconds", seconds},
                           {"cost_model", cost_source}};
     if (!shapes.empty()) {

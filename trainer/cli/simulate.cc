@@ -1,5 +1,5 @@
 // `trainer simulate`: one training step of a config on a described server, on a virtual clock
-// (trainer/session/simulation.h): step and stall time, samples/s of the whole job, and what
+// (trainer/simulate/simulation.h): step and stall time, samples/s of the whole job, and what
 // every link carried, as means over the input shapes training draws (a table per shape when
 // there are several); --json for scripts, --trace for a Chrome trace.
 #include <algorithm>
@@ -12,8 +12,8 @@
 #include "common/error.h"
 #include "common/file_write.h"
 #include "trainer/cli/commands.h"
+#include "trainer/cli/simulate_options.h"
 #include "trainer/config/config.h"
-#include "trainer/session/simulation.h"
 
 namespace ferry {
 
@@ -34,25 +34,7 @@ int run_simulate(const SimulateArgs& args) {
     throw ConfigError("simulate: give a CONFIG or --mix FILE",
                       "trainer simulate CONFIG [options], or trainer simulate --mix FILE");
   const Config config = load_config(args.config, args.overrides);
-  SimulateOptions o;
-  o.topology_file = args.topology;
-  o.gpus = args.gpus;
-  o.nodes = args.nodes;
-  o.hardware = args.hardware;
-  o.scheduler = args.scheduler;
-  const bool chunk_given = args.chunk_mb > 0;  // the command line checked its range
-  o.chunk_bytes =
-      static_cast<uint64_t>((chunk_given ? args.chunk_mb : config.topology.chunk_mb) * 1048576.0);
-  o.trace = !args.trace.empty();
-  o.emulated_run = args.emulated;
-  o.shapes = args.shapes;
-  if (!args.planning.empty()) {
-    if (args.planning != "aware" && args.planning != "oblivious")
-      throw ConfigError(
-          fmt::format("--planning: must be aware or oblivious, got '{}'", args.planning),
-          "aware plans against each GPU's share of its links");
-    o.contention_aware = args.planning == "aware";
-  }
+  const SimulateOptions o = parse_simulate_options(args);
   const SimulationReport rep = simulate_config(config, o);
   const NodeSimResult& res = rep.result;
   const double step = res.step_seconds;
@@ -144,7 +126,7 @@ int run_simulate(const SimulateArgs& args) {
       rep.recompute_flops / 1e9, rep.planned.step_seconds,
       several ? " (largest peak; the rest are means over the shapes)" : "");
   if (several) {
-    // Note [Simulating a shape schedule] (trainer/session/simulation.h).
+    // Note [Simulating a shape schedule] (trainer/simulate/simulation.h).
     std::printf("\nshapes: %s; %s\n", rep.schedule.c_str(),
                 rep.per_shape || rep.policy != MemoryPolicy::kAuto
                     ? "a plan per shape"

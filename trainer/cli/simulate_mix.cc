@@ -1,5 +1,5 @@
 // `trainer simulate --mix FILE`: the jobs of a mix sharing one simulated GPU
-// (trainer/session/mix_simulation.h): per arm (memory.share, a static equal split, one after
+// (trainer/simulate/mix_simulation.h): per arm (memory.share, a static equal split, one after
 // another) each job's completion time and the mix's throughput, the phases with each job's
 // budget and step; --json for scripts.
 #include <algorithm>
@@ -12,7 +12,8 @@
 #include "common/error.h"
 #include "common/file_write.h"
 #include "trainer/cli/commands.h"
-#include "trainer/session/mix_simulation.h"
+#include "trainer/cli/simulate_options.h"
+#include "trainer/simulate/mix_simulation.h"
 
 namespace ferry {
 
@@ -130,6 +131,9 @@ void print_ratio(const MixReport& rep, const MixArm& a, const MixArm& b) {
                                ? ""
                                : fmt::format(" (not over the same jobs: {} ran {}, {} ran {})",
                                              a.name, ran(a), b.name, ran(b));
+  // No job ran under both: there is no completion time to compare (a static split of many jobs
+  // can run none of them).
+  if (per_job.empty()) per_job = "not compared (no job ran in both)";
   std::printf("%s / %s: throughput %.3fx%s; completion time %s\n", a.name.c_str(), b.name.c_str(),
               b.samples_per_s > 0 ? a.samples_per_s / b.samples_per_s : 0.0, over.c_str(),
               per_job.c_str());
@@ -138,31 +142,8 @@ void print_ratio(const MixReport& rep, const MixArm& a, const MixArm& b) {
 }  // namespace
 
 int run_simulate_mix(const SimulateArgs& args) {
-  const auto only_one = [](const char* flag) {
-    return ConfigError(fmt::format("{}: not with --mix", flag),
-                       "a mix runs every job on one GPU of the topology, one input shape each; "
-                       "give the job's settings in its config or the mix file's set: list");
-  };
-  if (!args.config.empty() || !args.overrides.empty())
-    throw ConfigError("--mix: give a CONFIG or --mix FILE, not both",
-                      "put each job's config and overrides in the mix file");
-  if (args.gpus > 0) throw only_one("--gpus");
-  if (args.nodes > 1) throw only_one("--nodes");
-  if (!args.emulated.empty()) throw only_one("--emulated");
-  if (!args.shapes.empty()) throw only_one("--shapes");
-  if (!args.trace.empty()) throw only_one("--trace");
   MixOptions o;
-  o.topology_file = args.topology;
-  o.hardware = args.hardware;
-  o.scheduler = args.scheduler;
-  if (args.chunk_mb > 0) o.chunk_bytes = static_cast<uint64_t>(args.chunk_mb * 1048576.0);
-  if (!args.planning.empty()) {
-    if (args.planning != "aware" && args.planning != "oblivious")
-      throw ConfigError(
-          fmt::format("--planning: must be aware or oblivious, got '{}'", args.planning),
-          "aware plans against each GPU's share of its links");
-    o.contention_aware = args.planning == "aware";
-  }
+  static_cast<ServerOptions&>(o) = parse_simulate_options(args);
   const MixReport rep = simulate_mix(load_mix(args.mix), o);
   if (args.json) {
     std::printf("%s\n", to_json(rep).dump(2).c_str());

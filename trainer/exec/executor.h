@@ -11,8 +11,9 @@
 // One saved activation, say the output of a convolution that its backward reads, from the config
 // to the backward kernel. Each place on the way cites this note with its step number.
 //  1. Config: memory.policy, memory.budget and memory.recompute (MemoryConfig, config.h) become
-//     PlanOptions (plan_options, session.h); topology.scheduler picks the LinkScheduler in
-//     ExecutorOptions (fifo, or topology) and the rank's link arbiter on its device.
+//     PlanOptions (plan_options, trainer/configured/options.h); topology.scheduler picks the
+//     LinkScheduler in ExecutorOptions (fifo, or topology) and the rank's link arbiter on its
+//     device.
 //  2. Plan: run() (train.cc) asks the executor for its program before the first step (and, with
 //     data.scales, for the next batches' shapes in the background: Note [Planning ahead] in
 //     program.cc); the

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "trainer/configured/dataset.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/checkpoints.h"
-#include "trainer/session/data_setup.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
 #include "trainer/session/train.h"

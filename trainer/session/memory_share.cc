@@ -11,7 +11,7 @@
 
 #include "common/bytes.h"
 #include "device/backend_traits.h"
-#include "trainer/session/planning.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 

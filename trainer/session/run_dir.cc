@@ -18,8 +18,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/file_write.h"
@@ -162,6 +164,35 @@ void check_same_resume(Communicator& comm, const RankInfo& ranks, const std::str
                                                    : fmt::format("resolved '{}'", resume)),
                       hint);
   }
+}
+
+std::string config_summary(const Config& config) {
+  const nlohmann::json mine = to_json(config), defaults = to_json(default_config());
+  std::vector<std::string> changed;
+  for (const auto& [section, keys] : mine.items()) {
+    for (const auto& [key, value] : keys.items()) {
+      const nlohmann::json* other = defaults.contains(section) && defaults[section].contains(key)
+                                        ? &defaults[section][key]
+                                        : nullptr;
+      if (other && *other == value) continue;
+      changed.push_back(fmt::format("{}.{}={}", section, key,
+                                    value.is_string() ? value.get<std::string>() : value.dump()));
+    }
+  }
+  std::string out = fmt::format("config   {} (resolved; `trainer config` prints it)",
+                                (fs::path(config.run.dir) / "config.yaml").string());
+  // Wrapped at 100 columns under a 9-column indent, as the banner's other lines.
+  std::string line = "changed ";
+  if (changed.empty()) line += " nothing: every key at its default";
+  for (size_t i = 0; i < changed.size(); ++i) {
+    const std::string item = changed[i] + (i + 1 < changed.size() ? "," : "");
+    if (line.size() + 1 + item.size() > 100 && line.size() > 9) {
+      out += "\n" + line;
+      line = std::string(8, ' ');
+    }
+    line += " " + item;
+  }
+  return out + "\n" + line;
 }
 
 }  // namespace ferry

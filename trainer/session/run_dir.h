@@ -34,6 +34,11 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+// The first screen's account of the config, a few lines: where the resolved config is written
+// (<run.dir>/config.yaml; `trainer config` prints it whole) and every key whose value differs
+// from the defaults, as key=value in schema order.
+std::string config_summary(const Config& config);
+
 // What a training run starts from, decided before its first step.
 struct RunStart {
   std::string resume;              // the checkpoint to resume, "" for a fresh start

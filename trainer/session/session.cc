@@ -1,15 +1,15 @@
 // Building a run from its config.
 #include "trainer/session/session.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 
 #include "device/backend_traits.h"
 #include "links/link_capacities.h"
 #include "links/shm_names.h"
 #include "links/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
+#include "trainer/configured/options.h"
 #include "trainer/model/zoo/zoo.h"
-#include "trainer/session/planning.h"
-#include "trainer/session/simulation.h"
+#include "trainer/plan/assumed_link.h"
 
 #include <algorithm>
 #include <array>
@@ -18,76 +18,6 @@
 #include <thread>
 
 namespace ferry {
-
-PlanOptions plan_options(const Config& config) {
-  PlanOptions p;
-  p.policy = config.memory.policy;
-  p.budget = config.memory.budget;
-  p.recompute = config.memory.recompute;
-  p.cost = cost_model(config);
-  return p;
-}
-
-DeviceOptions device_options(const Config& config) {
-  DeviceOptions d;
-  d.backend = config.device.backend;
-  d.memory = config.device.memory;
-  d.cpu.threads = static_cast<int>(config.device.threads);
-  d.cpu.link_gbps = config.device.copy_gbps;
-  d.cuda.conv_tf32 = config.device.tf32;
-  d.cuda.matmul_tf32 = config.device.tf32_matmul;
-  d.cuda.deterministic = config.device.deterministic;
-  d.cuda.algorithms = config.device.algorithms;
-  // A job sharing its GPU holds only what its heap holds (Note [Device memory of a shared GPU]
-  // in device/cuda/cuda_device.h).
-  d.map_on_use = config.memory.share;
-  // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
-  // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
-  // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm
-  // per geometry per process] in device/cuda/algorithm_cache.h).
-  const uint64_t budget = config.memory.budget > 0 && !config.device.deterministic
-                              ? config.memory.budget
-                              : config.device.memory;
-  d.workspace_limit = std::min(config.memory.workspace_limit, budget / 8);
-  return d;
-}
-
-std::string conv_algorithm_file(const Config& config, int rank) {
-  if (!keeps_algorithm_choices(device_options(config)) || config.run.dir.empty()) return "";
-  return (std::filesystem::path(config.run.dir) /
-          ("conv_algorithms.rank" + std::to_string(rank) + ".txt"))
-      .string();
-}
-
-OptimizerOptions optimizer_options(const Config& config) {
-  OptimizerOptions o;
-  o.kind = config.optim.name;
-  o.momentum = static_cast<float>(config.optim.momentum);
-  o.nesterov = config.optim.nesterov;
-  o.weight_decay = static_cast<float>(config.optim.weight_decay);
-  o.beta1 = static_cast<float>(config.optim.beta1);
-  o.beta2 = static_cast<float>(config.optim.beta2);
-  o.eps = static_cast<float>(config.optim.eps);
-  o.decay = config.optim.decay;
-  if (o.decay == WeightDecayGroups::kAuto) {
-    o.decay = model_info(config.model.name).decay_matrices_only ? WeightDecayGroups::kMatrices
-                                                                : WeightDecayGroups::kAll;
-  }
-  o.clip_norm = static_cast<float>(config.optim.clip_norm);
-  return o;
-}
-
-LrSchedule lr_schedule(const Config& config) {
-  LrSchedule s;
-  s.kind = config.optim.schedule;
-  s.base_lr = static_cast<float>(config.optim.lr);
-  s.warmup_steps = config.optim.warmup_steps;
-  s.step_size = config.optim.step_size;
-  s.gamma = static_cast<float>(config.optim.gamma);
-  s.min_lr = static_cast<float>(config.optim.min_lr);
-  s.total_steps = config.run.steps;
-  return s;
-}
 
 namespace {
 
@@ -115,7 +45,8 @@ CommBackendChoice comm_choice(CommBackend b) {
 
 // The rank's copy path through the node's ledger: its GPU's links, the ones a chunk takes
 // tokens on (the same both ways), and the chunk size; no path when the topology shows none.
-LinkPathOptions link_path(const Config& config, const RankInfo& ranks, const Placement& placement) {
+LinkPathOptions link_path(const Config& config, const RankInfo& ranks,
+                          const RankPlacement& placement) {
   LinkPathOptions o;
   o.rank = ranks.rank;
   o.chunk_bytes = static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
@@ -133,7 +64,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training)
   graph_ = build_configured_model(config, config.data.batch_size);
   placement_ = place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
-  // Note [A rank's GPU by PCI bus id] in placement.cc.
+  // Note [A rank's GPU by PCI bus id] in rank_placement.cc.
   d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));
   d.place_host_memory = host_memory_placement(placement_);
   d.cuda.algorithm_file = conv_algorithm_file(config, ranks.rank);

@@ -14,12 +14,13 @@
 #include "device/device.h"
 #include "links/link_arbiter.h"
 #include "trainer/config/config.h"
+#include "trainer/configured/options.h"
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/model/graph.h"
 #include "trainer/optim/optimizer.h"
-#include "trainer/session/device_profile.h"
-#include "trainer/session/placement.h"
+#include "trainer/plan/device_profile.h"
+#include "trainer/session/rank_placement.h"
 
 namespace ferry {
 
@@ -32,7 +33,7 @@ class Session {
 
   const Config& config() const { return config_; }
   const RankInfo& ranks() const { return ranks_; }
-  const Placement& placement() const { return placement_; }
+  const RankPlacement& placement() const { return placement_; }
   Device& device() { return *device_; }
   ParameterStore& store() { return *store_; }
   Executor& executor() { return *executor_; }
@@ -70,7 +71,7 @@ class Session {
 
   Config config_;
   RankInfo ranks_;
-  Placement placement_;
+  RankPlacement placement_;
   // The copy arbiter of the rank's links (links/link_arbiter.h): CPU ranks on topology.file,
   // GPU ranks under the topology scheduler; null otherwise. Outlives the device, which drains
   // through it.
@@ -85,20 +86,5 @@ class Session {
   std::unique_ptr<GradientListener> listener_;
   std::optional<DeviceProfile> profile_;
 };
-
-// Maps the config's memory.* keys to planner options (Note [Life of an offloaded activation]
-// in trainer/exec/executor.h, step 1).
-PlanOptions plan_options(const Config& config);
-// The config's device.* keys and the kernels' workspace limit (memory.workspace_limit, at most
-// an eighth of memory.budget, or of device.memory when device.deterministic); ordinal 0,
-// threads as configured.
-DeviceOptions device_options(const Config& config);
-// Where a deterministic run with timed search keeps rank `rank`'s convolution algorithms, so a
-// resumed run takes them (Note [Timed choices across processes] in
-// device/cuda/algorithm_cache.h): <run.dir>/conv_algorithms.rank<R>.txt; "" for any other run.
-std::string conv_algorithm_file(const Config& config, int rank);
-// The config's optim.* keys; optim.decay=auto resolved from the model (ModelInfo).
-OptimizerOptions optimizer_options(const Config& config);
-LrSchedule lr_schedule(const Config& config);
 
 }  // namespace ferry

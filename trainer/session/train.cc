@@ -9,7 +9,7 @@
 // with the step it happened at; the logged loss keeps its meaning (the mean of the interval's
 // per-step losses). TrainResult counts the host waits of the other steps: zero.
 #include "trainer/session/train.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 
 #include <chrono>
 #include <cmath>
@@ -26,45 +26,25 @@
 #include "common/file_write.h"
 #include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
+#include "trainer/configured/dataset.h"
 #include "trainer/data/loader.h"
+#include "trainer/plan/shape_plans.h"
 #include "trainer/session/checkpoints.h"
-#include "trainer/session/data_setup.h"
 #include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/node_files.h"
-#include "trainer/session/placement.h"
 #include "trainer/session/rank_log.h"
+#include "trainer/session/rank_placement.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
-#include "trainer/session/shape_plans.h"
 #include "trainer/session/share_budget.h"
+#include "trainer/session/train_report.h"
 
 namespace ferry {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// The rank bindings table of every node of the job (collective). Each node places and binds its
-// own ranks from its own topology; its first local rank sends "node HOST (first rank R)" and
-// its table, and rank 0 gets them all in rank order. One node: `table` itself.
-std::string every_nodes_bindings(Communicator& comm, const RankInfo& ranks,
-                                 const std::string& table) {
-  if (ranks.local_size == ranks.size) return table;
-  const std::string mine = speaks_for_node(ranks)
-                               ? fmt::format("{}\n{}", node_heading(ranks, host_name()), table)
-                               : std::string();
-  std::string out;
-  for (int r = 0; r < ranks.size; ++r) {
-    uint64_t length = ranks.rank == r ? mine.size() : 0;
-    comm.broadcast_host(&length, sizeof(length), r);
-    if (length == 0) continue;
-    std::string text = ranks.rank == r ? mine : std::string(static_cast<size_t>(length), '\0');
-    comm.broadcast_host(text.data(), length, r);
-    out += text;
-  }
-  return out;
-}
 
 // Whether any rank passed true (every rank calls it at the same point): one host broadcast per
 // rank, for the rare decisions all ranks must share (Note [Dropping oversize batches]).
@@ -77,56 +57,6 @@ bool any_rank(Communicator& comm, const RankInfo& ranks, bool mine) {
     any = any || v != 0;
   }
   return any;
-}
-
-// What this rank runs: ranks, placement, device, model, data, memory and the step's plan.
-void print_banner(RankLog& log, Session& session, const Config& config, const Dataset& data,
-                  const MemoryPlan& plan) {
-  const RankInfo& ranks = session.ranks();
-  const PersistentBytes bytes = session.store().bytes();
-  log.print("ranks    {} ({} on this machine), communicator {}, topology {}{}", ranks.size,
-            ranks.local_size, session.communicator().backend_name(), session.placement().source,
-            session.placement().bound ? ", bound" : "");
-  log.line(every_nodes_bindings(session.communicator(), ranks, session.placement().table));
-  if (!session.placement().link_path.empty()) {
-    log.print("link     {}: bottleneck {:.2f} GB/s{}", session.placement().link_path,
-              session.placement().link_gbps,
-              emulates_server_links(config) ? " (emulated by this rank's copies)" : "");
-  }
-  log.print("device   {}", session.device().name());
-  const Graph& graph = session.graph();
-  log.print("model    {}: {} parameters, {} layers, {}, {} {}", config.model.name,
-            graph.parameter_count(), graph.nodes().size(), input_text(config),
-            graph.tensor(graph.logits()).desc.shape[1],
-            model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
-  log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
-            config.data.batch_size * ranks.size);
-  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
-            format_bytes(bytes.weights), format_bytes(bytes.gradients),
-            format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
-  const OptimizerOptions& opt = session.optimizer().options();
-  const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
-                                 opt.decay, opt.weight_decay)
-                          .size();
-  const size_t launches = runs + (opt.clip_norm > 0 ? 2 : 0);
-  log.print("optim    {}, weight decay {} on {} parameters, clip_norm {}: {} launch{} per update",
-            to_string(opt.kind), opt.weight_decay,
-            opt.decay == WeightDecayGroups::kMatrices ? "2+ dimensional" : "all",
-            opt.clip_norm > 0 ? fmt::format("{}", opt.clip_norm) : std::string("off"), launches,
-            launches == 1 ? "" : "es");
-  log.print(
-      "plan     policy {}, predicted peak {} (activations {}, gradients {}, workspace {}), "
-      "offloaded {}/step, recomputed {:.3g} GFLOP/step, host pool {}, budget {}",
-      policy_name(plan.policy), format_bytes(plan.peak_bytes()),
-      format_bytes(plan.activation_bytes), format_bytes(plan.gradient_bytes),
-      format_bytes(plan.workspace_bytes), format_bytes(plan.offload_bytes),
-      plan.recompute_flops / 1e9, format_bytes(plan.host_bytes),
-      format_bytes(config.memory.budget));
-  const DeviceProfile* profile = session.cost_profile();
-  log.print(
-      "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
-      profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
-      plan.prediction.step_seconds, plan.prediction.stall_seconds);
 }
 
 // The end-of-run comparison of the planner's predicted step time with the measured one, on the
@@ -200,53 +130,230 @@ std::shared_ptr<Event> compute_done(Device& device) {
   return done;
 }
 
-// Adds the last step's all-reduces to the trace, on the comm track.
-void trace_reductions(Session& session, StepTrace& trace) {
-  for (const BucketSpan& s : session.reduce_spans()) {
-    const double start = session.executor().trace_time_us(s.start_ns);
-    trace.add({TraceTrack::kComm,
-               fmt::format("all-reduce bucket {}", s.bucket),
-               start,
-               static_cast<double>(s.end_ns - s.start_ns) / 1000.0,
-               {{"bytes", s.bytes}, {"queued_us", session.executor().trace_time_us(s.launch_ns)}}});
+// Note [Injected faults] debug.fail_at_step throws on the chosen rank(s) at a step, as a failing
+// kernel would; debug.stall_at_step stops the process (SIGSTOP) as a hung rank would, so that
+// the other ranks' watchdog must end the job.
+void inject_debug_faults(const Config& config, const RankInfo& ranks, int64_t step) {
+  const bool here = config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank;
+  if (config.debug.fail_at_step == step && here) {
+    throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step),
+                "remove debug.fail_at_step");
+  }
+  if (config.debug.stall_at_step == step && here) {
+    std::fprintf(stderr, "%sdebug.stall_at_step: stopping this rank (SIGSTOP) at step %lld\n",
+                 rank_prefix(ranks).c_str(), static_cast<long long>(step));
+    std::fflush(stderr);
+    raise(SIGSTOP);  // until killed (the other ranks' watchdog ends the job) or continued
   }
 }
 
-// The ledger's measurements: <run.dir>/links.json (per link and direction: emulated capacity,
-// bytes carried, peak rate over a measurement bin) and the busiest link on the console.
-// Each node has its own ledger: a job over several nodes writes one file per node,
-// links.<hostname>.json.
-void write_link_usage(const Config& config, const RankInfo& ranks,
-                      const std::vector<LinkUsage>& usage, RankLog& log) {
-  nlohmann::json links = nlohmann::json::array();
-  const LinkUsage* busiest = nullptr;
-  double busiest_ratio = -1;
-  for (const LinkUsage& u : usage) {
-    links.push_back({{"name", u.name},
-                     {"capacity_gbps", {u.capacity.to_host_gbps, u.capacity.to_device_gbps}},
-                     {"bytes", {u.bytes[0], u.bytes[1]}},
-                     {"peak_gbps", {u.peak_gbps[0], u.peak_gbps[1]}}});
-    for (int d = 0; d < 2; ++d) {
-      const double cap = d ? u.capacity.to_device_gbps : u.capacity.to_host_gbps;
-      if (cap > 0 && u.peak_gbps[d] / cap > busiest_ratio) {
-        busiest_ratio = u.peak_gbps[d] / cap;
-        busiest = &u;
-      }
+// Whether `step` logs (every run.log_every steps and the last) or checkpoints (every
+// checkpoint.every steps and the last, so a finished run leaves its weights).
+bool logs_at(const Config& config, int64_t step) {
+  return step % config.run.log_every == 0 || step == config.run.steps;
+}
+bool checkpoints_at(const Config& config, int64_t step) {
+  return config.checkpoint.every > 0 &&
+         (step % config.checkpoint.every == 0 || step == config.run.steps);
+}
+
+// The batch as the executor takes it.
+HostBatch host_batch(const Batch& batch) {
+  return {batch.input(), batch.labels(),   batch.size(),
+          batch.shape(), batch.segments(), batch.loss_divisor()};
+}
+
+// Everything around the step: the batches and their shapes' plans, the metrics accumulated
+// between drains, the trace, the log. The loop in run() calls it in the words of the algorithm.
+class StepBookkeeping {
+ public:
+  StepBookkeeping(const Config& config, Session& session, RankLog& log, DataLoader& loader,
+                  ShapePlans& shapes, const Dataset& dataset, SharedBudget* shared,
+                  const RunStart& start, int64_t first_step, TrainResult& result)
+      : config_(config),
+        session_(session),
+        ranks_(session.ranks()),
+        log_(log),
+        loader_(loader),
+        shapes_(shapes),
+        dataset_(dataset),
+        shared_(shared),
+        metrics_(ranks_.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
+                 /*fresh=*/start.resume.empty()),
+        trace_(ranks_.rank),
+        first_step_(first_step),
+        drained_step_(first_step - 1),
+        result_(result) {}
+
+  // Whether `step` is traced (run.trace_steps); the executor records it when it is.
+  bool begin_trace(int64_t step) {
+    const bool traced = config_.run.trace && step >= config_.run.trace_steps[0] &&
+                        step <= config_.run.trace_steps[1];
+    session_.executor().set_trace(traced ? &trace_ : nullptr);
+    return traced;
+  }
+
+  // The loader's next batch whose shape has a plan on every rank: batches of a shape no plan fits
+  // are dropped under memory.oversize skip (Note [Dropping oversize batches] in shape_plans.cc,
+  // the same batches on every rank). The loader knows what comes next: new shapes are planned
+  // while this step runs.
+  Batch next_batch(int64_t step) {
+    Batch batch = loader_.next();
+    shapes_.plan_ahead(loader_.position());
+    shapes_.before_step(batch.shape());
+    while (!shapes_.admit(batch.shape())) {
+      if (const std::string line = shapes_.skip(batch.shape(), step); !line.empty())
+        log_.line(line);
+      batch.release();
+      batch = loader_.next();
+      shapes_.plan_ahead(loader_.position());
+      shapes_.before_step(batch.shape());
     }
+    for (const std::string& w : dataset_.take_warnings()) log_.print("{}", w);
+    return batch;
   }
-  nlohmann::json j = {{"scheduler", to_string(config.topology.scheduler)},
-                      {"emulation_scale", config.topology.emulation_scale},
-                      {"duplex_factor", config.topology.duplex_factor},
-                      {"bin_s", usage.front().bin_s},
-                      {"directions", {"to_host", "to_device"}},
-                      {"links", links}};
-  const std::string path =
-      (fs::path(config.run.dir) / node_links_file(ranks, host_name())).string();
-  write_run_file(path, j.dump(2) + "\n");
-  if (busiest) {
-    log.print("links    busiest {}: peak {:.0f}% of its emulated capacity -> {}", busiest->name,
-              100 * busiest_ratio, path);
+
+  void after_forward_backward(const Shape& input, int64_t step) {
+    if (const std::string line = shapes_.after_step(input, step); !line.empty()) log_.line(line);
   }
+
+  // Stages the step's metrics on the device, counts its rows and gives its buffers back to the
+  // loader once the device is done with them (Note [No host wait inside a step]).
+  void finish_step(Batch& batch, int64_t step) {
+    session_.executor().stage_metrics(static_cast<uint64_t>(step), session_.grad_norm_sq());
+    labels_ += static_cast<double>(batch.labelled());
+    if (config_.data.documents && batch.labelled() > 0) {
+      own_mean_[static_cast<uint64_t>(step)] =
+          static_cast<double>(batch.loss_divisor()) / static_cast<double>(batch.labelled());
+    }
+    // Documents: the global batch's real tokens (Note [The mean over real tokens]).
+    tokens_ += static_cast<double>(batch.loss_divisor()) * ranks_.size;
+    const int64_t samples = batch.size() * ranks_.size;
+    batch.release_after(compute_done(session_.device()));
+    result_.steps = step;
+    samples_ += static_cast<double>(samples);
+  }
+
+  // The one host wait (Note [No host wait inside a step]): the staged metrics of every step
+  // since the last drain, and the interval's time for the predicted/measured comparison.
+  void drain(int64_t step) {
+    for (StagedMetrics m : session_.executor().drain_metrics()) {
+      if (!std::isfinite(m.loss)) {
+        throw Error(fmt::format("the loss became {} at step {}", m.loss, m.step),
+                    "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
+      }
+      // Documents: the rank's loss as the mean over its own real tokens (Note [The mean over
+      // real tokens] in trainer/data/documents.h).
+      if (auto it = own_mean_.find(m.step); it != own_mean_.end()) {
+        m.loss = static_cast<float>(m.loss * it->second);
+        own_mean_.erase(it);
+      }
+      if (m.step == static_cast<uint64_t>(first_step_)) result_.first_loss = m.loss;
+      result_.last_loss = m.loss;
+      loss_ += m.loss;
+      correct_ += m.correct;
+      ++drained_steps_;
+      grad_norm_ = m.grad_norm;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    timed_.emplace_back(step - drained_step_,
+                        std::chrono::duration<double>(now - drained_at_).count());
+    shapes_.interval(timed_.back().second);
+    if (shared_) shared_->drained(timed_.back().first, timed_.back().second);
+    drained_at_ = now;
+    drained_step_ = step;
+  }
+
+  // The traced steps' all-reduces; at the last traced step, the trace file.
+  void trace(int64_t step) {
+    trace_reductions(session_, trace_);
+    if (step != config_.run.trace_steps[1] && step != config_.run.steps) return;
+    session_.executor().set_trace(nullptr);
+    const std::string path =
+        (fs::path(config_.run.dir) / fmt::format("trace_rank{}.json", ranks_.rank)).string();
+    trace_.write(path);
+    log_.print("trace    steps {}-{} -> {} (open in ui.perfetto.dev)", config_.run.trace_steps[0],
+               step, path);
+  }
+
+  // The interval's progress line on the console and its record in metrics.jsonl.
+  void log(int64_t step, float lr, const Shape& input) {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - interval_start_).count();
+    Device& device = session_.device();
+    StepReport r;
+    r.step = step;
+    r.steps = config_.run.steps;
+    r.loss = loss_ / static_cast<double>(drained_steps_);
+    // Correct counts are this rank's, over the labels it scored (one per sample, one per
+    // token for a token model, one per real token of documents).
+    r.accuracy = correct_ / std::max(1.0, labels_);
+    r.lr = lr;
+    r.samples_per_s = samples_ / std::max(seconds, 1e-9);
+    r.device_peak_bytes = device.memory().stats().peak;
+    r.device_capacity = device.memory().capacity();
+    r.elapsed_s = std::chrono::duration<double>(now - run_start_).count();
+    if (!config_.data.scales.empty() || config_.data.documents) r.shape = input.str();
+    if (config_.data.documents) r.tokens_per_s = tokens_ / std::max(seconds, 1e-9);
+    log_.line(progress_line(r));
+    // The logged step's gradient norm before clipping, as nanoGPT logs it.
+    nlohmann::json extra = {{"shape", input.dims()}, {"budget", session_.executor().budget()}};
+    if (shared_) extra.update(shared_->fields());
+    if (config_.data.documents) extra["tokens_per_s"] = r.tokens_per_s;
+    if (const Program* p = shapes_.program(input)) {
+      extra["planned_peak_bytes"] = p->plan.peak_bytes();
+      extra["shape_peak_bytes"] = shapes_.measured_peak(*p);
+    }
+    if (config_.memory.oversize == OversizeAction::kSkip) {
+      extra["oversize_skipped"] = shapes_.skipped_batches();
+    }
+    if (grad_norm_) extra["grad_norm"] = *grad_norm_;
+    metrics_.write(r, extra);
+    loss_ = correct_ = samples_ = labels_ = tokens_ = 0;
+    drained_steps_ = 0;
+    interval_start_ = now;
+  }
+
+  // (steps, seconds) between drains of the metrics, for the predicted/measured comparison.
+  const std::vector<std::pair<int64_t, double>>& timed_intervals() const { return timed_; }
+
+ private:
+  const Config& config_;
+  Session& session_;
+  const RankInfo& ranks_;
+  RankLog& log_;
+  DataLoader& loader_;
+  ShapePlans& shapes_;
+  const Dataset& dataset_;
+  SharedBudget* shared_;
+  MetricsLog metrics_;
+  StepTrace trace_;
+  const int64_t first_step_;
+  // The logging interval's sums. Labels this rank scored, and real tokens of the global batches
+  // (documents).
+  double loss_ = 0, correct_ = 0, samples_ = 0, labels_ = 0, tokens_ = 0;
+  int64_t drained_steps_ = 0;
+  // Documents: per step not yet drained, what turns the rank's loss (its sum over the global
+  // batch's mean divisor) into the mean over its own real tokens, the number it logs.
+  std::map<uint64_t, double> own_mean_;
+  std::optional<float> grad_norm_;  // of the last step drained (optim.clip_norm > 0)
+  std::chrono::steady_clock::time_point interval_start_ = std::chrono::steady_clock::now();
+  const std::chrono::steady_clock::time_point run_start_ = interval_start_;
+  std::chrono::steady_clock::time_point drained_at_ = interval_start_;
+  int64_t drained_step_;
+  std::vector<std::pair<int64_t, double>> timed_;
+  TrainResult& result_;
+};
+
+// Rank 0 saves the step's checkpoint with the loader's position after it, and prunes old ones.
+void save_step_checkpoint(const Config& config, Session& session, const DataLoader& loader,
+                          int64_t step, RankLog& log) {
+  const LoaderPosition next = loader.position();
+  const std::string path = checkpoint_path(config.checkpoint.dir, step);
+  save_checkpoint(path, session.store(), session.optimizer_slot_names(),
+                  TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
+  prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
+  log.print("saved    {}", path);
 }
 
 // The loop itself; train() wraps it so that a failure on one rank ends the job. `share`: the
@@ -310,167 +417,34 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   }
 
   const LrSchedule schedule = lr_schedule(config);
-  MetricsLog metrics(ranks.is_root() ? (fs::path(config.run.dir) / "metrics.jsonl").string() : "",
-                     /*fresh=*/start.resume.empty());
   TrainResult result;
-  double interval_loss = 0, interval_correct = 0, interval_samples = 0;
-  // Labels this rank scored in the interval, and real tokens of the global batches (documents).
-  double interval_labels = 0, interval_tokens = 0;
-  // Documents: per step not yet drained, what turns the rank's loss (its sum over the global
-  // batch's mean divisor) into the mean over its own real tokens, the number it logs (Note [The
-  // mean over real tokens] in trainer/data/documents.h).
-  std::map<uint64_t, double> own_mean;
-  std::optional<float> grad_norm;  // of the last step drained (optim.clip_norm > 0)
-  int64_t interval_steps = 0;
-  auto interval_start = std::chrono::steady_clock::now();
-  const auto run_start = interval_start;
-  StepTrace trace(ranks.rank);
-  // (steps, seconds) between drains of the metrics, for the predicted/measured comparison.
-  std::vector<std::pair<int64_t, double>> timed_intervals;
-  auto drained_at = std::chrono::steady_clock::now();
-  int64_t drained_step = state.step;
-
+  StepBookkeeping books(config, session, log, loader, shapes, *dataset, shared ? &*shared : nullptr,
+                        start, state.step + 1, result);
+  // The step, as the algorithm reads: load, forward and backward, all-reduce, update, log.
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
-    if (config.debug.fail_at_step == step &&
-        (config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank)) {
-      throw Error(fmt::format("debug.fail_at_step: injected failure at step {}", step),
-                  "remove debug.fail_at_step");
-    }
-    if (config.debug.stall_at_step == step &&
-        (config.debug.fail_rank < 0 || config.debug.fail_rank == ranks.rank)) {
-      std::fprintf(stderr, "%sdebug.stall_at_step: stopping this rank (SIGSTOP) at step %lld\n",
-                   rank_prefix(ranks).c_str(), static_cast<long long>(step));
-      std::fflush(stderr);
-      raise(SIGSTOP);  // until killed (the other ranks' watchdog ends the job) or continued
-    }
-    const bool traced =
-        config.run.trace && step >= config.run.trace_steps[0] && step <= config.run.trace_steps[1];
-    session.executor().set_trace(traced ? &trace : nullptr);
-
+    inject_debug_faults(config, ranks, step);  // Note [Injected faults]
+    const bool traced = books.begin_trace(step);
     const uint64_t waits_before = host_waits_on_this_thread();
-    Batch batch = loader.next();
-    // The loader knows what comes next: plan new shapes while this step runs.
-    shapes.plan_ahead(loader.position());
-    shapes.before_step(batch.shape());
-    // Note [Dropping oversize batches] (shape_plans.cc): the same batches on every rank.
-    while (!shapes.admit(batch.shape())) {
-      if (const std::string line = shapes.skip(batch.shape(), step); !line.empty()) log.line(line);
-      batch.release();
-      batch = loader.next();
-      shapes.plan_ahead(loader.position());
-      shapes.before_step(batch.shape());
-    }
-    for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
-    const float lr = schedule.at(step - 1);
+    Batch batch = books.next_batch(step);  // load: the next batch whose shape has a plan
     const Shape input = batch.shape();
-    if (shared) shared->before_step(input, step);
-    session.forward_backward({batch.input(), batch.labels(), batch.size(), input, batch.segments(),
-                              batch.loss_divisor()},
-                             static_cast<uint64_t>(step));
-    if (const std::string line = shapes.after_step(input, step); !line.empty()) log.line(line);
-    session.reduce_gradients();
+    const float lr = schedule.at(step - 1);
+    if (shared) shared->before_step(input, step);  // memory.share: the grant's plan
+    // Forward and backward; each gradient bucket's all-reduce starts as backward fills it.
+    session.forward_backward(host_batch(batch), static_cast<uint64_t>(step));
+    books.after_forward_backward(input, step);
+    session.reduce_gradients();  // the rest of the all-reduce
     session.update(lr);
-    session.executor().stage_metrics(static_cast<uint64_t>(step), session.grad_norm_sq());
-    const int64_t samples = batch.size() * ranks.size;
-    interval_labels += static_cast<double>(batch.labelled());
-    if (config.data.documents && batch.labelled() > 0) {
-      own_mean[static_cast<uint64_t>(step)] =
-          static_cast<double>(batch.loss_divisor()) / static_cast<double>(batch.labelled());
-    }
-    // Documents: the global batch's real tokens (Note [The mean over real tokens]).
-    interval_tokens += static_cast<double>(batch.loss_divisor()) * ranks.size;
-    batch.release_after(compute_done(device));
-    result.steps = step;
-    interval_samples += static_cast<double>(samples);
+    books.finish_step(batch, step);
 
-    const bool logging = step % config.run.log_every == 0 || step == config.run.steps;
-    // Every checkpoint.every steps, and the last step, so a finished run leaves its weights.
-    const bool checkpointing = config.checkpoint.every > 0 &&
-                               (step % config.checkpoint.every == 0 || step == config.run.steps);
+    const bool logging = logs_at(config, step), checkpointing = checkpoints_at(config, step);
     if (logging || checkpointing || traced) {
-      // The one host wait (Note [No host wait inside a step]).
-      for (StagedMetrics m : session.executor().drain_metrics()) {
-        if (!std::isfinite(m.loss)) {
-          throw Error(fmt::format("the loss became {} at step {}", m.loss, m.step),
-                      "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
-        }
-        if (auto it = own_mean.find(m.step); it != own_mean.end()) {
-          m.loss = static_cast<float>(m.loss * it->second);
-          own_mean.erase(it);
-        }
-        if (m.step == static_cast<uint64_t>(state.step + 1)) result.first_loss = m.loss;
-        result.last_loss = m.loss;
-        interval_loss += m.loss;
-        interval_correct += m.correct;
-        ++interval_steps;
-        grad_norm = m.grad_norm;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      timed_intervals.emplace_back(step - drained_step,
-                                   std::chrono::duration<double>(now - drained_at).count());
-      shapes.interval(timed_intervals.back().second);
-      if (shared) shared->drained(timed_intervals.back().first, timed_intervals.back().second);
-      drained_at = now;
-      drained_step = step;
+      books.drain(step);  // the one host wait (Note [No host wait inside a step])
     } else {
       result.unlogged_step_host_waits += host_waits_on_this_thread() - waits_before;
     }
-
-    if (traced) {
-      trace_reductions(session, trace);
-      if (step == config.run.trace_steps[1] || step == config.run.steps) {
-        session.executor().set_trace(nullptr);
-        const std::string path =
-            (fs::path(config.run.dir) / fmt::format("trace_rank{}.json", ranks.rank)).string();
-        trace.write(path);
-        log.print("trace    steps {}-{} -> {} (open in ui.perfetto.dev)", config.run.trace_steps[0],
-                  step, path);
-      }
-    }
-    if (logging) {
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - interval_start).count();
-      StepReport r;
-      r.step = step;
-      r.steps = config.run.steps;
-      r.loss = interval_loss / static_cast<double>(interval_steps);
-      // Correct counts are this rank's, over the labels it scored (one per sample, one per
-      // token for a token model, one per real token of documents).
-      r.accuracy = interval_correct / std::max(1.0, interval_labels);
-      r.lr = lr;
-      r.samples_per_s = interval_samples / std::max(seconds, 1e-9);
-      r.device_peak_bytes = device.memory().stats().peak;
-      r.device_capacity = device.memory().capacity();
-      r.elapsed_s = std::chrono::duration<double>(now - run_start).count();
-      if (!config.data.scales.empty() || config.data.documents) r.shape = input.str();
-      if (config.data.documents) r.tokens_per_s = interval_tokens / std::max(seconds, 1e-9);
-      log.line(progress_line(r));
-      // The logged step's gradient norm before clipping, as nanoGPT logs it.
-      nlohmann::json extra = {{"shape", input.dims()}, {"budget", session.executor().budget()}};
-      if (shared) extra.update(shared->fields());
-      if (config.data.documents) extra["tokens_per_s"] = r.tokens_per_s;
-      if (const Program* p = shapes.program(input)) {
-        extra["planned_peak_bytes"] = p->plan.peak_bytes();
-        extra["shape_peak_bytes"] = shapes.measured_peak(*p);
-      }
-      if (config.memory.oversize == OversizeAction::kSkip) {
-        extra["oversize_skipped"] = shapes.skipped_batches();
-      }
-      if (grad_norm) extra["grad_norm"] = *grad_norm;
-      metrics.write(r, extra);
-      interval_loss = interval_correct = interval_samples = interval_labels = interval_tokens = 0;
-      interval_steps = 0;
-      interval_start = now;
-    }
-    if (checkpointing && ranks.is_root()) {
-      const LoaderPosition next = loader.position();
-      const std::string path = checkpoint_path(config.checkpoint.dir, step);
-      save_checkpoint(
-          path, session.store(), session.optimizer_slot_names(),
-          TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
-      prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
-      log.print("saved    {}", path);
-    }
+    if (traced) books.trace(step);
+    if (logging) books.log(step, lr, input);
+    if (checkpointing && ranks.is_root()) save_step_checkpoint(config, session, loader, step, log);
   }
   for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
   if (dataset->skipped() > 0) {
@@ -487,7 +461,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     session.communicator().barrier();  // every rank's copies are through
     if (speaks_for_node(ranks)) write_link_usage(config, ranks, session.link_usage(), log);
   }
-  report_timing(log, session, config, plan, timed_intervals, result, shapes);
+  report_timing(log, session, config, plan, books.timed_intervals(), result, shapes);
   return result;
 }
 
@@ -500,10 +474,11 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   if (ranks.is_root()) lock.emplace(config.run.dir);
   const RunStart start = prepare_run_start(config, /*owner=*/ranks.is_root());
   RankLog log(ranks, config.run.dir);
-  const std::string resolved = to_yaml(config);
-  log.line(resolved);
+  // The whole resolved config goes to its file (and `trainer config`); the console gets where it
+  // is and what differs from the defaults.
   if (ranks.is_root())
-    write_run_file((fs::path(config.run.dir) / "config.yaml").string(), resolved);
+    write_run_file((fs::path(config.run.dir) / "config.yaml").string(), to_yaml(config));
+  log.line(config_summary(config));
   // memory.share: admitted by the node's job ledger, the job plans within its grant.
   std::unique_ptr<MemoryShareLease> share;
   Config granted = config;

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "device/backend_traits.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

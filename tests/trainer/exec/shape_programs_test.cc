@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/configured/dataset.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
-#include "trainer/session/data_setup.h"
 #include "trainer/session/session.h"
 
 namespace ferry {

@@ -13,7 +13,7 @@
 #include "tests/trainer/integration/run_util.h"
 #include "trainer/exec/lower.h"
 #include "trainer/model/zoo/zoo.h"
-#include "trainer/session/device_profile.h"
+#include "trainer/plan/device_profile.h"
 #include "trainer/session/session.h"
 
 namespace ferry::testing {

@@ -1,5 +1,5 @@
 // `trainer simulate --mix` (Note [Simulating jobs that share a GPU] in
-// trainer/session/mix_simulation.h): a lone job in a mix is `trainer simulate` of that job, in
+// trainer/simulate/mix_simulation.h): a lone job in a mix is `trainer simulate` of that job, in
 // every arm; under sharing every phase's budgets are the controller's division of the jobs
 // present; the static split gives each job the GPU's memory / n and names a job whose lower bound
 // does not fit it (and then shares over the jobs it can run); one after another queues; k
@@ -217,6 +217,28 @@ TEST(SimulateMix, AJobTheStaticSplitCannotRunIsNamedAndSharingIsComparedWithoutI
       << text.output;
   EXPECT_NE(text.output.find("share-static-jobs / static: throughput "), std::string::npos)
       << text.output;
+}
+
+// Issue 27 item 13: with jobs the static split can run none of (20 jobs, or here two whose lower
+// bounds each exceed half the GPU), the ratio line's completion time was empty.
+TEST(SimulateMix, ARatioOverNoCommonJobSaysSo) {
+  TempDir dir;
+  const std::string mix = dir.write("none_static.yaml",
+                                    "memory: 26GiB\n"
+                                    "jobs:\n"
+                                    "  - config: configs/simulate/mix/resnet18.yaml\n"
+                                    "    steps: 20\n"
+                                    "  - config: configs/simulate/mix/resnet18.yaml\n"
+                                    "    name: second\n"
+                                    "    arrive_s: 1\n"
+                                    "    steps: 20\n");
+  const Exit text = run(in_source("--mix " + mix + " --hardware h100-pcie5"));
+  ASSERT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("(not over the same jobs: share ran 2, static ran 0); completion "
+                             "time not compared (no job ran in both)\n"),
+            std::string::npos)
+      << text.output;
+  EXPECT_EQ(text.output.find("completion time \n"), std::string::npos) << text.output;
 }
 
 TEST(SimulateMix, BadMixInputExits2) {

@@ -1,5 +1,5 @@
 // `trainer simulate` over a shape schedule (Note [Simulating a shape schedule] in
-// trainer/session/simulation.h): data.scales gives each side the weight the loader draws it
+// trainer/simulate/simulation.h): data.scales gives each side the weight the loader draws it
 // with, every shape is planned exactly (its entry is the step of simulating that input alone),
 // the report is the weighted mean; --shapes gives the same schedule as text, token lengths too;
 // memory.per_shape false gives every shape the largest one's decisions, never predicted faster.
@@ -94,6 +94,11 @@ TEST(SimulateShapes, TokenLengthsAsAScheduleAndBadSchedulesExit2) {
       << text.output;
   EXPECT_NE(text.output.find("\n(8, 1024) "), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("mean over the shapes: step "), std::string::npos) << text.output;
+  // Weights each finite but summing to infinity (issue 27 item 6: exit 0 with step_s 0.0).
+  const Exit huge = run(gpt + "--shapes 256:1e308,512:1e308");
+  EXPECT_EQ(huge.code, 2) << huge.output;
+  EXPECT_NE(huge.output.find("error: --shapes: the weights in"), std::string::npos) << huge.output;
+  EXPECT_EQ(huge.output.find("step_s"), std::string::npos) << huge.output;
   for (const char* bad : {"--shapes 2048", "--shapes 256:0", "--shapes x"}) {
     const Exit e = run(gpt + bad);
     EXPECT_EQ(e.code, 2) << bad << "\n" << e.output;

@@ -9,7 +9,7 @@
 
 #include "topology/binding.h"
 #include "trainer/config/config.h"
-#include "trainer/session/placement.h"
+#include "trainer/session/rank_placement.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -34,7 +34,7 @@ TEST(HostPlacement, TheSessionsPinnedBlocksAreBoundToTheRanksNumaNode) {
       "data: {source: synthetic, batch_size: 4, samples: 64}\n"
       "device: {backend: cpu, memory: 64MiB, threads: 1}\n");
   Session session(c, RankInfo{}, /*training=*/false);
-  const Placement& p = session.placement();
+  const RankPlacement& p = session.placement();
   ASSERT_TRUE(p.live) << "the default topology is the live machine";
   if (!can_bind_areas(*p.live, p.binding.numa)) {
     GTEST_SKIP() << "this machine refuses to bind memory areas to a NUMA node";
@@ -47,7 +47,7 @@ TEST(HostPlacement, TheSessionsPinnedBlocksAreBoundToTheRanksNumaNode) {
 }
 
 TEST(HostPlacement, ADescribedServerLeavesPlacementToTheOs) {
-  Placement described;  // no live topology
+  RankPlacement described;  // no live topology
   EXPECT_FALSE(host_memory_placement(described));
 }
 

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "trainer/config/config.h"
-#include "trainer/session/placement.h"
+#include "trainer/session/rank_placement.h"
 
 namespace ferry {
 namespace {
@@ -18,7 +18,7 @@ TEST(LinkPlacement, CudaRanksUnderTheTopologySchedulerGetTheirGpusPath) {
       "model: {name: lenet5}\ndevice: {backend: cuda}\n"
       "topology: {scheduler: topology, file: " +
       dgx1() + "}\n");
-  const Placement p = place_this_rank(c, RankInfo{});
+  const RankPlacement p = place_this_rank(c, RankInfo{});
   ASSERT_TRUE(p.links);
   ASSERT_TRUE(p.binding.gpu.has_value());
   EXPECT_GE(p.link_ids.size(), 2u) << "a GPU's own link and the links above it";

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "links/shm_names.h"
-#include "trainer/session/planning.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 namespace {

@@ -28,7 +28,7 @@
 #include "trainer/config/config.h"
 #include "trainer/session/memory_share.h"
 #include "trainer/session/node_files.h"
-#include "trainer/session/placement.h"
+#include "trainer/session/rank_placement.h"
 
 namespace ferry {
 namespace {
@@ -84,7 +84,7 @@ TEST(NodeKeyed, EachLocalRankIsPlacedAndNamedFromItsOwnNode) {
       SCOPED_TRACE(fmt::format("rank {} on {}", r, node.host));
       const RankInfo ranks = ranks_from(open_mpi_environment(r));
       ASSERT_EQ(ranks.local_rank, local);
-      const Placement p = place_this_rank(config, ranks);
+      const RankPlacement p = place_this_rank(config, ranks);
       // Its node's local_rank-th GPU, that GPU's NUMA node and path on its node's server.
       ASSERT_TRUE(p.binding.gpu.has_value());
       EXPECT_EQ(*p.binding.gpu, *node_bindings[static_cast<size_t>(local)].gpu);
@@ -165,7 +165,7 @@ bool wait_on(int fd) {
 int run_rank(const Node& node, int local, const Pipe& ready, const Pipe& go, int report) {
   const RankInfo ranks = ranks_from(open_mpi_environment(node.first_rank + local));
   const Config config = node_config(node);
-  const Placement p = place_this_rank(config, ranks);
+  const RankPlacement p = place_this_rank(config, ranks);
   const std::vector<NamedLink> links = node_ledger_links(config, p, true);
   const std::string name = LinkLedger::node_name(links);
   const auto ledger = LinkLedger::attach(name, links, LedgerUser{"job", ranks.rank, "/run"});

@@ -1,12 +1,12 @@
 // Opening the configured dataset and loader (shared by train and eval).
-#include "trainer/session/data_setup.h"
+#include "trainer/configured/dataset.h"
 
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 
 namespace ferry {
 

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "links/memory_shares.h"
-#include "trainer/session/job_mix.h"
 #include "trainer/session/memory_share.h"
+#include "trainer/simulate/job_mix.h"
+#include "trainer/simulate/simulation.h"
 
 namespace ferry {
 
@@ -45,12 +46,8 @@ namespace ferry {
 // context switches; the first step's costs; the host memory of offloaded bytes; planning ahead
 // and the switch between plans; the time a shrinking job takes to confirm before a growing one
 // may use the memory.
-struct MixOptions {
-  std::string topology_file;  // "" = the first job's topology.file; every job on its first GPU
-  std::string hardware;       // "" = each job's own cost model
-  std::string scheduler;      // "" = the first job's topology.scheduler, for every job
-  std::optional<bool> contention_aware;  // as SimulateOptions
-  uint64_t chunk_bytes = 0;              // 0 = the first job's topology.chunk_mb
+// Every job runs on the first GPU of the server's topology.
+struct MixOptions : ServerOptions {
   static constexpr int kLongestRepeats = 4;
   static constexpr int kMaxRepeats = 256;
 };

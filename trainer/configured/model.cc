@@ -1,5 +1,5 @@
 // Building the configured model, images or tokens.
-#include "trainer/session/model_of.h"
+#include "trainer/configured/model.h"
 
 #include <algorithm>
 

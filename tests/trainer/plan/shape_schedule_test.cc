@@ -1,8 +1,8 @@
-// Shape schedules (trainer/session/shape_schedule.h): data.scales weighted as often as the loader
+// Shape schedules (trainer/plan/shape_schedule.h): data.scales weighted as often as the loader
 // really draws each side, padded documents at their batches' lengths, the configured input alone
 // without either, and --shapes text parsed (weights normalised, repeats merged) or refused with
 // one error naming the option.
-#include "trainer/session/shape_schedule.h"
+#include "trainer/plan/shape_schedule.h"
 
 #include <map>
 
@@ -11,8 +11,8 @@
 #include "common/error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/data/test_files.h"
+#include "trainer/configured/dataset.h"
 #include "trainer/data/loader.h"
-#include "trainer/session/data_setup.h"
 
 namespace ferry {
 namespace {
@@ -121,6 +121,26 @@ TEST(ShapeSchedule, TextGivesSidesOrTokenLengthsWithNormalisedWeights) {
       EXPECT_NE(e.hint().find("SIZE[:WEIGHT]"), std::string::npos) << e.hint();
     }
   }
+}
+
+// Issue 27 item 6: each weight finite but their sum not (1e308 + 1e308) gave every shape weight 0
+// and a simulated step of 0.0 s; now one error naming the flag. Inf and weights past a double
+// are bad entries.
+TEST(ShapeSchedule, WeightsWhoseSumIsNotFiniteAreRefused) {
+  try {
+    (void)parse_shape_schedule(images({}), "160:1e308,224:1e308", "--shapes");
+    ADD_FAILURE() << "weights summing to infinity were accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--shapes: the weights in '160:1e308,224:1e308'", 0), 0u)
+        << e.what();
+    EXPECT_FALSE(e.hint().empty());
+  }
+  for (const char* bad : {"24:inf", "24:nan", "24:1e309"})
+    EXPECT_THROW((void)parse_shape_schedule(images({}), bad, "--shapes"), ConfigError) << bad;
+  // Large but summable weights are relative, as small ones.
+  const ShapeSchedule s = parse_shape_schedule(images({}), "24:1e307,32:3e307", "--shapes");
+  ASSERT_EQ(s.shapes.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.shapes[0].weight, 0.25);
 }
 
 }  // namespace

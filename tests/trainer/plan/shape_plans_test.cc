@@ -1,18 +1,18 @@
 // Dropping the batches of shapes no plan fits (memory.oversize, Note [Dropping oversize batches]
-// in trainer/session/shape_plans.cc), through a Session of resnet18_cifar: under skip a shape is
+// in trainer/plan/shape_plans.cc), through a Session of resnet18_cifar: under skip a shape is
 // decided once with every rank (a shape another rank cannot plan is dropped here too), drops are
 // counted per shape with one warning line each, and once every shape the loader can draw is
 // dropped the run is a ConfigError; under error a shape the budget cannot hold throws its
 // BudgetError naming the shape.
-#include "trainer/session/shape_plans.h"
+#include "trainer/plan/shape_plans.h"
 
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "trainer/session/data_setup.h"
-#include "trainer/session/model_of.h"
+#include "trainer/configured/dataset.h"
+#include "trainer/configured/model.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -122,6 +122,30 @@ TEST(ShapePlans, WhenNoShapeFitsTheRunEndsAndUnderErrorTheShapeIsNamed) {
     EXPECT_NE(e.hint().find("the smallest budget that can work is"), std::string::npos) << e.hint();
     EXPECT_NE(e.hint().find("memory.oversize=skip"), std::string::npos) << e.hint();
   }
+}
+
+// Issue 27 item 13: a shape trained only within the first logging interval (which the timing
+// leaves out) has no measured step; the end line said "-1.0000s", now it says why.
+TEST(ShapePlans, AShapeWithoutAMeasuredStepSaysSoAtTheEnd) {
+  const Config c = two_sides({24, 32});
+  Training r(c);
+  ShapePlans shapes(r.session.executor(), r.session.device(), r.loader, OversizeAction::kError);
+  const Shape s24 = configured_input(c, 2, 24), s32 = configured_input(c, 2, 32);
+  // Side 24 once, in the first interval; side 32 in the next two (three intervals, two shapes:
+  // the first one is left out).
+  const auto step = [&](const Shape& input, int64_t at, double seconds) {
+    ASSERT_TRUE(shapes.admit(input));
+    shapes.before_step(input);
+    (void)shapes.after_step(input, at);
+    shapes.interval(seconds);
+  };
+  step(s24, 1, 0.5);
+  step(s32, 2, 0.25);
+  step(s32, 3, 0.25);
+  const std::string line = shapes.end_line();
+  EXPECT_EQ(line.find("-1.0000s"), std::string::npos) << line;
+  EXPECT_NE(line.find("(2, 3, 24, 24) x1 not measured (trained once)/"), std::string::npos) << line;
+  EXPECT_NE(line.find("(2, 3, 32, 32) x2 0.2500s/"), std::string::npos) << line;
 }
 
 }  // namespace

@@ -10,63 +10,30 @@
 #include <vector>
 
 #include "prefetch/plan.h"
-#include "sim/hardware_profile.h"
-#include "sim/node_links.h"
 #include "sim/node_sim.h"
-#include "topology/model.h"
 #include "trainer/config/config.h"
-#include "trainer/session/shape_schedule.h"
+#include "trainer/plan/assumed_link.h"
+#include "trainer/plan/server.h"
+#include "trainer/plan/shape_schedule.h"
 
 namespace ferry {
 
-// The link bandwidth the planner assumes for one rank's copies, and why.
-struct AssumedLink {
-  double gbps = 0;
-  bool contention_aware = false;  // auto under the topology scheduler: its fair share
-  std::string why;
-};
-
-// Whether a config plans against contended links: memory.policy auto with
-// topology.scheduler topology (fifo is the oblivious baseline: the GPU's own link).
-bool contention_aware(const Config& config);
-
-// What `rank` may count on: the slower direction of its fair share when every rank copies at
-// once (contention-aware), or of its own path (oblivious).
-// `aware` overrides contention_aware(config).
-AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
-                         std::optional<bool> aware = std::nullopt);
-
-// For a training rank on a described server (topology.file): the link its auto plan should
-// assume when it plans contention-aware (its fair share with the other `local_ranks` ranks,
-// placed as training places them), or nullopt when it plans oblivious. The session sets
-// PlanOptions::cost.link_gbps from it (divided by the emulation's time scale on the CPU
-// backend) and PlanOptions::keep_unhidden.
-std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank);
-
-// A server to plan for: its topology, the ranks placed on it, their links, and the profile.
-struct Server {
-  Topology topology;
-  std::vector<RankBinding> bindings;
-  NodeLinks links;
-  std::optional<HardwareProfile> profile;
-};
-
-// Loads `topology_file` (or config.topology.file) and places `gpus` ranks on it (0: one per
-// GPU). Throws ConfigError for a missing topology, a topology without GPUs, more ranks than
-// GPUs, or an unknown profile.
-Server load_server(const Config& config, const std::string& topology_file, int gpus,
-                   const std::string& hardware);
-
-struct SimulateOptions {
-  std::string topology_file;  // "" = topology.file
-  int gpus = 0;               // 0 = every GPU of the topology
-  int nodes = 1;              // identical nodes of the job (Note [Rings across nodes])
+// What every simulated scenario takes (one config, or a mix of jobs): the server, its rates and
+// how its links are scheduled.
+struct ServerOptions {
+  std::string topology_file;  // "" = topology.file (a mix: the first job's)
   std::string hardware;       // "" = the config's own cost model
-  std::string scheduler;      // "" = topology.scheduler
+  std::string scheduler;      // "" = topology.scheduler (a mix: the first job's, for every job)
   // Plan contention-aware (true) or oblivious (false) whatever the scheduler; unset: auto under
   // the topology scheduler plans contention-aware, everything else oblivious.
   std::optional<bool> contention_aware;
-  uint64_t chunk_bytes = 4ull << 20;
+  uint64_t chunk_bytes = 0;  // 0 = topology.chunk_mb (a mix: the first job's)
+};
+
+// One config on a server (`trainer simulate CONFIG`).
+struct SimulateOptions : ServerOptions {
+  int gpus = 0;   // 0 = every GPU of the topology
+  int nodes = 1;  // identical nodes of the job (Note [Rings across nodes])
   bool trace = false;
   // The CPU emulation of this config as `trainer train` ran it in this run directory (with
   // run.trace): each rank's step times from its trace_rank<r>.json (mean over the traced steps),

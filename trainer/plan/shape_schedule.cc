@@ -1,5 +1,5 @@
 // Shape schedules: from the config's data keys, or from text.
-#include "trainer/session/shape_schedule.h"
+#include "trainer/plan/shape_schedule.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,9 +12,9 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/configured/dataset.h"
+#include "trainer/configured/model.h"
 #include "trainer/data/loader.h"
-#include "trainer/session/data_setup.h"
-#include "trainer/session/model_of.h"
 
 namespace ferry {
 
@@ -127,6 +127,15 @@ ShapeSchedule parse_shape_schedule(const Config& config, const std::string& text
     raw.emplace_back(*size, weight);
   }
   if (raw.empty()) throw ConfigError(fmt::format("{}: must not be empty", what), form);
+  // Each weight is finite, but their sum must be too: normalising by an infinite sum would give
+  // every shape weight 0 and the schedule a mean step of 0.
+  double sum = 0;
+  for (const auto& [size, weight] : raw) sum += weight;
+  if (!std::isfinite(sum)) {
+    throw ConfigError(fmt::format("{}: the weights in '{}' sum to more than a double holds", what,
+                                  printable(text)),
+                      "weights are relative: scale them down, e.g. 1:3,2:1");
+  }
   return normalised(config, raw, fmt::format("{} {}", what, text));
 }
 

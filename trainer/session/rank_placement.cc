@@ -1,5 +1,5 @@
 // Loading the topology, placing ranks and binding.
-#include "trainer/session/placement.h"
+#include "trainer/session/rank_placement.h"
 
 #include <fmt/format.h>
 
@@ -44,8 +44,8 @@ void check_emulated_links(const Config& config, const LinkMap& map,
 
 }  // namespace
 
-Placement place_this_rank(const Config& config, const RankInfo& ranks) {
-  Placement p;
+RankPlacement place_this_rank(const Config& config, const RankInfo& ranks) {
+  RankPlacement p;
   const bool live = config.topology.file.empty();
   std::shared_ptr<HwlocTopology> machine;
   Topology topology = [&] {
@@ -140,7 +140,7 @@ bool emulates_server_links(const Config& config) {
          !config.topology.file.empty();
 }
 
-std::function<void(void*, uint64_t)> host_memory_placement(const Placement& placement) {
+std::function<void(void*, uint64_t)> host_memory_placement(const RankPlacement& placement) {
   if (!placement.live || placement.binding.numa < 0) return {};
   return [live = placement.live, numa = placement.binding.numa](void* addr, uint64_t bytes) {
     try {
@@ -152,7 +152,7 @@ std::function<void(void*, uint64_t)> host_memory_placement(const Placement& plac
   };
 }
 
-std::vector<NamedLink> node_ledger_links(const Config& config, const Placement& placement,
+std::vector<NamedLink> node_ledger_links(const Config& config, const RankPlacement& placement,
                                          bool emulated) {
   std::vector<NamedLink> links;
   if (!placement.links) return links;

@@ -19,7 +19,7 @@
 
 namespace ferry {
 
-struct Placement {
+struct RankPlacement {
   RankBinding binding;  // this rank's
   std::string table;    // every local rank's, for the start-up banner
   std::string source;   // "live machine" or the file
@@ -43,7 +43,7 @@ struct Placement {
 // Places the local ranks of `ranks` on the topology and binds this process when asked and
 // possible. GPU ranks (cuda), and CPU ranks emulating a described server (topology.file), each
 // take a GPU. Call before creating the device, so its threads inherit the binding.
-Placement place_this_rank(const Config& config, const RankInfo& ranks);
+RankPlacement place_this_rank(const Config& config, const RankInfo& ranks);
 
 // True when `config`'s CPU ranks stand in for the GPUs of its topology.file, their copies
 // crossing that server's links slowed by topology.emulation_scale (device.copy_gbps unset).
@@ -54,13 +54,13 @@ bool emulates_server_links(const Config& config);
 // the CPU emulation's). Every rank computes them from its own node's topology, and the ledger's
 // name from them (LinkLedger::node_name): nothing of another node goes into either, so the ranks
 // of each node meet in their own node's ledger. Empty when the rank drives no GPU.
-std::vector<NamedLink> node_ledger_links(const Config& config, const Placement& placement,
+std::vector<NamedLink> node_ledger_links(const Config& config, const RankPlacement& placement,
                                          bool emulated);
 
 // DeviceOptions::place_host_memory for this rank: on the live machine with topology.bind, binds
 // each pinned host block to the rank's NUMA node (the GPU's) before its first touch, where the
 // OS can bind memory areas (Note [Pinned pages on a NUMA node] in device/host_pages.h); empty
 // otherwise.
-std::function<void(void*, uint64_t)> host_memory_placement(const Placement& placement);
+std::function<void(void*, uint64_t)> host_memory_placement(const RankPlacement& placement);
 
 }  // namespace ferry

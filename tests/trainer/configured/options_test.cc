@@ -8,8 +8,8 @@
 
 #include "device/device.h"
 #include "trainer/config/config.h"
-#include "trainer/session/planning.h"
-#include "trainer/session/session.h"
+#include "trainer/configured/options.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 namespace {

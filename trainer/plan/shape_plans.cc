@@ -1,5 +1,5 @@
 // Per-shape plans of a run: planning ahead, the new-shape log line, per-shape summaries.
-#include "trainer/session/shape_plans.h"
+#include "trainer/plan/shape_plans.h"
 
 #include <algorithm>
 #include <cmath>
@@ -284,8 +284,14 @@ std::string ShapePlans::end_line() const {
   const std::vector<double> measured = measured_step_seconds();
   for (size_t k = 0; k < order_.size(); ++k) {
     const Seen& s = seen_.at(order_[k]);
-    parts.push_back(fmt::format("{} x{} {:.4f}s/{:.4f}s", Shape(order_[k]).str(), s.steps,
-                                measured[k], s.program->plan.prediction.step_seconds));
+    // A shape trained only within the first logging interval, which the timing leaves out, has
+    // no measured step: say so rather than print the -1 that marks it.
+    const std::string time =
+        measured[k] >= 0 ? fmt::format("{:.4f}s", measured[k])
+                         : fmt::format("not measured ({})",
+                                       s.steps == 1 ? "trained once" : "first interval only");
+    parts.push_back(fmt::format("{} x{} {}/{:.4f}s", Shape(order_[k]).str(), s.steps, time,
+                                s.program->plan.prediction.step_seconds));
   }
   std::string dropped;
   if (skipped_ > 0) {

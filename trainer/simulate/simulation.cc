@@ -1,6 +1,6 @@
 // Planning every rank of a described server and running the node simulator.
-#include "trainer/session/simulation.h"
-#include "trainer/session/model_of.h"
+#include "trainer/simulate/simulation.h"
+#include "trainer/configured/model.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -16,7 +16,7 @@
 #include "topology/load.h"
 #include "trainer/config/enums.h"
 #include "trainer/model/zoo/zoo.h"
-#include "trainer/session/planning.h"
+#include "trainer/plan/planning.h"
 
 namespace ferry {
 
@@ -118,36 +118,6 @@ std::vector<double> measured_step_seconds(const std::string& dir, size_t r, cons
 
 }  // namespace
 
-bool contention_aware(const Config& config) {
-  return config.memory.policy == MemoryPolicy::kAuto && scheduler_name(config) == "topology";
-}
-
-AssumedLink assumed_link(const Config& config, const NodeLinks& links, int rank,
-                         std::optional<bool> aware) {
-  const EffectiveBandwidth out = effective_bandwidth(links, rank, TransferDirection::kToHost);
-  const EffectiveBandwidth in = effective_bandwidth(links, rank, TransferDirection::kToDevice);
-  AssumedLink a;
-  a.contention_aware = aware.value_or(contention_aware(config));
-  if (a.contention_aware) {
-    a.gbps = std::min(out.shared_gbps, in.shared_gbps);
-    a.why = fmt::format("contention-aware ({}): {}; {}",
-                        aware ? "asked for" : "auto under the topology scheduler", out.why, in.why);
-  } else {
-    a.gbps = std::min(out.own_gbps, in.own_gbps);
-    a.why = fmt::format(
-        "oblivious ({}): the GPU's own path, {:.2f} GB/s to host, {:.2f} GB/s to device{}",
-        aware ? "asked for"
-        : config.memory.policy == MemoryPolicy::kAuto
-            ? "auto under fifo"
-            : std::string(policy_name(config.memory.policy)),
-        out.own_gbps, in.own_gbps,
-        out.sharers > 1 ? fmt::format(" ({} is shared by {} ranks: {:.2f} GB/s each when all copy)",
-                                      out.bottleneck, out.sharers, out.shared_gbps)
-                        : "");
-  }
-  return a;
-}
-
 SimRank simulated_rank(const MemoryPlan& plan, const CostModel& cost, const std::vector<int>& path,
                        const std::string& name, bool names) {
   SimRank rank;
@@ -159,37 +129,6 @@ SimRank simulated_rank(const MemoryPlan& plan, const CostModel& cost, const std:
   rank.transfers = plan_transfers(plan);
   rank.path = path;
   return rank;
-}
-
-Server load_server(const Config& config, const std::string& topology_file, int gpus,
-                   const std::string& hardware) {
-  const std::string file = topology_file.empty() ? config.topology.file : topology_file;
-  if (file.empty())
-    throw ConfigError("topology.file: the simulator needs a described server",
-                      "set topology.file or pass --topology FILE (see configs/topologies/)");
-  Server s{load_topology(file), {}, {}, {}};
-  const int have = static_cast<int>(s.topology.gpus().size());
-  if (have == 0)
-    throw ConfigError(fmt::format("--topology: '{}' has no NVIDIA GPU to simulate", file),
-                      "use a topology with GPUs (see configs/topologies/)");
-  if (gpus < 0 || gpus > have)
-    throw ConfigError(fmt::format("--gpus: {} GPUs asked, but '{}' has {}", gpus, file, have),
-                      fmt::format("use --gpus 1 to {}", have));
-  if (!hardware.empty()) s.profile = load_hardware_profile(hardware);
-  PlacementOptions po;
-  po.use_gpus = true;
-  s.bindings = place_ranks(s.topology, gpus == 0 ? have : gpus, po);
-  LinkOptions lo;
-  lo.default_pcie_gbps = config.topology.unknown_link_gbps;
-  s.links = node_links(s.topology, s.bindings, s.profile ? &*s.profile : nullptr, lo,
-                       config.topology.duplex_factor);
-  return s;
-}
-
-std::optional<AssumedLink> training_link(const Config& config, int local_ranks, int local_rank) {
-  if (!contention_aware(config) || config.topology.file.empty()) return std::nullopt;
-  const Server server = load_server(config, "", local_ranks, "");
-  return assumed_link(config, server.links, local_rank);
 }
 
 SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
@@ -258,7 +197,8 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   }
   rep.nodes = o.nodes;
   in.topology_scheduler = topology;
-  in.chunk_bytes = o.chunk_bytes;
+  in.chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes
+                                     : static_cast<uint64_t>(config.topology.chunk_mb * 1048576.0);
   in.trace = o.trace;
   const ShapeSchedule schedule = o.shapes.empty()
                                      ? shape_schedule(config, static_cast<int>(n) * o.nodes)

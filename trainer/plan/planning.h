@@ -12,12 +12,10 @@
 #include "device/shape.h"
 #include "prefetch/plan.h"
 #include "trainer/config/config.h"
+#include "trainer/configured/options.h"
 #include "trainer/exec/lower.h"
 
 namespace ferry {
-
-// The cost model the planner assumes for a config's backend and link.
-CostModel cost_model(const Config& config);
 
 class OfflinePlanner {
  public:

@@ -1,7 +1,7 @@
 // The job mix on one simulated GPU (Note [Simulating jobs that share a GPU] in
 // mix_simulation.h): each job's plans and ladder, the co-running step model, and the phases of
 // each arm.
-#include "trainer/session/mix_simulation.h"
+#include "trainer/simulate/mix_simulation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,9 +14,9 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "trainer/config/enums.h"
-#include "trainer/session/planning.h"
-#include "trainer/session/shape_schedule.h"
-#include "trainer/session/simulation.h"
+#include "trainer/plan/planning.h"
+#include "trainer/plan/shape_schedule.h"
+#include "trainer/simulate/simulation.h"
 
 namespace ferry {
 

@@ -3,7 +3,7 @@
 //   {"format": "ferry cost profile 1",
 //    "devices": {"<device key>": {"kernels": {"<kernel key>": {"seconds": s, "launches": n}},
 //                                 "links": {"d2h": {"<bytes>": gbps}, "h2d": {...}}}}}
-#include "trainer/session/device_profile.h"
+#include "trainer/plan/device_profile.h"
 
 #include <algorithm>
 #include <cctype>
@@ -19,8 +19,8 @@
 #include "common/error.h"
 #include "device/kernel_timing.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/configured/options.h"
 #include "trainer/exec/step_kernels.h"
-#include "trainer/session/session.h"
 
 namespace ferry {
 

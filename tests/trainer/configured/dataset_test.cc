@@ -1,7 +1,7 @@
 // open_configured_dataset for the token source: training reads data.path in random windows
 // (consecutive with data.shuffle false), evaluation reads data.val_path (else data.path) in
 // consecutive windows; the vocabulary is model.vocab, the window data.seq_len or model.context.
-#include "trainer/session/data_setup.h"
+#include "trainer/configured/dataset.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // Offline planning.
-#include "trainer/session/planning.h"
-#include "trainer/session/model_of.h"
+#include "trainer/plan/planning.h"
+#include "trainer/configured/model.h"
 
 #include <fmt/format.h>
 
@@ -9,20 +9,8 @@
 #include "trainer/exec/parameter_store.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/optim/optimizer.h"
-#include "trainer/session/session.h"
 
 namespace ferry {
-
-CostModel cost_model(const Config& config) {
-  // Note [Default device rates] in device/backend_traits.h (device.copy_gbps included).
-  const DeviceRates rates = default_device_rates(device_options(config));
-  CostModel c;
-  c.compute_flops = rates.compute_flops;
-  c.memory_gbps = rates.memory_gbps;
-  c.link_gbps = rates.link_gbps;
-  if (config.memory.link_gbps > 0) c.link_gbps = config.memory.link_gbps;
-  return c;
-}
 
 OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(cost_model(config)) {
   // A plan is asked for many batch sizes: heuristics, no timing; kernels of this backend, or

@@ -1,6 +1,6 @@
 // Reading a mix file (Note [A mix file] in job_mix.h): strict keys, every error naming the file,
 // line and key.
-#include "trainer/session/job_mix.h"
+#include "trainer/simulate/job_mix.h"
 
 #include <filesystem>
 #include <fstream>

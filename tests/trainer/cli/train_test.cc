@@ -1,0 +1,46 @@
+// `trainer train`'s first screen (issue 27 item 14): a few lines about the config (where the
+// resolved config is, the keys that differ from the defaults) instead of ~120 lines of YAML;
+// `trainer config` still prints the whole resolved config.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
+#include "tests/trainer/integration/run_util.h"
+
+namespace ferry::testing {
+namespace {
+
+std::string quickstart() { return std::string(FERRY_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+
+TEST(CliTrain, TheFirstScreenNamesTheConfigFileAndWhatDiffersFromTheDefaults) {
+  TempDir dir;
+  const Exit e = run(trainer() + " train " + quickstart() + " run.steps=2 run.log_every=1 " +
+                     "checkpoint.every=0 optim.lr=0.05 run.dir=" + dir.str());
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string config_line = "config   " + dir.str() + "/config.yaml (resolved; ";
+  EXPECT_EQ(e.output.rfind(config_line, 0), 0u) << e.output;
+  EXPECT_NE(e.output.find("optim.lr=0.05"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("model.name=lenet5"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("optim.momentum=0.9,"), std::string::npos) << "a default: " << e.output;
+  // The YAML is not on the console: a few lines come before the banner's first line (~120 did).
+  const size_t banner = e.output.find("\nranks    ");
+  ASSERT_NE(banner, std::string::npos) << e.output;
+  EXPECT_LE(count(e.output.substr(0, banner), "\n"), 8u) << e.output;
+  EXPECT_EQ(e.output.find("\nmodel:\n"), std::string::npos) << e.output;
+  // The whole resolved config is in the file and from `trainer config`.
+  std::ifstream in(dir.str() + "/config.yaml");
+  std::stringstream file;
+  file << in.rdbuf();
+  EXPECT_NE(file.str().find("  lr: 0.05"), std::string::npos) << file.str();
+  const Exit printed =
+      run(trainer() + " config " + quickstart() + " optim.lr=0.05 run.dir=" + dir.str() +
+          " run.steps=2 run.log_every=1 checkpoint.every=0");
+  ASSERT_EQ(printed.code, 0) << printed.output;
+  EXPECT_EQ(printed.output, file.str());
+}
+
+}  // namespace
+}  // namespace ferry::testing
