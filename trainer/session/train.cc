@@ -356,6 +356,36 @@ void save_step_checkpoint(const Config& config, Session& session, const DataLoad
   log.print("saved    {}", path);
 }
 
+// Where training starts: step 0, or the checkpoint `start` resumes (its weights and optimizer
+// state loaded, the optimizer's step count set). ConfigError when it is past run.steps.
+TrainingState resume(const Config& config, Session& session, RankLog& log, const RunStart& start) {
+  TrainingState state{0, 0, 0, config.run.seed, config.model.name};
+  if (start.resume.empty()) return state;
+  state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names());
+  if (state.step > config.run.steps) {
+    throw ConfigError(fmt::format("checkpoint.resume: '{}' is at step {}, past run.steps={}",
+                                  start.resume, state.step, config.run.steps),
+                      fmt::format("set run.steps above {} to train on from it", state.step));
+  }
+  session.optimizer().set_steps_taken(state.step);
+  log.print("resumed  {} at step {}{}", start.resume, state.step,
+            state.step == config.run.steps ? " = run.steps: nothing left to train" : "");
+  return state;
+}
+
+// The loader of this rank's share of every global batch, from the position `state` reached.
+LoaderOptions training_loader_options(const Config& config, Session& session,
+                                      const TrainingState& state) {
+  LoaderOptions lo = loader_options(config, session.device());
+  lo.world_size = session.ranks().size;
+  lo.rank = session.ranks().rank;
+  lo.scales = config.data.scales;
+  // Every rank takes part in every step: a partial global batch would leave some without rows.
+  if (session.ranks().size > 1) lo.drop_last = true;
+  lo.start = LoaderPosition{state.epoch, state.batch_in_epoch};
+  return lo;
+}
+
 // The loop itself; train() wraps it so that a failure on one rank ends the job. `share`: the
 // job's lease on its shared device (memory.share), else null.
 TrainResult run(const Config& config, Session& session, RankLog& log, const RunStart& start,
@@ -363,28 +393,9 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   const RankInfo& ranks = session.ranks();
   Device& device = session.device();
   auto dataset = open_configured_dataset(config);
-  LoaderOptions lo = loader_options(config, device);
-  lo.world_size = ranks.size;
-  lo.rank = ranks.rank;
-  lo.scales = config.data.scales;
-  // Every rank takes part in every step: a partial global batch would leave some without rows.
-  if (ranks.size > 1) lo.drop_last = true;
-
-  TrainingState state{0, 0, 0, config.run.seed, config.model.name};
   for (const std::string& note : start.notes) log.line(note);
-  if (!start.resume.empty()) {
-    state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names());
-    if (state.step > config.run.steps) {
-      throw ConfigError(fmt::format("checkpoint.resume: '{}' is at step {}, past run.steps={}",
-                                    start.resume, state.step, config.run.steps),
-                        fmt::format("set run.steps above {} to train on from it", state.step));
-    }
-    session.optimizer().set_steps_taken(state.step);
-    lo.start = LoaderPosition{state.epoch, state.batch_in_epoch};
-    log.print("resumed  {} at step {}{}", start.resume, state.step,
-              state.step == config.run.steps ? " = run.steps: nothing left to train" : "");
-  }
-  DataLoader loader(dataset, lo);
+  const TrainingState state = resume(config, session, log, start);
+  DataLoader loader(dataset, training_loader_options(config, session, state));
   // Every side of data.scales must make a graph of this model: checked before any step.
   if (!config.data.scales.empty()) {
     for (const Shape& s : loader.input_shapes()) (void)build_configured_model(config, s);

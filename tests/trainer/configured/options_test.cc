@@ -1,5 +1,5 @@
 // The config's device.* and memory.workspace_limit keys reach the device options the session
-// and the offline planner create kernels with; a cuda plan without a GPU models its workspaces.
+// and the offline planner create kernels with (trainer/configured/options.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,7 +9,6 @@
 #include "device/device.h"
 #include "trainer/config/config.h"
 #include "trainer/configured/options.h"
-#include "trainer/plan/planning.h"
 
 namespace ferry {
 namespace {
@@ -82,15 +81,6 @@ TEST(DeviceOptions, OnlyDeterministicTimedRunsKeepTheirAlgorithmsInRunDir) {
       << "heuristics repeat by themselves";
   EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {backend: cuda}\n"), 0), "");
   EXPECT_EQ(conv_algorithm_file(parse_config_text(run + "device: {deterministic: true}\n"), 0), "");
-}
-
-TEST(OfflinePlanner, ACudaPlanWithoutAGpuModelsTheWorkspaces) {
-  const Config cpu = parse_config_text("model: {name: lenet5}\n");
-  EXPECT_FALSE(OfflinePlanner(cpu).substituted());
-  const Config cuda = parse_config_text("model: {name: lenet5}\ndevice: {backend: cuda}\n");
-  OfflinePlanner planner(cuda);
-  EXPECT_EQ(planner.substituted(), cuda_device_count() == 0);
-  EXPECT_GT(planner.plan(MemoryPolicy::kNone, 8).peak_bytes(), 0u);
 }
 
 }  // namespace
