@@ -59,10 +59,11 @@ LinkPathOptions link_path(const Config& config, const RankInfo& ranks,
 
 }  // namespace
 
-Session::Session(const Config& config, const RankInfo& ranks, bool training)
+Session::Session(const Config& config, const RankInfo& ranks, bool training,
+                 std::optional<RankPlacement> placed)
     : config_(config), ranks_(ranks) {
   graph_ = build_configured_model(config, config.data.batch_size);
-  placement_ = place_this_rank(config, ranks);
+  placement_ = placed ? std::move(*placed) : place_this_rank(config, ranks);
   DeviceOptions d = device_options(config);
   // Note [A rank's GPU by PCI bus id] in rank_placement.cc.
   d.ordinal = placement_.cuda_ordinal.value_or(placement_.binding.gpu.value_or(ranks.local_rank));

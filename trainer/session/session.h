@@ -27,8 +27,10 @@ namespace ferry {
 class Session {
  public:
   // Builds everything; `training` selects whether optimizer state is allocated. Under MPI,
-  // rank 0's initial parameters and buffers are broadcast to every rank.
-  Session(const Config& config, const RankInfo& ranks, bool training);
+  // rank 0's initial parameters and buffers are broadcast to every rank. `placed`: where the
+  // caller already placed (and bound) this rank (place_this_rank), else the session places it.
+  Session(const Config& config, const RankInfo& ranks, bool training,
+          std::optional<RankPlacement> placed = std::nullopt);
   ~Session();
 
   const Config& config() const { return config_; }

@@ -24,6 +24,7 @@
 #include "comm/fault.h"
 #include "common/bytes.h"
 #include "common/file_write.h"
+#include "device/backend_traits.h"
 #include "device/host_waits.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/configured/dataset.h"
@@ -493,16 +494,20 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   // memory.share: admitted by the node's job ledger, the job plans within its grant.
   std::unique_ptr<MemoryShareLease> share;
   Config granted = config;
+  std::optional<RankPlacement> placement;
   if (config.memory.share) {
-    // A CUDA rank's GPU by its bus id, from the placement the session will make again.
+    // A GPU rank's device by its bus id: the rank is placed (and bound) here, once, and the
+    // session takes that placement.
     std::optional<PciAddress> gpu;
-    if (config.device.backend == Backend::kCuda)
-      gpu = place_this_rank(config, ranks).binding.gpu_pci;
+    if (backend_traits(config.device.backend).real_gpus) {
+      placement = place_this_rank(config, ranks);
+      gpu = placement->binding.gpu_pci;
+    }
     share = std::make_unique<MemoryShareLease>(
         config, ranks, share_curve(config), [&](const std::string& s) { log.line(s); }, gpu);
     granted.memory.budget = share->budget();
   }
-  Session session(granted, ranks, /*training=*/true);
+  Session session(granted, ranks, /*training=*/true, std::move(placement));
   try {
     check_same_resume(session.communicator(), ranks, start.resume);
     return run(granted, session, log, start, share.get());

@@ -1,15 +1,20 @@
-// The session binds its device's pinned host blocks to the rank's NUMA node on the live machine
-// (Note [Pinned pages on a NUMA node] in device/host_pages.h), through hwloc, before first touch.
+// Where a rank runs (trainer/session/rank_placement.h): the session binds its device's pinned host
+// blocks to the rank's NUMA node on the live machine, before first touch (Note [Pinned pages on a
+// NUMA node] in device/host_pages.h); the topology scheduler accepts GPU ranks (cuda), given their
+// GPU's PCIe path for the link gatekeeper, and CPU ranks only on a described server to emulate.
+#include "trainer/session/rank_placement.h"
+
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "topology/binding.h"
 #include "trainer/config/config.h"
-#include "trainer/session/rank_placement.h"
 #include "trainer/session/session.h"
 
 namespace ferry {
@@ -49,6 +54,31 @@ TEST(HostPlacement, TheSessionsPinnedBlocksAreBoundToTheRanksNumaNode) {
 TEST(HostPlacement, ADescribedServerLeavesPlacementToTheOs) {
   RankPlacement described;  // no live topology
   EXPECT_FALSE(host_memory_placement(described));
+}
+
+std::string dgx1() { return std::string(FERRY_SOURCE_DIR) + "/configs/topologies/dgx1-like.yaml"; }
+
+TEST(LinkPlacement, CudaRanksUnderTheTopologySchedulerGetTheirGpusPath) {
+  const Config c = parse_config_text(
+      "model: {name: lenet5}\ndevice: {backend: cuda}\n"
+      "topology: {scheduler: topology, file: " +
+      dgx1() + "}\n");
+  const RankPlacement p = place_this_rank(c, RankInfo{});
+  ASSERT_TRUE(p.links);
+  ASSERT_TRUE(p.binding.gpu.has_value());
+  EXPECT_GE(p.link_ids.size(), 2u) << "a GPU's own link and the links above it";
+  EXPECT_GT(p.link_gbps, 0);
+}
+
+TEST(LinkPlacement, CpuRanksWithoutADescribedServerAreRefusedNamingTheKey) {
+  const Config c = parse_config_text(
+      "model: {name: lenet5}\ndevice: {backend: cpu}\ntopology: {scheduler: topology}\n");
+  try {
+    place_this_rank(c, RankInfo{});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("topology.scheduler"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
