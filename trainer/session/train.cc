@@ -199,16 +199,12 @@ class StepBookkeeping {
   // the same batches on every rank). The loader knows what comes next: new shapes are planned
   // while this step runs.
   Batch next_batch(int64_t step) {
-    Batch batch = loader_.next();
-    shapes_.plan_ahead(loader_.position());
-    shapes_.before_step(batch.shape());
+    Batch batch = draw();
     while (!shapes_.admit(batch.shape())) {
       if (const std::string line = shapes_.skip(batch.shape(), step); !line.empty())
         log_.line(line);
       batch.release();
-      batch = loader_.next();
-      shapes_.plan_ahead(loader_.position());
-      shapes_.before_step(batch.shape());
+      batch = draw();
     }
     for (const std::string& w : dataset_.take_warnings()) log_.print("{}", w);
     return batch;
@@ -319,6 +315,14 @@ class StepBookkeeping {
   const std::vector<std::pair<int64_t, double>>& timed_intervals() const { return timed_; }
 
  private:
+  // The loader's next batch, the shapes after it planned ahead.
+  Batch draw() {
+    Batch batch = loader_.next();
+    shapes_.plan_ahead(loader_.position());
+    shapes_.before_step(batch.shape());
+    return batch;
+  }
+
   const Config& config_;
   Session& session_;
   const RankInfo& ranks_;
