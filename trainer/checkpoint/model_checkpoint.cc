@@ -125,6 +125,7 @@ void save_checkpoint(const std::string& path, const ParameterStore& store,
                                {"epoch", std::to_string(state.epoch)},
                                {"batch_in_epoch", std::to_string(state.batch_in_epoch)},
                                {"seed", std::to_string(state.seed)}};
+  for (const auto& [key, value] : state.shape) metadata[key] = value;
   write_safetensors(path, tensors, metadata);
 }
 
@@ -252,11 +253,47 @@ size_t load_weights(const std::string& path, ParameterStore& store, const Weight
   return load_model_tensors(read_safetensors(path), store, mapping);
 }
 
+// Note [What resume checks]
+// A resumed run must be the run that wrote the checkpoint: the same model (name and shape keys)
+// reading data of the same shape. Keys that change no parameter's shape (model.heads,
+// data.seq_len) would otherwise load and train on silently, so the checkpoint's metadata records
+// them (config key -> value text) and resume compares them before anything loads. A checkpoint
+// written before a key was recorded still resumes; the keys it lacks are reported unchecked.
+
+namespace {
+
+// ConfigError on the first key of `shape` whose recorded value differs; the keys not recorded.
+std::vector<std::string> check_shape(const SafetensorsFile& file,
+                                     const std::map<std::string, std::string>& shape) {
+  std::vector<std::string> unchecked;
+  for (const auto& [key, value] : shape) {
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end() && key == "model.name") it = file.metadata().find("model");
+    if (it == file.metadata().end()) {
+      unchecked.push_back(key);
+      continue;
+    }
+    if (it->second != value) {
+      throw ConfigError(fmt::format("checkpoint.resume: {} is {} but '{}' was written with {}={}",
+                                    key, value, file.source(), key, it->second),
+                        fmt::format("set {}={} to resume that run, or start a fresh one "
+                                    "(checkpoint.resume=\"\", another checkpoint.dir)",
+                                    key, it->second));
+    }
+  }
+  return unchecked;
+}
+
+}  // namespace
+
 TrainingState load_checkpoint(const std::string& path, ParameterStore& store,
-                              const std::vector<std::string>& slot_names) {
+                              const std::vector<std::string>& slot_names,
+                              const std::map<std::string, std::string>& shape) {
   const SafetensorsFile file = read_safetensors(path);
   check_format(file);
   TrainingState state;
+  state.unchecked = check_shape(file, shape);
+  state.shape = shape;
   state.step = metadata_count(file, "step");
   state.epoch = metadata_count(file, "epoch");
   state.batch_in_epoch = metadata_count(file, "batch_in_epoch");

@@ -23,6 +23,11 @@ struct TrainingState {
   int64_t batch_in_epoch = 0;
   uint64_t seed = 0;
   std::string model;  // model.name, checked on resume
+  // The model's and the data's shape, config key -> value text ("model.heads" -> "4"): written
+  // into the metadata and checked on resume (Note [What resume checks] in model_checkpoint.cc).
+  std::map<std::string, std::string> shape;
+  // load_checkpoint: the keys of `shape` an older checkpoint does not record (not checked).
+  std::vector<std::string> unchecked;
 };
 
 // The optimizer's state slot names, in ParameterStore slot order.
@@ -52,8 +57,11 @@ std::map<std::string, std::string> tied_weight_names(const Graph& graph);
 size_t load_weights(const std::string& path, ParameterStore& store,
                     const WeightsMapping& mapping = {});
 
-// load_weights plus the optimizer state and the training position, for resuming.
+// load_weights plus the optimizer state and the training position, for resuming. `shape` (this
+// run's, as TrainingState::shape) is checked against the checkpoint's before anything loads: a
+// changed key is a ConfigError naming it and both values.
 TrainingState load_checkpoint(const std::string& path, ParameterStore& store,
-                              const std::vector<std::string>& slot_names);
+                              const std::vector<std::string>& slot_names,
+                              const std::map<std::string, std::string>& shape = {});
 
 }  // namespace ferry

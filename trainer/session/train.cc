@@ -20,6 +20,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/fault.h"
 #include "common/bytes.h"
@@ -263,10 +264,15 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   // Every rank takes part in every step: a partial global batch would leave some without rows.
   if (ranks.size > 1) lo.drop_last = true;
 
-  TrainingState state{0, 0, 0, config.run.seed, config.model.name};
+  const std::map<std::string, std::string> shape = run_shape(config);
+  TrainingState state{0, 0, 0, config.run.seed, config.model.name, shape};
   for (const std::string& note : start.notes) log.line(note);
   if (!start.resume.empty()) {
-    state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names());
+    state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names(), shape);
+    if (!state.unchecked.empty()) {
+      log.print("resume   {} records no {} (an older checkpoint): not checked", start.resume,
+                fmt::join(state.unchecked, ", "));
+    }
     if (state.step > config.run.steps) {
       throw ConfigError(fmt::format("checkpoint.resume: '{}' is at step {}, past run.steps={}",
                                     start.resume, state.step, config.run.steps),
@@ -467,7 +473,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
       const std::string path = checkpoint_path(config.checkpoint.dir, step);
       save_checkpoint(
           path, session.store(), session.optimizer_slot_names(),
-          TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
+          TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name, shape});
       prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
       log.print("saved    {}", path);
     }
