@@ -19,6 +19,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -42,6 +43,7 @@ struct Slot {
   LoaderPosition position;
   int64_t labelled = 0;       // labelled positions of this rank's rows
   float loss_divisor = 0.0f;  // Batch::loss_divisor
+  bool generated = true;      // false: dropped unread (Note [Batches too large to train])
 };
 
 // A ready entry: a filled slot, or the end of a finite pass, or the producer's error.
@@ -58,8 +60,9 @@ struct State {
   // Released after an event (Batch::release_after): reusable once it has completed.
   std::deque<std::pair<Slot*, std::shared_ptr<Event>>> returning;
   std::deque<Item> ready;
-  int ready_batches = 0;  // items in `ready` that hold a slot
-  bool filling = false;   // the producer holds a slot
+  int ready_batches = 0;                          // items in `ready` that hold a slot
+  bool filling = false;                           // the producer holds a slot
+  std::set<std::vector<int64_t>> skipped_shapes;  // DataLoader::skip_shape
   std::atomic<bool> stop{false};
   PinnedAllocator* allocator = nullptr;
 
@@ -123,6 +126,10 @@ constexpr uint64_t kScaleDomain = 0x5363616c65536565ull;  // "ScaleSee"
 constexpr uint64_t kAlign = 64;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+uint64_t input_bytes_of(const Shape& input, DType dtype) {
+  return static_cast<uint64_t>(input.numel()) * dtype_size(dtype);
+}
 
 struct SliceRange {
   int64_t begin = 0;  // into the epoch order
@@ -188,12 +195,24 @@ Batch& Batch::operator=(Batch&& other) noexcept {
   return *this;
 }
 
-void* Batch::input() const { return slot_ ? slot_->input : nullptr; }
+// A batch that was not generated has no contents to hand out: asking is a consumer's bug.
+void* Batch::input() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the input of a batch that was not generated");
+  return slot_ ? slot_->input : nullptr;
+}
 float* Batch::images() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the images of a batch that was not generated");
   return slot_ && slot_->float_input ? static_cast<float*>(slot_->input) : nullptr;
 }
-int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
-int32_t* Batch::segments() const { return slot_ ? slot_->segments : nullptr; }
+int32_t* Batch::labels() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the labels of a batch that was not generated");
+  return slot_ ? slot_->labels : nullptr;
+}
+int32_t* Batch::segments() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the segments of a batch that was not generated");
+  return slot_ ? slot_->segments : nullptr;
+}
+bool Batch::generated() const { return slot_ && slot_->generated; }
 int64_t Batch::labelled() const { return slot_ ? slot_->labelled : 0; }
 float Batch::loss_divisor() const { return slot_ ? slot_->loss_divisor : 0.0f; }
 Shape Batch::shape() const { return slot_ ? slot_->shape : Shape{}; }
@@ -298,15 +317,18 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
-  const uint64_t input_bytes = round_up(
-      static_cast<uint64_t>(batch_shape().numel()) * dtype_size(dataset_->input_dtype()), kAlign);
+  // No input space when no batch is generated (Note [Batches too large to train]).
+  const uint64_t capacity = input_bytes_of(batch_shape(), dataset_->input_dtype());
+  const bool none_generated = o.max_input_bytes > 0 && capacity > o.max_input_bytes;
+  const uint64_t input_bytes = none_generated ? 0 : round_up(capacity, kAlign);
   const uint64_t labels_bytes =
       round_up(static_cast<uint64_t>(o.batch_size) *
                    static_cast<uint64_t>(dataset_->labels_per_sample()) * 4,
                kAlign);
   // Packed documents: a segment start per input position.
-  const uint64_t segments_bytes =
-      dataset_->segmented() ? static_cast<uint64_t>(batch_shape().numel()) * 4 : 0;
+  const uint64_t segments_bytes = dataset_->segmented() && !none_generated
+                                      ? static_cast<uint64_t>(batch_shape().numel()) * 4
+                                      : 0;
   const uint64_t block_bytes = round_up(input_bytes + labels_bytes + segments_bytes, kAlign);
   for (int i = 0; i < o.prefetch + o.max_leases; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -402,11 +424,35 @@ Shape rows_of(const Dataset& ds, int64_t rows, int64_t side) {
 
 }  // namespace
 
+// Note [Batches too large to train]
+// A batch's input must be on the device, whole, for its step; a shape whose input alone is
+// larger than the device's memory budget can have no plan, whatever memory.oversize says. Such
+// batches (a large side of data.scales) are neither allocated nor generated: the buffers hold
+// the largest shape within LoaderOptions::max_input_bytes, and a batch beyond it comes out with
+// its shape, size and position only (Batch::generated() false), for the consumer to refuse
+// (memory.oversize error: before any step) or drop (skip). A shape the planner refuses for
+// other reasons is known only once planned; the consumer then calls skip_shape and the loader
+// stops generating it. Which batches are generated never changes which position holds which
+// samples or side, so the data order is the same with and without skipping.
+
 Shape DataLoader::batch_shape() const {
-  const int64_t largest = options_.scales.empty()
-                              ? 0
-                              : *std::max_element(options_.scales.begin(), options_.scales.end());
+  int64_t largest = 0;
+  for (int64_t side : options_.scales) {
+    const Shape s = rows_of(*dataset_, options_.batch_size, side);
+    const bool fits = options_.max_input_bytes == 0 ||
+                      input_bytes_of(s, dataset_->input_dtype()) <= options_.max_input_bytes;
+    if (fits) largest = std::max(largest, side);
+  }
+  // Every side too large: no batch is generated; the buffers hold the smallest (never filled).
+  if (!options_.scales.empty() && largest == 0) {
+    largest = *std::min_element(options_.scales.begin(), options_.scales.end());
+  }
   return rows_of(*dataset_, options_.batch_size, largest);
+}
+
+void DataLoader::skip_shape(const Shape& input) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->skipped_shapes.insert(input.dims());
 }
 
 int64_t DataLoader::side(LoaderPosition p) const {
@@ -507,6 +553,21 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const bool docs = documents(ds);
   const int64_t len = ds.pads_per_batch() ? length_in(order, slot.position.batch) : 0;
   slot.shape = len > 0 ? Shape{r.count, len} : rows_of(ds, r.count, side);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    slot.generated = !state_->skipped_shapes.count(slot.shape.dims());
+  }
+  // Note [Batches too large to train]: over the budget, or dropped by the consumer.
+  if (options_.max_input_bytes > 0 &&
+      input_bytes_of(slot.shape, ds.input_dtype()) > options_.max_input_bytes) {
+    slot.generated = false;
+  }
+  if (!slot.generated) {
+    slot.n = r.count;
+    slot.labelled = 0;
+    slot.loss_divisor = 0.0f;
+    return;
+  }
   const Shape one = len > 0 ? Shape{1, len} : rows_of(ds, 1, side);  // (1, sample...)
   const Shape shape(std::vector<int64_t>(one.dims().begin() + 1, one.dims().end()));
   const int64_t sample = shape.numel();

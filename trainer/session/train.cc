@@ -261,6 +261,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   lo.world_size = ranks.size;
   lo.rank = ranks.rank;
   lo.scales = config.data.scales;
+  // Note [Batches too large to train] (loader.cc): no budget holds a larger input.
+  lo.max_input_bytes = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
   // Every rank takes part in every step: a partial global batch would leave some without rows.
   if (ranks.size > 1) lo.drop_last = true;
 
@@ -361,6 +363,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     // Note [Dropping oversize batches] (shape_plans.cc): the same batches on every rank.
     while (!shapes.admit(batch.shape())) {
       if (const std::string line = shapes.skip(batch.shape(), step); !line.empty()) log.line(line);
+      loader.skip_shape(batch.shape());  // dropped from now on: no longer generated
       batch.release();
       batch = loader.next();
       shapes.plan_ahead(loader.position());

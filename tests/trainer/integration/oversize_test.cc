@@ -147,5 +147,29 @@ TEST_F(Oversize, SkipDropsTheSameBatchesOnEveryRank) {
   EXPECT_GT(read_json(dir + "/summary.json")["oversize_skipped"].get<int64_t>(), 0);
 }
 
+// Note [Batches too large to train] (trainer/data/loader.cc): a side whose input alone exceeds
+// the budget is decided before anything is allocated or generated for it. The oversize error
+// names the shape (not the pinned host pool), and under skip the run costs what the sides that
+// train cost: 8192-pixel batches (24 GiB each) within a 64 MiB pinned host pool.
+TEST(OversizeInput, ASideLargerThanTheBudgetIsNeitherAllocatedNorGenerated) {
+  const std::string dir = scratch("oversize_input");
+  const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
+                           " run.overwrite=true model.name=resnet18_cifar memory.measure=false "
+                           "device.threads=1 run.steps=3 checkpoint.every=0 ";
+  Exit e = run(base + "data.scales=[16384]");
+  expect_user_error(e, "input (32, 3, 16384, 16384): memory.budget");
+  EXPECT_NE(e.output.find("memory.oversize=skip"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("pinned"), std::string::npos) << e.output;
+  expect_user_error(run(base + "data.scales=[16384] memory.oversize=skip"),
+                    "memory.oversize skip: no input shape fits memory.budget");
+  e = run(base + "'data.scales=[16, 8192]' memory.oversize=skip memory.host_limit=64MiB");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const nlohmann::json summary = read_json(dir + "/summary.json");
+  EXPECT_EQ(summary["steps"], 3);
+  ASSERT_EQ(summary["skipped_shapes"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["skipped_shapes"][0]["shape"], nlohmann::json::parse("[32, 3, 8192, 8192]"));
+  EXPECT_GT(summary["oversize_skipped"].get<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace ferry::testing
