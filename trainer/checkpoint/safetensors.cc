@@ -309,9 +309,13 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
     if (half > 0) {
       e.dtype = DType::kF32;  // widened below (Note [Half precision on read])
     } else if (!dtype_from_name(dtype, &e.dtype)) {
-      bad(source, fmt::format("tensor '{}' has dtype '{}', which ferry does not read (it reads "
-                              "F32, F64, I32, I64, U8, and BF16 and F16 as F32)",
-                              name, dtype));
+      // A valid file in a dtype ferry does not read: the hint is a conversion, not "truncated".
+      throw DataError(
+          fmt::format("safetensors file '{}': tensor '{}' has dtype '{}', which ferry does not "
+                      "read (it reads F32, F64, I32, I64, U8, and BF16 and F16 as F32)",
+                      source, name, dtype),
+          "convert the file's tensors to F32, e.g. safetensors.torch.save_file({k: v.float() "
+          "for k, v in load_file(path).items()}, out)");
     }
     e.stored_dtype = dtype;
     e.shape = Shape(parse_shape(source, name, v["shape"]));

@@ -202,6 +202,15 @@ TEST(SafetensorsCorrupt, UnknownDtype) {
   const std::string e =
       parse_error(image(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2));
   EXPECT_NE(e.find("dtype 'F8_E4M3'"), std::string::npos) << e;
+  try {
+    parse_safetensors(image(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2),
+                      "f8.safetensors");
+    ADD_FAILURE() << "F8_E4M3 parsed";
+  } catch (const DataError& error) {
+    // A valid file in another dtype: the hint converts it, it does not call it truncated.
+    EXPECT_EQ(std::string(error.hint()).find("truncated"), std::string::npos) << error.hint();
+    EXPECT_NE(std::string(error.hint()).find("F32"), std::string::npos) << error.hint();
+  }
   EXPECT_NE(e.find("bad.safetensors"), std::string::npos) << e;
   EXPECT_NE(parse_error(image(R"({"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}})", 1))
                 .find("dtype 'Q9'"),
