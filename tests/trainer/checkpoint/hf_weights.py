@@ -4,7 +4,7 @@
 Every tensor is accounted for both ways (Note [Every tensor accounted for] in
 trainer/checkpoint/model_checkpoint.cc):
 1. an untied head (tie_word_embeddings=False) is refused in one error naming lm_head.weight;
-   a tied head stored twice (equal) loads;
+   a tied head stored twice (equal) loads, and so do older files' attention mask buffers;
 2. a 2-layer file into model.layers=1 is refused naming transformer.h.1.* and counting the
    rest, and loads with model.init_ignore_unused=true; a 1-layer file into model.layers=2 is
    refused naming the missing tensor;
@@ -118,6 +118,15 @@ def main():
     save_file(state, twice)
     code, out, got = ferry_eval(twice, "tied_twice", 1)
     expect_loss("tied head stored twice", got, mean_loss(tied, val))
+    # Older Hugging Face files also store each block's causal-mask buffers: not "unused".
+    state.pop("lm_head.weight")
+    state["transformer.h.0.attn.bias"] = torch.tril(torch.ones(CONTEXT, CONTEXT)).view(
+        1, 1, CONTEXT, CONTEXT)
+    state["transformer.h.0.attn.masked_bias"] = torch.tensor(-1e4)
+    masks = os.path.join(args.dir, "mask_buffers.safetensors")
+    save_file(state, masks)
+    code, out, got = ferry_eval(masks, "mask_buffers", 1)
+    expect_loss("attn.bias and attn.masked_bias buffers", got, mean_loss(tied, val))
 
     # 2. Layers: unused tensors are refused (or skipped on request), missing ones refused.
     two = save(GPT2LMHeadModel(config(2)), "two_layers")
