@@ -148,18 +148,19 @@ namespace {
 
 constexpr std::string_view kTransformerPrefix = "transformer.";
 
-// Whether `file` names the model's "transformer.*" tensors without that prefix.
+// Whether `file` names the model's "transformer.*" tensors without that prefix: it has no
+// "transformer." name and holds one of the model's under its stripped name.
 bool strips_prefix(const SafetensorsFile& file, const ParameterStore& store) {
-  const auto prefixed = [](const std::string& name) {
-    return name.starts_with(kTransformerPrefix);
-  };
-  bool model_prefixed = false;
-  for (const auto& e : store.params()) model_prefixed = model_prefixed || prefixed(e.name);
-  if (!model_prefixed) return false;
   for (const auto& e : file.entries()) {
-    if (prefixed(e.name)) return false;
+    if (e.name.starts_with(kTransformerPrefix)) return false;
   }
-  return true;
+  for (const auto& e : store.params()) {
+    if (e.name.starts_with(kTransformerPrefix) &&
+        file.find(std::string_view(e.name).substr(kTransformerPrefix.size()))) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string name_in_file(const std::string& name, bool strip) {
