@@ -228,10 +228,11 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
+  for (const Shape& s : o.skip_shapes) state_->skipped_shapes.insert(s.dims());
   // No input space when no batch is generated (Note [Batches too large to train]).
-  const uint64_t capacity = input_bytes_of(batch_shape(), dataset_->input_dtype());
-  const bool none_generated = o.max_input_bytes > 0 && capacity > o.max_input_bytes;
-  const uint64_t input_bytes = none_generated ? 0 : round_up(capacity, kAlign);
+  const bool none_generated = !generates(batch_shape());
+  const uint64_t input_bytes =
+      none_generated ? 0 : round_up(input_bytes_of(batch_shape(), dataset_->input_dtype()), kAlign);
   const uint64_t labels_bytes =
       round_up(static_cast<uint64_t>(o.batch_size) *
                    static_cast<uint64_t>(dataset_->labels_per_sample()) * 4,
@@ -342,17 +343,24 @@ Shape rows_of(const Dataset& ds, int64_t rows, int64_t side) {
 // the largest shape within LoaderOptions::max_input_bytes, and a batch beyond it comes out with
 // its shape, size and position only (Batch::generated() false), for the consumer to refuse
 // (memory.oversize error: before any step) or drop (skip). A shape the planner refuses for
-// other reasons is known only once planned; the consumer then calls skip_shape and the loader
-// stops generating it. Which batches are generated never changes which position holds which
-// samples or side, so the data order is the same with and without skipping.
+// other reasons is not generated either when the consumer knows it before the loader starts
+// (LoaderOptions::skip_shapes: the trainer plans each side of data.scales first under skip) or
+// once it drops it (skip_shape). Which batches are generated never changes which position holds
+// which samples or side, so the data order is the same with and without skipping.
+
+bool DataLoader::generates(const Shape& input) const {
+  if (options_.max_input_bytes > 0 &&
+      input_bytes_of(input, dataset_->input_dtype()) > options_.max_input_bytes) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return !state_->skipped_shapes.count(input.dims());
+}
 
 Shape DataLoader::batch_shape() const {
   int64_t largest = 0;
   for (int64_t side : options_.scales) {
-    const Shape s = rows_of(*dataset_, options_.batch_size, side);
-    const bool fits = options_.max_input_bytes == 0 ||
-                      input_bytes_of(s, dataset_->input_dtype()) <= options_.max_input_bytes;
-    if (fits) largest = std::max(largest, side);
+    if (generates(rows_of(*dataset_, options_.batch_size, side))) largest = std::max(largest, side);
   }
   // Every side too large: no batch is generated; the buffers hold the smallest (never filled).
   if (!options_.scales.empty() && largest == 0) {
@@ -464,15 +472,7 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const bool docs = documents(ds);
   const int64_t len = ds.pads_per_batch() ? length_in(order, slot.position.batch) : 0;
   slot.shape = len > 0 ? Shape{r.count, len} : rows_of(ds, r.count, side);
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    slot.generated = !state_->skipped_shapes.count(slot.shape.dims());
-  }
-  // Note [Batches too large to train]: over the budget, or dropped by the consumer.
-  if (options_.max_input_bytes > 0 &&
-      input_bytes_of(slot.shape, ds.input_dtype()) > options_.max_input_bytes) {
-    slot.generated = false;
-  }
+  slot.generated = generates(slot.shape);  // Note [Batches too large to train]
   if (!slot.generated) {
     slot.n = r.count;
     slot.labelled = 0;

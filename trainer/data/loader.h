@@ -58,6 +58,9 @@ struct LoaderOptions {
   // > 0: a batch whose input would take more bytes than this (the device's memory budget) is
   // neither allocated nor generated (Note [Batches too large to train] in loader.cc).
   uint64_t max_input_bytes = 0;
+  // Input shapes never generated (the consumer drops them: memory.oversize skip), as if passed
+  // to DataLoader::skip_shape before the first batch; the buffers do not hold them either.
+  std::vector<Shape> skip_shapes;
 };
 
 namespace loader_detail {
@@ -157,6 +160,8 @@ class DataLoader {
   // Batches of this input shape are no longer generated, from the next one prepared on: the
   // consumer drops them (memory.oversize skip). Callable from any thread.
   void skip_shape(const Shape& input);
+  // Whether a batch of `input` is generated: within max_input_bytes and not skipped.
+  bool generates(const Shape& input) const;
   // The image side of the batch at `position` (Note [Per-batch sides]); 0 without scales.
   int64_t side(LoaderPosition position) const;
   // The row length of the batch at `position`: padded documents' batch_length over the global

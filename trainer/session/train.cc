@@ -263,6 +263,19 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   lo.scales = config.data.scales;
   // Note [Batches too large to train] (loader.cc): no budget holds a larger input.
   lo.max_input_bytes = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
+  // Under skip, the sides no plan fits are neither allocated nor drawn (a shared budget can
+  // grow later: then only by size). The plans made here are the ones the steps use.
+  if (config.memory.oversize == OversizeAction::kSkip && share == nullptr) {
+    for (int64_t side : config.data.scales) {
+      const Shape input = configured_input(config, config.data.batch_size, side);
+      if (input.numel() * 4 > static_cast<int64_t>(lo.max_input_bytes)) continue;
+      try {
+        (void)session.executor().program(input, /*training=*/true);
+      } catch (const BudgetError&) {
+        lo.skip_shapes.push_back(input);
+      }
+    }
+  }
   // Every rank takes part in every step: a partial global batch would leave some without rows.
   if (ranks.size > 1) lo.drop_last = true;
 

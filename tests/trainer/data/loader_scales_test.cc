@@ -247,6 +247,18 @@ TEST(LoaderScales, BatchesOverTheInputLimitAreNeitherAllocatedNorGenerated) {
     }
     EXPECT_EQ(counting->rows().at(8), drawn);
   }
+  // Skipped from the start (LoaderOptions::skip_shapes): not in the buffers either.
+  auto fresh = std::make_shared<CountingDataset>(synthetic());
+  o.skip_shapes = {Shape{8, 3, 12, 12}};
+  allocator.sizes.clear();
+  DataLoader l(fresh, o);
+  EXPECT_EQ(l.batch_shape(), (Shape{8, 3, 8, 8}));
+  for (uint64_t bytes : allocator.sizes) EXPECT_LT(bytes, 8u * 3 * 12 * 12 * sizeof(float));
+  for (int step = 0; step < 16; ++step) {
+    const LoaderPosition p = l.position();
+    EXPECT_EQ(l.next().generated(), l.side(p) == 8) << "step " << step;
+  }
+  EXPECT_EQ(fresh->rows().count(12), 0u);
 }
 
 }  // namespace

@@ -171,5 +171,35 @@ TEST(OversizeInput, ASideLargerThanTheBudgetIsNeitherAllocatedNorGenerated) {
   EXPECT_GT(summary["oversize_skipped"].get<int64_t>(), 0);
 }
 
+// The peak resident memory (KiB) of `command`, measured by a Python wrapper; -1 without it.
+int64_t peak_rss_kib(const std::string& command) {
+  const Exit e =
+      run("/usr/bin/python3 -c 'import resource, subprocess, sys; "
+          "r = subprocess.run(sys.argv[1], shell=True, stdout=subprocess.DEVNULL, "
+          "stderr=subprocess.DEVNULL); "
+          "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "
+          "r.returncode == 0 else -1)' \"" +
+          command + "\"");
+  return e.code == 0 ? std::stoll(e.output) : -1;
+}
+
+// A side the planner refuses although its input fits the budget (512 pixels: a 96 MiB input,
+// 10 GiB of activations) is planned before the loader starts under skip, and costs no memory:
+// the run peaks as the 16-pixel side alone does (before: about 200 MB more, its batches drawn).
+TEST(OversizeInput, ASideThePlannerRefusesCostsNoMemoryUnderSkip) {
+  if (std::system("test -x /usr/bin/python3") != 0) GTEST_SKIP() << "needs /usr/bin/python3";
+  const std::string dir = scratch("oversize_planned");
+  const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
+                           " run.overwrite=true model.name=resnet18_cifar memory.measure=false "
+                           "device.threads=1 run.steps=3 checkpoint.every=0 memory.oversize=skip ";
+  const int64_t alone = peak_rss_kib(base + "data.scales=[16]");
+  const int64_t with_512 = peak_rss_kib(base + "data.scales=[16,512]");
+  ASSERT_GT(alone, 0);
+  ASSERT_GT(with_512, 0);
+  EXPECT_LT(with_512, alone + 48 * 1024) << "KiB: [16] " << alone << ", [16, 512] " << with_512;
+  EXPECT_EQ(read_json(dir + "/summary.json")["skipped_shapes"][0]["shape"],
+            nlohmann::json::parse("[32, 3, 512, 512]"));
+}
+
 }  // namespace
 }  // namespace ferry::testing
