@@ -104,6 +104,24 @@ def paragraphs(data):
     return [p for p in re.split(rb"\n[ \t\r\f\v]*\n\s*", data) if p.strip()]
 
 
+def usage_error(message):
+    """One line on stderr and exit 2: an input the user can fix, never a traceback."""
+    print("error: " + message, file=sys.stderr)
+    sys.exit(2)
+
+
+def check_out_folder(out):
+    """--out must be a folder or a path a folder can be made at, checked before any reading."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        usage_error("--out %s is a file, not a folder: give a folder (train.bin and val.bin are "
+                    "written into it)" % out)
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        usage_error("--out %s: %s is a file, not a folder" % (out, parent))
+
+
 def write_tokens(path, tokens):
     """llm.c's format: 256 int32 header, then uint16 tokens (little-endian)."""
     if len(tokens) >= 2**31:
@@ -114,10 +132,13 @@ def write_tokens(path, tokens):
     body = array("H", tokens)
     if sys.byteorder != "little":
         body.byteswap()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<%di" % HEADER_INTS, *header))
-        f.write(body.tobytes())
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<%di" % HEADER_INTS, *header))
+            f.write(body.tobytes())
+    except OSError as e:
+        usage_error("cannot write %s: %s; give another --out" % (path, e.strerror or e))
 
 
 def main():
@@ -136,6 +157,7 @@ def main():
     args = p.parse_args()
     if not 0 < args.val_fraction < 1:
         sys.exit("error: --val-fraction must be in (0, 1), got %s" % args.val_fraction)
+    check_out_folder(args.out)
 
     encoding = None
     if args.tokenizer != "bytes":

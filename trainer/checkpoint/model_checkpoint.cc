@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -124,49 +125,183 @@ void save_checkpoint(const std::string& path, const ParameterStore& store,
                                {"epoch", std::to_string(state.epoch)},
                                {"batch_in_epoch", std::to_string(state.batch_in_epoch)},
                                {"seed", std::to_string(state.seed)}};
+  for (const auto& [key, value] : state.shape) metadata[key] = value;
   write_safetensors(path, tensors, metadata);
 }
 
+// Note [Every tensor accounted for]
+// A weights file and the model agree both ways, or nothing loads: every parameter and F32
+// buffer of the model is read from the file (a missing one is an error naming it), and every
+// tensor of the file is read by the model (an unused one is an error naming it and counting the
+// rest, unless model.init_ignore_unused), so a 2-layer file never loads silently into a 1-layer
+// model. A file tensor is read without a parameter of its own when it is
+// - a tied parameter's second name (Hugging Face's lm_head.weight): it must equal the
+//   parameter, else the file's head is untied and a tied model would silently drop it;
+// - a counter ferry recomputes (num_batches_tracked, from the step);
+// - a causal-mask buffer that older Hugging Face GPT-2 files store (attn.bias,
+//   attn.masked_bias), which attention computes;
+// - a ferry checkpoint's optimizer state (optimizer.*), which only resume reads.
+// Hugging Face's GPT2Model stores the blocks without GPT2LMHeadModel's "transformer." prefix;
+// a file with no "transformer." name at all is read under the model's names without it.
+
 namespace {
 
-void load_model_tensors(const SafetensorsFile& file, ParameterStore& store) {
+constexpr std::string_view kTransformerPrefix = "transformer.";
+
+// Whether `file` names the model's "transformer.*" tensors without that prefix: it has no
+// "transformer." name and holds one of the model's under its stripped name.
+bool strips_prefix(const SafetensorsFile& file, const ParameterStore& store) {
+  for (const auto& e : file.entries()) {
+    if (e.name.starts_with(kTransformerPrefix)) return false;
+  }
+  for (const auto& e : store.params()) {
+    if (e.name.starts_with(kTransformerPrefix) &&
+        file.find(std::string_view(e.name).substr(kTransformerPrefix.size()))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string name_in_file(const std::string& name, bool strip) {
+  return strip && name.starts_with(kTransformerPrefix) ? name.substr(kTransformerPrefix.size())
+                                                       : name;
+}
+
+// A file tensor no parameter reads that is still not "unused" (Note [Every tensor accounted
+// for]): a Hugging Face mask buffer, or a ferry checkpoint's optimizer state.
+bool known_extra(const std::string& name, bool ferry_file) {
+  return (ferry_file && name.starts_with("optimizer.")) || name.ends_with(".attn.bias") ||
+         name.ends_with(".attn.masked_bias") || name == "attn.bias" || name == "attn.masked_bias";
+}
+
+bool same_tensor(const SafetensorsEntry& a, const SafetensorsEntry& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.bytes.size() == b.bytes.size() &&
+         std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0;
+}
+
+size_t load_model_tensors(const SafetensorsFile& file, ParameterStore& store,
+                          const WeightsMapping& mapping) {
+  const bool strip = strips_prefix(file, store);
+  const auto format = file.metadata().find("format");
+  const bool ferry_file = format != file.metadata().end() && format->second == kFormat;
+  std::set<std::string> read;
   std::vector<std::byte> host;
   for (size_t i = 0; i < store.params().size(); ++i) {
     const auto& e = store.params()[i];
-    copy_into(file.at(e.name), e, file.source(), host);
+    const std::string name = name_in_file(e.name, strip);
+    copy_into(file.at(name), e, file.source(), host);
     store.write_param(i, host.data());
+    read.insert(name);
   }
   for (size_t i = 0; i < store.buffers().size(); ++i) {
     const auto& e = store.buffers()[i];
+    const std::string name = name_in_file(e.name, strip);
+    read.insert(name);
     if (e.desc.dtype != DType::kF32) continue;  // counters are recomputed from the step
-    const SafetensorsEntry* entry = file.find(e.name);
+    const SafetensorsEntry* entry = file.find(name);
     if (!entry) {
-      throw DataError(fmt::format("{}: has no '{}' (BN running statistics are required)",
-                                  file.source(), e.name));
+      throw DataError(
+          fmt::format("{}: has no '{}' (BN running statistics are required)", file.source(), name));
     }
     copy_into(*entry, e, file.source(), host);
     store.write_buffer(i, host.data());
   }
+  for (const auto& [alias, param] : mapping.tied) {
+    const std::string name = name_in_file(alias, strip);
+    const SafetensorsEntry* entry = file.find(name);
+    if (!entry) continue;  // stored once, under the parameter's name
+    const SafetensorsEntry* own = file.find(name_in_file(param, strip));
+    if (!own || !same_tensor(*entry, *own)) {
+      throw DataError(fmt::format("{}: '{}' differs from '{}' (an untied head: Hugging Face's "
+                                  "tie_word_embeddings=False), but this model ties '{}' to '{}'",
+                                  file.source(), name, name_in_file(param, strip), alias, param),
+                      "ferry's model ties them; load weights saved with tied embeddings");
+    }
+    read.insert(name);
+  }
+  std::vector<std::string> unused;
+  for (const auto& e : file.entries()) {
+    if (!read.count(e.name) && !known_extra(e.name, ferry_file)) unused.push_back(e.name);
+  }
+  if (!unused.empty() && !mapping.ignore_unused) {
+    throw DataError(
+        fmt::format("{}: tensor '{}'{} is read by no parameter of the model", file.source(),
+                    unused.front(),
+                    unused.size() > 1 ? fmt::format(" (and {} others)", unused.size() - 1) : ""),
+        "the file was written for another or a larger model (model.name, model.layers); set "
+        "model.init_ignore_unused=true to load the rest anyway");
+  }
+  return unused.size();
 }
 
 }  // namespace
 
-void load_weights(const std::string& path, ParameterStore& store) {
-  load_model_tensors(read_safetensors(path), store);
+std::map<std::string, std::string> tied_weight_names(const Graph& graph) {
+  std::map<std::string, std::string> tied;
+  std::vector<bool> owned(graph.tensors().size(), false);
+  for (const Node& node : graph.nodes()) {
+    for (TensorId p : node.params) {
+      const size_t id = static_cast<size_t>(p);
+      if (owned[id]) tied[node.name + ".weight"] = graph.tensor(p).name;
+      owned[id] = true;
+    }
+  }
+  return tied;
 }
 
+size_t load_weights(const std::string& path, ParameterStore& store, const WeightsMapping& mapping) {
+  return load_model_tensors(read_safetensors(path), store, mapping);
+}
+
+// Note [What resume checks]
+// A resumed run must be the run that wrote the checkpoint: the same model (name and shape keys)
+// reading data of the same shape. Keys that change no parameter's shape (model.heads,
+// data.seq_len) would otherwise load and train on silently, so the checkpoint's metadata records
+// them (config key -> value text) and resume compares them before anything loads. A checkpoint
+// written before a key was recorded still resumes; the keys it lacks are reported unchecked.
+
+namespace {
+
+// ConfigError on the first key of `shape` whose recorded value differs; the keys not recorded.
+std::vector<std::string> check_shape(const SafetensorsFile& file,
+                                     const std::map<std::string, std::string>& shape) {
+  std::vector<std::string> unchecked;
+  for (const auto& [key, value] : shape) {
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end() && key == "model.name") it = file.metadata().find("model");
+    if (it == file.metadata().end()) {
+      unchecked.push_back(key);
+      continue;
+    }
+    if (it->second != value) {
+      throw ConfigError(fmt::format("checkpoint.resume: {} is {} but '{}' was written with {}={}",
+                                    key, value, file.source(), key, it->second),
+                        fmt::format("set {}={} to resume that run, or start a fresh one "
+                                    "(checkpoint.resume=\"\", another checkpoint.dir)",
+                                    key, it->second));
+    }
+  }
+  return unchecked;
+}
+
+}  // namespace
+
 TrainingState load_checkpoint(const std::string& path, ParameterStore& store,
-                              const std::vector<std::string>& slot_names) {
+                              const std::vector<std::string>& slot_names,
+                              const std::map<std::string, std::string>& shape) {
   const SafetensorsFile file = read_safetensors(path);
   check_format(file);
   TrainingState state;
+  state.unchecked = check_shape(file, shape);
+  state.shape = shape;
   state.step = metadata_count(file, "step");
   state.epoch = metadata_count(file, "epoch");
   state.batch_in_epoch = metadata_count(file, "batch_in_epoch");
   state.seed = metadata_number<uint64_t>(file, "seed");
   if (auto it = file.metadata().find("model"); it != file.metadata().end())
     state.model = it->second;
-  load_model_tensors(file, store);
+  load_model_tensors(file, store, {});
   std::vector<std::byte> host;
   for (size_t s = 0; s < slot_names.size(); ++s) {
     for (size_t i = 0; i < store.params().size(); ++i) {

@@ -54,6 +54,58 @@ bool dtype_from_name(std::string_view name, DType* out) {
   return false;
 }
 
+// Note [Half precision on read]
+// Published weights often come as BF16 or F16 (a Hugging Face model saved in its training
+// dtype). Both widen to F32 exactly (every BF16 and F16 value, subnormals, infinities and NaN
+// included, is an F32 value), so the reader widens them once, on read, and every consumer sees
+// F32 tensors; `stored_dtype` keeps what the file held. Files ferry writes stay F32.
+
+// Bytes per element of a half-precision dtype the reader widens to F32; 0 for any other name.
+size_t half_dtype_size(std::string_view name) { return name == "BF16" || name == "F16" ? 2 : 0; }
+
+// An IEEE binary16 value as the F32 with the same value.
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // infinity or NaN (payload kept)
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  } else if (mantissa == 0) {
+    bits = sign;  // signed zero
+  } else {
+    // Subnormal: shift the leading one into the implicit bit; each shift lowers the exponent.
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// `count` little-endian BF16 or F16 values at `in` as F32 bytes.
+std::vector<uint8_t> widen_to_f32(std::string_view dtype, const uint8_t* in, size_t count) {
+  std::vector<uint8_t> out(count * sizeof(float));
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t h = static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8));
+    float f;
+    if (dtype == "BF16") {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;  // BF16 is F32's upper half
+      std::memcpy(&f, &bits, sizeof(f));
+    } else {
+      f = f16_to_f32(h);
+    }
+    std::memcpy(out.data() + i * sizeof(float), &f, sizeof(f));
+  }
+  return out;
+}
+
 // A JSON string literal; DataError when `s` is not valid UTF-8.
 std::string json_string(const std::string& s, std::string_view what) {
   try {
@@ -253,11 +305,19 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
     if (!v["dtype"].is_string())
       bad(source, fmt::format("tensor '{}': 'dtype' is not a string", name));
     const std::string dtype = v["dtype"].get<std::string>();
-    if (!dtype_from_name(dtype, &e.dtype)) {
-      bad(source, fmt::format("tensor '{}' has dtype '{}', which ferry does not read (it reads "
-                              "F32, F64, I32, I64, U8)",
-                              name, dtype));
+    const size_t half = half_dtype_size(dtype);
+    if (half > 0) {
+      e.dtype = DType::kF32;  // widened below (Note [Half precision on read])
+    } else if (!dtype_from_name(dtype, &e.dtype)) {
+      // A valid file in a dtype ferry does not read: the hint is a conversion, not "truncated".
+      throw DataError(
+          fmt::format("safetensors file '{}': tensor '{}' has dtype '{}', which ferry does not "
+                      "read (it reads F32, F64, I32, I64, U8, and BF16 and F16 as F32)",
+                      source, name, dtype),
+          "convert the file's tensors to F32, e.g. safetensors.torch.save_file({k: v.float() "
+          "for k, v in load_file(path).items()}, out)");
     }
+    e.stored_dtype = dtype;
     e.shape = Shape(parse_shape(source, name, v["shape"]));
     const nlohmann::json& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -277,7 +337,7 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
                               name, begin, end, data_size));
     }
     // Every partial product must fit int64_t too: Shape::numel() multiplies in that type.
-    uint64_t expected = dtype_size(e.dtype);
+    uint64_t expected = half > 0 ? half : dtype_size(e.dtype);
     for (int64_t d : e.shape.dims()) {
       if (__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected) ||
           expected > static_cast<uint64_t>(INT64_MAX)) {
@@ -324,6 +384,11 @@ SafetensorsFile parse_safetensors(std::vector<uint8_t> bytes, std::string source
   for (const Span& s : spans) {
     SafetensorsEntry e = std::move(file.entries_[s.entry]);
     e.bytes = std::span<const uint8_t>(file.buffer_.data() + data_begin + s.begin, s.end - s.begin);
+    if (half_dtype_size(e.stored_dtype) > 0) {
+      // A moved vector keeps its storage, so the span stays valid as widened_ grows.
+      file.widened_.push_back(widen_to_f32(e.stored_dtype, e.bytes.data(), e.bytes.size() / 2));
+      e.bytes = std::span<const uint8_t>(file.widened_.back());
+    }
     ordered.push_back(std::move(e));
   }
   file.entries_ = std::move(ordered);

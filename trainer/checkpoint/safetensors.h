@@ -1,7 +1,8 @@
 // The safetensors file format: an 8-byte little-endian header length N, N bytes of JSON
 // ({name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, space-padded to a multiple
 // of 8), then the tensor bytes. Invariant: files written here are byte-identical to what the
-// reference library writes for the same tensors; files read here passed every reference check.
+// reference library writes for the same tensors; files read here passed every reference check
+// (BF16 and F16 tensors are widened to F32 on read, exactly: Note [Half precision on read]).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,8 @@ struct SafetensorsEntry {
   DType dtype = DType::kF32;
   Shape shape;
   std::span<const uint8_t> bytes;
+  // The dtype the file stores: dtype_name(dtype), or "BF16" / "F16" for a tensor widened to F32.
+  std::string stored_dtype;
 };
 
 // A parsed file: the entries in file (offset) order, the metadata, the bytes. Move-only.
@@ -78,12 +81,13 @@ class SafetensorsFile {
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t, std::less<>> index_;
   SafetensorsMetadata metadata_;
+  std::vector<std::vector<uint8_t>> widened_;  // F32 copies of BF16 / F16 tensors
 };
 
 // Reads and validates a file. DataError naming the file and the problem when it is missing,
 // too short, its header length runs past the end, the JSON is malformed, a dtype is unknown
-// (or not one of F32, F64, I32, I64, U8), or shapes and data_offsets disagree, overlap, leave
-// gaps or run out of the buffer.
+// (or not one of F32, F64, I32, I64, U8, and BF16 or F16, which are read as F32), or shapes and
+// data_offsets disagree, overlap, leave gaps or run out of the buffer.
 SafetensorsFile read_safetensors(const std::string& path);
 
 // The same checks on an in-memory image of a file; `source` names it in errors.

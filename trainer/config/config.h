@@ -84,6 +84,7 @@ struct ModelConfig {
   int64_t classes = 10;                     // >= 1
   std::array<int64_t, 3> input{3, 32, 32};  // [C, H, W], each >= 1
   std::string init_from;                    // safetensors weights to start from, "" = fresh init
+  bool init_ignore_unused = false;          // init_from: skip file tensors no parameter reads
   // Token models (gpt2, gpt2-medium): sizes, 0 = the named model's.
   int64_t layers = 0;    // >= 0
   int64_t heads = 0;     // >= 0, divides width

@@ -173,6 +173,9 @@ std::vector<KeySpec> build_schema() {
                 "Input image shape: channels, height, width."),
       text(FERRY_CONFIG_KEY(model, init_from),
            "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
+      flag(FERRY_CONFIG_KEY(model, init_ignore_unused),
+           "model.init_from: load a file that holds tensors the model does not read (a larger "
+           "model's), skipping them; false = such a file is refused, naming the first."),
       integer(FERRY_CONFIG_KEY(model, layers), at_least(0),
               "Transformer blocks (gpt2 models); 0 = the named model's."),
       integer(FERRY_CONFIG_KEY(model, heads), at_least(0),

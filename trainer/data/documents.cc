@@ -93,7 +93,11 @@ PackedRows pack_documents(const std::vector<int32_t>& lengths, int64_t seq_len) 
 
 int64_t batch_length(int64_t longest, int64_t bucket, int64_t seq_len) {
   FERRY_ASSERT(bucket >= 1 && longest >= 0, "a length bucket is at least 1");
-  const int64_t rounded = (std::max<int64_t>(longest, 1) + bucket - 1) / bucket * bucket;
+  // Any bucket up to INT64_MAX is valid (data.len_bucket): settle the cases where rounding up
+  // reaches seq_len first, so the sum below stays under 2 seq_len and cannot overflow.
+  const int64_t length = std::max<int64_t>(longest, 1);
+  if (bucket >= seq_len || length >= seq_len) return seq_len;
+  const int64_t rounded = (length + bucket - 1) / bucket * bucket;
   return std::min(rounded, seq_len);
 }
 

@@ -11,11 +11,8 @@
 #include "trainer/data/loader.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -25,92 +22,9 @@
 #include "common/error.h"
 #include "device/counter_rng.h"
 #include "trainer/data/documents.h"
+#include "trainer/data/loader_impl.h"
 
 namespace ferry {
-
-namespace loader_detail {
-
-struct Slot {
-  void* block = nullptr;
-  uint64_t block_bytes = 0;
-  void* input = nullptr;        // (batch_size, sample_shape...) (Note [Sample layout])
-  int32_t* labels = nullptr;    // (batch_size, labels_per_sample)
-  int32_t* segments = nullptr;  // (batch_size, T): packed documents only
-  bool float_input = true;      // images: input holds floats
-  int64_t n = 0;
-  Shape shape;  // of the input this fill wrote, (n, sample...)
-  LoaderPosition position;
-  int64_t labelled = 0;       // labelled positions of this rank's rows
-  float loss_divisor = 0.0f;  // Batch::loss_divisor
-};
-
-// A ready entry: a filled slot, or the end of a finite pass, or the producer's error.
-struct Item {
-  Slot* slot = nullptr;
-  std::exception_ptr error;
-};
-
-struct State {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::unique_ptr<Slot>> slots;
-  std::deque<Slot*> free;
-  // Released after an event (Batch::release_after): reusable once it has completed.
-  std::deque<std::pair<Slot*, std::shared_ptr<Event>>> returning;
-  std::deque<Item> ready;
-  int ready_batches = 0;  // items in `ready` that hold a slot
-  bool filling = false;   // the producer holds a slot
-  std::atomic<bool> stop{false};
-  PinnedAllocator* allocator = nullptr;
-
-  ~State() {
-    for (auto& [slot, done] : returning) {
-      try {
-        done->synchronize();  // no copy may still read a buffer freed here
-      } catch (...) {
-        // The failure was reported to whoever waited on the device's work.
-      }
-    }
-    for (auto& slot : slots) {
-      if (allocator != nullptr) {
-        allocator->deallocate(slot->block, slot->block_bytes);
-      } else {
-        std::free(slot->block);
-      }
-    }
-  }
-
-  void give_back(Slot* slot) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      free.push_back(slot);
-    }
-    cv.notify_all();
-  }
-
-  void give_back_after(Slot* slot, std::shared_ptr<Event> done) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      returning.emplace_back(slot, std::move(done));
-    }
-    cv.notify_all();
-  }
-
-  // Under `mu`: a slot for the producer, a free one first, else the oldest returning one with
-  // the event it must wait for (outside the lock) before writing it.
-  std::pair<Slot*, std::shared_ptr<Event>> take_slot() {
-    if (free.empty()) {
-      auto r = std::move(returning.front());
-      returning.pop_front();
-      return r;
-    }
-    Slot* slot = free.front();
-    free.pop_front();
-    return {slot, nullptr};
-  }
-};
-
-}  // namespace loader_detail
 
 using loader_detail::Item;
 using loader_detail::Slot;
@@ -123,6 +37,10 @@ constexpr uint64_t kScaleDomain = 0x5363616c65536565ull;  // "ScaleSee"
 constexpr uint64_t kAlign = 64;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+uint64_t input_bytes_of(const Shape& input, DType dtype) {
+  return static_cast<uint64_t>(input.numel()) * dtype_size(dtype);
+}
 
 struct SliceRange {
   int64_t begin = 0;  // into the epoch order
@@ -188,12 +106,24 @@ Batch& Batch::operator=(Batch&& other) noexcept {
   return *this;
 }
 
-void* Batch::input() const { return slot_ ? slot_->input : nullptr; }
+// A batch that was not generated has no contents to hand out: asking is a consumer's bug.
+void* Batch::input() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the input of a batch that was not generated");
+  return slot_ ? slot_->input : nullptr;
+}
 float* Batch::images() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the images of a batch that was not generated");
   return slot_ && slot_->float_input ? static_cast<float*>(slot_->input) : nullptr;
 }
-int32_t* Batch::labels() const { return slot_ ? slot_->labels : nullptr; }
-int32_t* Batch::segments() const { return slot_ ? slot_->segments : nullptr; }
+int32_t* Batch::labels() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the labels of a batch that was not generated");
+  return slot_ ? slot_->labels : nullptr;
+}
+int32_t* Batch::segments() const {
+  FERRY_ASSERT(!slot_ || slot_->generated, "the segments of a batch that was not generated");
+  return slot_ ? slot_->segments : nullptr;
+}
+bool Batch::generated() const { return slot_ && slot_->generated; }
 int64_t Batch::labelled() const { return slot_ ? slot_->labelled : 0; }
 float Batch::loss_divisor() const { return slot_ ? slot_->loss_divisor : 0.0f; }
 Shape Batch::shape() const { return slot_ ? slot_->shape : Shape{}; }
@@ -298,15 +228,19 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
 
   state_ = std::make_shared<State>();
   state_->allocator = o.allocator;
-  const uint64_t input_bytes = round_up(
-      static_cast<uint64_t>(batch_shape().numel()) * dtype_size(dataset_->input_dtype()), kAlign);
+  for (const Shape& s : o.skip_shapes) state_->skipped_shapes.insert(s.dims());
+  // No input space when no batch is generated (Note [Batches too large to train]).
+  const bool none_generated = !generates(batch_shape());
+  const uint64_t input_bytes =
+      none_generated ? 0 : round_up(input_bytes_of(batch_shape(), dataset_->input_dtype()), kAlign);
   const uint64_t labels_bytes =
       round_up(static_cast<uint64_t>(o.batch_size) *
                    static_cast<uint64_t>(dataset_->labels_per_sample()) * 4,
                kAlign);
   // Packed documents: a segment start per input position.
-  const uint64_t segments_bytes =
-      dataset_->segmented() ? static_cast<uint64_t>(batch_shape().numel()) * 4 : 0;
+  const uint64_t segments_bytes = dataset_->segmented() && !none_generated
+                                      ? static_cast<uint64_t>(batch_shape().numel()) * 4
+                                      : 0;
   const uint64_t block_bytes = round_up(input_bytes + labels_bytes + segments_bytes, kAlign);
   for (int i = 0; i < o.prefetch + o.max_leases; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -402,11 +336,42 @@ Shape rows_of(const Dataset& ds, int64_t rows, int64_t side) {
 
 }  // namespace
 
+// Note [Batches too large to train]
+// A batch's input must be on the device, whole, for its step; a shape whose input alone is
+// larger than the device's memory budget can have no plan, whatever memory.oversize says. Such
+// batches (a large side of data.scales) are neither allocated nor generated: the buffers hold
+// the largest shape within LoaderOptions::max_input_bytes, and a batch beyond it comes out with
+// its shape, size and position only (Batch::generated() false), for the consumer to refuse
+// (memory.oversize error: before any step) or drop (skip). A shape the planner refuses for
+// other reasons is not generated either when the consumer knows it before the loader starts
+// (LoaderOptions::skip_shapes: the trainer plans each side of data.scales first under skip) or
+// once it drops it (skip_shape). Which batches are generated never changes which position holds
+// which samples or side, so the data order is the same with and without skipping.
+
+bool DataLoader::generates(const Shape& input) const {
+  if (options_.max_input_bytes > 0 &&
+      input_bytes_of(input, dataset_->input_dtype()) > options_.max_input_bytes) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return !state_->skipped_shapes.count(input.dims());
+}
+
 Shape DataLoader::batch_shape() const {
-  const int64_t largest = options_.scales.empty()
-                              ? 0
-                              : *std::max_element(options_.scales.begin(), options_.scales.end());
+  int64_t largest = 0;
+  for (int64_t side : options_.scales) {
+    if (generates(rows_of(*dataset_, options_.batch_size, side))) largest = std::max(largest, side);
+  }
+  // Every side too large: no batch is generated; the buffers hold the smallest (never filled).
+  if (!options_.scales.empty() && largest == 0) {
+    largest = *std::min_element(options_.scales.begin(), options_.scales.end());
+  }
   return rows_of(*dataset_, options_.batch_size, largest);
+}
+
+void DataLoader::skip_shape(const Shape& input) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->skipped_shapes.insert(input.dims());
 }
 
 int64_t DataLoader::side(LoaderPosition p) const {
@@ -507,6 +472,13 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const bool docs = documents(ds);
   const int64_t len = ds.pads_per_batch() ? length_in(order, slot.position.batch) : 0;
   slot.shape = len > 0 ? Shape{r.count, len} : rows_of(ds, r.count, side);
+  slot.generated = generates(slot.shape);  // Note [Batches too large to train]
+  if (!slot.generated) {
+    slot.n = r.count;
+    slot.labelled = 0;
+    slot.loss_divisor = 0.0f;
+    return;
+  }
   const Shape one = len > 0 ? Shape{1, len} : rows_of(ds, 1, side);  // (1, sample...)
   const Shape shape(std::vector<int64_t>(one.dims().begin() + 1, one.dims().end()));
   const int64_t sample = shape.numel();

@@ -55,6 +55,12 @@ struct LoaderOptions {
   // Where batch buffers come from (pinned memory for asynchronous device copies); nullptr:
   // aligned host memory. Must outlive the loader and every Batch it returned.
   PinnedAllocator* allocator = nullptr;
+  // > 0: a batch whose input would take more bytes than this (the device's memory budget) is
+  // neither allocated nor generated (Note [Batches too large to train] in loader.cc).
+  uint64_t max_input_bytes = 0;
+  // Input shapes never generated (the consumer drops them: memory.oversize skip), as if passed
+  // to DataLoader::skip_shape before the first batch; the buffers do not hold them either.
+  std::vector<Shape> skip_shapes;
 };
 
 namespace loader_detail {
@@ -98,6 +104,9 @@ class Batch {
   Shape shape() const;
   // Rows in this batch: batch_size, fewer in a kept partial batch (possibly 0 on some ranks).
   int64_t size() const;
+  // false for a batch the consumer drops unread (Note [Batches too large to train]): its shape,
+  // size and position are set, its input, labels and segments must not be asked for.
+  bool generated() const;
   LoaderPosition position() const;
   int64_t epoch() const { return position().epoch; }
   int64_t index_in_epoch() const { return position().batch; }
@@ -146,8 +155,13 @@ class DataLoader {
   std::vector<int64_t> indices(LoaderPosition position) const;
   // (batch_size, sample_shape...): the capacity of a batch buffer's input, e.g.
   // (batch_size, C, H, W) for images and (batch_size, T) for tokens; at the largest of
-  // options.scales when given.
+  // options.scales when given whose batches are generated (within max_input_bytes).
   Shape batch_shape() const;
+  // Batches of this input shape are no longer generated, from the next one prepared on: the
+  // consumer drops them (memory.oversize skip). Callable from any thread.
+  void skip_shape(const Shape& input);
+  // Whether a batch of `input` is generated: within max_input_bytes and not skipped.
+  bool generates(const Shape& input) const;
   // The image side of the batch at `position` (Note [Per-batch sides]); 0 without scales.
   int64_t side(LoaderPosition position) const;
   // The row length of the batch at `position`: padded documents' batch_length over the global

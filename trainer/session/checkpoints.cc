@@ -1,17 +1,36 @@
-// Checkpoint folder housekeeping.
+// Checkpoint folder housekeeping and the run shape resume checks.
 #include "trainer/session/checkpoints.h"
 
 #include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "trainer/configured/model.h"
 
 namespace ferry {
 
 namespace fs = std::filesystem;
+
+std::map<std::string, std::string> run_shape(const Config& config) {
+  std::map<std::string, std::string> shape{{"model.name", config.model.name}};
+  if (model_info(config.model.name).tokens) {
+    const TransformerSizes s = resolved_sizes(config);
+    shape["model.layers"] = std::to_string(s.layers);
+    shape["model.heads"] = std::to_string(s.heads);
+    shape["model.width"] = std::to_string(s.width);
+    shape["model.vocab"] = std::to_string(s.vocab);
+    shape["model.context"] = std::to_string(s.context);
+    shape["data.seq_len"] = std::to_string(tokens_per_row(config));
+  } else {
+    shape["model.input"] = fmt::format("[{}]", fmt::join(config.model.input, ", "));
+    shape["model.classes"] = std::to_string(config.model.classes);
+  }
+  return shape;
+}
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / fmt::format("step_{}.safetensors", step)).string();

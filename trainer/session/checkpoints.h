@@ -1,11 +1,21 @@
-// Finding and pruning the step_<N>.safetensors files of a checkpoint folder.
+// Finding and pruning the step_<N>.safetensors files of a checkpoint folder, and the run shape
+// that resume checks.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "trainer/config/config.h"
+
 namespace ferry {
+
+// The run's shape as config key -> value text, recorded in each checkpoint and checked on
+// resume (Note [What resume checks] in trainer/checkpoint/model_checkpoint.cc): model.name, and
+// model.input and model.classes for an image model, or the resolved transformer sizes and
+// data.seq_len (tokens per row) for a token model.
+std::map<std::string, std::string> run_shape(const Config& config);
 
 // "<dir>/step_<step>.safetensors".
 std::string checkpoint_path(const std::string& dir, int64_t step);

@@ -102,7 +102,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
   store_->initialize(graph_, config.run.seed);
-  if (!config.model.init_from.empty()) load_weights(config.model.init_from, *store_);
+  if (!config.model.init_from.empty()) {
+    load_weights(config.model.init_from, *store_,
+                 {tied_weight_names(graph_), config.model.init_ignore_unused});
+  }
   optimizer_ = std::make_unique<Optimizer>(opt);
   ExecutorOptions exec;
   exec.plan = plan_options(config);

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/fault.h"
 #include "common/bytes.h"
@@ -203,6 +204,7 @@ class StepBookkeeping {
     while (!shapes_.admit(batch.shape())) {
       if (const std::string line = shapes_.skip(batch.shape(), step); !line.empty())
         log_.line(line);
+      loader_.skip_shape(batch.shape());  // dropped from now on: no longer generated
       batch.release();
       batch = draw();
     }
@@ -356,7 +358,8 @@ void save_step_checkpoint(const Config& config, Session& session, const DataLoad
   const LoaderPosition next = loader.position();
   const std::string path = checkpoint_path(config.checkpoint.dir, step);
   save_checkpoint(path, session.store(), session.optimizer_slot_names(),
-                  TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name});
+                  TrainingState{step, next.epoch, next.batch, config.run.seed, config.model.name,
+                                run_shape(config)});
   prune_checkpoints(config.checkpoint.dir, config.checkpoint.keep);
   log.print("saved    {}", path);
 }
@@ -364,9 +367,14 @@ void save_step_checkpoint(const Config& config, Session& session, const DataLoad
 // Where training starts: step 0, or the checkpoint `start` resumes (its weights and optimizer
 // state loaded, the optimizer's step count set). ConfigError when it is past run.steps.
 TrainingState resume(const Config& config, Session& session, RankLog& log, const RunStart& start) {
-  TrainingState state{0, 0, 0, config.run.seed, config.model.name};
+  const std::map<std::string, std::string> shape = run_shape(config);
+  TrainingState state{0, 0, 0, config.run.seed, config.model.name, shape};
   if (start.resume.empty()) return state;
-  state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names());
+  state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names(), shape);
+  if (!state.unchecked.empty()) {
+    log.print("resume   {} records no {} (an older checkpoint): not checked", start.resume,
+              fmt::join(state.unchecked, ", "));
+  }
   if (state.step > config.run.steps) {
     throw ConfigError(fmt::format("checkpoint.resume: '{}' is at step {}, past run.steps={}",
                                   start.resume, state.step, config.run.steps),
@@ -379,12 +387,28 @@ TrainingState resume(const Config& config, Session& session, RankLog& log, const
 }
 
 // The loader of this rank's share of every global batch, from the position `state` reached.
+// `shared`: the job runs on a memory.share lease (its budget can grow later).
 LoaderOptions training_loader_options(const Config& config, Session& session,
-                                      const TrainingState& state) {
+                                      const TrainingState& state, bool shared) {
   LoaderOptions lo = loader_options(config, session.device());
   lo.world_size = session.ranks().size;
   lo.rank = session.ranks().rank;
   lo.scales = config.data.scales;
+  // Note [Batches too large to train] (loader.cc): no budget holds a larger input.
+  lo.max_input_bytes = config.memory.budget > 0 ? config.memory.budget : config.device.memory;
+  // Under skip, the sides no plan fits are neither allocated nor drawn (a shared budget can
+  // grow later: then only by size). The plans made here are the ones the steps use.
+  if (config.memory.oversize == OversizeAction::kSkip && !shared) {
+    for (int64_t side : config.data.scales) {
+      const Shape input = configured_input(config, config.data.batch_size, side);
+      if (input.numel() * 4 > static_cast<int64_t>(lo.max_input_bytes)) continue;
+      try {
+        (void)session.executor().program(input, /*training=*/true);
+      } catch (const BudgetError&) {
+        lo.skip_shapes.push_back(input);
+      }
+    }
+  }
   // Every rank takes part in every step: a partial global batch would leave some without rows.
   if (session.ranks().size > 1) lo.drop_last = true;
   lo.start = LoaderPosition{state.epoch, state.batch_in_epoch};
@@ -400,7 +424,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   auto dataset = open_configured_dataset(config);
   for (const std::string& note : start.notes) log.line(note);
   const TrainingState state = resume(config, session, log, start);
-  DataLoader loader(dataset, training_loader_options(config, session, state));
+  DataLoader loader(dataset, training_loader_options(config, session, state, share != nullptr));
   // Every side of data.scales must make a graph of this model: checked before any step.
   if (!config.data.scales.empty()) {
     for (const Shape& s : loader.input_shapes()) (void)build_configured_model(config, s);

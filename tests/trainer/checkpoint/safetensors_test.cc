@@ -200,11 +200,70 @@ TEST(SafetensorsCorrupt, MalformedJson) {
 
 TEST(SafetensorsCorrupt, UnknownDtype) {
   const std::string e =
-      parse_error(image(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4));
-  EXPECT_NE(e.find("dtype 'F16'"), std::string::npos) << e;
+      parse_error(image(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2));
+  EXPECT_NE(e.find("dtype 'F8_E4M3'"), std::string::npos) << e;
+  try {
+    parse_safetensors(image(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2),
+                      "f8.safetensors");
+    ADD_FAILURE() << "F8_E4M3 parsed";
+  } catch (const DataError& error) {
+    // A valid file in another dtype: the hint converts it, it does not call it truncated.
+    EXPECT_EQ(std::string(error.hint()).find("truncated"), std::string::npos) << error.hint();
+    EXPECT_NE(std::string(error.hint()).find("F32"), std::string::npos) << error.hint();
+  }
   EXPECT_NE(e.find("bad.safetensors"), std::string::npos) << e;
   EXPECT_NE(parse_error(image(R"({"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}})", 1))
                 .find("dtype 'Q9'"),
+            std::string::npos);
+}
+
+// A file image with `header` and `data` after it.
+std::vector<uint8_t> image_with(const std::string& header, const std::vector<uint16_t>& data) {
+  std::vector<uint8_t> out = image(header, 2 * data.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    out[8 + header.size() + 2 * i] = static_cast<uint8_t>(data[i]);
+    out[8 + header.size() + 2 * i + 1] = static_cast<uint8_t>(data[i] >> 8);
+  }
+  return out;
+}
+
+// BF16 and F16 (Hugging Face files saved in their training dtype) are read as the F32 values
+// they hold, exactly: normal, subnormal, signed zero, infinity and NaN.
+TEST(SafetensorsHalf, Bf16AndF16WidenToF32Exactly) {
+  const std::vector<uint16_t> bf16 = {0x3fc0, 0xc010, 0x0001, 0x8000, 0x7f80, 0x7fc0};
+  const std::vector<uint16_t> f16 = {0x3e00, 0xc080, 0x0001, 0x0200, 0x8000, 0x7c00, 0x7bff};
+  const std::string header = R"({"b":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)"
+                             R"("h":{"dtype":"F16","shape":[7],"data_offsets":[12,26]}})";
+  std::vector<uint16_t> data = bf16;
+  data.insert(data.end(), f16.begin(), f16.end());
+  const SafetensorsFile file = parse_safetensors(image_with(header, data), "half.safetensors");
+  const SafetensorsEntry& b = file.at("b");
+  EXPECT_EQ(b.dtype, DType::kF32);
+  EXPECT_EQ(b.stored_dtype, "BF16");
+  EXPECT_EQ(b.shape, (Shape{2, 3}));
+  const std::vector<float> bv = values_of<float>(b);
+  ASSERT_EQ(bv.size(), 6u);
+  EXPECT_EQ(bv[0], 1.5f);
+  EXPECT_EQ(bv[1], -2.25f);
+  EXPECT_EQ(bv[2], std::ldexp(1.0f, -133));  // the smallest BF16 subnormal
+  EXPECT_TRUE(bv[3] == 0.0f && std::signbit(bv[3]));
+  EXPECT_EQ(bv[4], INFINITY);
+  EXPECT_TRUE(std::isnan(bv[5]));
+  const SafetensorsEntry& h = file.at("h");
+  EXPECT_EQ(h.dtype, DType::kF32);
+  EXPECT_EQ(h.stored_dtype, "F16");
+  const std::vector<float> hv = values_of<float>(h);
+  ASSERT_EQ(hv.size(), 7u);
+  EXPECT_EQ(hv[0], 1.5f);
+  EXPECT_EQ(hv[1], -2.25f);
+  EXPECT_EQ(hv[2], std::ldexp(1.0f, -24));  // the smallest F16 subnormal
+  EXPECT_EQ(hv[3], std::ldexp(1.0f, -15));  // a larger subnormal
+  EXPECT_TRUE(hv[4] == 0.0f && std::signbit(hv[4]));
+  EXPECT_EQ(hv[5], INFINITY);
+  EXPECT_EQ(hv[6], 65504.0f);  // the largest F16
+  // The stored size is still checked: 3 BF16 values need 6 bytes, not 12.
+  EXPECT_NE(parse_error(image(R"({"a":{"dtype":"BF16","shape":[3],"data_offsets":[0,12]}})", 12))
+                .find("needs 6 bytes"),
             std::string::npos);
 }
 

@@ -172,6 +172,11 @@ TEST(Documents, BatchLengthsRoundUpToTheBucketWithinSeqLen) {
   EXPECT_EQ(length_buckets(64, 256), (std::vector<int64_t>{64, 128, 192, 256}));
   EXPECT_EQ(length_buckets(64, 100), (std::vector<int64_t>{64, 100}));
   EXPECT_EQ(length_buckets(300, 100), (std::vector<int64_t>{100}));
+  // The largest data.len_bucket rounds every batch up to seq_len, without overflowing.
+  EXPECT_EQ(batch_length(1, INT64_MAX, 128), 128);
+  EXPECT_EQ(batch_length(10, INT64_MAX, 128), 128);
+  EXPECT_EQ(batch_length(127, INT64_MAX - 1, 128), 128);
+  EXPECT_EQ(length_buckets(INT64_MAX, 128), (std::vector<int64_t>{128}));
 }
 
 // 96 documents of mostly a few tokens, some of over 32, for the loader tests.

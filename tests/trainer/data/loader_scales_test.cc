@@ -3,14 +3,17 @@
 // prefetch; a batch holds the dataset's draw at its side and says its shape; sources that cannot
 // resize, and sides out of range, are refused naming the key.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "device/host_pool.h"
 #include "trainer/data/loader.h"
 
 namespace ferry {
@@ -157,6 +160,105 @@ TEST(LoaderScales, RefusesSourcesThatCannotResizeAndSidesOutOfRange) {
   expect_config_error(synthetic(), o, "side 0");
   o.scales = {kMaxScaleSide + 1};
   expect_config_error(synthetic(), o, "side 16385");
+}
+
+// The synthetic dataset, counting the rows drawn at each side.
+class CountingDataset : public Dataset {
+ public:
+  explicit CountingDataset(std::shared_ptr<const Dataset> inner) : inner_(std::move(inner)) {}
+  int64_t size() const override { return inner_->size(); }
+  Shape image_shape() const override { return inner_->image_shape(); }
+  int64_t classes() const override { return inner_->classes(); }
+  std::string describe() const override { return "counting " + inner_->describe(); }
+  int32_t get(int64_t index, float* pixels) const override { return inner_->get(index, pixels); }
+  int64_t max_side() const override { return inner_->max_side(); }
+  void read_at(int64_t index, int64_t epoch, int64_t side, float* pixels,
+               int32_t* label) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++rows_[side];
+    }
+    inner_->read_at(index, epoch, side, pixels, label);
+  }
+  std::map<int64_t, int64_t> rows() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rows_;
+  }
+
+ private:
+  std::shared_ptr<const Dataset> inner_;
+  mutable std::mutex mu_;
+  mutable std::map<int64_t, int64_t> rows_;
+};
+
+// Aligned host memory, recording the size of every block asked for.
+class RecordingAllocator : public PinnedAllocator {
+ public:
+  void* allocate(uint64_t bytes) override {
+    sizes.push_back(bytes);
+    return std::aligned_alloc(64, std::max<uint64_t>(bytes, 64));
+  }
+  void deallocate(void* ptr, uint64_t) override { std::free(ptr); }
+  std::vector<uint64_t> sizes;
+};
+
+// Note [Batches too large to train]: sides whose batch input exceeds max_input_bytes get no
+// buffer space and are never drawn; their batches come out with shape and size only, in the
+// order drawn. A shape the consumer skips is not drawn from the next batch prepared on.
+TEST(LoaderScales, BatchesOverTheInputLimitAreNeitherAllocatedNorGenerated) {
+  auto counting = std::make_shared<CountingDataset>(synthetic());
+  RecordingAllocator allocator;
+  LoaderOptions o = scaled(8);
+  o.max_input_bytes = 8 * 3 * 12 * 12 * sizeof(float);  // sides 8 and 12 fit, 16 and 20 do not
+  o.allocator = &allocator;
+  {
+    DataLoader l(counting, o);
+    DataLoader reference(synthetic(), scaled(8));
+    EXPECT_EQ(l.batch_shape(), (Shape{8, 3, 12, 12}));
+    ASSERT_FALSE(allocator.sizes.empty());
+    for (uint64_t bytes : allocator.sizes) EXPECT_LT(bytes, 8u * 3 * 16 * 16 * sizeof(float));
+    int over = 0;
+    for (int step = 0; step < 16; ++step) {
+      const LoaderPosition p = l.position();
+      Batch b = l.next();
+      Batch want = reference.next();
+      const int64_t side = l.side(p);
+      EXPECT_EQ(b.shape(), want.shape()) << "step " << step;
+      EXPECT_EQ(b.size(), 8);
+      EXPECT_EQ(b.generated(), side <= 12) << "step " << step << " side " << side;
+      if (b.generated()) {
+        EXPECT_EQ(std::memcmp(b.images(), want.images(), b.shape().numel() * sizeof(float)), 0);
+      }
+      over += side > 12;
+    }
+    EXPECT_GT(over, 0) << "the draw reaches sides 16 and 20";
+    EXPECT_EQ(counting->rows().count(16), 0u);
+    EXPECT_EQ(counting->rows().count(20), 0u);
+    EXPECT_GT(counting->rows().at(8), 0);
+
+    // Skipped by the consumer: side 8 is no longer drawn (from a fresh prefetch on).
+    l.skip_shape(Shape{8, 3, 8, 8});
+    l.seek(l.position());
+    const int64_t drawn = counting->rows().at(8);
+    for (int step = 0; step < 16; ++step) {
+      const LoaderPosition p = l.position();
+      Batch b = l.next();
+      EXPECT_EQ(b.generated(), l.side(p) == 12) << "step " << step;
+    }
+    EXPECT_EQ(counting->rows().at(8), drawn);
+  }
+  // Skipped from the start (LoaderOptions::skip_shapes): not in the buffers either.
+  auto fresh = std::make_shared<CountingDataset>(synthetic());
+  o.skip_shapes = {Shape{8, 3, 12, 12}};
+  allocator.sizes.clear();
+  DataLoader l(fresh, o);
+  EXPECT_EQ(l.batch_shape(), (Shape{8, 3, 8, 8}));
+  for (uint64_t bytes : allocator.sizes) EXPECT_LT(bytes, 8u * 3 * 12 * 12 * sizeof(float));
+  for (int step = 0; step < 16; ++step) {
+    const LoaderPosition p = l.position();
+    EXPECT_EQ(l.next().generated(), l.side(p) == 8) << "step " << step;
+  }
+  EXPECT_EQ(fresh->rows().count(12), 0u);
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // its exact message, the vocabulary check naming the token's position, window contents, random
 // windows independent of workers and ranks, the evaluation walk covering every full window
 // exactly once, and scripts/prepare_tokens.py's byte mode read back.
+#include <sys/wait.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -369,6 +372,30 @@ TEST(PrepareTokens, ByteModeRoundTrip) {
     EXPECT_EQ(first, separator ? "tokenizer bytes (separator 256 before each file): set "
                                  "model.vocab=257 (or more)"
                                : "tokenizer bytes: set model.vocab=256 (or more)");
+  }
+}
+
+// An --out that cannot be a folder is one error line and exit 2 (no Python traceback), before
+// any input is read.
+TEST(PrepareTokens, AnOutThatIsAFileIsOneErrorLine) {
+  if (std::system("test -x /usr/bin/python3") != 0) GTEST_SKIP() << "needs /usr/bin/python3";
+  TempDir dir;
+  dir.write("in.txt", "some text to tokenise\n");
+  dir.write("taken", "a file, not a folder\n");
+  for (const std::string out : {dir.file("taken"), dir.file("taken") + "/below"}) {
+    SCOPED_TRACE(out);
+    const std::string command = "/usr/bin/python3 " + std::string(FERRY_SOURCE_DIR) +
+                                "/scripts/prepare_tokens.py --tokenizer bytes --out '" + out +
+                                "' '" + dir.file("in.txt") + "' > '" + dir.file("log") + "' 2>&1";
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << command;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << command;
+    std::ifstream log(dir.file("log"));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(log, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 1u) << (lines.empty() ? "" : lines.back());
+    EXPECT_EQ(lines[0].rfind("error: --out " + out, 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find("is a file, not a folder"), std::string::npos) << lines[0];
   }
 }
 

@@ -147,5 +147,59 @@ TEST_F(Oversize, SkipDropsTheSameBatchesOnEveryRank) {
   EXPECT_GT(read_json(dir + "/summary.json")["oversize_skipped"].get<int64_t>(), 0);
 }
 
+// Note [Batches too large to train] (trainer/data/loader.cc): a side whose input alone exceeds
+// the budget is decided before anything is allocated or generated for it. The oversize error
+// names the shape (not the pinned host pool), and under skip the run costs what the sides that
+// train cost: 8192-pixel batches (24 GiB each) within a 64 MiB pinned host pool.
+TEST(OversizeInput, ASideLargerThanTheBudgetIsNeitherAllocatedNorGenerated) {
+  const std::string dir = scratch("oversize_input");
+  const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
+                           " run.overwrite=true model.name=resnet18_cifar memory.measure=false "
+                           "device.threads=1 run.steps=3 checkpoint.every=0 ";
+  Exit e = run(base + "data.scales=[16384]");
+  expect_user_error(e, "input (32, 3, 16384, 16384): memory.budget");
+  EXPECT_NE(e.output.find("memory.oversize=skip"), std::string::npos) << e.output;
+  EXPECT_EQ(e.output.find("pinned"), std::string::npos) << e.output;
+  expect_user_error(run(base + "data.scales=[16384] memory.oversize=skip"),
+                    "memory.oversize skip: no input shape fits memory.budget");
+  e = run(base + "'data.scales=[16, 8192]' memory.oversize=skip memory.host_limit=64MiB");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const nlohmann::json summary = read_json(dir + "/summary.json");
+  EXPECT_EQ(summary["steps"], 3);
+  ASSERT_EQ(summary["skipped_shapes"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["skipped_shapes"][0]["shape"], nlohmann::json::parse("[32, 3, 8192, 8192]"));
+  EXPECT_GT(summary["oversize_skipped"].get<int64_t>(), 0);
+}
+
+// The peak resident memory (KiB) of `command`, measured by a Python wrapper; -1 without it.
+int64_t peak_rss_kib(const std::string& command) {
+  const Exit e =
+      run("/usr/bin/python3 -c 'import resource, subprocess, sys; "
+          "r = subprocess.run(sys.argv[1], shell=True, stdout=subprocess.DEVNULL, "
+          "stderr=subprocess.DEVNULL); "
+          "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "
+          "r.returncode == 0 else -1)' \"" +
+          command + "\"");
+  return e.code == 0 ? std::stoll(e.output) : -1;
+}
+
+// A side the planner refuses although its input fits the budget (512 pixels: a 96 MiB input,
+// 10 GiB of activations) is planned before the loader starts under skip, and costs no memory:
+// the run peaks as the 16-pixel side alone does (before: about 200 MB more, its batches drawn).
+TEST(OversizeInput, ASideThePlannerRefusesCostsNoMemoryUnderSkip) {
+  if (std::system("test -x /usr/bin/python3") != 0) GTEST_SKIP() << "needs /usr/bin/python3";
+  const std::string dir = scratch("oversize_planned");
+  const std::string base = trainer() + " train " + quickstart() + " run.dir=" + dir +
+                           " run.overwrite=true model.name=resnet18_cifar memory.measure=false "
+                           "device.threads=1 run.steps=3 checkpoint.every=0 memory.oversize=skip ";
+  const int64_t alone = peak_rss_kib(base + "data.scales=[16]");
+  const int64_t with_512 = peak_rss_kib(base + "data.scales=[16,512]");
+  ASSERT_GT(alone, 0);
+  ASSERT_GT(with_512, 0);
+  EXPECT_LT(with_512, alone + 48 * 1024) << "KiB: [16] " << alone << ", [16, 512] " << with_512;
+  EXPECT_EQ(read_json(dir + "/summary.json")["skipped_shapes"][0]["shape"],
+            nlohmann::json::parse("[32, 3, 512, 512]"));
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -2,11 +2,13 @@
 // within 1e-6 on two); a checkpoint interrupted mid-write (the writer killed) leaves the
 // previous one loadable and resumable.
 #include <csignal>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "tests/trainer/integration/run_util.h"
+#include "trainer/checkpoint/safetensors.h"
 
 namespace ferry::testing {
 namespace {
@@ -83,6 +85,65 @@ TEST(Resume, AKilledWriterLeavesThePreviousCheckpointLoadable) {
           " data.batch_size=4 checkpoint.resume=latest checkpoint.dir=" + dir + "/ckpt");
   EXPECT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("resumed"), std::string::npos);
+}
+
+// Keys that change no parameter's shape (model.heads, data.seq_len) are checked on resume
+// (Note [What resume checks] in trainer/checkpoint/model_checkpoint.cc); a checkpoint written
+// before they were recorded still resumes, saying what it could not check.
+TEST(Resume, AChangedModelOrDataShapeIsRefused) {
+  const std::string dir = scratch("resume_shape");
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 2048;
+  std::vector<uint16_t> body(2048);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint16_t>((i * 7) % 200);
+  {
+    std::ofstream out(dir + "/train.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 256 * sizeof(int32_t));
+    out.write(reinterpret_cast<const char*>(body.data()),
+              static_cast<std::streamsize>(body.size() * sizeof(uint16_t)));
+  }
+  const auto train = [&](const std::string& name, int steps, const std::string& extra) {
+    return run(trainer() + " train " + std::string(FERRY_SOURCE_DIR) +
+               "/configs/gpt_text.yaml model.layers=1 model.width=32 model.heads=4 "
+               "model.context=32 data.seq_len=16 data.batch_size=2 data.path=" +
+               dir +
+               "/train.bin data.val_path= memory.measure=false device.threads=1 "
+               "optim.warmup_steps=0 checkpoint.every=2 run.dir=" +
+               dir + "/" + name + " run.steps=" + std::to_string(steps) + " " + extra);
+  };
+  Exit e = train("first", 2, "");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string ckpt = dir + "/first/checkpoints/step_2.safetensors";
+  const std::string resume = " checkpoint.resume=" + ckpt;
+  expect_user_error(
+      train("heads", 3, "model.heads=2" + resume),
+      "checkpoint.resume: model.heads is 2 but '" + ckpt + "' was written with model.heads=4");
+  expect_user_error(train("seq_len", 3, "data.seq_len=8" + resume),
+                    "data.seq_len is 8 but '" + ckpt + "' was written with data.seq_len=16");
+  e = train("same", 3, resume);
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_EQ(e.output.find("not checked"), std::string::npos) << e.output;
+
+  // The same checkpoint as an older ferry wrote it: the format, the position and model.name only.
+  SafetensorsFile file = read_safetensors(ckpt);
+  std::vector<SafetensorsTensor> tensors;
+  for (const SafetensorsEntry& t : file.entries())
+    tensors.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+  SafetensorsMetadata old;
+  for (const char* key : {"format", "model", "step", "epoch", "batch_in_epoch", "seed"})
+    old[key] = file.metadata().at(key);
+  const std::string older = dir + "/older.safetensors";
+  write_safetensors(older, tensors, old);
+  e = train("older", 3, "data.seq_len=8 checkpoint.resume=" + older);
+  EXPECT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("records no data.seq_len, model.context, model.heads, model.layers, "
+                          "model.vocab, model.width (an older checkpoint): not checked"),
+            std::string::npos)
+      << e.output;
+  expect_user_error(train("older_name", 3, "model.name=gpt2-medium checkpoint.resume=" + older),
+                    "model.name is gpt2-medium but");
 }
 
 }  // namespace
