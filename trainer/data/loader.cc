@@ -377,7 +377,7 @@ int64_t DataLoader::length_in(const std::vector<int64_t>& order, int64_t batch) 
   const SliceRange g = batches_.global_slice(batch);
   int64_t longest = 0;
   for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
-    longest = std::max(longest, dataset_->labelled(order[static_cast<size_t>(i)]));
+    longest = std::max(longest, dataset_->labelled(order[i]));
   }
   return batch_length(longest, options_.len_bucket, dataset_->sample_shape()[0]);
 }
@@ -465,7 +465,7 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
     int64_t global = 0;
     slot.labelled = 0;
     for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
-      const int64_t l = ds.labelled(order[static_cast<size_t>(i)]);
+      const int64_t l = ds.labelled(order[i]);
       global += l;
       if (i >= r.begin && i < r.begin + r.count) slot.labelled += l;
     }
