@@ -69,8 +69,8 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const TensorLiveness& tl = live.tensors[t];
     const uint64_t bytes = input.tensors[t].bytes;
     if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
-    const double gap = prefix[tl.first_backward_use] -
-                       prefix[static_cast<size_t>(tl.last_forward_use) + 1];
+    const double gap =
+        prefix[tl.first_backward_use] - prefix[static_cast<size_t>(tl.last_forward_use) + 1];
     const double copy = o.cost.round_trip_seconds(bytes);
     Candidate c{t, false, bytes, whole_copies ? copy : std::max(0.0, copy - gap)};
     if (allow_recompute) {
@@ -96,8 +96,7 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
     const uint64_t bytes = input.tensors[t].bytes;
     const OffloadTiming gap = gap_timing(plain, t);
     if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
-    const double idle =
-        prefix[gap.needed_at] - prefix[gap.release_at];
+    const double idle = prefix[gap.needed_at] - prefix[gap.release_at];
     Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;
@@ -140,8 +139,7 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
   std::vector<size_t> order(d.offload.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return plans[d.offload[a]].needed_at <
-           plans[d.offload[b]].needed_at;
+    return plans[d.offload[a]].needed_at < plans[d.offload[b]].needed_at;
   });
   for (size_t i : order) {
     const int t = d.offload[i];
@@ -153,8 +151,7 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     // Fetch: as early as needed to land before needed_at, as the budget allows.
     double ahead = 0;
     int want = p.needed_at;
-    while (want - 1 > m.live.forward_end + 1 && ahead < copy_in)
-      ahead += times[--want];
+    while (want - 1 > m.live.forward_end + 1 && ahead < copy_in) ahead += times[--want];
     OffloadTiming& tm = timing[i];
     for (int g = tm.fetch_at - 1; g >= want && g > tm.release_at; --g) {
       if (live[g] + size > limit) break;
@@ -164,8 +161,7 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
     // Release: late enough for the copy to finish, as the budget allows.
     double behind = 0;
     int until = p.offload_after + 1;
-    while (until < tm.fetch_at - 1 && behind < copy_out)
-      behind += times[until++];
+    while (until < tm.fetch_at - 1 && behind < copy_out) behind += times[until++];
     for (int g = tm.release_at; g < until && g + 1 < tm.fetch_at; ++g) {
       if (live[g] + size > limit) break;
       live[g] += size;
@@ -285,10 +281,8 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
   const Prediction first = predicted(m, plans, o.cost);
   double best = first.step_seconds, stall = first.stall_seconds;
   std::vector<int> order = d.offload;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return input.tensors[a].bytes >
-           input.tensors[b].bytes;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return input.tensors[a].bytes > input.tensors[b].bytes; });
   constexpr size_t kTries = 96;  // bounds planning time on deep networks
   const auto try_decisions = [&](Decisions trial) {
     Materialized tm;

@@ -79,8 +79,7 @@ double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
 double CostModel::flop_seconds(const TapeStep& step, const Tape& tape) const {
   double bytes = 0;
   for (int t : step.reads) bytes += static_cast<double>(tape.tensors[t].bytes);
-  for (int t : step.writes)
-    bytes += static_cast<double>(tape.tensors[t].bytes);
+  for (int t : step.writes) bytes += static_cast<double>(tape.tensors[t].bytes);
   double flops_rate = compute_flops, memory_rate = memory_gbps;
   for (const auto& [op, rate] : op_flops)
     if (op == step.op) flops_rate = rate;

@@ -15,9 +15,8 @@ Liveness analyse_liveness(const Tape& tape) {
     if (step.phase == StepPhase::kForward || step.phase == StepPhase::kLoad) live.forward_end = s;
     for (int t : step.reads) {
       TensorLiveness& tl = live.tensors[t];
-      FERRY_ASSERT(
-          tl.produced >= 0 && tl.produced <= s,
-          "tape reads " + tape.tensors[t].name + " before it is written");
+      FERRY_ASSERT(tl.produced >= 0 && tl.produced <= s,
+                   "tape reads " + tape.tensors[t].name + " before it is written");
       if (tl.uses.empty() || tl.uses.back() != s) tl.uses.push_back(s);
       tl.last_use = std::max(tl.last_use, s);
     }

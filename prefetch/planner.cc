@@ -149,8 +149,7 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
   const Tape& tape = m.tape;
   std::vector<TensorPlan> plans(tape.tensors.size());
   std::vector<int> offload_index(tape.tensors.size(), -1);
-  for (size_t i = 0; i < d.offload.size(); ++i)
-    offload_index[d.offload[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < d.offload.size(); ++i) offload_index[d.offload[i]] = static_cast<int>(i);
   // Steps that write each tensor by recomputing (a new life starts there).
   std::vector<std::vector<int>> rebirths(tape.tensors.size());
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
@@ -232,15 +231,12 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
   std::vector<int> parent(node_of.size());
   std::iota(parent.begin(), parent.end(), 0);
   const std::function<int(int)> root = [&](int x) {
-    return parent[x] == x
-               ? x
-               : parent[x] = root(parent[x]);
+    return parent[x] == x ? x : parent[x] = root(parent[x]);
   };
   std::vector<bool> receives(node_of.size(), false);
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
     for (const auto& [r, w] : tape.steps[s].alias) {
-      if (tape.tensors[r].bytes != tape.tensors[w].bytes)
-        continue;
+      if (tape.tensors[r].bytes != tape.tensors[w].bytes) continue;
       TensorPlan& rp = plans[r];
       const TensorPlan& wp = plans[w];
       int from = -1, to = -1;

@@ -59,8 +59,7 @@ std::vector<RecomputeChain> recompute_chains(const Tape& tape, const Liveness& l
                                              const std::vector<bool>& saved) {
   std::vector<int> order = dropped;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return live.tensors[a].first_backward_use <
-           live.tensors[b].first_backward_use;
+    return live.tensors[a].first_backward_use < live.tensors[b].first_backward_use;
   });
   std::vector<bool> is_dropped(tape.tensors.size(), false), rebuilt(tape.tensors.size(), false);
   for (int t : dropped) is_dropped[t] = true;
@@ -69,12 +68,7 @@ std::vector<RecomputeChain> recompute_chains(const Tape& tape, const Liveness& l
     if (rebuilt[t]) continue;  // an earlier chain rebuilt it
     // A dropped tensor is available once an earlier chain has rebuilt it.
     RecomputeChain chain = build_chain(
-        tape, live, t,
-        [&](int u) {
-          return saved[u] &&
-                 (!is_dropped[u] || rebuilt[u]);
-        },
-        -1);
+        tape, live, t, [&](int u) { return saved[u] && (!is_dropped[u] || rebuilt[u]); }, -1);
     FERRY_ASSERT(!chain.steps.empty(), "a dropped tensor that cannot be rebuilt");
     rebuilt[t] = true;
     for (int u : chain.temps) {
@@ -107,8 +101,7 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
           for (int w : f.writes) {
             const bool rebuilt =
                 w == c->target || std::find(c->temps.begin(), c->temps.end(), w) != c->temps.end();
-            if (rebuilt ||
-                tape.tensors[w].kind == TapeTensorKind::kWorkspace) {
+            if (rebuilt || tape.tensors[w].kind == TapeTensorKind::kWorkspace) {
               r.writes.push_back(w);
             }
           }

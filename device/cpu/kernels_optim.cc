@@ -65,8 +65,7 @@ void run(PlanCache&, const SumOfSquares& a) {
   std::vector<double> partial(static_cast<size_t>(chunks));
   parallel_items(chunks, a.n, [&](int64_t c) {
     const int64_t begin = c * kSumChunk;
-    partial[c] =
-        chunk_sum_of_squares(a.x + begin, std::min(a.n, begin + kSumChunk) - begin);
+    partial[c] = chunk_sum_of_squares(a.x + begin, std::min(a.n, begin + kSumChunk) - begin);
   });
   double total = 0.0;
   for (double p : partial) total += p;

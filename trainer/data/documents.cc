@@ -123,8 +123,7 @@ class DocumentDataset : public Dataset {
   Shape sample_shape() const override { return Shape{o_.seq_len}; }
   int64_t labels_per_sample() const override { return o_.seq_len; }
   int64_t labelled(int64_t index) const override {
-    return o_.pack ? packed_.tokens[index]
-                   : index_.length[index];
+    return o_.pack ? packed_.tokens[index] : index_.length[index];
   }
   bool pads_per_batch() const override { return !o_.pack; }
   bool segmented() const override { return o_.pack; }
@@ -145,8 +144,8 @@ class DocumentDataset : public Dataset {
     int64_t at = 0;
     if (o_.pack) {
       FERRY_ASSERT(len == o_.seq_len && segments != nullptr, "a packed row is seq_len long");
-      for (int64_t k = packed_.first[index];
-           k < packed_.first[static_cast<size_t>(index) + 1]; ++k) {
+      for (int64_t k = packed_.first[index]; k < packed_.first[static_cast<size_t>(index) + 1];
+           ++k) {
         const int64_t d = packed_.docs[k];
         const int64_t n = copy_document(d, tokens + at, labels + at);
         std::fill(segments + at, segments + at + n, static_cast<int32_t>(at));

@@ -189,8 +189,8 @@ class ImageFolderDataset : public Dataset {
     std::lock_guard<std::mutex> lock(mu_);
     if (!bad_.insert(i).second) return;
     warnings_.push_back(
-        fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped so far",
-                    files_[i], why, bad_.size()));
+        fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped so far", files_[i],
+                    why, bad_.size()));
     const int32_t label = labels_[i];
     const int64_t in_class = std::count(labels_.begin(), labels_.end(), label);
     if (++bad_per_class_[label] == in_class) {

@@ -86,8 +86,7 @@ void* Executor::tensor_address(const Program& p, int t, int step) const {
   const TensorPlan& tp = p.plan.tensors[t];
   for (const Residency& r : tp.residency) {
     if (r.begin <= step && step <= r.end) {
-      p.arena_touched =
-          std::max(p.arena_touched, r.offset + p.plan.tape.tensors[t].bytes);
+      p.arena_touched = std::max(p.arena_touched, r.offset + p.plan.tape.tensors[t].bytes);
       return static_cast<std::byte*>(arena_.data()) + r.offset;
     }
   }
@@ -131,11 +130,9 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
   }
   for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
     before_step(p, s);
-    if (tracer_.active() && (!p.release_at[s].empty() ||
-                             !p.needed_at[s].empty())) {
+    if (tracer_.active() && (!p.release_at[s].empty() || !p.needed_at[s].empty())) {
       // The time compute spends waiting for copies shows as its own span.
-      tracer_.mark("wait for copies",
-                   p.plan.persistent.total() + occupancy[s]);
+      tracer_.mark("wait for copies", p.plan.persistent.total() + occupancy[s]);
     }
     run_step(p, s, batch, step_seed);
     after_step(p, s);
@@ -152,8 +149,7 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
 }
 
 void Executor::poison(const Program& p, int t, const Residency& r) {
-  const int64_t n =
-      static_cast<int64_t>(p.plan.tape.tensors[t].bytes / sizeof(float));
+  const int64_t n = static_cast<int64_t>(p.plan.tape.tensors[t].bytes / sizeof(float));
   if (n == 0) return;
   device_.kernels().launch(
       Fill{n, NAN, reinterpret_cast<float*>(static_cast<std::byte*>(arena_.data()) + r.offset)},
@@ -162,8 +158,7 @@ void Executor::poison(const Program& p, int t, const Residency& r) {
 
 double Executor::deadline_s(const Program& p, int issued_before, int deadline_step) {
   const auto at = [&](int s) {
-    return p.planned_start[
-        std::clamp(s, 0, static_cast<int>(p.planned_start.size()) - 1)];
+    return p.planned_start[std::clamp(s, 0, static_cast<int>(p.planned_start.size()) - 1)];
   };
   return deadline_step < 0 ? 0.0 : std::max(0.0, at(deadline_step) - at(issued_before));
 }
@@ -216,8 +211,7 @@ void Executor::after_step(Program& p, int s) {
 
 void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed) {
   const TapeStep& step = p.plan.tape.steps[s];
-  const StepBinding& b =
-      p.lowered.bindings[p.plan.origin[static_cast<size_t>(s)]];
+  const StepBinding& b = p.lowered.bindings[p.plan.origin[static_cast<size_t>(s)]];
   Stream& compute = device_.stream(StreamKind::kCompute);
   Kernels& k = device_.kernels();
   switch (step.phase) {
@@ -229,23 +223,22 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
       compute.record(arena_free);
       h2d.wait(arena_free);
       const Graph& g = p.graph;
-      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s),
-                         batch.input, g.tensor(g.input()).desc.bytes(), h2d);
-      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.labels()], s),
-                         batch.labels, g.tensor(g.labels()).desc.bytes(), h2d);
+      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s), batch.input,
+                         g.tensor(g.input()).desc.bytes(), h2d);
+      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.labels()], s), batch.labels,
+                         g.tensor(g.labels()).desc.bytes(), h2d);
       if (g.segments() != kNoTensor) {
         FERRY_ASSERT(batch.segments != nullptr, "a packed graph needs the batch's segment starts");
-        device_.copy_async(
-            tensor_address(p, p.lowered.tape_of[g.segments()], s),
-            batch.segments, g.tensor(g.segments()).desc.bytes(), h2d);
+        device_.copy_async(tensor_address(p, p.lowered.tape_of[g.segments()], s), batch.segments,
+                           g.tensor(g.segments()).desc.bytes(), h2d);
       }
       h2d.record(*upload_done_);
       compute.wait(*upload_done_);
       return;
     }
     case StepPhase::kAccumulate: {
-      const int64_t n = static_cast<int64_t>(
-          p.plan.tape.tensors[b.accumulate_into].bytes / sizeof(float));
+      const int64_t n =
+          static_cast<int64_t>(p.plan.tape.tensors[b.accumulate_into].bytes / sizeof(float));
       k.launch(Accumulate{n, static_cast<const float*>(tensor_address(p, b.accumulate_from, s)),
                           static_cast<float*>(tensor_address(p, b.accumulate_into, s))},
                compute);
@@ -281,8 +274,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   io.seed = counter_hash(step_seed, static_cast<uint64_t>(step.node));
   io.loss_divisor = batch.loss_divisor;
   if (b.workspace >= 0) {
-    io.ws = {tensor_address(p, b.workspace, s),
-             p.plan.tape.tensors[b.workspace].bytes};
+    io.ws = {tensor_address(p, b.workspace, s), p.plan.tape.tensors[b.workspace].bytes};
   }
   if (step.phase != StepPhase::kBackward) {
     node.op->forward(k, compute, io);

@@ -88,8 +88,7 @@ class Lowering {
     step.phase = StepPhase::kLoad;
     step.name = "load";
     step.op = "load";
-    step.writes = {out_.tape_of[g_.input()],
-                   out_.tape_of[g_.labels()]};
+    step.writes = {out_.tape_of[g_.input()], out_.tape_of[g_.labels()]};
     if (g_.segments() != kNoTensor) {
       step.writes.push_back(out_.tape_of[g_.segments()]);
     }
@@ -196,8 +195,7 @@ class Lowering {
     b.workspace = workspace(node, Pass::kBackward);
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
-      const int dy = b.grad_outputs[i],
-                dx = b.grad_inputs[o];
+      const int dy = b.grad_outputs[i], dx = b.grad_inputs[o];
       if (dy >= 0 && dx >= 0) step.alias.emplace_back(dy, dx);
     }
     push(std::move(step), std::move(b));
