@@ -1,9 +1,5 @@
-// The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
-// activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
-// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time, a
-// convolution's included). Cheapest bytes go first until the plan fits; then each prefetch is
-// moved as early, and each release as late, as the budget allows, so copies land before they
-// are needed. With memory.recompute the plan is never predicted slower than without it.
+// The auto policy: meet the arena budget at the least predicted cost (Note [Choosing what to
+// offload or recompute]). Invariant: with memory.recompute never predicted slower than without.
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -16,6 +12,14 @@
 #include "prefetch/planner_impl.h"
 
 namespace ferry::planner {
+
+// Note [Choosing what to offload or recompute]
+// The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
+// activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
+// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time, a
+// convolution's included). Cheapest bytes go first until the plan fits; then each prefetch is
+// moved as early, and each release as late, as the budget allows, so copies land before they
+// are needed. With memory.recompute the plan is never predicted slower than without it.
 
 namespace {
 

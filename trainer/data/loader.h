@@ -1,8 +1,5 @@
-// The data loader: a background thread (with workers - 1 helpers sharing each batch) fills
-// batch buffers ahead of the trainer, in an order that depends only on (seed, epoch) and never
-// on timing, on the number of workers or on the number of ranks.
-// Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
-// is reused only after the lease that holds it has been released.
+// The data loader: a background thread fills batch buffers ahead of the trainer, in an order that
+// depends only on (seed, epoch) (Note [The loader's order and buffers]).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +16,13 @@
 #include "trainer/data/worker_pool.h"
 
 namespace ferry {
+
+// Note [The loader's order and buffers]
+// The data loader: a background thread (with workers - 1 helpers sharing each batch) fills
+// batch buffers ahead of the trainer, in an order that depends only on (seed, epoch) and never
+// on timing, on the number of workers or on the number of ranks.
+// Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
+// is reused only after the lease that holds it has been released.
 
 struct LoaderOptions {
   int64_t batch_size = 32;  // per rank; the global batch is world_size * batch_size
