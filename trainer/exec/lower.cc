@@ -59,6 +59,18 @@ class Lowering {
     return static_cast<int>(out_.tape.tensors.size() - 1);
   }
 
+  // A step of graph node `n` in `phase`, named after the node, with no tensors yet.
+  TapeStep node_step(int n, StepPhase phase, double flops) const {
+    const Node& node = g_.nodes()[n];
+    TapeStep step;
+    step.phase = phase;
+    step.node = n;
+    step.name = node.name;
+    step.op = std::string(node.op->kind());
+    step.flops = flops;
+    return step;
+  }
+
   // The OpIo slot for a graph tensor: its tape tensor, or its persistent encoding.
   int slot(TensorId id) const {
     const int t = out_.tape_of[id];
@@ -102,12 +114,7 @@ class Lowering {
     for (TensorId o : node.outputs) {
       requires_grad_[o] = grad && g_.tensor(o).role == TensorRole::kActivation;
     }
-    TapeStep step;
-    step.phase = StepPhase::kForward;
-    step.node = n;
-    step.name = node.name;
-    step.op = std::string(node.op->kind());
-    step.flops = node.op->cost().forward_flops;
+    TapeStep step = node_step(n, StepPhase::kForward, node.op->cost().forward_flops);
     step.recomputable = node.op->recomputable();
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       const int out = slot(node.outputs[i]);
@@ -145,12 +152,7 @@ class Lowering {
       any_grad = any_grad || gt >= 0;
     }
     if (!any_grad) return;  // nothing downstream needs this node's gradients
-    TapeStep step;
-    step.phase = StepPhase::kBackward;
-    step.node = n;
-    step.name = node.name;
-    step.op = std::string(node.op->kind());
-    step.flops = node.op->cost().backward_flops;
+    TapeStep step = node_step(n, StepPhase::kBackward, node.op->cost().backward_flops);
     // A backward sees only what its op saved: the other inputs and outputs may be gone.
     const SavedSet saved = node.op->saved();
     b.inputs = slots(node.inputs);
