@@ -1,10 +1,6 @@
-// The NCCL backend for CUDA devices: one NCCL communicator per rank, created from a unique id
-// that rank 0 draws and broadcasts over MPI; collectives run on the device's comm stream after
-// a cudaStreamWaitEvent on the caller's stream. Invariant: every NCCL call of this
-// communicator is issued from the thread that calls its methods, in the same order on every
-// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h);
-// the only exceptions are the watchdog's ncclCommGetAsyncError and ncclCommAbort (Note [Ending
-// a job when a collective cannot finish] in comm/async_error_watchdog.h).
+// The NCCL backend for CUDA devices, collectives on the device's comm stream. Invariant: every NCCL
+// call is issued from the calling thread, in one order on every rank, with its GPU current, but
+// the watchdog's (Note [Who calls NCCL]).
 #include <mpi.h>
 #include <nccl.h>
 
@@ -32,6 +28,15 @@
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0), "ncclAvg needs NCCL 2.10 or newer");
 
 namespace ferry::detail {
+
+// Note [Who calls NCCL]
+// The NCCL backend for CUDA devices: one NCCL communicator per rank, created from a unique id
+// that rank 0 draws and broadcasts over MPI; collectives run on the device's comm stream after
+// a cudaStreamWaitEvent on the caller's stream. Invariant: every NCCL call of this
+// communicator is issued from the thread that calls its methods, in the same order on every
+// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h);
+// the only exceptions are the watchdog's ncclCommGetAsyncError and ncclCommAbort (Note [Ending
+// a job when a collective cannot finish] in comm/async_error_watchdog.h).
 namespace {
 
 // Host callbacks on the comm stream stamp a collective's span in host-clock time: the stream
