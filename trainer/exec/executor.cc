@@ -1,5 +1,5 @@
 // Running the planned tape, one step at a time.
-//
+
 // Note [Executing a plan]
 // For each planned step s, on the host, in this order (the four steps of an offload are
 // OffloadTiming's, prefetch/plan.h):
