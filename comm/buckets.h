@@ -1,8 +1,5 @@
-// Gradient buckets (PyTorch DDP's reducer): as backward is enqueued, each bucket whose
-// gradients have all been written is all-reduced (mean over ranks) on the comm stream while
-// backward goes on; finish() launches the rest and orders the compute stream after them, so the
-// optimizer sees averaged gradients. Invariant: buckets launch in index order on every rank, so
-// the ranks' collectives always match.
+// Gradient buckets (PyTorch DDP's reducer): each bucket is all-reduced once its gradients are
+// written, while backward goes on. Invariant: buckets launch in index order on every rank.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +11,13 @@
 #include "device/device.h"
 
 namespace ferry {
+
+// Note [Buckets while backward runs]
+// Gradient buckets (PyTorch DDP's reducer): as backward is enqueued, each bucket whose
+// gradients have all been written is all-reduced (mean over ranks) on the comm stream while
+// backward goes on; finish() launches the rest and orders the compute stream after them, so the
+// optimizer sees averaged gradients. Invariant: buckets launch in index order on every rank, so
+// the ranks' collectives always match.
 
 struct BucketOptions {
   uint64_t bucket_bytes = uint64_t{25} << 20;  // comm.bucket_mb (default 25 MiB)

@@ -1,7 +1,6 @@
-// A watchdog on collectives: the thread that runs a backend's collectives marks each one's start
-// and end; a thread of the watchdog's own calls `on_timeout` once when one collective has lasted
-// longer than the timeout. Invariant: at most one collective is in flight per watchdog (a comm
-// stream runs its collectives one after another), and on_timeout runs at most once.
+// Times the collective in flight and calls `on_timeout` once past comm.timeout_s (a peer that
+// never arrives); async_error_watchdog.h instead reacts to a backend's reported error. Invariant:
+// at most one collective in flight per watchdog, and on_timeout runs at most once.
 #pragma once
 
 #include <chrono>

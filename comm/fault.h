@@ -50,9 +50,9 @@ int fail_job(const RankInfo& ranks, const std::exception& error, int code);
 
 // An action fail_job runs before it ends the job, registered for the lifetime of this object:
 // a communicator whose collectives could block the process's exit aborts them (NCCL:
-// ncclCommAbort; Note [Ending a job when a collective cannot finish] in comm/comm_watchdog.h).
-// Actions run on fail_job's thread, at most once each, newest first; one that throws is
-// reported and the rest still run.
+// ncclCommAbort; Note [Ending a job when a collective cannot finish] in
+// comm/async_error_watchdog.h). Actions run on fail_job's thread, at most once each, newest first;
+// one that throws is reported and the rest still run.
 class ScopedFaultAction {
  public:
   explicit ScopedFaultAction(std::function<void()> action);

@@ -1,8 +1,5 @@
-// The arrivals window: two int64 per rank from MPI_Win_allocate, in a passive-target epoch
-// (MPI_Win_lock_all) for the window's whole life, so reading a peer's slot needs no matching call
-// on the peer. Reads are request-based (MPI_Rget) and polled against a deadline, so a peer that
-// cannot answer costs the deadline, never a hang. Without a window, the same slots are asked for
-// (Note [Arrivals without a window] in mpi_arrivals.h), polled against the same deadline.
+// The arrivals window: two int64 per rank, read by polled requests against a deadline, so a peer
+// that cannot answer costs the deadline, never a hang (Note [The arrivals window]).
 #include "comm/mpi_arrivals.h"
 
 #include <atomic>
@@ -14,6 +11,13 @@
 #include <fmt/format.h>
 
 namespace ferry::detail {
+
+// Note [The arrivals window]
+// The arrivals window: two int64 per rank from MPI_Win_allocate, in a passive-target epoch
+// (MPI_Win_lock_all) for the window's whole life, so reading a peer's slot needs no matching call
+// on the peer. Reads are request-based (MPI_Rget) and polled against a deadline, so a peer that
+// cannot answer costs the deadline, never a hang. Without a window, the same slots are asked for
+// (Note [Arrivals without a window] in mpi_arrivals.h), polled against the same deadline.
 
 namespace {
 // Tags on the answering communicator: a question carries the tag its answer must come back on.

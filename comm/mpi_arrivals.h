@@ -1,10 +1,5 @@
-// Which ranks have arrived at a collective, and which are still running, readable without their
-// help: each rank posts the sequence number of the collective it enters, and a thread of its own
-// beats a counter, into its slot of an MPI one-sided window; a rank whose collective has timed out
-// reads every slot (or asks each rank's answering thread, where MPI has no window: Note [Arrivals
-// without a window]). Private to comm/ (the watchdog's side channel, Note [The collective
-// watchdog] in comm/collective_watchdog.h). Invariant: a rank's slot only grows, and only that
-// rank writes it.
+// Which ranks have arrived at a collective and are still running, readable without their help
+// (Note [Reading arrivals]). Invariant: a rank's slot only grows, and only that rank writes it.
 #pragma once
 
 #include <mpi.h>
@@ -17,6 +12,15 @@
 #include <vector>
 
 namespace ferry::detail {
+
+// Note [Reading arrivals]
+// Which ranks have arrived at a collective, and which are still running, readable without their
+// help: each rank posts the sequence number of the collective it enters, and a thread of its own
+// beats a counter, into its slot of an MPI one-sided window; a rank whose collective has timed out
+// reads every slot (or asks each rank's answering thread, where MPI has no window: Note [Arrivals
+// without a window]). Private to comm/ (the watchdog's side channel, Note [The collective
+// watchdog] in comm/collective_watchdog.h). Invariant: a rank's slot only grows, and only that
+// rank writes it.
 
 // Note [Arrivals without a window]
 // Open MPI 4.1 makes one-sided windows over shared memory (osc sm), UCX (osc ucx) and RDMA

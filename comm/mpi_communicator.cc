@@ -1,10 +1,6 @@
-// The MPI backend for CPU devices, whose device memory is host memory. Every collective is a
-// task on the device's comm stream (a worker thread), ordered after the caller's stream by an
-// event, so the host never blocks and backward keeps running while gradients are reduced.
-// Invariant: only the comm stream's thread calls MPI on this communicator's MPI_Comm, so
-// collectives are issued in one order on every rank (MPI requires it per communicator), each
-// numbered by its place in that order and, with a timeout, watched (Note [The collective
-// watchdog] in comm/collective_watchdog.h).
+// The MPI backend for CPU devices: every collective is a task on the device's comm stream, so the
+// host never blocks. Invariant: only the comm stream's thread calls MPI on this communicator, in
+// one order on every rank (Note [One thread calls MPI]).
 #include <mpi.h>
 
 #include <algorithm>
@@ -26,6 +22,15 @@
 #include "device/cpu/cpu_stream.h"
 
 namespace ferry::detail {
+
+// Note [One thread calls MPI]
+// The MPI backend for CPU devices, whose device memory is host memory. Every collective is a
+// task on the device's comm stream (a worker thread), ordered after the caller's stream by an
+// event, so the host never blocks and backward keeps running while gradients are reduced.
+// Invariant: only the comm stream's thread calls MPI on this communicator's MPI_Comm, so
+// collectives are issued in one order on every rank (MPI requires it per communicator), each
+// numbered by its place in that order and, with a timeout, watched (Note [The collective
+// watchdog] in comm/collective_watchdog.h).
 namespace {
 
 // MPI counts are int: longer buffers go in pieces of this many elements.

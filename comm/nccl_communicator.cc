@@ -1,10 +1,6 @@
-// The NCCL backend for CUDA devices: one NCCL communicator per rank, created from a unique id
-// that rank 0 draws and broadcasts over MPI; collectives run on the device's comm stream after
-// a cudaStreamWaitEvent on the caller's stream. Invariant: every NCCL call of this
-// communicator is issued from the thread that calls its methods, in the same order on every
-// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h);
-// the only exceptions are the watchdog's ncclCommGetAsyncError and ncclCommAbort (Note [Ending
-// a job when a collective cannot finish] in comm/comm_watchdog.h).
+// The NCCL backend for CUDA devices, collectives on the device's comm stream. Invariant: every NCCL
+// call is issued from the calling thread, in one order on every rank, with its GPU current, but
+// the watchdog's (Note [Who calls NCCL]).
 #include <mpi.h>
 #include <nccl.h>
 
@@ -18,9 +14,9 @@
 
 #include <fmt/format.h>
 
+#include "comm/async_error_watchdog.h"
 #include "comm/backends.h"
 #include "comm/collective_watchdog.h"
-#include "comm/comm_watchdog.h"
 #include "comm/fault.h"
 #include "comm/mpi_check.h"
 #include "comm/nccl_check.h"
@@ -32,6 +28,15 @@
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0), "ncclAvg needs NCCL 2.10 or newer");
 
 namespace ferry::detail {
+
+// Note [Who calls NCCL]
+// The NCCL backend for CUDA devices: one NCCL communicator per rank, created from a unique id
+// that rank 0 draws and broadcasts over MPI; collectives run on the device's comm stream after
+// a cudaStreamWaitEvent on the caller's stream. Invariant: every NCCL call of this
+// communicator is issued from the thread that calls its methods, in the same order on every
+// rank, with the rank's own GPU current (Note [Current device] in device/cuda/cuda_stream.h);
+// the only exceptions are the watchdog's ncclCommGetAsyncError and ncclCommAbort (Note [Ending
+// a job when a collective cannot finish] in comm/async_error_watchdog.h).
 namespace {
 
 // Host callbacks on the comm stream stamp a collective's span in host-clock time: the stream
@@ -72,7 +77,7 @@ void CUDART_CB watch_end(void* user) {
 
 // Note [comm.timeout_s on NCCL]
 // An NCCL collective is a kernel that spins until its peers join: a stopped peer is no error, so
-// NCCL's asynchronous error (CommWatchdog) never fires. As PyTorch's NCCL watchdog, a
+// NCCL's asynchronous error (AsyncErrorWatchdog) never fires. As PyTorch's NCCL watchdog, a
 // CollectiveWatchdog times each collective from the moment the comm stream reaches it (a host
 // callback) to its end (another); past comm.timeout_s it ends the job through fail_job, whose
 // fault actions abort the communicator first. Unlike the mpi backend, it does not name the
@@ -97,14 +102,14 @@ std::string async_error(ncclComm_t comm) {
 // LibraryError rather than a hang. A stream waits on it as on any CudaEvent.
 class CollectiveDone final : public cuda::CudaEvent {
  public:
-  CollectiveDone(int ordinal, std::shared_ptr<CommWatchdog> watchdog)
+  CollectiveDone(int ordinal, std::shared_ptr<AsyncErrorWatchdog> watchdog)
       : cuda::CudaEvent(ordinal), watchdog_(std::move(watchdog)) {}
   void synchronize() override {
     watchdog_->wait([this] { return ready(); }, "waiting for a collective");
   }
 
  private:
-  std::shared_ptr<CommWatchdog> watchdog_;
+  std::shared_ptr<AsyncErrorWatchdog> watchdog_;
 };
 
 // Whether `stream` has finished its work; a CUDA error on it throws.
@@ -137,7 +142,7 @@ class NcclCommunicator final : public Communicator {
     }
     cuda::use_device(ordinal_);
     NCCL_CHECK(ncclCommInitRank(&comm_, ranks.size, id, ranks.rank));
-    watchdog_ = std::make_shared<CommWatchdog>(
+    watchdog_ = std::make_shared<AsyncErrorWatchdog>(
         "NCCL", [comm = comm_] { return async_error(comm); },
         [comm = comm_, ordinal = ordinal_] {
           (void)cudaSetDevice(ordinal);
@@ -295,8 +300,9 @@ class NcclCommunicator final : public Communicator {
   cuda::CudaStream* stream_ = nullptr;
   int ordinal_ = 0;
   ncclComm_t comm_ = nullptr;
-  std::shared_ptr<CommWatchdog> watchdog_;  // polls comm_; shared with the CollectiveDone events
-  std::unique_ptr<Event> produced_;         // orders a collective after the caller's stream
+  std::shared_ptr<AsyncErrorWatchdog>
+      watchdog_;                     // polls comm_; shared with the CollectiveDone events
+  std::unique_ptr<Event> produced_;  // orders a collective after the caller's stream
   std::shared_ptr<EventRecycler> done_events_;
   std::unique_ptr<ScopedFaultAction> fault_action_;
   std::shared_ptr<CollectiveWatchdog> collective_watchdog_;  // comm.timeout_s > 0

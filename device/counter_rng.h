@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FERRY_HOST_DEVICE __host__ __device__
-#else
-#define FERRY_HOST_DEVICE
-#endif
+#include "device/host_device.h"
 
 namespace ferry {
 

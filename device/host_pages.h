@@ -1,7 +1,7 @@
 // Fresh, page-aligned host pages for the pinned allocators of every backend, mapped but not yet
 // touched, so that a placement policy set on them decides the NUMA node they land on.
 // Invariant: a mapping's pages are untouched until map_host_pages returns.
-//
+
 // Note [Pinned pages on a NUMA node]
 // Copies between the GPU and pinned memory cross the link from the GPU to that memory's NUMA
 // node; memory on the other socket adds the inter-socket link to every copy. A page lands on

@@ -51,8 +51,8 @@ uint64_t live_bytes_bound(const std::vector<ArenaBlock>& blocks) {
   for (const auto& b : blocks) last = std::max(last, b.end);
   std::vector<int64_t> delta(static_cast<size_t>(last + 2), 0);
   for (const auto& b : blocks) {
-    delta[static_cast<size_t>(b.begin)] += static_cast<int64_t>(arena_aligned(b.bytes));
-    delta[static_cast<size_t>(b.end + 1)] -= static_cast<int64_t>(arena_aligned(b.bytes));
+    delta[b.begin] += static_cast<int64_t>(arena_aligned(b.bytes));
+    delta[b.end + 1] -= static_cast<int64_t>(arena_aligned(b.bytes));
   }
   int64_t live = 0, peak = 0;
   for (int64_t d : delta) {

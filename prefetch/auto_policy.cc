@@ -1,9 +1,5 @@
-// The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
-// activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
-// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time, a
-// convolution's included). Cheapest bytes go first until the plan fits; then each prefetch is
-// moved as early, and each release as late, as the budget allows, so copies land before they
-// are needed. With memory.recompute the plan is never predicted slower than without it.
+// The auto policy: meet the arena budget at the least predicted cost (Note [Choosing what to
+// offload or recompute]). Invariant: with memory.recompute never predicted slower than without.
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -16,6 +12,14 @@
 #include "prefetch/planner_impl.h"
 
 namespace ferry::planner {
+
+// Note [Choosing what to offload or recompute]
+// The auto policy: meet the arena budget at the least predicted cost. Candidates are the saved
+// activations; each can be offloaded (cost: the copy time the compute in its idle gap cannot
+// hide) or, with memory.recompute, dropped and rebuilt (cost: the rebuild's compute time, a
+// convolution's included). Cheapest bytes go first until the plan fits; then each prefetch is
+// moved as early, and each release as late, as the budget allows, so copies land before they
+// are needed. With memory.recompute the plan is never predicted slower than without it.
 
 namespace {
 
@@ -38,7 +42,7 @@ bool cheaper(const Candidate& a, const Candidate& b) {
 
 std::vector<bool> saved_mask(const Tape& input, const Liveness& live) {
   std::vector<bool> mask(input.tensors.size(), false);
-  for (int t : saved_tensors(input, live, false)) mask[static_cast<size_t>(t)] = true;
+  for (int t : saved_tensors(input, live, false)) mask[t] = true;
   return mask;
 }
 
@@ -66,11 +70,11 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
   std::partial_sum(times.begin(), times.end(), prefix.begin() + 1);
   std::vector<Candidate> out;
   for (int t : saved) {
-    const TensorLiveness& tl = live.tensors[static_cast<size_t>(t)];
-    const uint64_t bytes = input.tensors[static_cast<size_t>(t)].bytes;
+    const TensorLiveness& tl = live.tensors[t];
+    const uint64_t bytes = input.tensors[t].bytes;
     if (bytes < 4096 || tl.first_backward_use - tl.last_forward_use < 2) continue;
-    const double gap = prefix[static_cast<size_t>(tl.first_backward_use)] -
-                       prefix[static_cast<size_t>(tl.last_forward_use) + 1];
+    const double gap =
+        prefix[tl.first_backward_use] - prefix[static_cast<size_t>(tl.last_forward_use) + 1];
     const double copy = o.cost.round_trip_seconds(bytes);
     Candidate c{t, false, bytes, whole_copies ? copy : std::max(0.0, copy - gap)};
     if (allow_recompute) {
@@ -79,7 +83,7 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
       const RecomputeChain chain = recompute_chain(input, live, t, saved_mask);
       if (!chain.steps.empty()) {
         double rebuild = 0;
-        for (int s : chain.steps) rebuild += times[static_cast<size_t>(s)];
+        for (int s : chain.steps) rebuild += times[s];
         if (rebuild < c.cost) {
           c.recompute = true;
           c.cost = rebuild;
@@ -92,12 +96,11 @@ std::vector<Candidate> candidates(const Tape& input, const Liveness& live, const
   // offloaded over their idle gap too.
   const Materialized plain = materialize(input, live, {});
   for (int t = 0; t < static_cast<int>(input.tensors.size()); ++t) {
-    if (input.tensors[static_cast<size_t>(t)].kind != TapeTensorKind::kGradient) continue;
-    const uint64_t bytes = input.tensors[static_cast<size_t>(t)].bytes;
+    if (input.tensors[t].kind != TapeTensorKind::kGradient) continue;
+    const uint64_t bytes = input.tensors[t].bytes;
     const OffloadTiming gap = gap_timing(plain, t);
     if (bytes < 4096 || gap.fetch_at <= gap.release_at) continue;
-    const double idle =
-        prefix[static_cast<size_t>(gap.needed_at)] - prefix[static_cast<size_t>(gap.release_at)];
+    const double idle = prefix[gap.needed_at] - prefix[gap.release_at];
     Candidate c{t, false, bytes, std::max(0.0, o.cost.round_trip_seconds(bytes) - idle)};
     c.free_from = gap.release_at;
     c.free_to = gap.fetch_at - 1;
@@ -140,35 +143,32 @@ std::vector<OffloadTiming> relax(const Materialized& m, const Decisions& d,
   std::vector<size_t> order(d.offload.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return plans[static_cast<size_t>(d.offload[a])].needed_at <
-           plans[static_cast<size_t>(d.offload[b])].needed_at;
+    return plans[d.offload[a]].needed_at < plans[d.offload[b]].needed_at;
   });
   for (size_t i : order) {
     const int t = d.offload[i];
-    const TensorPlan& p = plans[static_cast<size_t>(t)];
-    const uint64_t size = arena_aligned(m.tape.tensors[static_cast<size_t>(t)].bytes);
-    const uint64_t bytes = m.tape.tensors[static_cast<size_t>(t)].bytes;
+    const TensorPlan& p = plans[t];
+    const uint64_t size = arena_aligned(m.tape.tensors[t].bytes);
+    const uint64_t bytes = m.tape.tensors[t].bytes;
     const double copy_in = cost.transfer_seconds(bytes, /*to_host=*/false);
     const double copy_out = cost.transfer_seconds(bytes, /*to_host=*/true);
     // Fetch: as early as needed to land before needed_at, as the budget allows.
     double ahead = 0;
     int want = p.needed_at;
-    while (want - 1 > m.live.forward_end + 1 && ahead < copy_in)
-      ahead += times[static_cast<size_t>(--want)];
+    while (want - 1 > m.live.forward_end + 1 && ahead < copy_in) ahead += times[--want];
     OffloadTiming& tm = timing[i];
     for (int g = tm.fetch_at - 1; g >= want && g > tm.release_at; --g) {
-      if (live[static_cast<size_t>(g)] + size > limit) break;
-      live[static_cast<size_t>(g)] += size;
+      if (live[g] + size > limit) break;
+      live[g] += size;
       tm.fetch_at = g;
     }
     // Release: late enough for the copy to finish, as the budget allows.
     double behind = 0;
     int until = p.offload_after + 1;
-    while (until < tm.fetch_at - 1 && behind < copy_out)
-      behind += times[static_cast<size_t>(until++)];
+    while (until < tm.fetch_at - 1 && behind < copy_out) behind += times[until++];
     for (int g = tm.release_at; g < until && g + 1 < tm.fetch_at; ++g) {
-      if (live[static_cast<size_t>(g)] + size > limit) break;
-      live[static_cast<size_t>(g)] += size;
+      if (live[g] + size > limit) break;
+      live[g] += size;
       tm.release_at = g + 1;
     }
   }
@@ -188,8 +188,8 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
   const std::vector<Candidate> all = candidates(input, live, o, allow_recompute, whole_copies);
   for (size_t i = 0; i < all.size(); ++i) {
     const Candidate& c = all[i];
-    const TensorLiveness& tl = live.tensors[static_cast<size_t>(c.tensor)];
-    if (taken[static_cast<size_t>(c.tensor)]) continue;
+    const TensorLiveness& tl = live.tensors[c.tensor];
+    if (taken[c.tensor]) continue;
     int free_from = tl.last_forward_use + 1, free_to = tl.first_backward_use - 1;
     if (c.free_from >= 0) {
       free_from = c.free_from;
@@ -201,9 +201,9 @@ bool greedy(const Tape& input, const Liveness& live, const PlanOptions& o, uint6
       d.offload.push_back(c.tensor);
       free_to -= 1;  // fetched one step ahead
     }
-    taken[static_cast<size_t>(c.tensor)] = true;
+    taken[c.tensor] = true;
     const uint64_t size = arena_aligned(c.bytes);
-    for (int s = free_from; s <= free_to; ++s) estimate[static_cast<size_t>(s)] -= size;
+    for (int s = free_from; s <= free_to; ++s) estimate[s] -= size;
     const bool last = i + 1 == all.size();
     if (*std::max_element(estimate.begin(), estimate.end()) <= arena_budget || last) {
       derive_chains(input, live, saved, d);
@@ -285,10 +285,8 @@ void keep_unhidden(const Tape& input, const Liveness& live, const PlanOptions& o
   const Prediction first = predicted(m, plans, o.cost);
   double best = first.step_seconds, stall = first.stall_seconds;
   std::vector<int> order = d.offload;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return input.tensors[static_cast<size_t>(a)].bytes >
-           input.tensors[static_cast<size_t>(b)].bytes;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return input.tensors[a].bytes > input.tensors[b].bytes; });
   constexpr size_t kTries = 96;  // bounds planning time on deep networks
   const auto try_decisions = [&](Decisions trial) {
     Materialized tm;
@@ -451,7 +449,7 @@ void plan_fixed(const Tape& input, const Liveness& live, const PlanOptions& o,
   const FixedDecisions& f = *o.fixed;
   std::unordered_map<std::string, int> by_name;  // -1: the name is not unique
   for (int t = 0; t < static_cast<int>(input.tensors.size()); ++t) {
-    auto [it, fresh] = by_name.emplace(input.tensors[static_cast<size_t>(t)].name, t);
+    auto [it, fresh] = by_name.emplace(input.tensors[t].name, t);
     if (!fresh) it->second = -1;
   }
   const char* hint = "set memory.per_shape=true: a plan per input shape";
@@ -470,7 +468,7 @@ void plan_fixed(const Tape& input, const Liveness& live, const PlanOptions& o,
   for (const std::string& name : f.offload) d.offload.push_back(find(name));
   for (const std::string& name : f.recompute) {
     const int t = find(name);
-    if (!saved[static_cast<size_t>(t)] || recompute_chain(input, live, t, saved).steps.empty()) {
+    if (!saved[t] || recompute_chain(input, live, t, saved).steps.empty()) {
       throw ConfigError(fmt::format("memory.per_shape false: tensor '{}', rebuilt by the plan for "
                                     "input {}, cannot be rebuilt in this tape",
                                     name, f.from),

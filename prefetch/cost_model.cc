@@ -19,9 +19,9 @@ namespace ferry {
 std::string measured_step_key(const TapeStep& step, const Tape& tape) {
   const StepPhase phase = step.phase == StepPhase::kRecompute ? StepPhase::kForward : step.phase;
   uint64_t bytes = 0;
-  for (int t : step.reads) bytes += tape.tensors[static_cast<size_t>(t)].bytes;
+  for (int t : step.reads) bytes += tape.tensors[t].bytes;
   if (phase == StepPhase::kLoad) {
-    for (int t : step.writes) bytes += tape.tensors[static_cast<size_t>(t)].bytes;
+    for (int t : step.writes) bytes += tape.tensors[t].bytes;
   }
   return fmt::format("{}|{}|{}|{}", static_cast<int>(phase), step.name, step.flops, bytes);
 }
@@ -78,9 +78,8 @@ double CostModel::step_seconds(const TapeStep& step, const Tape& tape) const {
 
 double CostModel::flop_seconds(const TapeStep& step, const Tape& tape) const {
   double bytes = 0;
-  for (int t : step.reads) bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
-  for (int t : step.writes)
-    bytes += static_cast<double>(tape.tensors[static_cast<size_t>(t)].bytes);
+  for (int t : step.reads) bytes += static_cast<double>(tape.tensors[t].bytes);
+  for (int t : step.writes) bytes += static_cast<double>(tape.tensors[t].bytes);
   double flops_rate = compute_flops, memory_rate = memory_gbps;
   for (const auto& [op, rate] : op_flops)
     if (op == step.op) flops_rate = rate;
@@ -97,8 +96,8 @@ Prediction simulate(const Tape& tape, const CostModel& cost,
   std::vector<std::vector<size_t>> waited_before(static_cast<size_t>(steps) + 1);
   for (size_t i = 0; i < transfers.size(); ++i) {
     const SimTransfer& t = transfers[i];
-    issued_after[static_cast<size_t>(std::max(t.issue_after, -1) + 1)].push_back(i);
-    if (t.wait_before >= 0) waited_before[static_cast<size_t>(t.wait_before)].push_back(i);
+    issued_after[std::max(t.issue_after, -1) + 1].push_back(i);
+    if (t.wait_before >= 0) waited_before[t.wait_before].push_back(i);
   }
   std::vector<double> done(transfers.size(), 0.0);
   std::vector<bool> issued(transfers.size(), false);
@@ -113,14 +112,14 @@ Prediction simulate(const Tape& tape, const CostModel& cost,
   };
   for (size_t i : issued_after[0]) issue(i, 0.0);
   for (int s = 0; s < steps; ++s) {
-    for (size_t i : waited_before[static_cast<size_t>(s)]) {
+    for (size_t i : waited_before[s]) {
       if (!issued[i]) issue(i, clock);  // issued and waited at the same point
       if (done[i] > clock) {
         p.stall_seconds += done[i] - clock;
         clock = done[i];
       }
     }
-    const double t = cost.step_seconds(tape.steps[static_cast<size_t>(s)], tape);
+    const double t = cost.step_seconds(tape.steps[s], tape);
     p.compute_seconds += t;
     clock += t;
     // A copy already issued at its wait point (issue_after later than wait_before) is not

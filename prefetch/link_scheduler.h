@@ -1,8 +1,5 @@
-// When each offload or prefetch may start. The transfer engine asks its LinkScheduler around
-// every copy it issues; the scheduler may order the copy stream after other work (a link
-// token, another rank's transfer) before the copy and release what it took after it, and gives
-// the deadline that travels with the copy to the device's copy arbiter (device/copy_deadline.h).
-// `fifo` issues every copy at once in request order: the copy streams alone serialise them.
+// When each offload or prefetch may start (Note [Asking the link scheduler]). `fifo` issues every
+// copy at once in request order: the copy streams alone serialise them.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +12,13 @@
 #include "prefetch/transfer_direction.h"
 
 namespace ferry {
+
+// Note [Asking the link scheduler]
+// When each offload or prefetch may start. The transfer engine asks its LinkScheduler around
+// every copy it issues; the scheduler may order the copy stream after other work (a link
+// token, another rank's transfer) before the copy and release what it took after it, and gives
+// the deadline that travels with the copy to the device's copy arbiter (device/copy_deadline.h).
+// `fifo` issues every copy at once in request order: the copy streams alone serialise them.
 
 struct TransferRequest {
   TransferDirection direction = TransferDirection::kToHost;

@@ -1,8 +1,5 @@
-// A memory plan: for every arena tensor, whether it stays resident, is offloaded to pinned
-// host memory and prefetched back, or is dropped and recomputed; where it lives in the arena
-// during each stretch of device residency; and the predicted peak and cost. Made once per input
-// shape. Recomputation adds steps, so a plan carries its own tape (the input tape with the
-// recompute steps inserted); step indices in a plan refer to that tape.
+// A memory plan: per arena tensor, resident, offloaded or recomputed, and where it lives; made once
+// per input shape. Invariant: its step indices refer to its own tape (Note [A plan's tape]).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +15,13 @@
 #include "prefetch/tape.h"
 
 namespace ferry {
+
+// Note [A plan's tape]
+// A memory plan: for every arena tensor, whether it stays resident, is offloaded to pinned
+// host memory and prefetched back, or is dropped and recomputed; where it lives in the arena
+// during each stretch of device residency; and the predicted peak and cost. Made once per input
+// shape. Recomputation adds steps, so a plan carries its own tape (the input tape with the
+// recompute steps inserted); step indices in a plan refer to that tape.
 
 // Device bytes that live for the whole run, by lifetime class.
 struct PersistentBytes {

@@ -44,13 +44,13 @@ uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, 
   int best_step = -1;
   std::vector<int> seen;
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
-    const TapeStep& st = tape.steps[static_cast<size_t>(s)];
+    const TapeStep& st = tape.steps[s];
     seen.assign(st.reads.begin(), st.reads.end());
     seen.insert(seen.end(), st.writes.begin(), st.writes.end());
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     uint64_t bytes = 0;
-    for (int t : seen) bytes += arena_aligned(tape.tensors[static_cast<size_t>(t)].bytes);
+    for (int t : seen) bytes += arena_aligned(tape.tensors[t].bytes);
     if (bytes > best) {
       best = bytes;
       best_step = s;
@@ -63,14 +63,14 @@ uint64_t working_set_bound(const Tape& tape, const PersistentBytes& persistent, 
 std::vector<int> saved_tensors(const Tape& tape, const Liveness& live, bool conv_inputs_only) {
   std::vector<int> out;
   for (int t = 0; t < static_cast<int>(tape.tensors.size()); ++t) {
-    const TensorLiveness& tl = live.tensors[static_cast<size_t>(t)];
-    const TapeTensorKind kind = tape.tensors[static_cast<size_t>(t)].kind;
+    const TensorLiveness& tl = live.tensors[t];
+    const TapeTensorKind kind = tape.tensors[t].kind;
     if (tl.produced < 0 || tl.produced > live.forward_end || tl.first_backward_use < 0) continue;
     if (kind == TapeTensorKind::kWorkspace || kind == TapeTensorKind::kGradient) continue;
     if (conv_inputs_only) {
       bool conv_input = false;
       for (int u : tl.uses) {
-        const TapeStep& s = tape.steps[static_cast<size_t>(u)];
+        const TapeStep& s = tape.steps[u];
         conv_input = conv_input || (s.phase == StepPhase::kForward && s.op == "conv2d");
       }
       if (!conv_input) continue;
@@ -87,16 +87,16 @@ Materialized materialize(const Tape& input, const Liveness& live, const Decision
   m.tape = insert_recompute(input, live, d.recompute, m.origin);
   m.new_index.assign(input.steps.size(), -1);
   for (int s = 0; s < static_cast<int>(m.origin.size()); ++s) {
-    if (m.tape.steps[static_cast<size_t>(s)].phase != StepPhase::kRecompute) {
-      m.new_index[static_cast<size_t>(m.origin[static_cast<size_t>(s)])] = s;
+    if (m.tape.steps[s].phase != StepPhase::kRecompute) {
+      m.new_index[m.origin[static_cast<size_t>(s)]] = s;
     }
   }
   m.live = analyse_liveness(m.tape);
   m.access.resize(m.tape.tensors.size());
   for (int s = 0; s < static_cast<int>(m.tape.steps.size()); ++s) {
-    const TapeStep& st = m.tape.steps[static_cast<size_t>(s)];
+    const TapeStep& st = m.tape.steps[s];
     const auto note = [&](int t, bool writes) {
-      auto& a = m.access[static_cast<size_t>(t)];
+      auto& a = m.access[t];
       if (!a.empty() && a.back().step == s) {
         a.back().writes = a.back().writes || writes;
       } else {
@@ -108,14 +108,14 @@ Materialized materialize(const Tape& input, const Liveness& live, const Decision
   }
   m.rebuilt.assign(input.tensors.size(), false);
   for (const auto& c : d.recompute) {
-    m.rebuilt[static_cast<size_t>(c.target)] = true;
-    for (int t : c.temps) m.rebuilt[static_cast<size_t>(t)] = true;
+    m.rebuilt[c.target] = true;
+    for (int t : c.temps) m.rebuilt[t] = true;
   }
   return m;
 }
 
 OffloadTiming vdnn_timing(const Materialized& m, int t) {
-  const TensorLiveness& tl = m.live.tensors[static_cast<size_t>(t)];
+  const TensorLiveness& tl = m.live.tensors[t];
   OffloadTiming timing;
   timing.offload_after = tl.produced;
   timing.release_at = tl.last_forward_use + 1;
@@ -125,7 +125,7 @@ OffloadTiming vdnn_timing(const Materialized& m, int t) {
 }
 
 OffloadTiming gap_timing(const Materialized& m, int t) {
-  const std::vector<Access>& access = m.access[static_cast<size_t>(t)];
+  const std::vector<Access>& access = m.access[t];
   OffloadTiming best;
   int last_write = -1;
   for (size_t i = 0; i + 1 < access.size(); ++i) {
@@ -138,7 +138,7 @@ OffloadTiming gap_timing(const Materialized& m, int t) {
 }
 
 OffloadTiming offload_timing(const Materialized& m, int t) {
-  const TensorLiveness& tl = m.live.tensors[static_cast<size_t>(t)];
+  const TensorLiveness& tl = m.live.tensors[t];
   const bool saved_activation = tl.produced >= 0 && tl.produced <= m.live.forward_end &&
                                 tl.first_backward_use > m.live.forward_end;
   return saved_activation ? vdnn_timing(m, t) : gap_timing(m, t);
@@ -149,14 +149,13 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
   const Tape& tape = m.tape;
   std::vector<TensorPlan> plans(tape.tensors.size());
   std::vector<int> offload_index(tape.tensors.size(), -1);
-  for (size_t i = 0; i < d.offload.size(); ++i)
-    offload_index[static_cast<size_t>(d.offload[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < d.offload.size(); ++i) offload_index[d.offload[i]] = static_cast<int>(i);
   // Steps that write each tensor by recomputing (a new life starts there).
   std::vector<std::vector<int>> rebirths(tape.tensors.size());
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
-    const TapeStep& st = tape.steps[static_cast<size_t>(s)];
+    const TapeStep& st = tape.steps[s];
     if (st.phase != StepPhase::kRecompute) continue;
-    for (int w : st.writes) rebirths[static_cast<size_t>(w)].push_back(s);
+    for (int w : st.writes) rebirths[w].push_back(s);
   }
   for (size_t t = 0; t < tape.tensors.size(); ++t) {
     std::vector<int> a;
@@ -164,7 +163,7 @@ std::vector<TensorPlan> stretches(const Materialized& m, const Decisions& d,
     if (a.empty()) continue;
     TensorPlan& p = plans[t];
     if (offload_index[t] >= 0) {
-      const OffloadTiming& tm = timing[static_cast<size_t>(offload_index[t])];
+      const OffloadTiming& tm = timing[offload_index[t]];
       p.decision = Decision::kOffload;
       static_cast<OffloadTiming&>(p) = tm;
       p.residency = {{a.front(), tm.release_at - 1, 0}, {tm.fetch_at, a.back(), 0}};
@@ -200,7 +199,7 @@ std::vector<uint64_t> live_bytes(const Tape& tape, const std::vector<TensorPlan>
   for (size_t t = 0; t < plans.size(); ++t) {
     const auto bytes = static_cast<int64_t>(arena_aligned(tape.tensors[t].bytes));
     for (const Residency& r : plans[t].residency) {
-      delta[static_cast<size_t>(r.begin)] += bytes;
+      delta[r.begin] += bytes;
       delta[static_cast<size_t>(r.end) + 1] -= bytes;
     }
   }
@@ -232,17 +231,14 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
   std::vector<int> parent(node_of.size());
   std::iota(parent.begin(), parent.end(), 0);
   const std::function<int(int)> root = [&](int x) {
-    return parent[static_cast<size_t>(x)] == x
-               ? x
-               : parent[static_cast<size_t>(x)] = root(parent[static_cast<size_t>(x)]);
+    return parent[x] == x ? x : parent[x] = root(parent[x]);
   };
   std::vector<bool> receives(node_of.size(), false);
   for (int s = 0; s < static_cast<int>(tape.steps.size()); ++s) {
-    for (const auto& [r, w] : tape.steps[static_cast<size_t>(s)].alias) {
-      if (tape.tensors[static_cast<size_t>(r)].bytes != tape.tensors[static_cast<size_t>(w)].bytes)
-        continue;
-      TensorPlan& rp = plans[static_cast<size_t>(r)];
-      const TensorPlan& wp = plans[static_cast<size_t>(w)];
+    for (const auto& [r, w] : tape.steps[s].alias) {
+      if (tape.tensors[r].bytes != tape.tensors[w].bytes) continue;
+      TensorPlan& rp = plans[r];
+      const TensorPlan& wp = plans[w];
       int from = -1, to = -1;
       for (size_t i = 0; i < rp.residency.size(); ++i) {
         const bool offload_copy = rp.decision == Decision::kOffload && i == 0;
@@ -253,12 +249,12 @@ uint64_t layout_plans(const Tape& tape, std::vector<TensorPlan>& plans) {
         if (wp.residency[i].begin == s) to = static_cast<int>(i);
       }
       if (from < 0 || to < 0) continue;
-      const int a = id[static_cast<size_t>(r)][static_cast<size_t>(from)];
-      const int b = id[static_cast<size_t>(w)][static_cast<size_t>(to)];
-      if (receives[static_cast<size_t>(b)] || root(a) == root(b)) continue;
-      receives[static_cast<size_t>(b)] = true;
-      rp.residency[static_cast<size_t>(from)].handed_on = true;
-      parent[static_cast<size_t>(root(a))] = root(b);
+      const int a = id[r][from];
+      const int b = id[w][to];
+      if (receives[b] || root(a) == root(b)) continue;
+      receives[b] = true;
+      rp.residency[from].handed_on = true;
+      parent[root(a)] = root(b);
     }
   }
   // One arena block per group, spanning its members.
@@ -295,7 +291,7 @@ FixedDecisions fixed_decisions(const MemoryPlan& plan, std::string from) {
     if (plan.tensors[t].decision == Decision::kOffload)
       f.offload.push_back(plan.tape.tensors[t].name);
   }
-  for (int t : plan.dropped) f.recompute.push_back(plan.tape.tensors[static_cast<size_t>(t)].name);
+  for (int t : plan.dropped) f.recompute.push_back(plan.tape.tensors[t].name);
   return f;
 }
 
@@ -348,7 +344,7 @@ void finish(MemoryPlan& plan, const Decisions& d, const CostModel& cost) {
 
 [[noreturn]] void below_lower_bound(const Tape& tape, const PlanOptions& o, uint64_t lower_bound,
                                     int step) {
-  const TapeStep& st = tape.steps[static_cast<size_t>(step)];
+  const TapeStep& st = tape.steps[step];
   const char* phase = st.phase == StepPhase::kBackward ? "backward" : "forward";
   throw BudgetError(
       fmt::format("memory.budget {} is below the lower bound {}: the {} of '{}' ({}) alone needs "
@@ -396,7 +392,7 @@ MemoryPlan plan_memory(const Tape& input, const PlanOptions& o) {
       const bool conv_only = o.policy == MemoryPolicy::kVdnnConv;
       for (int t : saved_tensors(input, live, conv_only)) {
         // vDNN moves what is worth a copy: below 4 KiB a transfer costs more than it frees.
-        if (input.tensors[static_cast<size_t>(t)].bytes >= 4096) d.offload.push_back(t);
+        if (input.tensors[t].bytes >= 4096) d.offload.push_back(t);
       }
     }
     m = materialize(input, live, d);

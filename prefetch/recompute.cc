@@ -23,10 +23,10 @@ RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
   while (!pending.empty()) {
     const int t = pending.back();
     pending.pop_back();
-    if (tape.tensors[static_cast<size_t>(t)].kind == TapeTensorKind::kAux) return {};
-    const int p = live.tensors[static_cast<size_t>(t)].produced;
+    if (tape.tensors[t].kind == TapeTensorKind::kAux) return {};
+    const int p = live.tensors[t].produced;
     if (p < 0) return {};
-    const TapeStep& step = tape.steps[static_cast<size_t>(p)];
+    const TapeStep& step = tape.steps[p];
     if (step.phase != StepPhase::kForward || !step.recomputable) return {};
     if (std::find(step.not_rebuilt.begin(), step.not_rebuilt.end(), t) != step.not_rebuilt.end())
       return {};
@@ -37,7 +37,7 @@ RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
     chain.steps.push_back(p);
     chain.flops += step.flops;
     for (int in : step.reads) {
-      const TapeTensorKind kind = tape.tensors[static_cast<size_t>(in)].kind;
+      const TapeTensorKind kind = tape.tensors[in].kind;
       if (kind == TapeTensorKind::kInput || available(in)) continue;
       pending.push_back(in);  // not kept: rebuild it too
     }
@@ -51,7 +51,7 @@ RecomputeChain build_chain(const Tape& tape, const Liveness& live, int target,
 RecomputeChain recompute_chain(const Tape& tape, const Liveness& live, int target,
                                const std::vector<bool>& saved, int max_steps) {
   return build_chain(
-      tape, live, target, [&](int t) { return saved[static_cast<size_t>(t)]; }, max_steps);
+      tape, live, target, [&](int t) { return saved[t]; }, max_steps);
 }
 
 std::vector<RecomputeChain> recompute_chains(const Tape& tape, const Liveness& live,
@@ -59,26 +59,20 @@ std::vector<RecomputeChain> recompute_chains(const Tape& tape, const Liveness& l
                                              const std::vector<bool>& saved) {
   std::vector<int> order = dropped;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return live.tensors[static_cast<size_t>(a)].first_backward_use <
-           live.tensors[static_cast<size_t>(b)].first_backward_use;
+    return live.tensors[a].first_backward_use < live.tensors[b].first_backward_use;
   });
   std::vector<bool> is_dropped(tape.tensors.size(), false), rebuilt(tape.tensors.size(), false);
-  for (int t : dropped) is_dropped[static_cast<size_t>(t)] = true;
+  for (int t : dropped) is_dropped[t] = true;
   std::vector<RecomputeChain> out;
   for (int t : order) {
-    if (rebuilt[static_cast<size_t>(t)]) continue;  // an earlier chain rebuilt it
+    if (rebuilt[t]) continue;  // an earlier chain rebuilt it
     // A dropped tensor is available once an earlier chain has rebuilt it.
     RecomputeChain chain = build_chain(
-        tape, live, t,
-        [&](int u) {
-          return saved[static_cast<size_t>(u)] &&
-                 (!is_dropped[static_cast<size_t>(u)] || rebuilt[static_cast<size_t>(u)]);
-        },
-        -1);
+        tape, live, t, [&](int u) { return saved[u] && (!is_dropped[u] || rebuilt[u]); }, -1);
     FERRY_ASSERT(!chain.steps.empty(), "a dropped tensor that cannot be rebuilt");
-    rebuilt[static_cast<size_t>(t)] = true;
+    rebuilt[t] = true;
     for (int u : chain.temps) {
-      if (is_dropped[static_cast<size_t>(u)]) rebuilt[static_cast<size_t>(u)] = true;
+      if (is_dropped[u]) rebuilt[u] = true;
     }
     out.push_back(std::move(chain));
   }
@@ -90,7 +84,7 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
   // Chains to insert before each input step, in the order given.
   std::map<int, std::vector<const RecomputeChain*>> before;
   for (const auto& c : chains) {
-    before[live.tensors[static_cast<size_t>(c.target)].first_backward_use].push_back(&c);
+    before[live.tensors[c.target].first_backward_use].push_back(&c);
   }
   Tape out;
   out.tensors = tape.tensors;
@@ -99,7 +93,7 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
     if (auto it = before.find(s); it != before.end()) {
       for (const RecomputeChain* c : it->second) {
         for (int fwd : c->steps) {
-          const TapeStep& f = tape.steps[static_cast<size_t>(fwd)];
+          const TapeStep& f = tape.steps[fwd];
           TapeStep r = f;
           r.phase = StepPhase::kRecompute;
           // It rewrites only what the chain rebuilds (not aux state), plus its workspace.
@@ -107,8 +101,7 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
           for (int w : f.writes) {
             const bool rebuilt =
                 w == c->target || std::find(c->temps.begin(), c->temps.end(), w) != c->temps.end();
-            if (rebuilt ||
-                tape.tensors[static_cast<size_t>(w)].kind == TapeTensorKind::kWorkspace) {
+            if (rebuilt || tape.tensors[w].kind == TapeTensorKind::kWorkspace) {
               r.writes.push_back(w);
             }
           }
@@ -117,7 +110,7 @@ Tape insert_recompute(const Tape& tape, const Liveness& live,
         }
       }
     }
-    out.steps.push_back(tape.steps[static_cast<size_t>(s)]);
+    out.steps.push_back(tape.steps[s]);
     origin.push_back(s);
   }
   return out;

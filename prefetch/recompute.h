@@ -1,8 +1,5 @@
-// Recomputation (SuperNeurons' cost-aware recompute, Chen et al.'s segment checkpointing): a
-// saved activation can be dropped after the forward pass and rebuilt just before its first
-// backward use by running its producer again (ReLU, BN, pooling, and convolutions and linear
-// layers from a kept or fetched input) — and, when the producer's input was not kept either,
-// that input's producer first (a chain back to tensors that stay available).
+// Recomputation: a saved activation is dropped after the forward pass and rebuilt before its first
+// backward use by running its producer again (Note [Recomputing a chain]).
 #pragma once
 
 #include <vector>
@@ -11,6 +8,13 @@
 #include "prefetch/tape.h"
 
 namespace ferry {
+
+// Note [Recomputing a chain]
+// Recomputation (SuperNeurons' cost-aware recompute, Chen et al.'s segment checkpointing): a
+// saved activation can be dropped after the forward pass and rebuilt just before its first
+// backward use by running its producer again (ReLU, BN, pooling, and convolutions and linear
+// layers from a kept or fetched input) — and, when the producer's input was not kept either,
+// that input's producer first (a chain back to tensors that stay available).
 
 struct RecomputeChain {
   int target = -1;         // the saved tensor rebuilt

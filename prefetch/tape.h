@@ -1,8 +1,6 @@
-// The step schedule the memory planner works on: a linear tape of steps (load, forward ops,
-// backward ops, gradient accumulations, the update) over the tensors that live in the
-// activation arena. It is model-agnostic: the trainer lowers its graph to a Tape.
-// Invariant: every tensor is written by exactly one step before any step reads it, except
-// accumulation targets, which their accumulate steps read and write.
+// The step schedule the memory planner works on: a linear, model-agnostic tape of steps over the
+// arena's tensors. Invariant: every tensor is written by one step before any step reads it
+// (accumulation targets excepted: Note [What a tape holds]).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +9,13 @@
 #include <vector>
 
 namespace ferry {
+
+// Note [What a tape holds]
+// The step schedule the memory planner works on: a linear tape of steps (load, forward ops,
+// backward ops, gradient accumulations, the update) over the tensors that live in the
+// activation arena. It is model-agnostic: the trainer lowers its graph to a Tape.
+// Invariant: every tensor is written by exactly one step before any step reads it, except
+// accumulation targets, which their accumulate steps read and write.
 
 enum class TapeTensorKind : uint8_t {
   kInput,       // the uploaded batch (images, labels)

@@ -1,8 +1,5 @@
-// The transfer engine: issues a rank's offloads (device -> pinned host, on the device-to-host
-// stream) and prefetches (host -> device, on the host-to-device stream) through the residency
-// state machine, asking a LinkScheduler around each copy and for the deadline the copy carries
-// to the device, and keeps per-step totals and, when tracing, each copy's start and end events
-// (Note [Life of an offloaded activation] in trainer/exec/executor.h, steps 4 and 7).
+// The transfer engine: issues a rank's offloads and prefetches through the residency state
+// machine, asking a LinkScheduler around each copy (Note [The transfer engine's copies]).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +12,13 @@
 #include "prefetch/link_scheduler.h"
 
 namespace ferry {
+
+// Note [The transfer engine's copies]
+// The transfer engine: issues a rank's offloads (device -> pinned host, on the device-to-host
+// stream) and prefetches (host -> device, on the host-to-device stream) through the residency
+// state machine, asking a LinkScheduler around each copy and for the deadline the copy carries
+// to the device, and keeps per-step totals and, when tracing, each copy's start and end events
+// (Note [Life of an offloaded activation] in trainer/exec/executor.h, steps 4 and 7).
 
 struct TransferStats {
   uint64_t to_host_bytes = 0;

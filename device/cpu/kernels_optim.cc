@@ -10,6 +10,7 @@
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
 #include "device/kernel_checks.h"
+#include "device/optim_elements.h"
 
 namespace ferry::cpu {
 namespace {
@@ -48,30 +49,12 @@ FERRY_SIMD_CLONES void scale(float* y, int64_t n, float s) {
 
 FERRY_SIMD_CLONES void sgd(float* p, const float* g, float* buf, int64_t n, float lr,
                            float momentum, float wd, bool nesterov) {
-  const float neg_lr = -lr;
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (wd != 0.0f) d = d + wd * p[i];
-    if (momentum != 0.0f) {
-      const float b = momentum * buf[i] + d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] + neg_lr * d;
-  }
+  for (int64_t i = 0; i < n; ++i) sgd_element(p, g, buf, i, -lr, momentum, wd, nesterov);
 }
 
 FERRY_SIMD_CLONES void adamw(float* p, const float* g, float* m, float* v, int64_t n,
                              AdamScalars s) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float pi = p[i] * s.decay;
-    const float mi = m[i] * s.beta1 + g[i] * s.one_minus_beta1;
-    const float vi = v[i] * s.beta2 + s.one_minus_beta2 * g[i] * g[i];
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / s.bias2_sqrt + s.eps;
-    p[i] = pi + s.neg_step_size * (mi / denom);
-  }
+  for (int64_t i = 0; i < n; ++i) adamw_element(p, g, m, v, i, s);
 }
 
 }  // namespace
@@ -82,8 +65,7 @@ void run(PlanCache&, const SumOfSquares& a) {
   std::vector<double> partial(static_cast<size_t>(chunks));
   parallel_items(chunks, a.n, [&](int64_t c) {
     const int64_t begin = c * kSumChunk;
-    partial[static_cast<size_t>(c)] =
-        chunk_sum_of_squares(a.x + begin, std::min(a.n, begin + kSumChunk) - begin);
+    partial[c] = chunk_sum_of_squares(a.x + begin, std::min(a.n, begin + kSumChunk) - begin);
   });
   double total = 0.0;
   for (double p : partial) total += p;

@@ -266,7 +266,7 @@ ConvAlgorithm choose(cudnnHandle_t h, ConvPlan& p, const ConvGeom& g, uint64_t l
     Ops::heuristic(h, p, max_count, &got, perf.data());
   }
   for (int i = 0; i < got; ++i) {
-    const auto& r = perf[static_cast<size_t>(i)];
+    const auto& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
     if (options.cuda.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
     if (!options.cuda.conv_tf32 && r.mathType != CUDNN_FMA_MATH) continue;

@@ -63,7 +63,7 @@ PackedRows pack_documents(const std::vector<int32_t>& lengths, int64_t seq_len) 
   std::vector<int64_t> used;
   std::set<std::pair<int64_t, int64_t>> open;  // (free positions, row): the best fit is first
   for (int64_t d : order) {
-    const int64_t len = lengths[static_cast<size_t>(d)];
+    const int64_t len = lengths[d];
     FERRY_ASSERT(len >= 1 && len <= seq_len, "a packed document fits a row");
     auto it = open.lower_bound({len, -1});
     int64_t row;
@@ -75,9 +75,9 @@ PackedRows pack_documents(const std::vector<int32_t>& lengths, int64_t seq_len) 
       row = it->second;
       open.erase(it);
     }
-    rows[static_cast<size_t>(row)].push_back(d);
-    used[static_cast<size_t>(row)] += len;
-    const int64_t free = seq_len - used[static_cast<size_t>(row)];
+    rows[row].push_back(d);
+    used[row] += len;
+    const int64_t free = seq_len - used[row];
     if (free > 0) open.insert({free, row});
   }
   PackedRows out;
@@ -127,8 +127,7 @@ class DocumentDataset : public Dataset {
   Shape sample_shape() const override { return Shape{o_.seq_len}; }
   int64_t labels_per_sample() const override { return o_.seq_len; }
   int64_t labelled(int64_t index) const override {
-    return o_.pack ? packed_.tokens[static_cast<size_t>(index)]
-                   : index_.length[static_cast<size_t>(index)];
+    return o_.pack ? packed_.tokens[index] : index_.length[index];
   }
   bool pads_per_batch() const override { return !o_.pack; }
   bool segmented() const override { return o_.pack; }
@@ -149,16 +148,16 @@ class DocumentDataset : public Dataset {
     int64_t at = 0;
     if (o_.pack) {
       FERRY_ASSERT(len == o_.seq_len && segments != nullptr, "a packed row is seq_len long");
-      for (int64_t k = packed_.first[static_cast<size_t>(index)];
-           k < packed_.first[static_cast<size_t>(index) + 1]; ++k) {
-        const int64_t d = packed_.docs[static_cast<size_t>(k)];
+      for (int64_t k = packed_.first[index]; k < packed_.first[static_cast<size_t>(index) + 1];
+           ++k) {
+        const int64_t d = packed_.docs[k];
         const int64_t n = copy_document(d, tokens + at, labels + at);
         std::fill(segments + at, segments + at + n, static_cast<int32_t>(at));
         at += n;
       }
       std::fill(segments + at, segments + len, static_cast<int32_t>(at));  // the padding's own
     } else {
-      FERRY_ASSERT(index_.length[static_cast<size_t>(index)] <= len, "a row holds its document");
+      FERRY_ASSERT(index_.length[index] <= len, "a row holds its document");
       at = copy_document(index, tokens, labels);
     }
     std::fill(tokens + at, tokens + len, static_cast<int32_t>(o_.eot));
@@ -184,8 +183,8 @@ class DocumentDataset : public Dataset {
  private:
   // Document d's inputs and labels; returns its length.
   int64_t copy_document(int64_t d, int32_t* tokens, int32_t* labels) const {
-    const int64_t start = index_.start[static_cast<size_t>(d)];
-    const int64_t n = index_.length[static_cast<size_t>(d)];
+    const int64_t start = index_.start[d];
+    const int64_t n = index_.length[d];
     file_.read(start, n, o_.vocab, tokens);
     file_.read(start + 1, n, o_.vocab, labels);
     return n;

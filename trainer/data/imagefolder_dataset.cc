@@ -118,14 +118,14 @@ class ImageFolderDataset : public Dataset {
       const int64_t i = (index + tries) % size();
       if (o_.skip_bad && is_bad(i)) continue;
       try {
-        const std::string& path = files_[static_cast<size_t>(i)];
+        const std::string& path = files_[i];
         const RgbImage image = read_image(path);
         try {
           transform(image, i, epoch, height, width, pixels);
         } catch (const DataError& e) {
           throw DataError(fmt::format("image '{}': {}", path, e.what()), e.hint());
         }
-        return labels_[static_cast<size_t>(i)];
+        return labels_[i];
       } catch (const DataError& e) {
         if (!o_.skip_bad) throw;
         mark_bad(i, e.what());
@@ -189,14 +189,14 @@ class ImageFolderDataset : public Dataset {
     std::lock_guard<std::mutex> lock(mu_);
     if (!bad_.insert(i).second) return;
     warnings_.push_back(
-        fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped so far",
-                    files_[static_cast<size_t>(i)], why, bad_.size()));
-    const int32_t label = labels_[static_cast<size_t>(i)];
+        fmt::format("warning: skipping unreadable image '{}' ({}); {} skipped so far", files_[i],
+                    why, bad_.size()));
+    const int32_t label = labels_[i];
     const int64_t in_class = std::count(labels_.begin(), labels_.end(), label);
     if (++bad_per_class_[label] == in_class) {
       throw DataError(
           fmt::format("imagefolder '{}': class '{}' has no readable image (all {} skipped)",
-                      o_.path, classes_[static_cast<size_t>(label)], in_class),
+                      o_.path, classes_[label], in_class),
           "replace its images, or remove the class folder (every subfolder is a class)");
     }
   }

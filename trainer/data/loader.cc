@@ -1,13 +1,6 @@
 // DataLoader: one producer thread, a fixed set of batch buffers (slots) cycling between
 // free -> filling -> ready -> leased -> free (or leased -> returning -> filling, when released
 // after an event: the producer waits for the event, not the consumer), guarded by one mutex.
-//
-// Note [Partial global batch]: the global batch b of an epoch is order[b*G, min((b+1)*G, N))
-// with G = world_size * batch_size, and rank r takes the r-th batch_size slice of it. When the
-// last global batch holds R < G samples (drop_last = false), it is split as evenly as possible
-// in order: ranks r < R % W get R / W + 1 samples, the others R / W (possibly 0), and rank r's
-// slice starts at r * (R / W) + min(r, R % W). Concatenating the ranks' slices in rank order
-// gives the global batch, as for full batches, so the data seen does not depend on W.
 #include "trainer/data/loader.h"
 
 #include <algorithm>
@@ -20,7 +13,6 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "device/counter_rng.h"
 #include "trainer/data/documents.h"
 #include "trainer/data/loader_impl.h"
 
@@ -32,8 +24,6 @@ using loader_detail::State;
 
 namespace {
 
-constexpr uint64_t kOrderDomain = 0x4f72646572536565ull;  // "OrderSee"
-constexpr uint64_t kScaleDomain = 0x5363616c65536565ull;  // "ScaleSee"
 constexpr uint64_t kAlign = 64;
 
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
@@ -42,53 +32,76 @@ uint64_t input_bytes_of(const Shape& input, DType dtype) {
   return static_cast<uint64_t>(input.numel()) * dtype_size(dtype);
 }
 
-struct SliceRange {
-  int64_t begin = 0;  // into the epoch order
-  int64_t count = 0;
-};
-
-// Rank `rank`'s part of global batch `batch` (Note [Partial global batch]).
-SliceRange rank_slice(int64_t size, int64_t batch_size, int world_size, int rank, int64_t batch) {
-  const int64_t global = batch_size * world_size;
-  const int64_t global_begin = batch * global;
-  const int64_t in_batch = std::min(global, size - global_begin);
-  const int64_t base = in_batch / world_size;
-  const int64_t extra = in_batch % world_size;
-  SliceRange r;
-  r.count = base + (rank < extra ? 1 : 0);
-  r.begin = global_begin + rank * base + std::min<int64_t>(rank, extra);
-  return r;
-}
-
-// Every rank's part of global batch `batch`: order[begin, begin + count).
-SliceRange global_slice(int64_t size, int64_t batch_size, int world_size, int64_t batch) {
-  const int64_t global = batch_size * world_size;
-  SliceRange r;
-  r.begin = batch * global;
-  r.count = std::min(global, size - r.begin);
-  return r;
-}
-
 // Whether a dataset's rows are documents (labelled on some positions only, read by read_row).
 bool documents(const Dataset& ds) { return ds.pads_per_batch() || ds.segmented(); }
 
-}  // namespace
-
-std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(static_cast<size_t>(size));
-  for (int64_t i = 0; i < size; ++i) order[i] = i;
-  if (!shuffle) return order;
-  const uint64_t key = counter_hash(seed ^ kOrderDomain, static_cast<uint64_t>(epoch));
-  for (int64_t i = size - 1; i > 0; --i) {
-    // j uniform in [0, i] by multiply-high (bias below 2^-40 for any realistic size).
-    const unsigned __int128 wide =
-        static_cast<unsigned __int128>(counter_hash(key, static_cast<uint64_t>(i))) *
-        static_cast<uint64_t>(i + 1);
-    const int64_t j = static_cast<int64_t>(wide >> 64);
-    std::swap(order[i], order[j]);
+// Throws ConfigError naming the data.* key when `o` does not fit `ds` or is out of range.
+void check_options(const LoaderOptions& o, const Dataset& ds) {
+  if (o.batch_size < 1) {
+    throw ConfigError(fmt::format("batch size must be at least 1, got {}", o.batch_size),
+                      "set data.batch_size");
   }
-  return order;
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw ConfigError(fmt::format("rank {} is not in a world of {} ranks", o.rank, o.world_size));
+  }
+  if (o.prefetch < 1 || o.max_leases < 1 || o.epochs < 0) {
+    throw ConfigError(
+        fmt::format("data loader needs prefetch >= 1, max_leases >= 1 and epochs "
+                    ">= 0; got {}, {}, {}",
+                    o.prefetch, o.max_leases, o.epochs));
+  }
+  if (o.workers < 1) {
+    throw ConfigError(fmt::format("data loader needs at least 1 worker, got {}", o.workers),
+                      "set data.workers >= 1");
+  }
+  const Shape sample = ds.sample_shape();
+  const bool images = ds.input_dtype() == DType::kF32;
+  FERRY_ASSERT(!images || sample.rank() == 3, "dataset image shape must be (C, H, W)");
+  FERRY_ASSERT(ds.labels_per_sample() >= 1, "a sample needs at least one label");
+  if (!images && (!o.mean.empty() || !o.stddev.empty())) {
+    throw ConfigError(fmt::format("data.mean and data.std normalise images; dataset {} holds "
+                                  "no images",
+                                  ds.describe()),
+                      "set data.mean=[] and data.std=[]");
+  }
+  const size_t channels = images ? static_cast<size_t>(sample[0]) : 0;
+  if (o.mean.size() != o.stddev.size() || (!o.mean.empty() && o.mean.size() != channels)) {
+    throw ConfigError(
+        fmt::format("data.mean has {} values and data.std {}; the data has {} "
+                    "channels",
+                    o.mean.size(), o.stddev.size(), channels),
+        fmt::format("give both with one value per channel ({}), or neither", channels));
+  }
+  for (float s : o.stddev) {
+    if (!(s > 0) || !std::isfinite(s)) {
+      throw ConfigError(fmt::format("data.std value {} is not a positive number", s),
+                        "every data.std value must be > 0");
+    }
+  }
+  if (o.len_bucket < 1) {
+    throw ConfigError(fmt::format("data.len_bucket: must be >= 1, got {}", o.len_bucket),
+                      "give the multiple of tokens a padded batch's length is rounded up to");
+  }
+  if (!o.scales.empty()) {
+    if (!images || ds.max_side() == 0) {
+      throw ConfigError(fmt::format("data.scales: dataset {} cannot make its images at another "
+                                    "side",
+                                    ds.describe()),
+                        "data.scales works with synthetic data and imagefolder training; set "
+                        "data.scales=[] for this source");
+    }
+    for (int64_t side : o.scales) {
+      if (side < 1 || side > ds.max_side()) {
+        throw ConfigError(
+            fmt::format("data.scales: side {} is outside [1, {}], what dataset {} can give", side,
+                        ds.max_side(), ds.describe()),
+            fmt::format("give sides from 1 to {}", ds.max_side()));
+      }
+    }
+  }
 }
+
+}  // namespace
 
 // ---- Batch ----
 
@@ -152,73 +165,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
     : dataset_(std::move(dataset)), options_(std::move(options)) {
   FERRY_ASSERT(dataset_ != nullptr, "DataLoader needs a dataset");
   const LoaderOptions& o = options_;
-  if (o.batch_size < 1) {
-    throw ConfigError(fmt::format("batch size must be at least 1, got {}", o.batch_size),
-                      "set data.batch_size");
-  }
-  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
-    throw ConfigError(fmt::format("rank {} is not in a world of {} ranks", o.rank, o.world_size));
-  }
-  if (o.prefetch < 1 || o.max_leases < 1 || o.epochs < 0) {
-    throw ConfigError(
-        fmt::format("data loader needs prefetch >= 1, max_leases >= 1 and epochs "
-                    ">= 0; got {}, {}, {}",
-                    o.prefetch, o.max_leases, o.epochs));
-  }
-  if (o.workers < 1) {
-    throw ConfigError(fmt::format("data loader needs at least 1 worker, got {}", o.workers),
-                      "set data.workers >= 1");
-  }
-  const Shape sample = dataset_->sample_shape();
+  check_options(o, *dataset_);
   const bool images = dataset_->input_dtype() == DType::kF32;
-  FERRY_ASSERT(!images || sample.rank() == 3, "dataset image shape must be (C, H, W)");
-  FERRY_ASSERT(dataset_->labels_per_sample() >= 1, "a sample needs at least one label");
-  if (!images && (!o.mean.empty() || !o.stddev.empty())) {
-    throw ConfigError(fmt::format("data.mean and data.std normalise images; dataset {} holds "
-                                  "no images",
-                                  dataset_->describe()),
-                      "set data.mean=[] and data.std=[]");
-  }
-  const size_t channels = images ? static_cast<size_t>(sample[0]) : 0;
-  if (o.mean.size() != o.stddev.size() || (!o.mean.empty() && o.mean.size() != channels)) {
-    throw ConfigError(
-        fmt::format("data.mean has {} values and data.std {}; the data has {} "
-                    "channels",
-                    o.mean.size(), o.stddev.size(), channels),
-        fmt::format("give both with one value per channel ({}), or neither", channels));
-  }
-  for (float s : o.stddev) {
-    if (!(s > 0) || !std::isfinite(s)) {
-      throw ConfigError(fmt::format("data.std value {} is not a positive number", s),
-                        "every data.std value must be > 0");
-    }
-  }
-  if (o.len_bucket < 1) {
-    throw ConfigError(fmt::format("data.len_bucket: must be >= 1, got {}", o.len_bucket),
-                      "give the multiple of tokens a padded batch's length is rounded up to");
-  }
-  if (!o.scales.empty()) {
-    if (!images || dataset_->max_side() == 0) {
-      throw ConfigError(fmt::format("data.scales: dataset {} cannot make its images at another "
-                                    "side",
-                                    dataset_->describe()),
-                        "data.scales works with synthetic data and imagefolder training; set "
-                        "data.scales=[] for this source");
-    }
-    for (int64_t side : o.scales) {
-      if (side < 1 || side > dataset_->max_side()) {
-        throw ConfigError(
-            fmt::format("data.scales: side {} is outside [1, {}], what dataset {} can give", side,
-                        dataset_->max_side(), dataset_->describe()),
-            fmt::format("give sides from 1 to {}", dataset_->max_side()));
-      }
-    }
-  }
   const int64_t size = dataset_->size();
   if (size < 1) throw DataError(fmt::format("dataset {} is empty", dataset_->describe()));
   const int64_t global = o.batch_size * o.world_size;
-  batches_per_epoch_ = o.drop_last ? size / global : (size + global - 1) / global;
-  if (batches_per_epoch_ == 0) {
+  batches_ = BatchOrder(size, o.batch_size, o.world_size, o.rank, o.drop_last);
+  if (batches_.per_epoch() == 0) {
     throw ConfigError(fmt::format("dataset {} has {} samples, fewer than one global batch of {} "
                                   "({} ranks x batch size {})",
                                   dataset_->describe(), size, global, o.world_size, o.batch_size),
@@ -267,14 +220,14 @@ DataLoader::~DataLoader() { stop_thread(); }
 
 void DataLoader::check_position(LoaderPosition p, const char* what) const {
   const bool end_of_pass = options_.epochs > 0 && p.epoch == options_.epochs && p.batch == 0;
-  if (p.epoch < 0 || p.batch < 0 || p.batch >= batches_per_epoch_ ||
+  if (p.epoch < 0 || p.batch < 0 || p.batch >= batches_.per_epoch() ||
       (options_.epochs > 0 && p.epoch >= options_.epochs)) {
     if (end_of_pass) return;
     throw ConfigError(
         fmt::format(
             "data loader {} (epoch {}, batch {}) is out of range: an epoch "
             "has {} batches{}",
-            what, p.epoch, p.batch, batches_per_epoch_,
+            what, p.epoch, p.batch, batches_.per_epoch(),
             options_.epochs > 0 ? fmt::format(" and the pass {} epochs", options_.epochs) : ""),
         "resume from a checkpoint written with the same data and batch settings");
   }
@@ -311,16 +264,13 @@ void DataLoader::seek(LoaderPosition position) {
   start_thread(position);
 }
 
-LoaderPosition DataLoader::position_after(int64_t batches) const {
-  return LoaderPosition{batches / batches_per_epoch_, batches % batches_per_epoch_};
-}
+LoaderPosition DataLoader::position_after(int64_t batches) const { return batches_.after(batches); }
 
 std::vector<int64_t> DataLoader::indices(LoaderPosition p) const {
   check_position(p, "position");
   const std::vector<int64_t> order =
       epoch_order(dataset_->size(), options_.shuffle, options_.seed, p.epoch);
-  const SliceRange r = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
-                                  options_.rank, p.batch);
+  const SliceRange r = batches_.rank_slice(p.batch);
   return std::vector<int64_t>(order.begin() + r.begin, order.begin() + r.begin + r.count);
 }
 
@@ -375,10 +325,7 @@ void DataLoader::skip_shape(const Shape& input) {
 }
 
 int64_t DataLoader::side(LoaderPosition p) const {
-  const std::vector<int64_t>& scales = options_.scales;
-  if (scales.empty()) return 0;
-  const uint64_t key = counter_hash(options_.seed ^ kScaleDomain, static_cast<uint64_t>(p.epoch));
-  return scales[counter_hash(key, static_cast<uint64_t>(p.batch)) % scales.size()];
+  return batch_side(options_.scales, options_.seed, p);
 }
 
 std::shared_ptr<const std::vector<int64_t>> DataLoader::order_of(int64_t epoch) const {
@@ -392,11 +339,10 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_of(int64_t epoch) 
 }
 
 int64_t DataLoader::length_in(const std::vector<int64_t>& order, int64_t batch) const {
-  const SliceRange g =
-      global_slice(dataset_->size(), options_.batch_size, options_.world_size, batch);
+  const SliceRange g = batches_.global_slice(batch);
   int64_t longest = 0;
   for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
-    longest = std::max(longest, dataset_->labelled(order[static_cast<size_t>(i)]));
+    longest = std::max(longest, dataset_->labelled(order[i]));
   }
   return batch_length(longest, options_.len_bucket, dataset_->sample_shape()[0]);
 }
@@ -409,16 +355,14 @@ int64_t DataLoader::length(LoaderPosition p) const {
 }
 
 Shape DataLoader::input_shape(LoaderPosition p) const {
-  const SliceRange r = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
-                                  options_.rank, p.batch);
+  const SliceRange r = batches_.rank_slice(p.batch);
   if (dataset_->pads_per_batch()) return Shape{r.count, length(p)};
   return rows_of(*dataset_, r.count, side(p));
 }
 
 std::vector<Shape> DataLoader::input_shapes() const {
   std::vector<int64_t> rows{options_.batch_size};
-  const SliceRange last = rank_slice(dataset_->size(), options_.batch_size, options_.world_size,
-                                     options_.rank, batches_per_epoch_ - 1);
+  const SliceRange last = batches_.rank_slice(batches_.per_epoch() - 1);
   if (last.count != options_.batch_size) rows.push_back(last.count);
   std::vector<int64_t> sides = options_.scales;
   if (sides.empty()) sides.push_back(0);
@@ -458,14 +402,13 @@ Batch DataLoader::next() {
   lock.unlock();
   s.cv.notify_all();  // the producer may fill another slot
   position_ = item.slot->position;
-  if (++position_.batch == batches_per_epoch_) position_ = LoaderPosition{position_.epoch + 1, 0};
+  position_ = batches_.next(position_);
   return Batch(state_, item.slot);
 }
 
 void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   const Dataset& ds = *dataset_;
-  const SliceRange r = rank_slice(ds.size(), options_.batch_size, options_.world_size,
-                                  options_.rank, slot.position.batch);
+  const SliceRange r = batches_.rank_slice(slot.position.batch);
   const int64_t side = this->side(slot.position);
   // Documents (Note [Documents as rows] in documents.h): rows of the batch's length, and what
   // the loss divides by, from the whole global batch.
@@ -490,12 +433,11 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& order) const {
   slot.labelled = r.count * per_row;
   slot.loss_divisor = 0.0f;
   if (docs) {
-    const SliceRange g =
-        global_slice(ds.size(), options_.batch_size, options_.world_size, slot.position.batch);
+    const SliceRange g = batches_.global_slice(slot.position.batch);
     int64_t global = 0;
     slot.labelled = 0;
     for (int64_t i = g.begin; i < g.begin + g.count; ++i) {
-      const int64_t l = ds.labelled(order[static_cast<size_t>(i)]);
+      const int64_t l = ds.labelled(order[i]);
       global += l;
       if (i >= r.begin && i < r.begin + r.count) slot.labelled += l;
     }
@@ -580,7 +522,7 @@ void DataLoader::produce(LoaderPosition position) {
         slot = nullptr;
       }
       s.cv.notify_all();
-      if (++position.batch == batches_per_epoch_) position = LoaderPosition{position.epoch + 1, 0};
+      position = batches_.next(position);
     }
   } catch (...) {
     {

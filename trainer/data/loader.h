@@ -1,8 +1,5 @@
-// The data loader: a background thread (with workers - 1 helpers sharing each batch) fills
-// batch buffers ahead of the trainer, in an order that depends only on (seed, epoch) and never
-// on timing, on the number of workers or on the number of ranks.
-// Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
-// is reused only after the lease that holds it has been released.
+// The data loader: a background thread fills batch buffers ahead of the trainer, in an order that
+// depends only on (seed, epoch) (Note [The loader's order and buffers]).
 #pragma once
 
 #include <cstdint>
@@ -14,17 +11,18 @@
 #include "device/host_pool.h"
 #include "device/shape.h"
 #include "device/stream.h"
+#include "trainer/data/batch_order.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/worker_pool.h"
 
 namespace ferry {
 
-// Where a loader is in its endless sequence of batches: batch `batch` of epoch `epoch`.
-struct LoaderPosition {
-  int64_t epoch = 0;
-  int64_t batch = 0;
-  bool operator==(const LoaderPosition&) const = default;
-};
+// Note [The loader's order and buffers]
+// The data loader: a background thread (with workers - 1 helpers sharing each batch) fills
+// batch buffers ahead of the trainer, in an order that depends only on (seed, epoch) and never
+// on timing, on the number of workers or on the number of ranks.
+// Invariant: next() returns the batches of position(), position()+1, ... in sequence; a buffer
+// is reused only after the lease that holds it has been released.
 
 struct LoaderOptions {
   int64_t batch_size = 32;  // per rank; the global batch is world_size * batch_size
@@ -37,7 +35,7 @@ struct LoaderOptions {
   std::vector<float> mean;
   std::vector<float> stddev;
   // true: a trailing partial global batch is skipped. false: it is kept and split across the
-  // ranks as evenly as possible (Note [Partial global batch] in loader.cc).
+  // ranks as evenly as possible (Note [Partial global batch] in batch_order.h).
   bool drop_last = true;
   int prefetch = 2;      // batches prepared ahead of the consumer (>= 1)
   int workers = 1;       // threads preparing the samples of a batch (>= 1; data.workers)
@@ -149,7 +147,7 @@ class DataLoader {
   // The position after `batches` calls of next() from the start of epoch 0.
   LoaderPosition position_after(int64_t batches) const;
 
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t batches_per_epoch() const { return batches_.per_epoch(); }
   // Dataset indices this rank gets in the batch at `position`, in row order. A pure function of
   // the options: what next() returns for that position.
   std::vector<int64_t> indices(LoaderPosition position) const;
@@ -191,7 +189,7 @@ class DataLoader {
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
-  int64_t batches_per_epoch_ = 0;
+  BatchOrder batches_;  // set once the options are checked
   LoaderPosition position_;
   std::shared_ptr<loader_detail::State> state_;
   std::unique_ptr<WorkerPool> pool_;  // the producer thread plus workers - 1 helpers
@@ -200,9 +198,5 @@ class DataLoader {
   mutable int64_t order_epoch_ = -1;
   mutable std::shared_ptr<const std::vector<int64_t>> order_;
 };
-
-// The order of the samples in `epoch`: a permutation of [0, size) that depends only on
-// (seed, epoch) (Fisher-Yates on counter-based random numbers); the identity when !shuffle.
-std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch);
 
 }  // namespace ferry

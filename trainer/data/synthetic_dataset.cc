@@ -1,6 +1,6 @@
 // The synthetic image task: every sample is a pure function of (seed, index), generated on
 // demand from counter-based random numbers, so any size and any resolution cost no memory.
-//
+
 // Note [Synthetic task]: class k of K is a sinusoidal grating with orientation pi*k/K (+- 0.3
 // of the spacing between classes) and a period of 1/(2.5 + 1.25*(k mod 3)) of the
 // image side (+-10%), under a wide Gaussian window at a jittered centre, on a random grey

@@ -1,5 +1,5 @@
 // Running the planned tape, one step at a time.
-//
+
 // Note [Executing a plan]
 // For each planned step s, on the host, in this order (the four steps of an offload are
 // OffloadTiming's, prefetch/plan.h):
@@ -83,22 +83,21 @@ void Executor::ensure_arena(uint64_t bytes) {
 }
 
 void* Executor::tensor_address(const Program& p, int t, int step) const {
-  const TensorPlan& tp = p.plan.tensors[static_cast<size_t>(t)];
+  const TensorPlan& tp = p.plan.tensors[t];
   for (const Residency& r : tp.residency) {
     if (r.begin <= step && step <= r.end) {
-      p.arena_touched =
-          std::max(p.arena_touched, r.offset + p.plan.tape.tensors[static_cast<size_t>(t)].bytes);
+      p.arena_touched = std::max(p.arena_touched, r.offset + p.plan.tape.tensors[t].bytes);
       return static_cast<std::byte*>(arena_.data()) + r.offset;
     }
   }
   FERRY_ASSERT(false, fmt::format("tensor {} is not resident at step {}",
-                                  p.plan.tape.tensors[static_cast<size_t>(t)].name, step));
+                                  p.plan.tape.tensors[t].name, step));
   return nullptr;
 }
 
 void* Executor::slot_address(const Program& p, int slot, int step) const {
   if (slot == -1) return nullptr;
-  if (is_persistent_slot(slot)) return p.persistent[static_cast<size_t>(persistent_id(slot))];
+  if (is_persistent_slot(slot)) return p.persistent[persistent_id(slot)];
   return tensor_address(p, slot, step);
 }
 
@@ -131,29 +130,26 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
   }
   for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
     before_step(p, s);
-    if (tracer_.active() && (!p.release_at[static_cast<size_t>(s)].empty() ||
-                             !p.needed_at[static_cast<size_t>(s)].empty())) {
+    if (tracer_.active() && (!p.release_at[s].empty() || !p.needed_at[s].empty())) {
       // The time compute spends waiting for copies shows as its own span.
-      tracer_.mark("wait for copies",
-                   p.plan.persistent.total() + occupancy[static_cast<size_t>(s)]);
+      tracer_.mark("wait for copies", p.plan.persistent.total() + occupancy[s]);
     }
     run_step(p, s, batch, step_seed);
     after_step(p, s);
     if (tracer_.active()) {
-      const TapeStep& st = p.plan.tape.steps[static_cast<size_t>(s)];
+      const TapeStep& st = p.plan.tape.steps[s];
       static constexpr const char* kPhase[] = {"load", "fwd", "bwd", "acc", "update", "recompute"};
       tracer_.mark(fmt::format("{} {}", kPhase[static_cast<int>(st.phase)], st.name),
-                   p.plan.persistent.total() + occupancy[static_cast<size_t>(s)]);
+                   p.plan.persistent.total() + occupancy[s]);
     }
-    if (listener && !p.grads_written[static_cast<size_t>(s)].empty()) {
-      listener->on_gradients(p.grads_written[static_cast<size_t>(s)]);
+    if (listener && !p.grads_written[s].empty()) {
+      listener->on_gradients(p.grads_written[s]);
     }
   }
 }
 
 void Executor::poison(const Program& p, int t, const Residency& r) {
-  const int64_t n =
-      static_cast<int64_t>(p.plan.tape.tensors[static_cast<size_t>(t)].bytes / sizeof(float));
+  const int64_t n = static_cast<int64_t>(p.plan.tape.tensors[t].bytes / sizeof(float));
   if (n == 0) return;
   device_.kernels().launch(
       Fill{n, NAN, reinterpret_cast<float*>(static_cast<std::byte*>(arena_.data()) + r.offset)},
@@ -162,8 +158,7 @@ void Executor::poison(const Program& p, int t, const Residency& r) {
 
 double Executor::deadline_s(const Program& p, int issued_before, int deadline_step) {
   const auto at = [&](int s) {
-    return p.planned_start[static_cast<size_t>(
-        std::clamp(s, 0, static_cast<int>(p.planned_start.size()) - 1))];
+    return p.planned_start[std::clamp(s, 0, static_cast<int>(p.planned_start.size()) - 1)];
   };
   return deadline_step < 0 ? 0.0 : std::max(0.0, at(deadline_step) - at(issued_before));
 }
@@ -172,21 +167,21 @@ double Executor::deadline_s(const Program& p, int issued_before, int deadline_st
 // (executor.h).
 void Executor::before_step(Program& p, int s) {
   Stream& compute = device_.stream(StreamKind::kCompute);
-  for (int t : p.release_at[static_cast<size_t>(s)]) {
+  for (int t : p.release_at[s]) {
     p.offloads.at(t).residency->order_after_offload(compute);
-    if (options_.poison) poison(p, t, p.plan.tensors[static_cast<size_t>(t)].residency[0]);
+    if (options_.poison) poison(p, t, p.plan.tensors[t].residency[0]);
   }
-  if (!p.fetch_at[static_cast<size_t>(s)].empty()) {
+  if (!p.fetch_at[s].empty()) {
     Event& space_free = step_event();  // compute has finished step s-1
     compute.record(space_free);
-    for (int t : p.fetch_at[static_cast<size_t>(s)]) {
+    for (int t : p.fetch_at[s]) {
       OffloadSlot& slot = p.offloads.at(t);
-      const int needed = p.plan.tensors[static_cast<size_t>(t)].needed_at;
+      const int needed = p.plan.tensors[t].needed_at;
       transfers_.prefetch(*slot.residency, tensor_address(p, t, s), space_free, needed,
                           deadline_s(p, s, needed));
     }
   }
-  for (int t : p.needed_at[static_cast<size_t>(s)]) {
+  for (int t : p.needed_at[s]) {
     p.offloads.at(t).residency->order_after_prefetch(compute);
   }
 }
@@ -195,19 +190,19 @@ void Executor::before_step(Program& p, int s) {
 // (executor.h).
 void Executor::after_step(Program& p, int s) {
   Stream& compute = device_.stream(StreamKind::kCompute);
-  if (!p.offload_after[static_cast<size_t>(s)].empty()) {
+  if (!p.offload_after[s].empty()) {
     Event& produced = step_event();
     compute.record(produced);
-    for (int t : p.offload_after[static_cast<size_t>(s)]) {
+    for (int t : p.offload_after[s]) {
       OffloadSlot& slot = p.offloads.at(t);
-      const int release = p.plan.tensors[static_cast<size_t>(t)].release_at;
+      const int release = p.plan.tensors[t].release_at;
       transfers_.offload(*slot.residency, tensor_address(p, t, s), slot.host, produced, release,
                          deadline_s(p, s + 1, release));
     }
   }
   if (options_.poison) {
-    for (int t : p.dies_at[static_cast<size_t>(s)]) {
-      for (const Residency& r : p.plan.tensors[static_cast<size_t>(t)].residency) {
+    for (int t : p.dies_at[s]) {
+      for (const Residency& r : p.plan.tensors[t].residency) {
         if (r.end == s && !r.handed_on) poison(p, t, r);
       }
     }
@@ -215,9 +210,8 @@ void Executor::after_step(Program& p, int s) {
 }
 
 void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed) {
-  const TapeStep& step = p.plan.tape.steps[static_cast<size_t>(s)];
-  const StepBinding& b =
-      p.lowered.bindings[static_cast<size_t>(p.plan.origin[static_cast<size_t>(s)])];
+  const TapeStep& step = p.plan.tape.steps[s];
+  const StepBinding& b = p.lowered.bindings[p.plan.origin[static_cast<size_t>(s)]];
   Stream& compute = device_.stream(StreamKind::kCompute);
   Kernels& k = device_.kernels();
   switch (step.phase) {
@@ -229,23 +223,22 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
       compute.record(arena_free);
       h2d.wait(arena_free);
       const Graph& g = p.graph;
-      device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.input())], s),
-                         batch.input, g.tensor(g.input()).desc.bytes(), h2d);
-      device_.copy_async(tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.labels())], s),
-                         batch.labels, g.tensor(g.labels()).desc.bytes(), h2d);
+      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s), batch.input,
+                         g.tensor(g.input()).desc.bytes(), h2d);
+      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.labels()], s), batch.labels,
+                         g.tensor(g.labels()).desc.bytes(), h2d);
       if (g.segments() != kNoTensor) {
         FERRY_ASSERT(batch.segments != nullptr, "a packed graph needs the batch's segment starts");
-        device_.copy_async(
-            tensor_address(p, p.lowered.tape_of[static_cast<size_t>(g.segments())], s),
-            batch.segments, g.tensor(g.segments()).desc.bytes(), h2d);
+        device_.copy_async(tensor_address(p, p.lowered.tape_of[g.segments()], s), batch.segments,
+                           g.tensor(g.segments()).desc.bytes(), h2d);
       }
       h2d.record(*upload_done_);
       compute.wait(*upload_done_);
       return;
     }
     case StepPhase::kAccumulate: {
-      const int64_t n = static_cast<int64_t>(
-          p.plan.tape.tensors[static_cast<size_t>(b.accumulate_into)].bytes / sizeof(float));
+      const int64_t n =
+          static_cast<int64_t>(p.plan.tape.tensors[b.accumulate_into].bytes / sizeof(float));
       k.launch(Accumulate{n, static_cast<const float*>(tensor_address(p, b.accumulate_from, s)),
                           static_cast<float*>(tensor_address(p, b.accumulate_into, s))},
                compute);
@@ -258,7 +251,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     case StepPhase::kRecompute:
       break;
   }
-  const Node& node = p.graph.nodes()[static_cast<size_t>(step.node)];
+  const Node& node = p.graph.nodes()[step.node];
   const bool recompute = step.phase == StepPhase::kRecompute;
   OpIo io;
   const auto fill = [&](const std::vector<int>& slots, std::vector<void*>& out) {
@@ -281,8 +274,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   io.seed = counter_hash(step_seed, static_cast<uint64_t>(step.node));
   io.loss_divisor = batch.loss_divisor;
   if (b.workspace >= 0) {
-    io.ws = {tensor_address(p, b.workspace, s),
-             p.plan.tape.tensors[static_cast<size_t>(b.workspace)].bytes};
+    io.ws = {tensor_address(p, b.workspace, s), p.plan.tape.tensors[b.workspace].bytes};
   }
   if (step.phase != StepPhase::kBackward) {
     node.op->forward(k, compute, io);
@@ -294,7 +286,7 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   fill(b.grad_inputs, io.grad_inputs);
   io.grad_params.clear();
   for (int slot : b.grad_params) {
-    io.grad_params.push_back(p.grads[static_cast<size_t>(persistent_id(slot))]);
+    io.grad_params.push_back(p.grads[persistent_id(slot)]);
   }
   node.op->backward(k, compute, io);
 }

@@ -1,4 +1,29 @@
 // The executor: runs steps by following a program's plan (Note [Executing a plan] in
+// executor.cc). Invariant: the host never waits inside a step; every ordering is a stream waiting
+// on an event (Note [What the executor runs]).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "device/host_pool.h"
+#include "prefetch/plan.h"
+#include "prefetch/transfer_engine.h"
+#include "trainer/exec/metrics_ring.h"
+#include "trainer/exec/parameter_store.h"
+#include "trainer/exec/program.h"
+#include "trainer/exec/trace.h"
+#include "trainer/model/graph.h"
+
+namespace ferry {
+
+// Note [What the executor runs]
+// The executor: runs steps by following a program's plan (Note [Executing a plan] in
 // executor.cc): kernels on the compute stream, offloads on the device-to-host stream after their
 // producer's event, device space reused only after the copy's event, prefetches on the
 // host-to-device stream, compute waiting on the prefetch's event. Programs are planned once per
@@ -6,7 +31,7 @@
 // (prepare()); one arena, as large as the largest plan used at the current budget, serves them
 // all. The host never waits inside a step; it reads the staged losses when it asks
 // (metrics_ring.h).
-//
+
 // Note [Life of an offloaded activation]
 // One saved activation, say the output of a convolution that its backward reads, from the config
 // to the backward kernel. Each place on the way cites this note with its step number.
@@ -51,26 +76,6 @@
 //     run_step binds the second stretch's address into the op's OpIo and calls its backward.
 //     The next training step offloads the tensor again; its copy is ordered after this fetch
 //     on the device, without a host wait.
-#pragma once
-
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <span>
-#include <string>
-#include <vector>
-
-#include "device/device.h"
-#include "device/host_pool.h"
-#include "prefetch/plan.h"
-#include "prefetch/transfer_engine.h"
-#include "trainer/exec/metrics_ring.h"
-#include "trainer/exec/parameter_store.h"
-#include "trainer/exec/program.h"
-#include "trainer/exec/trace.h"
-#include "trainer/model/graph.h"
-
-namespace ferry {
 
 // One batch in pinned host memory, uploaded byte for byte into the graph's input and labels
 // tensors (their sizes come from the graph; Note [Sample layout] in trainer/data/dataset.h).

@@ -59,9 +59,21 @@ class Lowering {
     return static_cast<int>(out_.tape.tensors.size() - 1);
   }
 
+  // A step of graph node `n` in `phase`, named after the node, with no tensors yet.
+  TapeStep node_step(int n, StepPhase phase, double flops) const {
+    const Node& node = g_.nodes()[n];
+    TapeStep step;
+    step.phase = phase;
+    step.node = n;
+    step.name = node.name;
+    step.op = std::string(node.op->kind());
+    step.flops = flops;
+    return step;
+  }
+
   // The OpIo slot for a graph tensor: its tape tensor, or its persistent encoding.
   int slot(TensorId id) const {
-    const int t = out_.tape_of[static_cast<size_t>(id)];
+    const int t = out_.tape_of[id];
     return t >= 0 ? t : persistent_slot(id);
   }
 
@@ -88,27 +100,21 @@ class Lowering {
     step.phase = StepPhase::kLoad;
     step.name = "load";
     step.op = "load";
-    step.writes = {out_.tape_of[static_cast<size_t>(g_.input())],
-                   out_.tape_of[static_cast<size_t>(g_.labels())]};
+    step.writes = {out_.tape_of[g_.input()], out_.tape_of[g_.labels()]};
     if (g_.segments() != kNoTensor) {
-      step.writes.push_back(out_.tape_of[static_cast<size_t>(g_.segments())]);
+      step.writes.push_back(out_.tape_of[g_.segments()]);
     }
     push(std::move(step), {});
   }
 
   void forward_step(int n) {
-    const Node& node = g_.nodes()[static_cast<size_t>(n)];
+    const Node& node = g_.nodes()[n];
     bool grad = !node.params.empty();
-    for (TensorId in : node.inputs) grad = grad || requires_grad_[static_cast<size_t>(in)];
+    for (TensorId in : node.inputs) grad = grad || requires_grad_[in];
     for (TensorId o : node.outputs) {
-      requires_grad_[static_cast<size_t>(o)] = grad && g_.tensor(o).role == TensorRole::kActivation;
+      requires_grad_[o] = grad && g_.tensor(o).role == TensorRole::kActivation;
     }
-    TapeStep step;
-    step.phase = StepPhase::kForward;
-    step.node = n;
-    step.name = node.name;
-    step.op = std::string(node.op->kind());
-    step.flops = node.op->cost().forward_flops;
+    TapeStep step = node_step(n, StepPhase::kForward, node.op->cost().forward_flops);
     step.recomputable = node.op->recomputable();
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       const int out = slot(node.outputs[i]);
@@ -128,7 +134,7 @@ class Lowering {
     for (int s : b.aux)
       if (s >= 0) step.writes.push_back(s);
     for (const auto& [i, o] : node.op->inplace(Pass::kForward)) {
-      const int in = b.inputs[static_cast<size_t>(i)], out = b.outputs[static_cast<size_t>(o)];
+      const int in = b.inputs[i], out = b.outputs[o];
       if (in >= 0 && out >= 0) step.alias.emplace_back(in, out);
     }
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
@@ -136,22 +142,17 @@ class Lowering {
   }
 
   void backward_step(int n) {
-    const Node& node = g_.nodes()[static_cast<size_t>(n)];
+    const Node& node = g_.nodes()[n];
     const bool is_loss = node.outputs.size() == 2 && node.outputs[0] == g_.loss();
     StepBinding b;
     bool any_grad = is_loss;
     for (TensorId o : node.outputs) {
-      const int gt = grad_of_[static_cast<size_t>(o)];
+      const int gt = grad_of_[o];
       b.grad_outputs.push_back(gt);
       any_grad = any_grad || gt >= 0;
     }
     if (!any_grad) return;  // nothing downstream needs this node's gradients
-    TapeStep step;
-    step.phase = StepPhase::kBackward;
-    step.node = n;
-    step.name = node.name;
-    step.op = std::string(node.op->kind());
-    step.flops = node.op->cost().backward_flops;
+    TapeStep step = node_step(n, StepPhase::kBackward, node.op->cost().backward_flops);
     // A backward sees only what its op saved: the other inputs and outputs may be gone.
     const SavedSet saved = node.op->saved();
     b.inputs = slots(node.inputs);
@@ -175,11 +176,11 @@ class Lowering {
 
     std::vector<std::pair<int, int>> accumulate;  // (partial, into)
     for (TensorId in : node.inputs) {
-      if (!requires_grad_[static_cast<size_t>(in)]) {
+      if (!requires_grad_[in]) {
         b.grad_inputs.push_back(-1);
         continue;
       }
-      int& g = grad_of_[static_cast<size_t>(in)];
+      int& g = grad_of_[in];
       const uint64_t bytes = g_.tensor(in).desc.bytes();
       if (g < 0) {
         g = add_tensor("grad:" + g_.tensor(in).name, bytes, TapeTensorKind::kGradient);
@@ -196,8 +197,7 @@ class Lowering {
     b.workspace = workspace(node, Pass::kBackward);
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
-      const int dy = b.grad_outputs[static_cast<size_t>(i)],
-                dx = b.grad_inputs[static_cast<size_t>(o)];
+      const int dy = b.grad_outputs[i], dx = b.grad_inputs[o];
       if (dy >= 0 && dx >= 0) step.alias.emplace_back(dy, dx);
     }
     push(std::move(step), std::move(b));
@@ -205,9 +205,9 @@ class Lowering {
       TapeStep acc;
       acc.phase = StepPhase::kAccumulate;
       acc.node = n;
-      acc.name = out_.tape.tensors[static_cast<size_t>(into)].name;
+      acc.name = out_.tape.tensors[into].name;
       acc.op = "accumulate";
-      acc.flops = static_cast<double>(out_.tape.tensors[static_cast<size_t>(into)].bytes / 4);
+      acc.flops = static_cast<double>(out_.tape.tensors[into].bytes / 4);
       acc.reads = {partial, into};
       acc.writes = {into};
       StepBinding ab;

@@ -1,9 +1,9 @@
 // The metrics ring: each step's loss and correct count, copied on the compute stream into
-// pinned host memory, read by the host only when it drains the ring.
-// Invariant: staging never blocks the host and never pins memory while the ring holds no more
-// than the steps it was built for.
-//
+// pinned host memory. Invariant: staging never blocks the host (Note [Metrics without a host
+// wait]).
+
 // Note [Metrics without a host wait]
+// Staging never pins memory while the ring holds no more than the steps it was built for.
 // The loss kernel writes each step's loss and correct count into the persistent metrics slot,
 // which the next step overwrites. stage() copies them, on the compute stream, into the next
 // entry of a pinned ring (chunks that are never moved or freed while the ring lives), so the

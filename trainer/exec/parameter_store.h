@@ -1,8 +1,5 @@
-// Persistent device memory by lifetime class (llm.c style): parameters in one block, their
-// gradients in a second block with the same layout, optimizer state in `slots` more blocks of
-// that layout, and buffers (BN statistics) plus metrics in a last one. Each block is cut by a
-// size table built from the graph's parameter list. Because the layouts match, an optimizer
-// step or a gradient all-reduce is one launch over a contiguous range.
+// Persistent device memory by lifetime class (llm.c style): parameters, gradients, optimizer
+// state, buffers each in a block cut by one size table (Note [Blocks of one layout]).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +12,13 @@
 #include "trainer/model/graph.h"
 
 namespace ferry {
+
+// Note [Blocks of one layout]
+// Persistent device memory by lifetime class (llm.c style): parameters in one block, their
+// gradients in a second block with the same layout, optimizer state in `slots` more blocks of
+// that layout, and buffers (BN statistics) plus metrics in a last one. Each block is cut by a
+// size table built from the graph's parameter list. Because the layouts match, an optimizer
+// step or a gradient all-reduce is one launch over a contiguous range.
 
 class ParameterStore {
  public:

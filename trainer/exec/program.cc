@@ -249,7 +249,7 @@ void ProgramCache::index_plan(Program& p) {
   }
   p.grads.assign(p.graph.tensors().size(), nullptr);
   for (TensorId param : p.graph.params()) {
-    p.grads[static_cast<size_t>(param)] = store_.grad_address(p.graph, param);
+    p.grads[param] = store_.grad_address(p.graph, param);
   }
   // The host bytes the offloads need are known now: check them before any step runs.
   const HostPoolStats pool = host_pool_.stats();
@@ -285,14 +285,14 @@ void ProgramCache::index_plan(Program& p) {
   std::map<size_t, size_t> last_writer;  // parameter index -> step
   for (size_t s = 0; s < steps; ++s) {
     if (p.plan.tape.steps[s].phase != StepPhase::kBackward) continue;
-    const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])];
+    const StepBinding& b = p.lowered.bindings[p.plan.origin[s]];
     for (int slot : b.grad_params) {
       last_writer[store_.param_index(p.graph, persistent_id(slot))] = s;
     }
   }
   for (size_t s = 0; s < steps; ++s) {
     if (p.plan.tape.steps[s].phase != StepPhase::kBackward) continue;
-    const StepBinding& b = p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])];
+    const StepBinding& b = p.lowered.bindings[p.plan.origin[s]];
     for (int slot : b.grad_params) {
       const size_t param = store_.param_index(p.graph, persistent_id(slot));
       if (last_writer[param] == s) p.grads_written[s].push_back(param);
@@ -304,10 +304,10 @@ void ProgramCache::index_plan(Program& p) {
     if (tp.decision == Decision::kOffload) {
       // Note [Life of an offloaded activation] (executor.h), step 3: the tensor's four steps
       // become entries of the per-step lists, and it gets a residency machine and a host copy.
-      p.release_at[static_cast<size_t>(tp.release_at)].push_back(tensor);
-      p.fetch_at[static_cast<size_t>(tp.fetch_at)].push_back(tensor);
-      p.needed_at[static_cast<size_t>(tp.needed_at)].push_back(tensor);
-      p.offload_after[static_cast<size_t>(tp.offload_after)].push_back(tensor);
+      p.release_at[tp.release_at].push_back(tensor);
+      p.fetch_at[tp.fetch_at].push_back(tensor);
+      p.needed_at[tp.needed_at].push_back(tensor);
+      p.offload_after[tp.offload_after].push_back(tensor);
       const TapeTensor& info = p.plan.tape.tensors[t];
       OffloadSlot slot;
       slot.residency = std::make_unique<ResidentTensor>(device_, info.name, info.bytes);
@@ -318,7 +318,7 @@ void ProgramCache::index_plan(Program& p) {
       // Freed by an offload's release, or handed on to a tensor computed in place: not dead.
       const bool released_by_offload = tp.decision == Decision::kOffload && r == 0;
       if (!released_by_offload && !tp.residency[r].handed_on) {
-        p.dies_at[static_cast<size_t>(tp.residency[r].end)].push_back(tensor);
+        p.dies_at[tp.residency[r].end].push_back(tensor);
       }
     }
   }

@@ -1,9 +1,6 @@
-// Programs: everything planned for one input shape, mode and budget (the graph, its lowered tape,
-// the memory plan), indexed by step for the executor, and a cache that plans each once: on first
-// use, or ahead of it on a background thread (Note [Planning ahead] in program.cc).
-// Invariant: a published program's plan never changes (only its offloads' residency state and
-// its measured arena extent move while steps run); its offloads' pinned host copies are held as
-// long as the cache lives.
+// Programs: everything planned for one input shape, mode and budget, indexed by step, and a cache
+// that plans each once (Note [Planning ahead] in program.cc). Invariant: a published program's
+// plan never changes; its pinned host copies live as long as the cache (Note [A program's life]).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +22,14 @@
 #include "trainer/model/graph.h"
 
 namespace ferry {
+
+// Note [A program's life]
+// Programs: everything planned for one input shape, mode and budget (the graph, its lowered tape,
+// the memory plan), indexed by step for the executor, and a cache that plans each once: on first
+// use, or ahead of it on a background thread (Note [Planning ahead] in program.cc).
+// Invariant: a published program's plan never changes (only its offloads' residency state and
+// its measured arena extent move while steps run); its offloads' pinned host copies are held as
+// long as the cache lives.
 
 // Builds the model's graph for a batch size, at the configured input shape.
 using GraphFactory = std::function<Graph(int64_t batch)>;

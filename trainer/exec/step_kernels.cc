@@ -59,8 +59,8 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
         if (update) out[s].push_back(*update);
         continue;
       case StepPhase::kAccumulate: {
-        const int64_t n = static_cast<int64_t>(
-            lowered.tape.tensors[static_cast<size_t>(b.accumulate_into)].bytes / sizeof(float));
+        const int64_t n =
+            static_cast<int64_t>(lowered.tape.tensors[b.accumulate_into].bytes / sizeof(float));
         out[s].push_back(Accumulate{n, static_cast<const float*>(placeholder(b.accumulate_from)),
                                     static_cast<float*>(placeholder(b.accumulate_into))});
         continue;
@@ -70,7 +70,7 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
       case StepPhase::kRecompute:
         break;
     }
-    const Node& node = graph.nodes()[static_cast<size_t>(step.node)];
+    const Node& node = graph.nodes()[step.node];
     OpIo io;
     fill(b.inputs, io.inputs);
     fill(b.outputs, io.outputs);
@@ -79,8 +79,7 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
     fill(b.aux, io.aux);
     io.training = lowered.training;
     if (b.workspace >= 0) {
-      io.ws = {placeholder(b.workspace),
-               lowered.tape.tensors[static_cast<size_t>(b.workspace)].bytes};
+      io.ws = {placeholder(b.workspace), lowered.tape.tensors[b.workspace].bytes};
     }
     if (step.phase == StepPhase::kBackward) {
       fill(b.grad_outputs, io.grad_outputs);

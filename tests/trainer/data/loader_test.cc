@@ -73,21 +73,6 @@ std::vector<std::vector<int64_t>> take(DataLoader& loader, int count) {
 
 std::shared_ptr<const Dataset> dataset(int64_t n) { return std::make_shared<IndexDataset>(n); }
 
-TEST(EpochOrder, PermutationPerSeedAndEpoch) {
-  const std::vector<int64_t> a = epoch_order(1000, true, 5, 0);
-  EXPECT_EQ(a, epoch_order(1000, true, 5, 0));
-  EXPECT_NE(a, epoch_order(1000, true, 5, 1));
-  EXPECT_NE(a, epoch_order(1000, true, 6, 0));
-  std::vector<int64_t> sorted = a;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(sorted, epoch_order(1000, false, 5, 0));  // a permutation of the identity
-  EXPECT_NE(a, sorted);
-  // Not a near-identity: few fixed points (about 1 expected).
-  int fixed = 0;
-  for (int64_t i = 0; i < 1000; ++i) fixed += a[i] == i;
-  EXPECT_LT(fixed, 10);
-}
-
 TEST(DataLoader, SameSeedSameBatchesWhateverThePrefetch) {
   LoaderOptions o = options(4, 11);
   o.prefetch = 1;

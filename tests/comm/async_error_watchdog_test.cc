@@ -1,10 +1,10 @@
-// The communicator watchdog and the fault actions (issue 16, defect 5: NCCL had no error or
+// The asynchronous-error watchdog and the fault actions (issue 16, defect 5: NCCL had no error or
 // abort path): an asynchronous error seen while a host waits aborts the backend once and throws;
 // the watchdog's own thread aborts even when no host wait polls (a blocking device synchronize
 // then returns); fail_job aborts registered communicators before it ends the job. The backend
 // here is two fakes; that ncclCommGetAsyncError and ncclCommAbort behave as the fakes do is
 // shown only on GPUs (two ranks, so two GPUs).
-#include "comm/comm_watchdog.h"
+#include "comm/async_error_watchdog.h"
 
 #include <gtest/gtest.h>
 
@@ -28,8 +28,8 @@ struct FakeBackend {
   std::atomic<int> aborts{0};
   std::atomic<bool> collective_done{false};  // an abort ends the collective, as ncclCommAbort
 
-  CommWatchdog watchdog(std::chrono::milliseconds poll = 5ms) {
-    return CommWatchdog(
+  AsyncErrorWatchdog watchdog(std::chrono::milliseconds poll = 5ms) {
+    return AsyncErrorWatchdog(
         "FAKE",
         [this] {
           ++health_calls;
@@ -43,9 +43,9 @@ struct FakeBackend {
   }
 };
 
-TEST(CommWatchdog, AnErrorSeenWhileWaitingAbortsOnceAndThrows) {
+TEST(AsyncErrorWatchdog, AnErrorSeenWhileWaitingAbortsOnceAndThrows) {
   FakeBackend backend;
-  CommWatchdog watchdog(
+  AsyncErrorWatchdog watchdog(
       "FAKE", [&] { return backend.fail ? "peer 1 is gone" : std::string(); },
       [&] { ++backend.aborts; }, 1h);  // only the wait polls here
   std::thread peer([&] {
@@ -72,9 +72,9 @@ TEST(CommWatchdog, AnErrorSeenWhileWaitingAbortsOnceAndThrows) {
 
 // The trainer mostly waits in device synchronizes, which do not poll: the watchdog's thread
 // must abort on its own (the abort is what lets those synchronizes return).
-TEST(CommWatchdog, ItsThreadAbortsWhenNobodyPolls) {
+TEST(AsyncErrorWatchdog, ItsThreadAbortsWhenNobodyPolls) {
   FakeBackend backend;
-  CommWatchdog watchdog = backend.watchdog();
+  AsyncErrorWatchdog watchdog = backend.watchdog();
   std::this_thread::sleep_for(30ms);
   EXPECT_GT(backend.health_calls, 0) << "the thread polls";
   EXPECT_EQ(backend.aborts, 0) << "a healthy backend is not aborted";
@@ -87,9 +87,9 @@ TEST(CommWatchdog, ItsThreadAbortsWhenNobodyPolls) {
   EXPECT_EQ(backend.aborts, 1);
 }
 
-TEST(CommWatchdog, ACollectiveEndedByAnAbortIsNotAResult) {
+TEST(AsyncErrorWatchdog, ACollectiveEndedByAnAbortIsNotAResult) {
   FakeBackend backend;
-  CommWatchdog watchdog = backend.watchdog(1h);
+  AsyncErrorWatchdog watchdog = backend.watchdog(1h);
   backend.fail = true;
   // ready() turns true only because the abort ended the collective: still an error.
   EXPECT_THROW(watchdog.wait([&] { return backend.collective_done.load(); }, "broadcast"),
@@ -97,9 +97,9 @@ TEST(CommWatchdog, ACollectiveEndedByAnAbortIsNotAResult) {
   EXPECT_EQ(backend.aborts, 1);
 }
 
-TEST(CommWatchdog, AHealthyWaitReturnsWithoutAborting) {
+TEST(AsyncErrorWatchdog, AHealthyWaitReturnsWithoutAborting) {
   FakeBackend backend;
-  CommWatchdog watchdog = backend.watchdog();
+  AsyncErrorWatchdog watchdog = backend.watchdog();
   int polls = 0;
   watchdog.wait([&] { return ++polls == 50; }, "all-reduce");
   EXPECT_EQ(polls, 50);
@@ -107,9 +107,9 @@ TEST(CommWatchdog, AHealthyWaitReturnsWithoutAborting) {
   EXPECT_NO_THROW(watchdog.throw_if_failed("all-reduce"));
 }
 
-TEST(CommWatchdog, AfterStopTheBackendIsNeverAskedAgain) {
+TEST(AsyncErrorWatchdog, AfterStopTheBackendIsNeverAskedAgain) {
   FakeBackend backend;
-  CommWatchdog watchdog = backend.watchdog();
+  AsyncErrorWatchdog watchdog = backend.watchdog();
   watchdog.stop();
   const int calls = backend.health_calls;
   backend.fail = true;

@@ -1,5 +1,6 @@
-// CommWatchdog (Note [Ending a job when a collective cannot finish] in comm_watchdog.h).
-#include "comm/comm_watchdog.h"
+// AsyncErrorWatchdog (Note [Ending a job when a collective cannot finish] in
+// async_error_watchdog.h).
+#include "comm/async_error_watchdog.h"
 
 #include <utility>
 
@@ -7,17 +8,17 @@
 
 namespace ferry {
 
-CommWatchdog::CommWatchdog(std::string library, std::function<std::string()> health,
-                           std::function<void()> abort, std::chrono::milliseconds poll)
+AsyncErrorWatchdog::AsyncErrorWatchdog(std::string library, std::function<std::string()> health,
+                                       std::function<void()> abort, std::chrono::milliseconds poll)
     : library_(std::move(library)),
       health_(std::move(health)),
       abort_(std::move(abort)),
       poll_(poll),
       thread_([this] { run(); }) {}
 
-CommWatchdog::~CommWatchdog() { stop(); }
+AsyncErrorWatchdog::~AsyncErrorWatchdog() { stop(); }
 
-void CommWatchdog::stop() {
+void AsyncErrorWatchdog::stop() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -27,29 +28,29 @@ void CommWatchdog::stop() {
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-void CommWatchdog::abort(const std::string& why) {
+void AsyncErrorWatchdog::abort(const std::string& why) {
   std::lock_guard lock(mutex_);
   abort_locked(why);
 }
 
-void CommWatchdog::abort_locked(const std::string& why) {
+void AsyncErrorWatchdog::abort_locked(const std::string& why) {
   if (aborted_ || stopped_) return;
   aborted_ = true;
   failure_ = why;
   abort_();  // under the lock: a concurrent abort() returns only after the backend is aborted
 }
 
-bool CommWatchdog::aborted() const {
+bool AsyncErrorWatchdog::aborted() const {
   std::lock_guard lock(mutex_);
   return aborted_;
 }
 
-std::string CommWatchdog::failure() const {
+std::string AsyncErrorWatchdog::failure() const {
   std::lock_guard lock(mutex_);
   return failure_;
 }
 
-void CommWatchdog::throw_if_failed(const std::string& what) const {
+void AsyncErrorWatchdog::throw_if_failed(const std::string& what) const {
   std::string why;
   {
     std::lock_guard lock(mutex_);
@@ -62,7 +63,7 @@ void CommWatchdog::throw_if_failed(const std::string& what) const {
                      __FILE__, __LINE__);
 }
 
-void CommWatchdog::check_health() {
+void AsyncErrorWatchdog::check_health() {
   // Under the lock: once stop() has returned, the backend's communicator is never asked again.
   std::lock_guard lock(mutex_);
   if (aborted_ || stopped_) return;
@@ -70,7 +71,7 @@ void CommWatchdog::check_health() {
   if (!error.empty()) abort_locked(error);
 }
 
-void CommWatchdog::wait(const std::function<bool()>& ready, const std::string& what) {
+void AsyncErrorWatchdog::wait(const std::function<bool()>& ready, const std::string& what) {
   for (int polls = 0;; ++polls) {
     throw_if_failed(what);
     if (ready()) {
@@ -86,7 +87,7 @@ void CommWatchdog::wait(const std::function<bool()>& ready, const std::string& w
   }
 }
 
-void CommWatchdog::run() {
+void AsyncErrorWatchdog::run() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, poll_, [this] { return stop_; });

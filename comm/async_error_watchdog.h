@@ -1,9 +1,6 @@
-// A watchdog for a communicator whose collectives run on a device and may never end when a
-// peer fails (NCCL): it polls the backend's asynchronous error, aborts the backend once on the
-// first failure so that no stream stays blocked in a collective, and gives the host's waits a
-// way to poll instead of blocking. Backend-neutral (the backend passes two functions), so its
-// rules are tested without a GPU. Invariant: abort runs at most once, and after it every wait
-// and every throw_if_failed() throws.
+// Watches a device communicator's asynchronous error (NCCL): on the first error it aborts the
+// backend once, so no stream stays blocked, and host waits poll it; collective_watchdog.h instead
+// times collectives out. Invariant: abort runs at most once; after it every wait throws.
 #pragma once
 
 #include <chrono>
@@ -16,10 +13,13 @@
 namespace ferry {
 
 // Note [Ending a job when a collective cannot finish]
+// Backend-neutral: the backend passes the two functions (health, abort), so its rules are tested
+// without a GPU.
 // An MPI collective returns an error to its caller; an NCCL collective is a kernel that spins
 // until its peers join, and a host wait on it (cudaEventSynchronize, cudaStreamSynchronize, a
 // device-wide synchronize in the executor) blocks with it. So the NCCL communicator
-//  - runs a CommWatchdog thread that polls ncclCommGetAsyncError every `poll`, and on an error
+//  - runs a AsyncErrorWatchdog thread that polls ncclCommGetAsyncError every `poll`, and on an
+//  error
 //    calls ncclCommAbort: the kernels return, every blocked host wait returns, and the next call
 //    into the communicator (or the wait of a collective) throws LibraryError;
 //  - waits for its own collectives (CommWork::wait, barrier, its destructor) by polling, with
@@ -29,17 +29,17 @@ namespace ferry {
 // The exception reaches main, whose fail_job ends the job by MPI_Abort, the MPI path's bound:
 // mpirun kills every other rank, wherever it waits.
 
-class CommWatchdog {
+class AsyncErrorWatchdog {
  public:
   // `health` returns the backend's asynchronous error ("" while healthy); `abort` ends the
   // backend's communicator. `library` names it in LibraryError ("NCCL"). Polls on a thread of
   // its own every `poll`.
-  CommWatchdog(std::string library, std::function<std::string()> health,
-               std::function<void()> abort,
-               std::chrono::milliseconds poll = std::chrono::milliseconds(100));
-  ~CommWatchdog();  // stops the thread (does not abort)
-  CommWatchdog(const CommWatchdog&) = delete;
-  CommWatchdog& operator=(const CommWatchdog&) = delete;
+  AsyncErrorWatchdog(std::string library, std::function<std::string()> health,
+                     std::function<void()> abort,
+                     std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+  ~AsyncErrorWatchdog();  // stops the thread (does not abort)
+  AsyncErrorWatchdog(const AsyncErrorWatchdog&) = delete;
+  AsyncErrorWatchdog& operator=(const AsyncErrorWatchdog&) = delete;
 
   // Aborts the backend now unless it was already, recording `why` as the failure if none was.
   void abort(const std::string& why);
