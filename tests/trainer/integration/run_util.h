@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/safetensors.h"
 
@@ -76,10 +77,11 @@ inline size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// A fresh directory under the build tree for one test, kept after it (to read a failed run's
-// output); tests that need no such record use TempDir (tests/support/temp_dir.h).
+// A fresh directory <build>/test-runs/<program>.<pid>/<name>, this process's own (Note [Scratch
+// per process] in tests/support/scratch.h) and kept when a test fails (to read the run's output);
+// tests that need no such record use TempDir (tests/support/temp_dir.h).
 inline std::string scratch(const std::string& name) {
-  return fresh_directory(std::filesystem::path(FERRY_BINARY_DIR) / "test-runs" / name).string();
+  return kept_scratch(std::filesystem::path(FERRY_BINARY_DIR) / "test-runs", name);
 }
 
 // Every F32 tensor of a checkpoint that is not optimizer state, by name.
