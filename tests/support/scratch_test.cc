@@ -1,16 +1,19 @@
 // Kept scratch folders (Note [Scratch per process]): two processes asking for the same name get
 // different folders and neither empties the other's; a name that could leave the process's
-// folder is refused; the process's folder goes when every test passed and stays otherwise.
+// folder is refused; the process's folder goes when every test passed and stays otherwise
+// (scratch_child.cc is the process).
 #include "tests/support/scratch.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -75,16 +78,36 @@ TEST(KeptScratch, RefusesANameThatLeavesTheProcesssFolder) {
   EXPECT_TRUE(fs::is_empty(root.path()));  // nothing made for a refused name
 }
 
-// The cleaner alone, on this program's result so far (all passed): it removes the folder.
-TEST(KeptScratch, CleanerRemovesTheFolderWhenEveryTestPassed) {
+// A whole test process: the cleaner runs when the program ends. Passed: no folder left. Failed:
+// the folder and what the run wrote stay, and the output says where.
+TEST(KeptScratch, GoesWhenTheProcessPassedAndStaysWhenItFailed) {
   const testing::TempDir root;
-  const fs::path dir = root.path() / "kept";
-  fs::create_directories(dir / "run");
-  testing::detail::ScratchCleaner cleaner(dir);
-  const ::testing::UnitTest& unit_test = *::testing::UnitTest::GetInstance();
-  ASSERT_TRUE(unit_test.Passed());  // so far in this process
-  cleaner.OnTestProgramEnd(unit_test);
-  EXPECT_FALSE(fs::exists(dir));
+  for (const std::string outcome : {"pass", "fail"}) {
+    SCOPED_TRACE(outcome);
+    const std::string command = "FERRY_SCRATCH_ROOT='" + root.str() +
+                                "' FERRY_SCRATCH_OUTCOME=" + outcome + " " + FERRY_SCRATCH_CHILD +
+                                " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+    const int status = ::pclose(pipe);
+    ASSERT_TRUE(WIFEXITED(status)) << output;
+    EXPECT_EQ(WEXITSTATUS(status), outcome == "pass" ? 0 : 1) << output;
+    std::vector<fs::path> left;
+    for (const auto& entry : fs::directory_iterator(root.path())) left.push_back(entry.path());
+    if (outcome == "pass") {
+      EXPECT_TRUE(left.empty()) << left.front();
+      continue;
+    }
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].filename().string().rfind("scratch_child.", 0), 0u) << left[0];
+    EXPECT_TRUE(fs::exists(left[0] / "run" / "log.txt"));
+    EXPECT_NE(output.find("scratch of the failed run kept in " + left[0].string()),
+              std::string::npos)
+        << output;
+  }
 }
 
 }  // namespace
