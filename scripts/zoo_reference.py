@@ -8,7 +8,7 @@ Run with Debian's python3-torch 1.13 / python3-torchvision 0.14:
     /usr/bin/python3 scripts/zoo_reference.py --table resnet50 # print one model's table
     /usr/bin/python3 scripts/zoo_reference.py --counts         # print parameter counts only
 
-The fixture (tests/trainer/model/torchvision_zoo.json) holds, per model:
+The fixture (tests/trainer/model/zoo/torchvision_zoo.json) holds, per model:
   parameters  the number of trained parameters (elements),
   state_dict  every parameter and buffer in state_dict order: [name, shape, dtype, role],
   layers      every leaf-module call in forward order: [name, type, output shape]; a module
@@ -227,7 +227,7 @@ def _dump(fixture):
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join(root, "tests/trainer/model/torchvision_zoo.json"))
+    ap.add_argument("--out", default=os.path.join(root, "tests/trainer/model/zoo/torchvision_zoo.json"))
     ap.add_argument("--table", metavar="MODEL", help="print one model's layers and state_dict")
     ap.add_argument("--counts", action="store_true", help="print parameter counts and exit")
     args = ap.parse_args()

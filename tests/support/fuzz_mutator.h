@@ -252,4 +252,28 @@ void run_case(const std::string& label, int index, const std::string& input, Tal
   }
 }
 
+// What a fuzz run must show: `cases` cases in all (any number when negative), more than
+// `rejected_above` of them rejected and more than `accepted_above` accepted, so the mutations
+// reach both the parser's errors and its accepting paths.
+struct TallyBounds {
+  int cases = -1;
+  int rejected_above = 0;
+  int accepted_above = -1;
+};
+
+// Prints "<what>: <accepted> <accepted_as>, <rejected> rejected with <error>" and checks `tally`
+// against `bounds`.
+inline void expect_tally(const Tally& tally, const char* what, const char* accepted_as,
+                         const char* error, const TallyBounds& bounds) {
+  std::printf("%s: %d %s, %d rejected with %s\n", what, tally.accepted, accepted_as, tally.rejected,
+              error);
+  if (bounds.cases >= 0) {
+    EXPECT_EQ(tally.accepted + tally.rejected, bounds.cases) << what;
+  }
+  EXPECT_GT(tally.rejected, bounds.rejected_above) << what;
+  if (bounds.accepted_above >= 0) {
+    EXPECT_GT(tally.accepted, bounds.accepted_above) << what;
+  }
+}
+
 }  // namespace ferry::fuzz

@@ -108,11 +108,8 @@ TEST(SafetensorsFuzz, MutatedFiles) {
                                 parse_and_exercise);
     }
   }
-  std::printf("safetensors fuzz: %d parsed, %d rejected with a DataError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 4500);
-  EXPECT_GT(tally.rejected, 2000);
-  EXPECT_GT(tally.accepted, 50);
+  fuzz::expect_tally(tally, "safetensors fuzz", "parsed", "a DataError",
+                     {.cases = 4500, .rejected_above = 2000, .accepted_above = 50});
 }
 
 // A header that claims far more data than the file holds is refused from the sizes alone.

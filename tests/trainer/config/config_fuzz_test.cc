@@ -59,11 +59,8 @@ TEST(ConfigFuzz, MutatedYaml) {
       fuzz::run_case<ConfigError>(fmt::format("config-{}", seed_value), i, input, tally, load_text);
     }
   }
-  std::printf("config fuzz: %d loaded, %d rejected with a ConfigError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 800);
-  EXPECT_GT(tally.rejected, 200);
-  EXPECT_GT(tally.accepted, 70);
+  fuzz::expect_tally(tally, "config fuzz", "loaded", "a ConfigError",
+                     {.cases = 800, .rejected_above = 200, .accepted_above = 70});
 }
 
 TEST(ConfigFuzz, OverridesWithNastyValues) {
@@ -121,11 +118,8 @@ TEST(ConfigFuzz, OverridesWithNastyValues) {
       exercise(parse_config_text("", overrides, "fuzz.yaml"));
     });
   }
-  std::printf("override fuzz: %d loaded, %d rejected with a ConfigError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 1500);
-  EXPECT_GT(tally.rejected, 500);
-  EXPECT_GT(tally.accepted, 50);
+  fuzz::expect_tally(tally, "override fuzz", "loaded", "a ConfigError",
+                     {.cases = 1500, .rejected_above = 500, .accepted_above = 50});
 }
 
 // Inputs each built to break a parser; every one must load or be a ConfigError.
@@ -230,9 +224,7 @@ TEST(ConfigFuzz, PathologicalYaml) {
       exercise(parse_config_text("", {"data.mean=" + text}, "o"));
     });
   }
-  std::printf("pathological yaml: %d loaded, %d rejected with a ConfigError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_GT(tally.rejected, 50);
+  fuzz::expect_tally(tally, "pathological yaml", "loaded", "a ConfigError", {.rejected_above = 50});
 }
 
 // An alias bomb must not be expanded: loading it is as fast as loading its text.

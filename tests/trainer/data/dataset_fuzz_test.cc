@@ -101,11 +101,8 @@ TEST(DatasetFuzz, MutatedIdxFiles) {
                                 });
     }
   }
-  std::printf("idx fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 1200);
-  EXPECT_GT(tally.rejected, 600);
-  EXPECT_GT(tally.accepted, 20);
+  fuzz::expect_tally(tally, "idx fuzz", "loaded", "a DataError",
+                     {.cases = 1200, .rejected_above = 600, .accepted_above = 20});
 }
 
 // IDX headers claiming 10^15 pixels (or any product that overflows) are refused from the file
@@ -152,11 +149,8 @@ TEST(DatasetFuzz, MutatedCifar10Files) {
       exercise(*ds, bytes.size());
     });
   }
-  std::printf("cifar10 fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 300);
-  EXPECT_GT(tally.rejected, 100);
-  EXPECT_GT(tally.accepted, 20);
+  fuzz::expect_tally(tally, "cifar10 fuzz", "loaded", "a DataError",
+                     {.cases = 300, .rejected_above = 100, .accepted_above = 20});
 }
 
 TEST(DatasetFuzz, Cifar10NastyFolders) {
@@ -213,7 +207,9 @@ void exercise_tokens(const Dataset& ds, uint64_t file_bytes, int64_t vocab) {
         EXPECT_GE(in[k], 0);
         EXPECT_LT(in[k], vocab);
         EXPECT_LT(labels[k], vocab);
-        if (k + 1 < t) EXPECT_EQ(labels[k], in[k + 1]);
+        if (k + 1 < t) {
+          EXPECT_EQ(labels[k], in[k + 1]);
+        }
       }
     }
   }
@@ -243,11 +239,8 @@ TEST(DatasetFuzz, MutatedTokenFiles) {
       exercise_tokens(*ds, bytes.size(), o.vocab);
     });
   }
-  std::printf("token fuzz: %d loaded, %d rejected with a DataError\n", tally.accepted,
-              tally.rejected);
-  EXPECT_EQ(tally.accepted + tally.rejected, 600);
-  EXPECT_GT(tally.rejected, 100);
-  EXPECT_GT(tally.accepted, 100);
+  fuzz::expect_tally(tally, "token fuzz", "loaded", "a DataError",
+                     {.cases = 600, .rejected_above = 100, .accepted_above = 100});
 }
 
 // Token counts that disagree with the file (up to INT32_MAX and negative) are refused from the

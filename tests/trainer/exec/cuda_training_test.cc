@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "tests/common/source_root.h"
+#include "tests/support/source_root.h"
 #include "tests/support/gpu_test.h"
 #include "tests/trainer/exec/train_steps.h"
 #include "trainer/config/config.h"

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "links/job_ledger.h"
-#include "tests/common/source_root.h"
+#include "tests/support/source_root.h"
 #include "tests/support/gpu_test.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "trainer/config/config.h"

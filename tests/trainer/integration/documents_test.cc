@@ -72,36 +72,26 @@ std::string documents(const std::string& dir, int steps, const std::string& more
 TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
   constexpr int kSteps = 12;
   const std::string none_dir = scratch("documents_none");
-  Exit e = run(documents(none_dir, kSteps, "memory.policy=none"));
-  ASSERT_EQ(e.code, 0) << e.output;
-  const Logged reference = read_metrics(none_dir);
-  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
-  const std::map<int64_t, uint64_t> none_peaks =
-      planned_peaks(read_json(none_dir + "/summary.json"), 1);
-  ASSERT_GE(none_peaks.size(), 2u) << "the batches took several lengths:\n" << e.output;
-  const uint64_t shortest = none_peaks.begin()->second, longest = none_peaks.rbegin()->second;
-  ASSERT_LT(shortest, longest);
+  NoneReference none;
+  ASSERT_NO_FATAL_FAILURE(run_none_reference(documents(none_dir, kSteps, "memory.policy=none"),
+                                             none_dir, kSteps, 1, none));
+  ASSERT_GE(none.peaks.size(), 2u) << "the batches took several lengths:\n" << none.output;
+  ASSERT_LT(none.peaks.begin()->second, none.peaks.rbegin()->second);
   // Below what the longest length needs with everything resident, above the shortest's.
-  const uint64_t budget = shortest + (longest - shortest) / 3;
+  const uint64_t budget = budget_between(none.peaks);
 
   for (const std::string variant : {"auto", "auto_recompute"}) {
     SCOPED_TRACE(variant);
     const std::string dir = scratch("documents_" + variant);
-    e = run(documents(dir, kSteps,
-                      "memory.policy=auto memory.budget=" + std::to_string(budget) +
-                          (variant == "auto" ? "" : " memory.link_gbps=0.001")));
-    ASSERT_EQ(e.code, 0) << e.output;
-    ASSERT_NO_FATAL_FAILURE(expect_same_steps(read_metrics(dir), reference));
-    const nlohmann::json s = read_json(dir + "/summary.json");
-    EXPECT_LE(s["plan_waited_steps"].get<int64_t>(), 1);
-    EXPECT_EQ(s["shapes"].size(), none_peaks.size());
-    const GivenUp given_up = expect_shapes_within(s, budget);
-    EXPECT_GT(given_up.moved + given_up.rebuilt, 0)
-        << "the longest length had to move or rebuild something";
+    BudgetedRun r;
+    ASSERT_NO_FATAL_FAILURE(expect_bitwise_like_none(
+        documents(dir, kSteps,
+                  "memory.policy=auto memory.budget=" + std::to_string(budget) +
+                      (variant == "auto" ? "" : " memory.link_gbps=0.001")),
+        dir, none, budget, r));
     if (variant == "auto_recompute") {
-      EXPECT_GT(given_up.rebuilt, 0);
+      EXPECT_GT(r.given_up.rebuilt, 0);
     }
-    EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
   }
 }
 

@@ -32,15 +32,12 @@ std::string multi_scale(const std::string& dir, int steps, const std::string& mo
 TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
   constexpr int kSteps = 12;
   const std::string none_dir = scratch("multi_scale_none");
-  Exit e = run(multi_scale(none_dir, kSteps, "memory.policy=none"));
-  ASSERT_EQ(e.code, 0) << e.output;
-  const Logged reference = read_metrics(none_dir);
-  ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
-  const std::map<int64_t, uint64_t> none_peaks =
-      planned_peaks(read_json(none_dir + "/summary.json"), 2);
-  ASSERT_EQ(none_peaks.size(), 4u) << "12 steps drew every side:\n" << e.output;
+  NoneReference none;
+  ASSERT_NO_FATAL_FAILURE(run_none_reference(multi_scale(none_dir, kSteps, "memory.policy=none"),
+                                             none_dir, kSteps, 2, none));
+  ASSERT_EQ(none.peaks.size(), 4u) << "12 steps drew every side:\n" << none.output;
   // Below what side 48 needs with everything resident, above what side 24 needs.
-  const uint64_t budget = none_peaks.at(24) + (none_peaks.at(48) - none_peaks.at(24)) / 3;
+  const uint64_t budget = budget_between(none.peaks);
 
   struct Variant {
     std::string name, args;
@@ -53,23 +50,19 @@ TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
         Variant{"static", "memory.per_shape=false"}}) {
     SCOPED_TRACE(v.name);
     const std::string dir = scratch("multi_scale_" + v.name);
-    e = run(multi_scale(
-        dir, kSteps, "memory.policy=auto memory.budget=" + std::to_string(budget) + " " + v.args));
-    ASSERT_EQ(e.code, 0) << e.output;
-    ASSERT_NO_FATAL_FAILURE(expect_same_steps(read_metrics(dir), reference));
-    const nlohmann::json s = read_json(dir + "/summary.json");
-    EXPECT_LE(s["plan_waited_steps"].get<int64_t>(), 1);
-    ASSERT_EQ(s["shapes"].size(), 4u);
-    const GivenUp given_up = expect_shapes_within(s, budget);
+    BudgetedRun r;
+    ASSERT_NO_FATAL_FAILURE(expect_bitwise_like_none(
+        multi_scale(dir, kSteps,
+                    "memory.policy=auto memory.budget=" + std::to_string(budget) + " " + v.args),
+        dir, none, budget, r));
+    const nlohmann::json& s = r.summary;
     for (const auto& shape : s["shapes"]) {
       SCOPED_TRACE(shape["shape"].dump());
       EXPECT_GT(shape["steps"].get<int64_t>(), 0);
       EXPECT_GT(shape["predicted_step_s"].get<double>(), 0);
     }
-    EXPECT_GT(given_up.moved + given_up.rebuilt, 0)
-        << "the largest side had to move or rebuild something";
     if (v.name == "auto_recompute") {
-      EXPECT_GT(given_up.rebuilt, 0);
+      EXPECT_GT(r.given_up.rebuilt, 0);
     }
     // Side 24 fits with everything resident: a plan of its own moves nothing, the static plan
     // moves (or rebuilds) what side 48's does.
@@ -83,10 +76,8 @@ TEST(MultiScale, PerShapePlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
         EXPECT_EQ(paid, 0) << "side 24 under its own plan";
       }
     }
-    // The whole run's device high-water mark: one arena for every plan, never a sum.
-    EXPECT_LE(s["device_peak_bytes"].get<uint64_t>(), budget);
     // One line per new shape, saying how it was planned.
-    EXPECT_EQ(count(e.output, "\nshape    ("), 4u) << e.output;
+    EXPECT_EQ(count(r.exit.output, "\nshape    ("), 4u) << r.exit.output;
   }
 }
 

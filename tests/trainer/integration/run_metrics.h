@@ -1,6 +1,7 @@
 // Reading what a trainer run wrote, for the tests of runs whose input shape changes per step
 // (data.scales, data.documents): metrics.jsonl's losses and shapes, summary.json's plans per
-// shape, and the input shape of each progress line of a rank's log.
+// shape, the input shape of each progress line of a rank's log, and the check that a budgeted run
+// trains bitwise like memory.policy none (Note [Bitwise like none]).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "tests/trainer/integration/run_util.h"
 
 namespace ferry::testing {
 
@@ -97,6 +100,65 @@ inline std::vector<int64_t> logged_sides(const std::string& log) {
 inline std::vector<int64_t> logged_lengths(const std::string& log) {
   static const std::regex input(R"(^step .* input \((\d+), (\d+)\))");
   return logged_inputs(log, input);
+}
+
+// Note [Bitwise like none]
+// A run whose input shape changes per step plans each shape under a budget. It must train
+// exactly as memory.policy none with unlimited memory does (same shapes, same losses bit for bit,
+// poison mode on) while every shape's measured peak equals its planned one within the budget.
+// The reference run also gives the budget: a third of the way from the smallest shape's planned
+// peak to the largest's, so the largest shape cannot keep everything resident and the smallest
+// can.
+
+// The reference: a run of memory.policy none with unlimited memory.
+struct NoneReference {
+  Logged steps;                       // every step's loss and shape
+  std::map<int64_t, uint64_t> peaks;  // planned peak per shape, by the shape's dimension `dim`
+  std::string output;                 // what the run printed
+};
+
+// Runs `command` (the reference run, writing into `dir`) and reads its `steps` steps and its
+// planned peaks by dimension `dim` of the shape (2: an image's side, 1: a token row's length).
+inline void run_none_reference(const std::string& command, const std::string& dir, int steps,
+                               size_t dim, NoneReference& out) {
+  const Exit e = run(command);
+  out.output = e.output;
+  ASSERT_EQ(e.code, 0) << e.output;
+  out.steps = read_metrics(dir);
+  ASSERT_EQ(out.steps.losses.size(), static_cast<size_t>(steps));
+  out.peaks = planned_peaks(read_json(dir + "/summary.json"), dim);
+}
+
+// A third of the way from the smallest shape's planned peak to the largest's.
+inline uint64_t budget_between(const std::map<int64_t, uint64_t>& peaks) {
+  const uint64_t smallest = peaks.begin()->second, largest = peaks.rbegin()->second;
+  return smallest + (largest - smallest) / 3;
+}
+
+// A budgeted run checked against its reference.
+struct BudgetedRun {
+  Exit exit;
+  nlohmann::json summary;
+  GivenUp given_up;
+};
+
+// Runs `command` (the reference's run under a plan with `budget`, writing into `dir`) and checks
+// it against `none`: exit 0, every step bitwise the reference's, at most one step waited for its
+// plan, the same shapes, each within the budget at its planned peak, something moved or rebuilt
+// (the largest shape needed it) and the whole run's device peak within the budget.
+inline void expect_bitwise_like_none(const std::string& command, const std::string& dir,
+                                     const NoneReference& none, uint64_t budget, BudgetedRun& out) {
+  out.exit = run(command);
+  ASSERT_EQ(out.exit.code, 0) << out.exit.output;
+  ASSERT_NO_FATAL_FAILURE(expect_same_steps(read_metrics(dir), none.steps));
+  out.summary = read_json(dir + "/summary.json");
+  EXPECT_LE(out.summary["plan_waited_steps"].get<int64_t>(), 1);
+  ASSERT_EQ(out.summary["shapes"].size(), none.peaks.size());
+  out.given_up = expect_shapes_within(out.summary, budget);
+  EXPECT_GT(out.given_up.moved + out.given_up.rebuilt, 0)
+      << "the largest shape had to move or rebuild something";
+  // The whole run's device high-water mark: one arena for every plan, never a sum.
+  EXPECT_LE(out.summary["device_peak_bytes"].get<uint64_t>(), budget);
 }
 
 }  // namespace ferry::testing

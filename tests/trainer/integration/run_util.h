@@ -1,24 +1,64 @@
 // Running the trainer binary from tests: a command line, its exit code and output, and reading
-// the parameters of a checkpoint it wrote.
+// the parameters of a checkpoint it wrote. Every run has scratch and a link ledger of its test
+// process's own (Note [Scratch per process], Note [A link ledger per test process]).
 #pragma once
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry::testing {
+
+// Note [A link ledger per test process]
+// A run with topology.file attaches the node's link ledger, a well-known block in /dev/shm that
+// every ferry job of the user shares (Note [One link ledger per node] in links/link_ledger.h).
+// Test processes that ctest runs side by side, and the user's own jobs, would then arbitrate each
+// other's copies and read each other's link records. So each test process that runs the trainer
+// sets FERRY_LINK_LEDGER to a base of its own before its first test (the trainers it starts, and
+// mpirun's local ranks, inherit it) and removes that base's blocks when it ends. A test that
+// means to share a ledger between jobs sets its own base (shared_links_test).
+class PrivateLinkLedgers {
+ public:
+  PrivateLinkLedgers() : owner_(::getpid()) {
+    // "/ferrytest-links-<pid>-<microseconds>": unique on the machine while this process lives.
+    base_ = "ferrytest-links-" + std::to_string(owner_) + "-" +
+            std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+    ::setenv("FERRY_LINK_LEDGER", ("/" + base_).c_str(), 1);
+  }
+  ~PrivateLinkLedgers() {
+    if (::getpid() != owner_) return;  // a forked child leaves the parent's blocks alone
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(base_ + "-")) ::shm_unlink(("/" + name).c_str());
+    }
+  }
+  PrivateLinkLedgers(const PrivateLinkLedgers&) = delete;
+  PrivateLinkLedgers& operator=(const PrivateLinkLedgers&) = delete;
+
+ private:
+  pid_t owner_;
+  std::string base_;  // without the leading '/'
+};
+inline const PrivateLinkLedgers private_link_ledgers;
 
 struct Exit {
   int code = -1;
@@ -76,10 +116,11 @@ inline size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// A fresh directory under the build tree for one test, kept after it (to read a failed run's
-// output); tests that need no such record use TempDir (tests/support/temp_dir.h).
+// A fresh directory <build>/test-runs/<program>.<pid>/<name>, this process's own (Note [Scratch
+// per process] in tests/support/scratch.h) and kept when a test fails (to read the run's output);
+// tests that need no such record use TempDir (tests/support/temp_dir.h).
 inline std::string scratch(const std::string& name) {
-  return fresh_directory(std::filesystem::path(FERRY_BINARY_DIR) / "test-runs" / name).string();
+  return kept_scratch(std::filesystem::path(FERRY_BINARY_DIR) / "test-runs", name);
 }
 
 // Every F32 tensor of a checkpoint that is not optimizer state, by name.

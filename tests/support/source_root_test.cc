@@ -1,7 +1,7 @@
 // source_root (issue 16, defect 2): a test binary moved to another root (the GPU bundle unpacks
 // build/tests/NAME into the tree on the GPU machine) finds the tree's files from where it runs,
 // not through the build machine's path.
-#include "tests/common/source_root.h"
+#include "tests/support/source_root.h"
 
 #include <gtest/gtest.h>
 

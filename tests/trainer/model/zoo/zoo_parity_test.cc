@@ -17,7 +17,7 @@ namespace {
 const nlohmann::json& fixture() {
   static const nlohmann::json j = [] {
     const std::string path =
-        std::string(FERRY_SOURCE_DIR) + "/tests/trainer/model/torchvision_zoo.json";
+        std::string(FERRY_SOURCE_DIR) + "/tests/trainer/model/zoo/torchvision_zoo.json";
     std::ifstream in(path);
     if (!in) throw std::runtime_error("cannot open " + path + " (run scripts/zoo_reference.py)");
     return nlohmann::json::parse(in);

@@ -1,6 +1,6 @@
 // Finding the source tree at run time (source_root.h): the environment, then the directories
 // above the binary and above the working directory.
-#include "tests/common/source_root.h"
+#include "tests/support/source_root.h"
 
 #include <cstdlib>
 #include <stdexcept>
