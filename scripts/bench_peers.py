@@ -10,7 +10,9 @@ Usage: scripts/bench_peers.py [--threads 2] [--reps 3] [--only cnn|gpt] [--out D
 import argparse
 import json
 import os
+import random
 import statistics
+import struct
 import subprocess
 import sys
 
@@ -58,13 +60,21 @@ def main():
                           [PY, "scripts/bench_pytorch_step.py", model, "64", "--threads", str(t),
                            "--steps", "5", "--warmup", "2"]))
     if args.only in (None, "gpt"):
+        # Random GPT-2 token ids in llm.c's format (scripts/prepare_tokens.py), like the peer's.
+        tokens = os.path.join(args.out, "tokens.bin")
+        count = 1 << 16
+        rng = random.Random(0)
+        with open(tokens, "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+            f.write(struct.pack(f"<{count}H", *(rng.randrange(50257) for _ in range(count))))
         for name, layers, heads, width, batch in (("gpt 6 x 384", 6, 6, 384, 8),
                                                   ("gpt2", 12, 12, 768, 4)):
             cfg = config(args.out, f"gpt_{layers}_{width}",
                          f"run: {{dir: {args.out}/run_gpt_{layers}}}\n"
                          f"model: {{name: gpt2, layers: {layers}, heads: {heads}, "
                          f"width: {width}}}\n"
-                         f"data: {{batch_size: {batch}, seq_len: 256, samples: 64}}\n"
+                         f"data: {{source: tokens, path: {tokens}, batch_size: {batch}, "
+                         f"seq_len: 256, mean: [], std: []}}\n"
                          f"optim: {{name: adamw, lr: 0.0001}}\n"
                          f"device: {{memory: 16GiB, threads: {t}}}\n")
             cases.append((f"{name}, batch {batch} x 256",
