@@ -24,8 +24,8 @@ def load():
     return open("/proc/loadavg").read().split()[0]
 
 
-def run_json(cmd, prefix=""):
-    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+def run_json(cmd, prefix="", env=None):
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, env=env)
     for line in out.stdout.splitlines():
         if line.startswith(prefix + "{") or line.startswith(prefix + "["):
             return json.loads(line[len(prefix):]), out.stderr
@@ -45,9 +45,19 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", choices=["cnn", "gpt"])
     ap.add_argument("--out", default="/tmp/ferry_bench_peers")
+    ap.add_argument("--coretype", default="auto",
+                    help="OPENBLAS_CORETYPE for the peer: auto (from the CPU's flags, "
+                         "peer_setup.openblas_coretype), none, or a name")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t = args.threads
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from peer_setup import openblas_coretype
+    coretype = openblas_coretype() if args.coretype == "auto" else (
+        None if args.coretype == "none" else args.coretype)
+    peer_env = dict(os.environ)
+    if coretype:
+        peer_env["OPENBLAS_CORETYPE"] = coretype
     cases = []  # (label, ferry command, peer command, steps)
     if args.only in (None, "cnn"):
         for model in ("vgg11_cifar", "resnet18_cifar"):
@@ -91,7 +101,7 @@ def main():
             l0 = load()
             o, _ = run_json(ours_cmd, "json ")
             l1 = load()
-            p, err = run_json(peer_cmd)
+            p, err = run_json(peer_cmd, env=peer_env)
             l2 = load()
             setup = setup or p.get("peer")
             ours.append(o[0]["mean_s"])
