@@ -4,11 +4,10 @@ thread count. Invariant: it reports what is loaded in this process, never what s
 """
 import os
 
-import torch
-
 
 def peer_setup():
     """A dict of the peer's setup; call after torch.set_num_threads."""
+    import torch  # here, so that openblas_coretype needs no torch
     torch.ones(2, 2) @ torch.ones(2, 2)  # loads the BLAS behind torch
     setup = {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
              "blas": "unknown", "blas_threading": "unknown", "blas_threads": None,
