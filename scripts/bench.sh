@@ -71,6 +71,11 @@ emulated_runs() {
 }
 
 if [[ $what == all || $what == pytorch ]]; then
+  # The peer's OpenBLAS on this CPU's kernels, not its Prescott fallback (peer_setup.py).
+  if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
+    coretype=$(cd scripts && /usr/bin/python3 -c 'from peer_setup import openblas_coretype as c; print(c() or "")')
+    if [[ -n "$coretype" ]]; then export OPENBLAS_CORETYPE=$coretype; fi
+  fi
   echo "== 1. training step vs PyTorch ($threads threads, batch 64; median of 3 alternating runs) =="
   for model in resnet18_cifar vgg11_cifar; do
     ours=() torch=()

@@ -9,11 +9,16 @@ Usage: /usr/bin/python3 scripts/bench_hf_gpt_step.py --layers 6 --heads 6 --widt
 import argparse
 import json
 import os
+import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from transformers import GPT2Config, GPT2LMHeadModel
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+from peer_setup import describe, peer_setup  # noqa: E402
 
 
 def main():
@@ -25,6 +30,8 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    setup = peer_setup()
+    print(describe(setup), file=sys.stderr)
     config = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.width,
                         vocab_size=args.vocab, n_positions=args.context, resid_pdrop=0.0,
                         embd_pdrop=0.0, attn_pdrop=0.0)
@@ -45,7 +52,8 @@ def main():
             times.append(time.perf_counter() - start)
     print(json.dumps({"layers": args.layers, "width": args.width, "batch": args.batch,
                       "seq": args.seq, "threads": args.threads, "mean_s": sum(times) / len(times),
-                      "min_s": min(times), "torch": torch.__version__}))
+                      "min_s": min(times), "torch": torch.__version__,
+                      "peer": setup}))
 
 
 if __name__ == "__main__":

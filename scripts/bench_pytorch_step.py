@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from peer_setup import describe, peer_setup  # noqa: E402
 from zoo_reference import build_torch_model, default_input  # noqa: E402
 
 
@@ -29,6 +30,8 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    setup = peer_setup()
+    print(describe(setup), file=sys.stderr)
     chw = default_input(args.model)
     model = build_torch_model(args.model, classes=args.classes, input_chw=chw)
     model.train()
@@ -46,7 +49,8 @@ def main():
             times.append(time.perf_counter() - start)
     mean = sum(times) / len(times)
     print(json.dumps({"model": args.model, "batch": args.batch, "threads": args.threads,
-                      "mean_s": mean, "min_s": min(times), "torch": torch.__version__}))
+                      "mean_s": mean, "min_s": min(times), "torch": torch.__version__,
+                      "peer": setup}))
 
 
 if __name__ == "__main__":

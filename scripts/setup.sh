@@ -28,9 +28,12 @@ build_packages=(
   libturbojpeg0-dev libpng-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
-# The tests' and benchmarks' peers: PyTorch for golden and benchmark references.
+# The tests' and benchmarks' peers: PyTorch for golden and benchmark references, on the
+# optimized BLAS a user gets (OpenBLAS's OpenMP build: its pthread build fights torch's own
+# threads; the reference BLAS runs one core at ~5 GFLOP/s), threadpoolctl to report it.
 test_packages=(
   clang-format python3 python3-pip python3-torch python3-torchvision python3-pil
+  libopenblas0-openmp python3-threadpoolctl
   python3-regex python3-tqdm python3-filelock python3-packaging python3-requests python3-yaml
   iproute2 util-linux procps
 )
@@ -48,6 +51,22 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# The peer's libblas.so.3 / liblapack.so.3 is OpenBLAS's OpenMP build (its alternative's
+# priority wins in auto mode; set it in case an administrator chose another).
+if [[ "$mode" != "--quickstart" ]]; then
+  multiarch=$(gcc -print-multiarch)
+  for lib in libblas.so.3 liblapack.so.3; do
+    want=/usr/lib/$multiarch/openblas-openmp/$lib
+    now=$(update-alternatives --query "$lib-$multiarch" 2>/dev/null | sed -n 's/^Value: //p')
+    if [[ -e "$want" && "$now" != "$want" ]]; then
+      echo "setup: selecting $want for $lib"
+      sudo_cmd=()
+      if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+      "${sudo_cmd[@]}" update-alternatives --set "$lib-$multiarch" "$want"
+    fi
+  done
 fi
 
 # The safetensors package (not in Debian) lets the tests check that PyPI's reader loads our

@@ -25,11 +25,8 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
 
 // The hop from a path `a` up to where it meets path `b`, then down `b`. Traffic between two
 // devices under one switch turns around in that switch, between switches of one root complex in
-// the root complex, which it then crosses. `root_complex_under_a_switch`: charge the root
-// complex in the first case too, as the node's own ring has always done (its figures in the
-// README were simulated so).
-SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vector<int>& b,
-                   bool root_complex_under_a_switch) {
+// the root complex, which it then crosses (Note [Ring channels] in node_links.h).
+SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vector<int>& b) {
   const std::vector<int> common = LinkMap::shared(a, b);
   SimHop hop;
   hop.up = minus(a, common);
@@ -37,13 +34,27 @@ SimHop hop_between(const LinkMap& map, const std::vector<int>& a, const std::vec
   const bool under_one_switch = std::any_of(common.begin(), common.end(), [&](int l) {
     return map.link(l).kind == LinkKind::kSwitchUplink;
   });
-  if (under_one_switch && !root_complex_under_a_switch) return hop;
+  if (under_one_switch) return hop;
   for (int l : common)
     if (map.link(l).kind == LinkKind::kRootComplex) hop.up.push_back(l);
   return hop;
 }
 
+// The NICs a job's rings leave a node by: the RDMA-capable ones, all when none is.
+std::vector<int> ring_nics(const Topology& topology) {
+  std::vector<int> nics;
+  for (const auto& nic : topology.nics())
+    if (nic.rdma) nics.push_back(nic.index);
+  if (nics.empty())
+    for (const auto& nic : topology.nics()) nics.push_back(nic.index);
+  return nics;
+}
+
 }  // namespace
+
+int ring_channels(const Topology& topology) {
+  return std::max<int>(1, static_cast<int>(ring_nics(topology).size()));
+}
 
 NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& bindings,
                      const HardwareProfile* profile, const LinkOptions& options,
@@ -80,10 +91,14 @@ NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& b
   }
   const size_t n = bindings.size();
   if (n > 1) {
-    for (size_t r = 0; r < n; ++r) {
-      const size_t q = (r + 1) % n;
-      out.ring.push_back(hop_between(map, map.gpu_path(out.gpus[r], bindings[q].numa), out.paths[q],
-                                     /*root_complex_under_a_switch=*/true));
+    // Note [Ring channels]: as many channels as the job uses across nodes, each the node's ring.
+    const int channels = ring_channels(topology);
+    for (int c = 0; c < channels; ++c) {
+      for (size_t r = 0; r < n; ++r) {
+        const size_t q = (r + 1) % n;
+        out.ring.push_back(
+            hop_between(map, map.gpu_path(out.gpus[r], bindings[q].numa), out.paths[q]));
+      }
     }
   }
   return out;
@@ -93,11 +108,7 @@ std::vector<SimHop> cross_node_rings(const Topology& topology,
                                      const std::vector<RankBinding>& bindings, NodeLinks& links,
                                      double nic_gbps, const LinkOptions& options) {
   const LinkMap map(topology, options);
-  std::vector<int> nics;
-  for (const auto& nic : topology.nics())
-    if (nic.rdma) nics.push_back(nic.index);
-  if (nics.empty())
-    for (const auto& nic : topology.nics()) nics.push_back(nic.index);
+  const std::vector<int> nics = ring_nics(topology);
   if (nics.empty()) {
     throw ConfigError(
         fmt::format("--nodes: topology '{}' has no network adapter (NIC) to leave a node by",
@@ -136,11 +147,9 @@ std::vector<SimHop> cross_node_rings(const Topology& topology,
       }
       const int numa_out = bindings[exit].numa, numa_in = bindings[entry].numa;
       SimHop out =
-          hop_between(map, map.gpu_path(links.gpus[exit], numa_out), map.nic_path(nic, numa_out),
-                      /*root_complex_under_a_switch=*/false);
+          hop_between(map, map.gpu_path(links.gpus[exit], numa_out), map.nic_path(nic, numa_out));
       const SimHop in =
-          hop_between(map, map.nic_path(nic, numa_in), map.gpu_path(links.gpus[entry], numa_in),
-                      /*root_complex_under_a_switch=*/false);
+          hop_between(map, map.nic_path(nic, numa_in), map.gpu_path(links.gpus[entry], numa_in));
       out.down.push_back(wire);
       out.then_up = in.up;
       out.then_down = in.down;

@@ -20,8 +20,8 @@ struct NodeLinks {
   std::vector<NamedLink> links;         // one per LinkMap link, same ids
   std::vector<std::string> kinds;       // link_kind_name of each
   std::vector<std::vector<int>> paths;  // per rank: GPU -> its NUMA node's memory
-  std::vector<SimHop> ring;             // hop r: rank r's GPU to rank r+1's, over PCIe
-  std::vector<int> gpus;                // per rank
+  std::vector<SimHop> ring;  // hop c*n+r: rank r's GPU to rank r+1's in channel c, over PCIe
+  std::vector<int> gpus;     // per rank
 };
 
 // Builds the links for `bindings` (each with a GPU). With a profile, PCIe links run at their raw
@@ -33,6 +33,17 @@ struct NodeLinks {
 NodeLinks node_links(const Topology& topology, const std::vector<RankBinding>& bindings,
                      const HardwareProfile* profile, const LinkOptions& options = {},
                      double duplex_factor = 1.0);
+
+// Note [Ring channels]
+// NCCL runs several channels (rings) inside a node too, over NVLink or PCIe, not only one per
+// NIC across nodes. The simulator gives a job the same channel count on one node as on many
+// (one per NIC the rings leave by, at least one); on one node every channel is the node's ring,
+// and a second node only turns one hop of each channel out through a NIC. Peer traffic between
+// two GPUs under one switch turns around in that switch, inside the node and across it alike:
+// the node's own ring used to charge the root complex there too (kept for old README figures)
+// while the hop out of the node did not, so two nodes predicted a shorter step than one for the
+// same per-GPU work (issue 27 item 5).
+int ring_channels(const Topology& topology);
 
 // Note [Rings across nodes]
 // A job over several identical nodes all-reduces as NCCL does across nodes: one ring through

@@ -3,6 +3,9 @@
 // rate is what the copy timing reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "common/error.h"
 #include "device/cpu/cpu_device.h"
 #include "device/kernel_timing.h"
@@ -62,6 +65,38 @@ TEST(TimeKernel, MoreWorkTakesLongerAndScratchIsReturned) {
   EXPECT_GT(time_kernel(device, SgdUpdate{4096, 0.1f, 0.9f}).seconds, 0);
   EXPECT_GT(time_kernel(device, DropoutForward{4096, 0.5f}).seconds, 0);
   EXPECT_EQ(device.memory().stats().in_use, before);
+}
+
+// Note [Timing a kernel robustly], through the clock seam: a 10 us kernel, 50 us of overhead
+// per timed round, and a first launch 100x slow. Sized from that launch, the rounds held 2
+// launches and measured 35 us per launch (3.5x); sized from the fastest probe they hold 20.
+TEST(TimeRounds, ASlowFirstLaunchDoesNotSizeTheRounds) {
+  constexpr double kKernel = 10e-6, kOverhead = 50e-6;
+  bool cold = true;
+  const KernelTiming t = time_rounds(
+      [&](int launches) {
+        const double s = kOverhead + launches * kKernel + (cold ? 99 * kKernel : 0);
+        cold = false;
+        return s / launches;
+      },
+      2e-3);
+  EXPECT_LT(t.seconds, 1.3 * kKernel) << t.seconds;
+  EXPECT_GE(t.seconds, kKernel);
+  EXPECT_EQ(t.retimed, 0) << "the sized rounds agree";
+}
+
+// Rounds that disagree (a machine loaded while they ran) are timed again; the kernel's time is
+// the quiet set's, not the fastest of the disturbed one.
+TEST(TimeRounds, RoundsThatDisagreeAreTimedAgain) {
+  const std::vector<double> measured = {25e-6,   25e-6, 25e-6,  // probes: one launch each
+                                        40e-6,   22e-6, 30e-6,  // loaded: 1.8x apart
+                                        10.5e-6, 10e-6, 10.2e-6};
+  size_t next = 0;
+  const KernelTiming t =
+      time_rounds([&](int) { return measured.at(std::min(next++, measured.size() - 1)); }, 2e-3);
+  EXPECT_EQ(t.retimed, 1);
+  EXPECT_DOUBLE_EQ(t.seconds, 10e-6);
+  EXPECT_EQ(next, measured.size());
 }
 
 TEST(TimeKernel, OperandsThatDoNotFitAreAnOutOfMemoryError) {

@@ -46,6 +46,31 @@ namespace ferry {
 
 namespace fs = std::filesystem;
 
+// Note [Saying when the prediction is off] in train.h.
+std::string timing_mismatch(double predicted_s, double measured_s, bool measured_cost_model,
+                            const std::string& cache_path) {
+  if (!(predicted_s > 0) || !(measured_s > 0)) return "";
+  const double ratio = predicted_s / measured_s;
+  if (ratio <= 2.0 && ratio >= 0.5) return "";
+  const std::string head =
+      fmt::format("predicted/measured {:.2f} is off by more than 2x: likely ", ratio);
+  const std::string cache = cache_path.empty() ? "the cost cache" : cache_path;
+  if (ratio > 2.0) {
+    return head + (measured_cost_model
+                       ? fmt::format("kernel timings from a cold or busy first measurement; "
+                                     "delete {} and run again on a quiet machine",
+                                     cache)
+                       : "the FLOP model's device rate is below this device's; set "
+                         "memory.measure: true to time the kernels");
+  }
+  return head + (measured_cost_model
+                     ? "a machine busy while training (other processes, more threads than "
+                       "cores) or time the cost model does not price (data loading, waits "
+                       "between ranks); compare with a run on a quiet machine"
+                     : "the FLOP model's device rate is above what this device reaches; set "
+                       "memory.measure: true to time the kernels");
+}
+
 namespace {
 
 // Whether any rank passed true (every rank calls it at the same point): one host broadcast per
@@ -89,6 +114,10 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
       "model (predicted/measured {:.2f})",
       measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "",
       predicted, model, measured > 0 ? predicted / measured : 0.0);
+  const DeviceProfile* profile = session.cost_profile();
+  const std::string off =
+      timing_mismatch(predicted, measured, profile != nullptr, profile ? profile->cache_path : "");
+  if (!off.empty()) log.print("timing   {}", off);
   if (!session.ranks().is_root()) return;
   nlohmann::json j = {{"model", config.model.name},
                       {"batch", config.data.batch_size},

@@ -31,6 +31,14 @@ struct TrainResult {
 // ends the whole job (comm/fault.h) and does not return.
 TrainResult train(const Config& config, const RankInfo& ranks);
 
+// Note [Saying when the prediction is off]
+// The end of a run compares the planner's predicted step with the measured one. Off by more
+// than 2x either way, the run says so in one line with the likely cause (issue 27 item 8):
+// timings cached from a cold or busy first measurement, a FLOP model's device rate that does
+// not fit this device, or a machine busy while training. Empty within 2x (or nothing measured).
+std::string timing_mismatch(double predicted_s, double measured_s, bool measured_cost_model,
+                            const std::string& cache_path);
+
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;       // top-1

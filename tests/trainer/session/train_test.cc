@@ -43,6 +43,22 @@ std::vector<nlohmann::json> metrics(const std::string& dir) {
   return out;
 }
 
+// Note [Saying when the prediction is off]: one line with the likely cause beyond 2x either way
+// (the quickstart's first run printed predicted/measured 63.78 and said nothing more).
+TEST(TimingMismatch, BeyondTwiceEitherWayNamesTheLikelyCause) {
+  EXPECT_EQ(timing_mismatch(1.2, 1.0, true, "run/cost.json"), "");
+  EXPECT_EQ(timing_mismatch(0.6, 1.0, false, ""), "");
+  EXPECT_EQ(timing_mismatch(1.0, 0.0, true, ""), "") << "nothing measured";
+  const std::string cold = timing_mismatch(63.78, 1.0, true, "run/cost.json");
+  EXPECT_NE(cold.find("predicted/measured 63.78 is off by more than 2x"), std::string::npos)
+      << cold;
+  EXPECT_NE(cold.find("delete run/cost.json"), std::string::npos) << cold;
+  EXPECT_NE(timing_mismatch(0.38, 1.0, true, "c").find("busy while training"), std::string::npos);
+  EXPECT_NE(timing_mismatch(3.0, 1.0, false, "").find("memory.measure: true"), std::string::npos);
+  EXPECT_NE(timing_mismatch(0.3, 1.0, false, "").find("memory.measure: true"), std::string::npos);
+  EXPECT_EQ(cold.find('\n'), std::string::npos) << "one line";
+}
+
 TEST(Train, StepsThatDoNotLogMakeNoHostWait) {
   for (const char* policy : {"none", "vdnn-all"}) {
     const TempDir run_dir(std::string("waits_") + policy);

@@ -1,0 +1,50 @@
+"""The benchmark peer's setup, printed by every PyTorch comparison script: torch's version and
+thread count, the BLAS library torch reaches (through libblas.so.3) with its threading layer and
+thread count. Invariant: it reports what is loaded in this process, never what should be.
+"""
+import os
+
+
+def peer_setup():
+    """A dict of the peer's setup; call after torch.set_num_threads."""
+    import torch  # here, so that openblas_coretype needs no torch
+    torch.ones(2, 2) @ torch.ones(2, 2)  # loads the BLAS behind torch
+    setup = {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+             "blas": "unknown", "blas_threading": "unknown", "blas_threads": None,
+             "blas_kernels": "unknown"}
+    try:
+        import threadpoolctl
+        for pool in threadpoolctl.threadpool_info():
+            if pool.get("user_api") == "blas":
+                setup["blas"] = "{} {} ({})".format(pool.get("internal_api"),
+                                                    pool.get("version") or "",
+                                                    os.path.basename(pool.get("filepath", "")))
+                setup["blas_threading"] = pool.get("threading_layer", "unknown")
+                setup["blas_threads"] = pool.get("num_threads")
+                setup["blas_kernels"] = pool.get("architecture", "unknown")
+                break
+    except ImportError:
+        setup["blas"] = "unknown (install python3-threadpoolctl)"
+    return setup
+
+
+def describe(setup):
+    """One line: 'peer: torch 1.13.0a0 (2 threads), BLAS openblas 0.3.21 (...), openmp, 2 threads'."""
+    return "peer: torch {} ({} threads), BLAS {}, {} threading, {} threads, {} kernels".format(
+        setup["torch"], setup["torch_threads"], setup["blas"], setup["blas_threading"],
+        setup["blas_threads"], setup["blas_kernels"])
+
+
+def openblas_coretype():
+    """OPENBLAS_CORETYPE for a CPU OpenBLAS 0.3.21 does not recognise (a virtual machine's
+    masked model: it falls back to its Prescott kernels, a third of the speed here): SkylakeX
+    with AVX-512, Haswell with AVX2, else None (let OpenBLAS choose)."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return None
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags:
+        return "Haswell"
+    return None
