@@ -1,55 +1,6 @@
-// The experiment configuration: typed structs mirroring the YAML sections, loading with
-// key=value overrides, the resolved YAML/JSON form and the generated key reference.
-// Invariant: a Config returned by load_config/parse_config_text/default_config is validated
-// and resolved (no derived default left unset), and to_yaml of it loads back to an equal Config.
-//
-// Note [Config error messages]
-// Every user error is a ConfigError whose what() has one of these stable forms (README and
-// tests rely on them). WHERE is "FILE:LINE" for a value from a file (the line of its key) and
-// "override 'K=V'" for a command-line override; hint() says what to change (for a value: what
-// the key takes, its default and its help line).
-//   unknown key 'optim.lrr' (WHERE); did you mean 'optim.lr'?   ("; did you mean" only if close)
-//   duplicate key 'optim.lr' (WHERE); first given at WHERE      (a key or section, in a file)
-//   expected a key name, got a list (WHERE)
-//   optim: expected a map of keys, got '5' (WHERE)               (a section that is not a map)
-//   optim: is a section, not a key (WHERE)                        (override 'optim=...')
-//   KEY: expected a number, got 'fast' (WHERE)   EXPECTED is one of: a number, a finite number,
-//       an integer, a 64-bit integer, true or false, a string, a size such as 512MiB, 16GiB or
-//       a byte count, a list of 3 integers [C, H, W], a list of numbers, one of a|b; GOT is
-//       'text' for a scalar, a list, a map, nothing, or "a list of N" for a wrong length
-//   KEY: must be >= 1, got 0 (WHERE)     (also "> 0", "<= X", "in [0, 1)", "in (0, 1]")
-//   KEY: must not be empty (WHERE)       (model.name)
-//   KEY[i]: ...                          (an element of a list value, e.g. model.input[2])
-//   KEY: must be one of sgd|adamw, got 'adam' (WHERE); did you mean 'adamw'?
-//   malformed override 'optim.lr': expected the form key=value, e.g. optim.lr=0.1
-//   malformed value in override 'model.input=[1,2': MESSAGE      (MESSAGE from yaml-cpp)
-//   cannot read config file 'PATH': REASON       (REASON: strerror, or "it is a directory")
-//   malformed YAML: MESSAGE (FILE:LINE)          (MESSAGE from yaml-cpp)
-//   FILE: expected a map of sections at the top level, got a list
-//   FILE: expected one YAML document, found 2
-// Cross-key checks, after all overrides (WHERE: where the named key was last given, with the
-// parentheses omitted when it kept its default):
-//   data.path: required when data.source is idx            (or cifar10, imagefolder, tokens)
-//   data.mean: must be [] when data.source is tokens, got 1 value (WHERE)   (or data.std)
-//   data.seq_len: must be <= model.context (1024), got 2048 (WHERE)       (check_seq_len)
-//   data.documents: needs data.source tokens, got synthetic (WHERE)
-//   data.pack: needs data.documents true (WHERE)
-//   data.eot_token: must be below model.vocab (257), got 300            (when the data opens)
-//   data.crop: must equal model.input's height and width (64 x 64) or be 0, got 32 (WHERE)
-//   data.mean: needs one value per channel of model.input (3), got 1 (WHERE)   (or data.std)
-//   memory.budget: must be <= device.memory (4GiB), got 8GiB (WHERE)
-//   optim.nesterov: requires optim.momentum > 0 with optim.name sgd, got 0 (WHERE)
-//   optim.min_lr: must be <= optim.lr (0.1) with the cosine schedule, got 0.5 (WHERE)
-//   run.trace_steps: first step must be <= last step, got [5, 3] (WHERE)
-//
-// Note [Config value syntax]
-// Booleans are true/false (True/TRUE, False/FALSE), never yes/no/on/1. Integers are decimal
-// without a fraction or exponent. Sizes are parse_bytes text ("512MiB", "16GiB", "1.5GB") or
-// a byte count. Quoting does not change a value's type. Null (an empty value) is "" for a
-// string and [] for data.mean/data.std, and an error elsewhere. Override values are YAML
-// (`model.input=[1,28,28]`, `data.mean=[0.5]`), except string keys, which take the text after
-// the first '=' verbatim less one pair of surrounding quotes. A file may also write a key
-// dotted at the top level (`optim.lr: 0.1`).
+// The experiment config: typed section structs, load with key=value overrides, resolved YAML/JSON.
+// Invariant: a loaded Config is validated and resolved (no derived default unset); to_yaml reloads.
+// Value syntax and Note [Config error messages]: docs/config.md (scripts/gen_config_doc.py).
 #pragma once
 
 #include <array>
