@@ -117,6 +117,9 @@ class FluidModel {
 
   // Sets up a zero-filled `state` for `links` at time `t` (at most kFluidMaxLinks).
   static void init(FluidState& state, const std::vector<NamedLink>& links, double bin_s, double t);
+  // What is wrong with a state read from outside (Note [A block is input] in
+  // links/shared_block.h): a count, index, flag or number out of range; "" when nothing.
+  static std::string check(const FluidState& state);
 
   FluidState& state() { return s_; }
   int link_count() const { return s_.n_links; }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -133,7 +134,9 @@ void settle(Shared* s, int g, const std::string& why) {
 }
 
 // Divides GPU `g` among its entries (links/memory_shares.h), then settles; frees the GPU's slot
-// when no entry is left. `why` becomes the reason of the jobs whose share or grant changes.
+// when no entry is left. The capacity and objective are the earliest entry's (Note [A capacity
+// that follows the jobs] in job_ledger.h). `why` becomes the reason of the jobs whose share or
+// grant changes.
 void redivide(Shared* s, int g, const std::string& why) {
   GpuSlot& gpu = s->gpus[g];
   const std::vector<JobSlot*> jobs = jobs_on(s, g);
@@ -142,6 +145,8 @@ void redivide(Shared* s, int g, const std::string& why) {
     gpu = GpuSlot{};
     return;
   }
+  gpu.capacity = jobs.front()->capacity;
+  gpu.objective = jobs.front()->objective;
   std::vector<ShareJob> in;
   for (const JobSlot* j : jobs) {
     ShareJob sj;
@@ -256,7 +261,62 @@ void check_job(uint64_t lower, uint64_t peak, const std::vector<SharePoint>& lad
   }
 }
 
+// Whether the text field `text` ends within its array.
+template <size_t N>
+bool terminated(const char (&text)[N]) {
+  return std::memchr(text, '\0', N) != nullptr;
+}
+
+bool finite_at_least_zero(double x) { return std::isfinite(x) && x >= 0; }
+
+// What is wrong with the entry `j` (used), "" when nothing.
+std::string check_job_slot(const Shared* s, const JobSlot& j) {
+  if (j.gpu < 0 || j.gpu >= JobLedger::kMaxGpus || s->gpus[j.gpu].used != 1)
+    return fmt::format("its GPU index {} names no GPU", j.gpu);
+  if (j.pid <= 0) return fmt::format("pid {}", j.pid);
+  if (j.id == 0 || j.id >= s->next_id) return fmt::format("id {} not below {}", j.id, s->next_id);
+  if (j.n_ladder < 1 || j.n_ladder > JobLedger::kMaxLadder)
+    return fmt::format("{} ladder points", j.n_ladder);
+  if (((j.waiting | j.admitted | j.objective) & ~1) != 0) return "a flag out of range";
+  if (!terminated(j.config) || !terminated(j.run_dir) || !terminated(j.reason))
+    return "an unterminated text";
+  if (!finite_at_least_zero(j.predicted_step_s) || !finite_at_least_zero(j.measured_step_s) ||
+      !std::isfinite(j.joined))
+    return "a time that is not a finite number";
+  try {
+    check_job(j.lower, j.peak, ladder_of(j));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
+
+namespace job_ledger_impl {
+
+std::string check_block(Shared* s, bool owner_died) {
+  if (s->next_id == 0 || s->next_seq == 0) return "a zero counter";
+  for (int g = 0; g < JobLedger::kMaxGpus; ++g) {
+    const GpuSlot& gpu = s->gpus[g];
+    if ((gpu.used & ~1) != 0 || (gpu.objective & ~1) != 0 || !terminated(gpu.device) ||
+        gpu.recorded_jobs < 0 || gpu.recorded_jobs > JobLedger::kMaxJobs)
+      return fmt::format("GPU entry {} is out of range", g);
+  }
+  for (int k = 0; k < JobLedger::kMaxJobs; ++k) {
+    const JobSlot& j = s->jobs[k];
+    if ((j.used & ~1) != 0) return fmt::format("job entry {} has a used flag of {}", k, j.used);
+    if (!j.used) continue;
+    const std::string problem = check_job_slot(s, j);
+    if (!problem.empty()) return fmt::format("job entry {}: {}", k, problem);
+  }
+  for (const RecordSlot& r : s->history)
+    if (!terminated(r.device) || !std::isfinite(r.t)) return "a damaged held record";
+  if (owner_died) reap_locked(s, true);  // what the holder was changing is recomputed
+  return "";
+}
+
+}  // namespace job_ledger_impl
 
 JobGrant JobLedger::join(const JobRequest& request) {
   const std::vector<SharePoint> ladder = thinned(request.ladder);
@@ -287,6 +347,8 @@ JobGrant JobLedger::join(const JobRequest& request) {
     j.id = s_->next_id++;
     copy_text(j.config, request.config);
     copy_text(j.run_dir, request.run_dir);
+    j.capacity = request.capacity;
+    j.objective = static_cast<int32_t>(request.objective);
     j.lower = request.lower;
     j.peak = request.peak;
     j.n_ladder = static_cast<int32_t>(ladder.size());

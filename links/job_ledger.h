@@ -2,7 +2,8 @@
 // with shared memory attaches, holding per GPU its capacity and the jobs on it (lower bound, peak,
 // ladder, share, granted, held, step times). Whoever changes it re-divides the GPU's capacity
 // under its robust mutex (links/memory_shares.h); no daemon. Invariant: on every GPU the sum of
-// the jobs' `granted` bytes never exceeds the capacity, and a job holds at most its `granted`.
+// the jobs' `granted` bytes never exceeds the capacity (bar a fall of the capacity itself), and a
+// job holds at most its `granted`.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "common/error.h"
 #include "links/memory_shares.h"
+#include "links/shared_block.h"
 
 namespace ferry {
 
@@ -31,16 +33,25 @@ namespace ferry {
 
 // What a job registers for its GPU.
 struct JobRequest {
-  std::string device;     // the GPU's key on this node (the CPU backend: its emulated device)
-  uint64_t capacity = 0;  // the job's idea of the capacity; the first job's on the GPU holds
-  std::string config;     // the job's config file and run directory, shown by `trainer jobs`
+  std::string device;  // the GPU's key on this node (the CPU backend: its emulated device)
+  uint64_t capacity =
+      0;               // the job's idea of the capacity; the earliest live job's on the GPU holds
+  std::string config;  // the job's config file and run directory, shown by `trainer jobs`
   std::string run_dir;
   int rank = 0;
   uint64_t lower = 0;  // ShareJob's fields
   uint64_t peak = 0;
   std::vector<SharePoint> ladder;
-  ShareObjective objective = ShareObjective::kThroughput;  // the first job's on the GPU holds
+  ShareObjective objective = ShareObjective::kThroughput;  // as `capacity`
 };
+
+// Note [A capacity that follows the jobs]
+// Jobs on one GPU may disagree about its capacity (their device.memory) and objective; the GPU's
+// are those of its earliest job still on it, re-decided whenever the jobs change. So when the job
+// that set them leaves or dies, the next live job's apply (a capacity set by a job that is gone
+// would otherwise bind every later job until the GPU emptied: issue 27, item 10). When the
+// capacity falls below the grants already given, no grant grows until the jobs above their new
+// shares have confirmed them and the grants fit again (Note [Handing memory over between jobs]).
 
 // Note [The ledger's record of held memory]
 // The ledger keeps a record of what the jobs on each GPU hold: whenever the sum of their held
@@ -126,11 +137,12 @@ class JobLedger {
   // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
   static std::string default_name();
   // Attaches the ledger `name`, creating it when no job has (Note [A well-known block created
-  // once] in job_ledger_block.cc). Throws LibraryError when shared memory fails or the block is
-  // not a ledger of this build.
+  // once] in links/shared_block.h). A block at the name that is not a sound ledger of this build
+  // is replaced when no process maps it; throws DataError naming it when one does (Note [A block
+  // is input]), LibraryError when shared memory fails.
   static std::shared_ptr<JobLedger> attach(const std::string& name = default_name(),
                                            const JobLedgerOptions& options = {});
-  // Attaches an existing ledger; nullptr when there is none.
+  // Attaches an existing ledger; nullptr when there is none (or a bad one nobody maps was removed).
   static std::shared_ptr<JobLedger> open_existing(const std::string& name = default_name(),
                                                   const JobLedgerOptions& options = {});
   // Removes the name (tests). Quiet if absent.
@@ -173,7 +185,8 @@ class JobLedger {
   struct Shared;  // the block's layout, private to job_ledger*.cc
 
  private:
-  JobLedger(Shared* shared, const JobLedgerOptions& options) : s_(shared), options_(options) {}
+  JobLedger(shared_block::Mapping block, const JobLedgerOptions& options);
+  shared_block::Mapping block_;  // holds the flock that says a job uses it
   Shared* s_;
   JobLedgerOptions options_;
 };

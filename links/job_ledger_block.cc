@@ -1,13 +1,12 @@
-// The job ledger's shared block: its well-known name, creation published atomically, attachment.
-// Invariant: the well-known name only ever names a block whose mutex and header are initialised.
-#include <fcntl.h>
+// The job ledger's shared block: its well-known name, creation published atomically, the checked
+// attachment. Invariant: the well-known name only ever names a block whose mutex and header are
+// initialised, and a block is used only once its body passed check_block().
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,7 +15,6 @@
 #include "links/job_ledger.h"
 #include "links/job_ledger_impl.h"
 #include "links/shared_block.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 
@@ -25,24 +23,24 @@ namespace {
 using namespace job_ledger_impl;
 using Shared = JobLedger::Shared;
 
-// The block `name` if it exists (nullptr: ENOENT), checked to be an initialised job ledger of
-// this build.
-Shared* open_block(const std::string& name) {
-  auto* s = static_cast<Shared*>(shared_block::open(name, sizeof(Shared), "a job ledger"));
-  if (s == nullptr) return nullptr;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->magic != kMagic || s->version != kVersion) {
-    munmap(s, sizeof(Shared));
-    throw LibraryError("posix", "open " + name, "not an initialised job ledger", __FILE__,
-                       __LINE__);
-  }
-  return s;
+// What the checked open expects at a job ledger's name.
+shared_block::Layout layout() {
+  shared_block::Layout l;
+  l.what = "job ledger";
+  l.bytes = sizeof(Shared);
+  l.magic = kMagic;
+  l.version = kVersion;
+  l.mutex_offset = offsetof(Shared, mu);
+  l.check = [](void* block, bool owner_died) {
+    return check_block(static_cast<Shared*>(block), owner_died);
+  };
+  return l;
 }
 
 // Publishes an initialised block onto `name` (Note [A well-known block created once] in
-// links/shared_block.h); nullptr when another process published first.
-Shared* create_block(const std::string& name) {
-  return static_cast<Shared*>(shared_block::publish(name, sizeof(Shared), [](void* block) {
+// links/shared_block.h); empty when another process published first.
+shared_block::Mapping create_block(const std::string& name) {
+  return shared_block::publish(name, sizeof(Shared), [](void* block) {
     auto* s = static_cast<Shared*>(block);  // zero-filled: set what is not zero
     s->version = kVersion;
     s->next_id = 1;
@@ -50,7 +48,7 @@ Shared* create_block(const std::string& name) {
     shared_block::init_robust_mutex(&s->mu);
     std::atomic_thread_fence(std::memory_order_release);
     s->magic = kMagic;
-  }));
+  });
 }
 
 }  // namespace
@@ -64,9 +62,9 @@ std::string JobLedger::default_name() {
 std::shared_ptr<JobLedger> JobLedger::attach(const std::string& name,
                                              const JobLedgerOptions& options) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    if (Shared* s = open_block(name)) return std::shared_ptr<JobLedger>(new JobLedger(s, options));
-    if (Shared* s = create_block(name))
-      return std::shared_ptr<JobLedger>(new JobLedger(s, options));
+    shared_block::Mapping block = shared_block::open_checked(name, layout());
+    if (!block) block = create_block(name);
+    if (block) return std::shared_ptr<JobLedger>(new JobLedger(std::move(block), options));
     // Another job published between our open and our link: open that one.
   }
   throw LibraryError("posix", "attach " + name, "the job ledger keeps appearing and vanishing",
@@ -75,12 +73,15 @@ std::shared_ptr<JobLedger> JobLedger::attach(const std::string& name,
 
 std::shared_ptr<JobLedger> JobLedger::open_existing(const std::string& name,
                                                     const JobLedgerOptions& options) {
-  Shared* s = open_block(name);
-  return s ? std::shared_ptr<JobLedger>(new JobLedger(s, options)) : nullptr;
+  shared_block::Mapping block = shared_block::open_checked(name, layout());
+  return block ? std::shared_ptr<JobLedger>(new JobLedger(std::move(block), options)) : nullptr;
 }
 
 void JobLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
-JobLedger::~JobLedger() { munmap(s_, sizeof(Shared)); }
+JobLedger::JobLedger(shared_block::Mapping block, const JobLedgerOptions& options)
+    : block_(std::move(block)), s_(static_cast<Shared*>(block_.get())), options_(options) {}
+
+JobLedger::~JobLedger() = default;
 
 }  // namespace ferry

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include <cstdint>
+#include <string>
 
 #include "links/job_ledger.h"
 
@@ -13,14 +14,15 @@ namespace ferry {
 namespace job_ledger_impl {
 
 constexpr uint64_t kMagic = 0x6665727279'6a6f62ULL;  // "ferryjob"
-constexpr uint32_t kVersion = 2;
+// 3: each job's capacity and objective (Note [A capacity that follows the jobs] in job_ledger.h)
+constexpr uint32_t kVersion = 3;
 constexpr int kText = 256;
 
 struct GpuSlot {
   int32_t used = 0;
-  int32_t objective = 0;  // ShareObjective
+  int32_t objective = 0;  // ShareObjective: its earliest job's
   char device[kText] = {};
-  uint64_t capacity = 0;
+  uint64_t capacity = 0;  // its earliest job's
   uint64_t generation = 0;
   uint64_t peak_held = 0;
   // The sums of the GPU's last entry in the held record: a change of any appends one.
@@ -43,8 +45,9 @@ struct JobSlot {
   uint64_t peak = 0;
   int32_t n_ladder = 0;
   int32_t waiting = 1;
-  int32_t admitted = 0;  // by the controller (its lower bound fits after earlier arrivals')
-  int32_t pad = 0;
+  int32_t admitted = 0;   // by the controller (its lower bound fits after earlier arrivals')
+  int32_t objective = 0;  // ShareObjective: the job's idea of the GPU's division
+  uint64_t capacity = 0;  // the job's idea of the GPU's capacity
   SharePoint ladder[JobLedger::kMaxLadder] = {};
   uint64_t share = 0;
   uint64_t granted = 0;
@@ -83,5 +86,14 @@ struct JobLedger::Shared {
   uint64_t next_seq;                              // of the held record's next entry (from 1)
   job_ledger_impl::RecordSlot history[kHistory];  // the held record, a ring
 };
+
+namespace job_ledger_impl {
+
+// The checked open's test of a block's body (Note [A block is input] in links/shared_block.h),
+// with its mutex held: "" when every field the ledger reads through is in range, else what is
+// wrong. After a holder died, a sound block's GPUs are re-divided.
+std::string check_block(JobLedger::Shared* s, bool owner_died);
+
+}  // namespace job_ledger_impl
 
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "links/fluid_model.h"
 #include "links/link_share.h"
+#include "links/shared_block.h"
 
 namespace ferry {
 
@@ -97,8 +98,10 @@ class LinkLedger {
   // A 64-bit identity (FNV-1a) of a link table: count, then each name and both capacities.
   static uint64_t topology_key(const std::vector<NamedLink>& links);
   // Attaches the node's ledger `name`, creating it when no job has, and registers this process
-  // as `user`. Throws ConfigError when the ledger holds other links, LibraryError when shared
-  // memory fails or the block is not a ledger of this build.
+  // as `user`. A block at the name that is not a sound ledger of this build is replaced when no
+  // process maps it (Note [A block is input] in links/shared_block.h). Throws ConfigError when the
+  // ledger holds other links, DataError when a bad block is in use, LibraryError when shared
+  // memory fails.
   static std::shared_ptr<LinkLedger> attach(const std::string& name,
                                             const std::vector<NamedLink>& links,
                                             const LedgerUser& user,
@@ -180,7 +183,8 @@ class LinkLedger {
   struct Shared;  // the block's layout, private to link_ledger*.cc (link_ledger_impl.h)
 
  private:
-  LinkLedger(Shared* shared, const LedgerOptions& options) : s_(shared), options_(options) {}
+  LinkLedger(shared_block::Mapping block, const LedgerOptions& options);
+  shared_block::Mapping block_;  // holds the flock that says a process uses it
   Shared* s_;
   LedgerOptions options_;
   int user_ = -1;  // this process's slot in the block's users, once registered
