@@ -15,7 +15,7 @@ namespace ferry {
 
 // Note [Fluid copies]
 // Every copy in flight is a flow with bytes remaining and a rate (bytes/s), its max-min fair
-// share of the links it crosses (fair_share_rates). The model keeps the time it was last
+// share of the links it crosses (fair_rates). The model keeps the time it was last
 // advanced; whoever holds it advances every flow to now, event by event: up to the earliest
 // finish, where the finished flows drop out and the rates are recomputed, then on to now.
 // Bytes carried are added to each crossed link-direction's time bins as they are carried, so the
@@ -139,7 +139,7 @@ void FluidModel::recompute_rates() {
     flows.push_back(std::move(flow));
     slots.push_back(&f);
   }
-  const std::vector<double> gbps = fair_share_rates(c, flows);
+  const std::vector<double> gbps = fair_rates(c, flows);
   for (size_t i = 0; i < slots.size(); ++i) slots[i]->rate = gbps[i] * 1e9;
 }
 

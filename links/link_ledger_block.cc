@@ -1,8 +1,8 @@
 // The link ledger's shared block: its names (the node's well-known one, Note [One link ledger
 // per node] in link_ledger.h; a job's private one, Note [Shared-memory names that outlive
-// nothing] in links/shm_names.h), creation with its robust process-shared mutex, attachment and
+// nothing] in common/shm_names.h), creation with its robust process-shared mutex, attachment and
 // removal. Invariant: a block is opened only when its size, header and body pass the checked
-// open (Note [A block is input] in links/shared_block.h), and the well-known name only ever names
+// open (Note [A block is input] in common/shm_block.h), and the well-known name only ever names
 // an initialised block.
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,11 +21,11 @@
 
 #include <fmt/format.h>
 
+#include "common/shm_block.h"
+#include "common/shm_names.h"
 #include "links/fluid_model.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
-#include "links/shared_block.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 namespace {
@@ -44,13 +44,13 @@ void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
   s->version = kVersion;
   s->key = key;
   FluidModel::init(s->fluid, links, options.bin_s, LinkLedger::now());
-  shared_block::init_robust_mutex(&s->mu);
+  shm_block::init_robust_mutex(&s->mu);
   std::atomic_thread_fence(std::memory_order_release);
   s->magic = kMagic;
 }
 
 // What is wrong with a block's users and fluid state, "" when nothing (Note [A block is input]
-// in links/shared_block.h). A holder that died needs no repair: the next operation reaps it.
+// in common/shm_block.h). A holder that died needs no repair: the next operation reaps it.
 std::string check_block(const Shared* s) {
   for (int k = 0; k < LinkLedger::kMaxUsers; ++k) {
     const UserSlot& u = s->users[k];
@@ -67,8 +67,8 @@ std::string check_block(const Shared* s) {
 }
 
 // What the checked open expects at a link ledger's name.
-shared_block::Layout layout() {
-  shared_block::Layout l;
+shm_block::Layout layout() {
+  shm_block::Layout l;
   l.what = "link ledger";
   l.bytes = sizeof(Shared);
   l.magic = kMagic;
@@ -80,15 +80,15 @@ shared_block::Layout layout() {
 
 // Opens `name` if it exists and is sound: the mapped block, or empty (none, or a bad one that
 // nobody mapped was removed).
-shared_block::Mapping open_block(const std::string& name) {
-  return shared_block::open_checked(name, layout());
+shm_block::Mapping open_block(const std::string& name) {
+  return shm_block::open_checked(name, layout());
 }
 
 // Publishes an initialised block onto `name` (Note [A well-known block created once] in
-// links/shared_block.h); empty when another process published first.
-shared_block::Mapping publish_block(const std::string& name, const std::vector<NamedLink>& links,
-                                    uint64_t key, const LedgerOptions& options) {
-  return shared_block::publish(name, sizeof(Shared), [&](void* block) {
+// common/shm_block.h); empty when another process published first.
+shm_block::Mapping publish_block(const std::string& name, const std::vector<NamedLink>& links,
+                                 uint64_t key, const LedgerOptions& options) {
+  return shm_block::publish(name, sizeof(Shared), [&](void* block) {
     init_block(static_cast<Shared*>(block), links, key, options);
   });
 }
@@ -134,7 +134,7 @@ std::shared_ptr<LinkLedger> LinkLedger::attach(const std::string& name,
                                   links.size(), kMaxLinks));
   }
   for (int attempt = 0; attempt < 100; ++attempt) {
-    shared_block::Mapping block = open_block(name);
+    shm_block::Mapping block = open_block(name);
     if (!block) block = publish_block(name, links, topology_key(links), options);
     if (!block) continue;  // another job published between our open and our link
     std::shared_ptr<LinkLedger> ledger(new LinkLedger(std::move(block), options));
@@ -146,7 +146,7 @@ std::shared_ptr<LinkLedger> LinkLedger::attach(const std::string& name,
 }
 
 std::shared_ptr<LinkLedger> LinkLedger::open_existing(const std::string& name) {
-  shared_block::Mapping block = open_block(name);
+  shm_block::Mapping block = open_block(name);
   return block ? std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), LedgerOptions{}))
                : nullptr;
 }
@@ -184,24 +184,24 @@ std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
                                   links.size(), kMaxLinks));
   }
   shm_names::remove_stale_blocks(kNamePrefix);
-  shared_block::Mapping block = shared_block::create(name, sizeof(Shared));
+  shm_block::Mapping block = shm_block::create(name, sizeof(Shared));
   init_block(static_cast<Shared*>(block.get()), links, 0, options);  // zero-filled: set the rest
   return std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), options));
 }
 
 std::shared_ptr<LinkLedger> LinkLedger::open(const std::string& name,
                                              const LedgerOptions& options) {
-  shared_block::Mapping block = open_block(name);
+  shm_block::Mapping block = open_block(name);
   if (!block) {
     errno = ENOENT;
-    shared_block::fail("shm_open", name);
+    shm_block::fail("shm_open", name);
   }
   return std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), options));
 }
 
 void LinkLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
-LinkLedger::LinkLedger(shared_block::Mapping block, const LedgerOptions& options)
+LinkLedger::LinkLedger(shm_block::Mapping block, const LedgerOptions& options)
     : block_(std::move(block)), s_(static_cast<Shared*>(block_.get())), options_(options) {}
 
 LinkLedger::~LinkLedger() {

@@ -1,4 +1,4 @@
-// `trainer jobs`: the node's job ledger (links/job_ledger.h), the GPUs that ferry jobs share and
+// `trainer jobs`: the node's job ledger (jobs/job_ledger.h), the GPUs that ferry jobs share and
 // the jobs on each, and the node's link ledgers (links/link_ledger.h), each link's users (which
 // job, pid and rank has copies or claims on it, bytes in flight), as a table or JSON. Reads the
 // ledgers and never creates one.
@@ -10,7 +10,7 @@
 
 #include "common/bytes.h"
 #include "common/file_write.h"
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "links/link_ledger.h"
 #include "trainer/cli/commands.h"
 

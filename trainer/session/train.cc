@@ -29,7 +29,6 @@
 #include "trainer/data/loader.h"
 #include "trainer/session/checkpoints.h"
 #include "trainer/session/data_setup.h"
-#include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/node_files.h"
 #include "trainer/session/placement.h"
@@ -37,7 +36,8 @@
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
 #include "trainer/session/shape_plans.h"
-#include "trainer/session/share_budget.h"
+#include "trainer/share/budget.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 

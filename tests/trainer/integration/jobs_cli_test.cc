@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "tests/trainer/integration/run_util.h"
 

@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "links/job_ledger.h"
-#include "links/memory_shares.h"
-#include "links/shm_names.h"
+#include "common/shm_names.h"
+#include "jobs/job_ledger.h"
+#include "jobs/share_controller.h"
 #include "trainer/config/config.h"
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 namespace ferry::testing {
 

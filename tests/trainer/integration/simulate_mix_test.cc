@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/integration/run_util.h"
 

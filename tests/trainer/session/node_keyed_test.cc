@@ -21,14 +21,14 @@
 
 #include <fmt/format.h>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "links/link_ledger.h"
 #include "topology/links.h"
 #include "topology/load.h"
 #include "trainer/config/config.h"
-#include "trainer/session/memory_share.h"
 #include "trainer/session/node_files.h"
 #include "trainer/session/placement.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 namespace {

@@ -1,7 +1,7 @@
 // The share controller: lower bounds always met and the capacity never exceeded, admission in
 // arrival order, throughput and fair pick differently where they should, and the search is exact
 // (checked against brute force on random job mixes).
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,4 +1,4 @@
-// The job ledger's shared block layout (private to links/job_ledger*.cc): fixed-size plain data
+// The job ledger's shared block layout (private to jobs/job_ledger*.cc): fixed-size plain data
 // behind a robust process-shared mutex. Invariant: kVersion is in the block's name and changes
 // whenever the layout does, so builds of different layouts never read each other's block.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 
 namespace ferry {
 namespace job_ledger_impl {
@@ -89,7 +89,7 @@ struct JobLedger::Shared {
 
 namespace job_ledger_impl {
 
-// The checked open's test of a block's body (Note [A block is input] in links/shared_block.h),
+// The checked open's test of a block's body (Note [A block is input] in common/shm_block.h),
 // with its mutex held: "" when every field the ledger reads through is in range, else what is
 // wrong. After a holder died, a sound block's GPUs are re-divided.
 std::string check_block(JobLedger::Shared* s, bool owner_died);

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-namespace ferry::shared_block {
+namespace ferry::shm_block {
 
 // Note [A well-known block created once]
 // Every job on the node must find a ledger by name, so its name is fixed (per user and layout
@@ -19,7 +19,7 @@ namespace ferry::shared_block {
 // and is reused by the next job. Two jobs starting together must not both create it, and a job
 // killed while creating it must not leave a half-initialised block under the name. So the
 // creator builds the block under a private creator-stamped name ("<name>-new-<pid>.<start>-
-// <token>", Note [Shared-memory names that outlive nothing] in links/shm_names.h), initialises
+// <token>", Note [Shared-memory names that outlive nothing] in common/shm_names.h), initialises
 // it, and publishes it with link(2) onto the well-known name in /dev/shm, which fails if another
 // job published first (then it attaches that one). A private block left by a creator that died
 // is removed by the next creator.
@@ -105,4 +105,4 @@ void init_robust_mutex(pthread_mutex_t* mu);
 // is made consistent and `*owner_died` set.
 int lock_robust(pthread_mutex_t* mu, double timeout_s, bool* owner_died);
 
-}  // namespace ferry::shared_block
+}  // namespace ferry::shm_block

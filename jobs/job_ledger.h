@@ -1,7 +1,7 @@
 // The node-wide job ledger: one POSIX shared-memory block per node and user that every ferry job
 // with shared memory attaches, holding per GPU its capacity and the jobs on it (lower bound, peak,
 // ladder, share, granted, held, step times). Whoever changes it re-divides the GPU's capacity
-// under its robust mutex (links/memory_shares.h); no daemon. Invariant: on every GPU the sum of
+// under its robust mutex (jobs/share_controller.h); no daemon. Invariant: on every GPU the sum of
 // the jobs' `granted` bytes never exceeds the capacity (bar a fall of the capacity itself), and a
 // job holds at most its `granted`.
 #pragma once
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "links/memory_shares.h"
-#include "links/shared_block.h"
+#include "common/shm_block.h"
+#include "jobs/share_controller.h"
 
 namespace ferry {
 
@@ -137,7 +137,7 @@ class JobLedger {
   // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
   static std::string default_name();
   // Attaches the ledger `name`, creating it when no job has (Note [A well-known block created
-  // once] in links/shared_block.h). A block at the name that is not a sound ledger of this build
+  // once] in common/shm_block.h). A block at the name that is not a sound ledger of this build
   // is replaced when no process maps it; throws DataError naming it when one does (Note [A block
   // is input]), LibraryError when shared memory fails.
   static std::shared_ptr<JobLedger> attach(const std::string& name = default_name(),
@@ -185,8 +185,8 @@ class JobLedger {
   struct Shared;  // the block's layout, private to job_ledger*.cc
 
  private:
-  JobLedger(shared_block::Mapping block, const JobLedgerOptions& options);
-  shared_block::Mapping block_;  // holds the flock that says a job uses it
+  JobLedger(shm_block::Mapping block, const JobLedgerOptions& options);
+  shm_block::Mapping block_;  // holds the flock that says a job uses it
   Shared* s_;
   JobLedgerOptions options_;
 };

@@ -2,7 +2,7 @@
 // foreign file or a block of right magic and version with a random or damaged body never crashes
 // and is replaced when no process maps it, and a bad block a live process maps is refused in one
 // line naming it (exit code 2).
-#include "links/shared_block.h"
+#include "common/shm_block.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,11 +16,11 @@
 
 #include <gtest/gtest.h>
 
-#include "links/job_ledger.h"
-#include "links/job_ledger_impl.h"
+#include "common/shm_names.h"
+#include "jobs/job_ledger.h"
+#include "jobs/job_ledger_impl.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 namespace {
@@ -49,7 +49,7 @@ std::vector<unsigned char> random_block(std::mt19937_64& rng, size_t size, uint6
   std::memcpy(b.data() + sizeof(magic), &version, sizeof(version));
   if (keep_mutex) {
     pthread_mutex_t mu;
-    shared_block::init_robust_mutex(&mu);
+    shm_block::init_robust_mutex(&mu);
     std::memcpy(b.data() + mutex_offset, &mu, sizeof(mu));
   }
   return b;

@@ -2,7 +2,7 @@
 // every operation locks, reaps the entries of dead processes, changes what it changes, then
 // re-divides and settles the grants of the GPUs it touched (Note [Handing memory over between
 // jobs] in job_ledger.h).
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -18,8 +18,8 @@
 
 #include <fmt/format.h>
 
-#include "links/job_ledger_impl.h"
-#include "links/shm_names.h"
+#include "common/shm_names.h"
+#include "jobs/job_ledger_impl.h"
 
 namespace ferry {
 
@@ -133,7 +133,7 @@ void settle(Shared* s, int g, const std::string& why) {
   record(s, g, 0);
 }
 
-// Divides GPU `g` among its entries (links/memory_shares.h), then settles; frees the GPU's slot
+// Divides GPU `g` among its entries (jobs/share_controller.h), then settles; frees the GPU's slot
 // when no entry is left. The capacity and objective are the earliest entry's (Note [A capacity
 // that follows the jobs] in job_ledger.h). `why` becomes the reason of the jobs whose share or
 // grant changes.

@@ -2,7 +2,7 @@
 // job confirms before a growing one may use the memory), admission in arrival order, the sum of
 // grants and of held bytes never above the capacity while jobs churn, and a job killed with
 // kill -9 (even while it holds the ledger's mutex) reaped by the next job that looks.
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 
 namespace ferry {
 namespace {

@@ -1,7 +1,7 @@
 // A job sharing its device: its ladder from the offline planner, its admission and its lease on
-// the node's job ledger (links/job_ledger.h). Following the grant while training is
-// share_budget.h's; until the first step the job reports its whole grant as held.
-#include "trainer/session/memory_share.h"
+// the node's job ledger (jobs/job_ledger.h). Following the grant while training is
+// budget.h's; until the first step the job reports its whole grant as held.
+#include "trainer/share/lease.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,5 +1,5 @@
-// See shared_block.h: creation, publication and the one checked open of a shared block.
-#include "links/shared_block.h"
+// See shm_block.h: creation, publication and the one checked open of a shared block.
+#include "common/shm_block.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -18,9 +18,9 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 
-namespace ferry::shared_block {
+namespace ferry::shm_block {
 namespace {
 
 // An open of a bad block that a live process maps is retried this often, this far apart, before
@@ -251,4 +251,4 @@ int lock_robust(pthread_mutex_t* mu, double timeout_s, bool* owner_died) {
   return rc;
 }
 
-}  // namespace ferry::shared_block
+}  // namespace ferry::shm_block

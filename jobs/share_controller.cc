@@ -1,7 +1,7 @@
-// The share controller (Note [What the controller optimises] in memory_shares.h): admission in
+// The share controller (Note [What the controller optimises] in share_controller.h): admission in
 // arrival order, then an exact Pareto search over each admitted job's ladder points, greedy past a
 // frontier size.
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
-#include "links/job_ledger.h"
-#include "links/job_ledger_impl.h"
-#include "links/shared_block.h"
+#include "common/shm_block.h"
+#include "jobs/job_ledger.h"
+#include "jobs/job_ledger_impl.h"
 
 namespace ferry {
 
@@ -24,8 +24,8 @@ using namespace job_ledger_impl;
 using Shared = JobLedger::Shared;
 
 // What the checked open expects at a job ledger's name.
-shared_block::Layout layout() {
-  shared_block::Layout l;
+shm_block::Layout layout() {
+  shm_block::Layout l;
   l.what = "job ledger";
   l.bytes = sizeof(Shared);
   l.magic = kMagic;
@@ -38,14 +38,14 @@ shared_block::Layout layout() {
 }
 
 // Publishes an initialised block onto `name` (Note [A well-known block created once] in
-// links/shared_block.h); empty when another process published first.
-shared_block::Mapping create_block(const std::string& name) {
-  return shared_block::publish(name, sizeof(Shared), [](void* block) {
+// common/shm_block.h); empty when another process published first.
+shm_block::Mapping create_block(const std::string& name) {
+  return shm_block::publish(name, sizeof(Shared), [](void* block) {
     auto* s = static_cast<Shared*>(block);  // zero-filled: set what is not zero
     s->version = kVersion;
     s->next_id = 1;
     s->next_seq = 1;
-    shared_block::init_robust_mutex(&s->mu);
+    shm_block::init_robust_mutex(&s->mu);
     std::atomic_thread_fence(std::memory_order_release);
     s->magic = kMagic;
   });
@@ -62,7 +62,7 @@ std::string JobLedger::default_name() {
 std::shared_ptr<JobLedger> JobLedger::attach(const std::string& name,
                                              const JobLedgerOptions& options) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    shared_block::Mapping block = shared_block::open_checked(name, layout());
+    shm_block::Mapping block = shm_block::open_checked(name, layout());
     if (!block) block = create_block(name);
     if (block) return std::shared_ptr<JobLedger>(new JobLedger(std::move(block), options));
     // Another job published between our open and our link: open that one.
@@ -73,13 +73,13 @@ std::shared_ptr<JobLedger> JobLedger::attach(const std::string& name,
 
 std::shared_ptr<JobLedger> JobLedger::open_existing(const std::string& name,
                                                     const JobLedgerOptions& options) {
-  shared_block::Mapping block = shared_block::open_checked(name, layout());
+  shm_block::Mapping block = shm_block::open_checked(name, layout());
   return block ? std::shared_ptr<JobLedger>(new JobLedger(std::move(block), options)) : nullptr;
 }
 
 void JobLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
-JobLedger::JobLedger(shared_block::Mapping block, const JobLedgerOptions& options)
+JobLedger::JobLedger(shm_block::Mapping block, const JobLedgerOptions& options)
     : block_(std::move(block)), s_(static_cast<Shared*>(block_.get())), options_(options) {}
 
 JobLedger::~JobLedger() = default;

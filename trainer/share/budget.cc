@@ -1,5 +1,5 @@
-// Following a shared budget between steps (Note [Following a shared budget] in share_budget.h).
-#include "trainer/session/share_budget.h"
+// Following a shared budget between steps (Note [Following a shared budget] in budget.h).
+#include "trainer/share/budget.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 namespace ferry {
 

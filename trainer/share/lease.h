@@ -2,7 +2,7 @@
 // peak, predicted step times between them, from the offline planner) and its lease on the
 // device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
 // and given back when the job ends; while the job trains, its budget follows the grant
-// (share_budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
+// (budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
 // it, which the ledger keeps within the device's capacity beside the others'.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/ranks.h"
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "prefetch/plan.h"
 #include "topology/pci.h"
 #include "trainer/config/config.h"

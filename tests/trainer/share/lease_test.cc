@@ -3,7 +3,7 @@
 // to fit, printing once who holds the device, gives up after memory.share_wait with exit code 2's
 // error, and the lease leaves the ledger when the job ends; it registers its curve a granule
 // higher and plans a granule below its grant (Note [A shared budget in held bytes]).
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 #include <stdlib.h>
 
@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 #include "trainer/session/planning.h"
 
 namespace ferry {
