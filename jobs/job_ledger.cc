@@ -45,7 +45,18 @@ void copy_text(char (&dst)[kText], const std::string& src) {
   std::snprintf(dst, sizeof(dst), "%s", src.c_str());
 }
 
-std::vector<SharePoint> ladder_of(const JobSlot& j) { return {j.ladder, j.ladder + j.n_ladder}; }
+// The curve stored in `c` (its point count checked on open, check_block()).
+ShareCurve curve_of(const CurveSlot& c) {
+  return {c.lower, c.peak, {c.ladder, c.ladder + c.n_ladder}};
+}
+
+// Stores `curve` (at most kMaxLadder points: thinned()) in `c`.
+void store(CurveSlot& c, const ShareCurve& curve) {
+  c.lower = curve.lower;
+  c.peak = curve.peak;
+  c.n_ladder = static_cast<int32_t>(curve.ladder.size());
+  std::copy(curve.ladder.begin(), curve.ladder.end(), c.ladder);
+}
 
 // The entries on GPU `g`, in arrival order.
 std::vector<JobSlot*> jobs_on(Shared* s, int g) {
@@ -117,14 +128,14 @@ void settle(Shared* s, int g, const std::string& why) {
     uint64_t to = j->share;
     if (j->share - j->granted > room) {
       // A job not admitted yet starts on what is free if its lower bound fits there.
-      if (j->granted >= j->lower || j->granted + room < j->lower) continue;
+      if (j->granted >= j->curve.lower || j->granted + room < j->curve.lower) continue;
       to = j->granted + room;
     }
     granted += to - j->granted;
     set(j->granted, to, *j, why);
   }
   for (JobSlot* j : jobs) {
-    const int32_t waiting = !j->admitted || j->granted < j->lower;
+    const int32_t waiting = !j->admitted || j->granted < j->curve.lower;
     if (waiting != j->waiting) {
       j->waiting = waiting;
       ++j->generation;
@@ -150,9 +161,7 @@ void redivide(Shared* s, int g, const std::string& why) {
   std::vector<ShareJob> in;
   for (const JobSlot* j : jobs) {
     ShareJob sj;
-    sj.lower = j->lower;
-    sj.peak = j->peak;
-    sj.ladder = ladder_of(*j);
+    sj.curve = curve_of(j->curve);
     sj.order = j->id;
     sj.measured_step_s = j->measured_step_s;
     sj.current = j->granted;
@@ -239,23 +248,24 @@ JobGrant grant_of(const Shared* s, const JobSlot* j, uint64_t id) {
   return g;
 }
 
-// At most JobLedger::kMaxLadder points: the lower bound, the peak and evenly spaced ones between.
-std::vector<SharePoint> thinned(const std::vector<SharePoint>& ladder) {
+// `curve` with at most JobLedger::kMaxLadder points: the lower bound, the peak and evenly spaced
+// ones between.
+ShareCurve thinned(ShareCurve curve) {
+  const std::vector<SharePoint>& ladder = curve.ladder;
   const size_t n = ladder.size(), m = JobLedger::kMaxLadder;
-  if (n <= m) return ladder;
+  if (n <= m) return curve;
   std::vector<SharePoint> out;
   for (size_t k = 0; k < m; ++k) out.push_back(ladder[k * (n - 1) / (m - 1)]);
-  return out;
+  curve.ladder = std::move(out);
+  return curve;
 }
 
 // Throws ConfigError when the controller would refuse the job.
-void check_job(uint64_t lower, uint64_t peak, const std::vector<SharePoint>& ladder) {
+void check_curve(const ShareCurve& curve) {
   ShareJob j;
-  j.lower = lower;
-  j.peak = peak;
-  j.ladder = ladder;
+  j.curve = curve;
   try {
-    divide_memory(peak, {j}, ShareObjective::kThroughput);
+    divide_memory(curve.peak, {j}, ShareObjective::kThroughput);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(fmt::format("job ledger: {}", e.what()));
   }
@@ -275,8 +285,8 @@ std::string check_job_slot(const Shared* s, const JobSlot& j) {
     return fmt::format("its GPU index {} names no GPU", j.gpu);
   if (j.pid <= 0) return fmt::format("pid {}", j.pid);
   if (j.id == 0 || j.id >= s->next_id) return fmt::format("id {} not below {}", j.id, s->next_id);
-  if (j.n_ladder < 1 || j.n_ladder > JobLedger::kMaxLadder)
-    return fmt::format("{} ladder points", j.n_ladder);
+  if (j.curve.n_ladder < 1 || j.curve.n_ladder > JobLedger::kMaxLadder)
+    return fmt::format("{} ladder points", j.curve.n_ladder);
   if (((j.waiting | j.admitted | j.objective) & ~1) != 0) return "a flag out of range";
   if (!terminated(j.config) || !terminated(j.run_dir) || !terminated(j.reason))
     return "an unterminated text";
@@ -284,7 +294,7 @@ std::string check_job_slot(const Shared* s, const JobSlot& j) {
       !std::isfinite(j.joined))
     return "a time that is not a finite number";
   try {
-    check_job(j.lower, j.peak, ladder_of(j));
+    check_curve(curve_of(j.curve));
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -319,8 +329,8 @@ std::string check_block(Shared* s, bool owner_died) {
 }  // namespace job_ledger_impl
 
 JobGrant JobLedger::join(const JobRequest& request) {
-  const std::vector<SharePoint> ladder = thinned(request.ladder);
-  check_job(request.lower, request.peak, ladder);
+  const ShareCurve curve = thinned(request.curve);
+  check_curve(curve);
   const shm_names::ProcessId me = shm_names::self();
   Locked lock(s_);
   int g = -1;
@@ -349,10 +359,7 @@ JobGrant JobLedger::join(const JobRequest& request) {
     copy_text(j.run_dir, request.run_dir);
     j.capacity = request.capacity;
     j.objective = static_cast<int32_t>(request.objective);
-    j.lower = request.lower;
-    j.peak = request.peak;
-    j.n_ladder = static_cast<int32_t>(ladder.size());
-    std::copy(ladder.begin(), ladder.end(), j.ladder);
+    store(j.curve, curve);
     j.joined = now_s();
     j.used = 1;  // last: a joiner killed before this left nothing
     redivide(s_, g, who(j) + " arrived");
@@ -406,18 +413,13 @@ JobGrant JobLedger::confirm(uint64_t id, uint64_t held) {
   return grant_of(s_, j, id);
 }
 
-JobGrant JobLedger::update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                                  const std::vector<SharePoint>& ladder_in,
-                                  const std::string& why) {
-  const std::vector<SharePoint> ladder = thinned(ladder_in);
-  check_job(lower, peak, ladder);
+JobGrant JobLedger::update_curve(uint64_t id, const ShareCurve& curve_in, const std::string& why) {
+  const ShareCurve curve = thinned(curve_in);
+  check_curve(curve);
   Locked lock(s_);
   JobSlot* j = find(s_, id);
   if (!j) return grant_of(s_, j, id);
-  j->lower = lower;
-  j->peak = peak;
-  j->n_ladder = static_cast<int32_t>(ladder.size());
-  std::copy(ladder.begin(), ladder.end(), j->ladder);
+  store(j->curve, curve);
   redivide(s_, j->gpu,
            who(*j) + " re-registered its curve" + (why.empty() ? "" : " (" + why + ")"));
   return grant_of(s_, j, id);
@@ -468,9 +470,7 @@ std::vector<LedgerGpu> JobLedger::snapshot() {
       lj.rank = j->rank;
       lj.config = j->config;
       lj.run_dir = j->run_dir;
-      lj.lower = j->lower;
-      lj.peak = j->peak;
-      lj.ladder = ladder_of(*j);
+      lj.curve = curve_of(j->curve);
       lj.share = j->share;
       lj.granted = j->granted;
       lj.held = j->held;

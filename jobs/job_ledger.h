@@ -39,9 +39,7 @@ struct JobRequest {
   std::string config;  // the job's config file and run directory, shown by `trainer jobs`
   std::string run_dir;
   int rank = 0;
-  uint64_t lower = 0;  // ShareJob's fields
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;
+  ShareCurve curve;
   ShareObjective objective = ShareObjective::kThroughput;  // as `capacity`
 };
 
@@ -85,9 +83,7 @@ struct LedgerJob {
   int rank = 0;
   std::string config;
   std::string run_dir;
-  uint64_t lower = 0;
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;
+  ShareCurve curve;  // as registered (thinned to kMaxLadder points)
   uint64_t share = 0;
   uint64_t granted = 0;
   uint64_t held = 0;
@@ -166,10 +162,9 @@ class JobLedger {
   // to the share and growing jobs may take the rest (Note [Handing memory over between jobs]).
   // Throws Error when held exceeds the share.
   JobGrant confirm(uint64_t id, uint64_t held);
-  // A new ladder (re-planned, or with the measured cost model, or scaled after a drift); re-divides
-  // the GPU. `why` goes into the reasons of the jobs whose share or grant it changes.
-  JobGrant update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                         const std::vector<SharePoint>& ladder, const std::string& why = "");
+  // A new curve (re-planned, or with the measured cost model, or scaled after a drift);
+  // re-divides the GPU. `why` goes into the reasons of the jobs whose share or grant it changes.
+  JobGrant update_curve(uint64_t id, const ShareCurve& curve, const std::string& why = "");
   // Waits until the entry's generation differs from `generation`, or `timeout_s` passes.
   JobGrant wait_change(uint64_t id, uint64_t generation, double timeout_s);
   // Waits until the entry is admitted (granted >= lower) or `timeout_s` passes.

@@ -32,6 +32,15 @@ struct GpuSlot {
   int32_t pad = 0;
 };
 
+// A ShareCurve as stored: at most JobLedger::kMaxLadder points.
+struct CurveSlot {
+  uint64_t lower = 0;
+  uint64_t peak = 0;
+  int32_t n_ladder = 0;
+  int32_t pad = 0;
+  SharePoint ladder[JobLedger::kMaxLadder] = {};
+};
+
 struct JobSlot {
   int32_t used = 0;
   int32_t gpu = 0;  // index into gpus
@@ -41,14 +50,11 @@ struct JobSlot {
   uint64_t id = 0;     // also its arrival order
   char config[kText] = {};
   char run_dir[kText] = {};
-  uint64_t lower = 0;
-  uint64_t peak = 0;
-  int32_t n_ladder = 0;
+  CurveSlot curve;
   int32_t waiting = 1;
   int32_t admitted = 0;   // by the controller (its lower bound fits after earlier arrivals')
   int32_t objective = 0;  // ShareObjective: the job's idea of the GPU's division
   uint64_t capacity = 0;  // the job's idea of the GPU's capacity
-  SharePoint ladder[JobLedger::kMaxLadder] = {};
   uint64_t share = 0;
   uint64_t granted = 0;
   uint64_t held = 0;

@@ -61,9 +61,7 @@ JobRequest request() {
   JobRequest r;
   r.device = "cpu:0";
   r.capacity = 1000;
-  r.lower = 100;
-  r.peak = 200;
-  r.ladder = {{100, 2.0}, {200, 1.0}};
+  r.curve = {100, 200, {{100, 2.0}, {200, 1.0}}};
   return r;
 }
 
@@ -205,7 +203,7 @@ TEST_F(SharedBlockTest, DamagedFieldsOfASoundJobLedgerNeverCrashIt) {
         j.gpu = value;
         break;
       case 1:
-        j.n_ladder = value;
+        j.curve.n_ladder = value;
         break;
       case 2:
         j.used = value;

@@ -32,9 +32,9 @@ JobRequest request(std::vector<SharePoint> ladder, uint64_t capacity = 300,
   r.capacity = capacity;
   r.config = "configs/quickstart.yaml";
   r.run_dir = "runs/a";
-  r.lower = ladder.front().budget;
-  r.peak = ladder.back().budget;
-  r.ladder = std::move(ladder);
+  r.curve.lower = ladder.front().budget;
+  r.curve.peak = ladder.back().budget;
+  r.curve.ladder = std::move(ladder);
   return r;
 }
 
@@ -152,7 +152,7 @@ TEST_F(JobLedgerTest, TheHeldRecordFollowsEveryChangeAndEachJobHearsWhyItsShareC
             "job " + std::to_string(a.id) + me + " confirmed its smaller share");
   ledger->report(b.id, 180);
   // B re-registers a flatter curve: A (step 3 s at 100) buys more with the bytes now.
-  ledger->update_ladder(b.id, 100, 200, {{100, 1.1}, {200, 1.0}}, "drifted");
+  ledger->update_curve(b.id, {100, 200, {{100, 1.1}, {200, 1.0}}}, "drifted");
   EXPECT_EQ(ledger->poll(b.id).share, 100u);
   EXPECT_EQ(ledger->poll(b.id).reason,
             "job " + std::to_string(b.id) + me + " re-registered its curve (drifted)");
@@ -229,16 +229,16 @@ TEST_F(JobLedgerTest, AJobWhoseLowerBoundDoesNotFitWaitsInArrivalOrder) {
 TEST_F(JobLedgerTest, MalformedLaddersAreRefusedAndLongOnesThinned) {
   auto ledger = JobLedger::attach(name_);
   JobRequest bad = request({{100, 1.0}, {200, 0.5}});
-  bad.peak = 300;
+  bad.curve.peak = 300;
   EXPECT_THROW(ledger->join(bad), ConfigError);
   std::vector<SharePoint> longer;
   for (int k = 0; k < 100; ++k) longer.push_back({uint64_t(100 + k), 2.0 - k / 100.0});
   const JobGrant g = ledger->join(request(longer, 1000));
   EXPECT_EQ(g.share, 199u);
   const auto gpus = ledger->snapshot();
-  ASSERT_EQ(gpus[0].jobs[0].ladder.size(), size_t(JobLedger::kMaxLadder));
-  EXPECT_EQ(gpus[0].jobs[0].ladder.front().budget, 100u);
-  EXPECT_EQ(gpus[0].jobs[0].ladder.back().budget, 199u);
+  ASSERT_EQ(gpus[0].jobs[0].curve.ladder.size(), size_t(JobLedger::kMaxLadder));
+  EXPECT_EQ(gpus[0].jobs[0].curve.ladder.front().budget, 100u);
+  EXPECT_EQ(gpus[0].jobs[0].curve.ladder.back().budget, 199u);
 }
 
 // Four jobs as threads on two GPUs join, hold, shrink and leave at random; a monitor checks the

@@ -92,10 +92,9 @@ class SharedBudget {
   Device& device_;
   std::function<void(const std::string&)> say_;
   JobGrant grant_;
-  uint64_t reserve_ = 0;            // a budget is its target less this (lease.reserve())
-  std::vector<SharePoint> ladder_;  // as registered (scaled on drifts)
-  uint64_t lower_ = 0, peak_ = 0;   // as registered, in held bytes
-  uint64_t planning_ = 0;           // the budget being planned ahead (0: none)
+  uint64_t reserve_ = 0;   // a budget is its target less this (lease.reserve())
+  ShareCurve curve_;       // as registered, in held bytes (scaled on drifts)
+  uint64_t planning_ = 0;  // the budget being planned ahead (0: none)
   double planning_since_ = 0;
   bool switched_in_interval_ = true;  // also: the first interval pays for first touches
   int64_t window_steps_ = 0;          // the drift window so far

@@ -114,9 +114,7 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
   r.config = (std::filesystem::path(config.run.dir) / "config.yaml").string();
   r.run_dir = config.run.dir;
   r.rank = ranks.rank;
-  r.lower = curve_.lower;
-  r.peak = curve_.peak;
-  r.ladder = curve_.ladder;
+  r.curve = curve_;
   r.objective = config.memory.share_objective;
   grant_ = ledger_->join(r);
   const auto give_up = [&](const ConfigError& error) {

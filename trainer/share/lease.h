@@ -21,13 +21,6 @@
 
 namespace ferry {
 
-// What a job registers: budgets from its lower bound to its peak (capped by memory.budget).
-struct ShareCurve {
-  uint64_t lower = 0;
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;  // `points` budgets evenly spaced, the first lower, the last peak
-};
-
 // Plans the config's model at its batch under memory.policy: unconstrained (the peak, at most
 // memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and
 // at budgets between. Throws ConfigError when the policy cannot fit memory.budget at all.

@@ -63,9 +63,7 @@ struct ShareBounds {
 inline ShareBounds share_bounds(const Config& config) {
   const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
   ShareJob job;
-  job.lower = curve.lower;
-  job.peak = curve.peak;
-  job.ladder = curve.ladder;
+  job.curve = curve;
   return {curve.lower,
           divide_memory(uint64_t{1} << 40, {job}, ShareObjective::kThroughput).jobs[0].share};
 }

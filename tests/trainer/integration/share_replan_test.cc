@@ -253,9 +253,7 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   for (const LedgerJob& j : gpus[0].jobs) {
     if (j.pid == b.pid) continue;
     ShareJob s;
-    s.lower = j.lower;
-    s.peak = j.peak;
-    s.ladder = j.ladder;
+    s.curve = j.curve;
     s.order = j.id;
     left.push_back(s);
   }

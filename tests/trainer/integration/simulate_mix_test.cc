@@ -89,10 +89,10 @@ TEST(SimulateMix, ALoneJobIsTrainerSimulateOfThatJob) {
 
 ShareJob share_job(const json& job, uint64_t order) {
   ShareJob s;
-  s.lower = job["lower_bytes"].get<uint64_t>();
-  s.peak = job["peak_bytes"].get<uint64_t>();
+  s.curve.lower = job["lower_bytes"].get<uint64_t>();
+  s.curve.peak = job["peak_bytes"].get<uint64_t>();
   for (const json& p : job["ladder"])
-    s.ladder.push_back({p["budget_bytes"].get<uint64_t>(), p["step_s"].get<double>()});
+    s.curve.ladder.push_back({p["budget_bytes"].get<uint64_t>(), p["step_s"].get<double>()});
   s.order = order;
   return s;
 }

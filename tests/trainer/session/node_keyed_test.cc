@@ -174,9 +174,7 @@ int run_rank(const Node& node, int local, const Pipe& ready, const Pipe& go, int
   request.device = share_device_key(config, ranks);
   request.capacity = 1 << 30;
   request.rank = ranks.rank;
-  request.lower = 1 << 20;
-  request.peak = 2 << 20;
-  request.ladder = {{1 << 20, 2.0}, {2 << 20, 1.0}};
+  request.curve = {1 << 20, 2 << 20, {{1 << 20, 2.0}, {2 << 20, 1.0}}};
   const JobGrant grant = jobs->join(request);
   if (!signal_on(ready.w) || !wait_on(go.r)) return 30;
   std::string line = fmt::format("{} {} ledger={} users=", host_name(), ranks.rank, name);
