@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -14,7 +15,7 @@ namespace ferry {
 
 // Note [Fluid copies]
 // Every copy in flight is a flow with bytes remaining and a rate (bytes/s), its max-min fair
-// share of the links it crosses (fair_share_rates). The model keeps the time it was last
+// share of the links it crosses (fair_rates). The model keeps the time it was last
 // advanced; whoever holds it advances every flow to now, event by event: up to the earliest
 // finish, where the finished flows drop out and the rates are recomputed, then on to now.
 // Bytes carried are added to each crossed link-direction's time bins as they are carried, so the
@@ -46,6 +47,60 @@ void FluidModel::init(FluidState& s, const std::vector<NamedLink>& links, double
     s.links[l].capacity = links[l].capacity;
     for (auto& b : s.bins[l]) std::fill(b.id, b.id + kFluidBins, int64_t{-1});
   }
+}
+
+namespace {
+
+template <size_t N>
+bool terminated(const char (&text)[N]) {
+  return std::memchr(text, '\0', N) != nullptr;
+}
+
+bool finite_at_least_zero(double x) { return std::isfinite(x) && x >= 0; }
+
+// Whether `n` indices at `links` are a path of at most kFluidMaxPath links of `n_links`.
+bool path_in_range(int32_t n, const int32_t* links, int32_t n_links) {
+  if (n < 0 || n > kFluidMaxPath) return false;
+  return std::all_of(links, links + n, [&](int32_t l) { return l >= 0 && l < n_links; });
+}
+
+}  // namespace
+
+std::string FluidModel::check(const FluidState& s) {
+  if (s.n_links < 0 || s.n_links > kFluidMaxLinks) return fmt::format("{} links", s.n_links);
+  if (!(s.bin_s >= 1e-6 && s.bin_s <= 60)) return fmt::format("a bin of {} s", s.bin_s);
+  for (int l = 0; l < s.n_links; ++l) {
+    const FluidLink& link = s.links[l];
+    const LinkCapacity& c = link.capacity;
+    if (!terminated(link.name) || !finite_at_least_zero(c.to_host_gbps) ||
+        !finite_at_least_zero(c.to_device_gbps) || !(c.duplex_factor > 0 && c.duplex_factor <= 1))
+      return fmt::format("link {} is out of range", l);
+    for (int e = 0; e < 2; ++e) {
+      const ByteBins& b = s.bins[l][e];
+      if (!std::isfinite(s.tokens[l][e].since) || !finite_at_least_zero(b.total) ||
+          !finite_at_least_zero(b.peak) ||
+          !std::all_of(b.bytes, b.bytes + kFluidBins, finite_at_least_zero))
+        return fmt::format("link {}'s record is out of range", l);
+    }
+  }
+  for (int k = 0; k < kFluidMaxFlows; ++k) {
+    const FluidFlow& f = s.flows[k];
+    if ((f.used & ~1) != 0) return fmt::format("flow entry {} has a used flag of {}", k, f.used);
+    if (f.used &&
+        (((f.done | f.held | f.dir) & ~1) != 0 || !path_in_range(f.n_links, f.links, s.n_links) ||
+         !finite_at_least_zero(f.remaining) || !finite_at_least_zero(f.rate)))
+      return fmt::format("flow entry {} is out of range", k);
+  }
+  for (int k = 0; k < kFluidMaxClaims; ++k) {
+    const FluidClaim& c = s.claims[k];
+    if ((c.used & ~1) != 0) return fmt::format("claim entry {} has a used flag of {}", k, c.used);
+    if (c.used && (((c.granted | c.held | c.dir) & ~1) != 0 ||
+                   !path_in_range(c.n_links, c.links, s.n_links) ||
+                   !path_in_range(c.n_path, c.path, s.n_links) || std::isnan(c.latest_start) ||
+                   !std::isfinite(c.heartbeat)))
+      return fmt::format("claim entry {} is out of range", k);
+  }
+  return "";
 }
 
 void FluidModel::add_bytes(int link, int dir, double t0, double t1, double bytes) {
@@ -84,7 +139,7 @@ void FluidModel::recompute_rates() {
     flows.push_back(std::move(flow));
     slots.push_back(&f);
   }
-  const std::vector<double> gbps = fair_share_rates(c, flows);
+  const std::vector<double> gbps = fair_rates(c, flows);
   for (size_t i = 0; i < slots.size(); ++i) slots[i]->rate = gbps[i] * 1e9;
 }
 

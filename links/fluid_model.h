@@ -1,5 +1,5 @@
 // The link ledger's fluid model, pure: the node's copies in flight as flows (bytes remaining at
-// their max-min fair share of the links they cross, link_share.h), the topology scheduler's chunk
+// their max-min fair share of the links they cross, fair_rates.h), the topology scheduler's chunk
 // claims and per-link-direction tokens, and the bytes each link-direction carried over time, in
 // one plain fixed-size struct with no clock, no lock and no I/O. The link ledger keeps it in
 // shared memory and drives it with the node's clock (link_ledger.h); tests drive it with theirs.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 
 namespace ferry {
 
@@ -117,6 +117,9 @@ class FluidModel {
 
   // Sets up a zero-filled `state` for `links` at time `t` (at most kFluidMaxLinks).
   static void init(FluidState& state, const std::vector<NamedLink>& links, double bin_s, double t);
+  // What is wrong with a state read from outside (Note [A block is input] in
+  // common/shm_block.h): a count, index, flag or number out of range; "" when nothing.
+  static std::string check(const FluidState& state);
 
   FluidState& state() { return s_; }
   int link_count() const { return s_.n_links; }

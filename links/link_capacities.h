@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 #include "topology/links.h"
 
 namespace ferry {

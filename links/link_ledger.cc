@@ -22,9 +22,9 @@
 
 #include <fmt/format.h>
 
+#include "common/shm_names.h"
 #include "links/fluid_model.h"
 #include "links/link_ledger_impl.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 

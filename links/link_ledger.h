@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/shm_block.h"
+#include "links/fair_rates.h"
 #include "links/fluid_model.h"
-#include "links/link_share.h"
 
 namespace ferry {
 
@@ -81,7 +82,7 @@ class LinkLedger {
   // topology file's order), so jobs naming the same topology file (and emulation scale) map each
   // physical link to the same slot, and a job of another topology gets a ledger of its own; the
   // block also holds its links and refuses a job whose links differ (ConfigError). It is created
-  // once (Note [A well-known block created once] in links/shared_block.h) and never removed.
+  // once (Note [A well-known block created once] in common/shm_block.h) and never removed.
   // Each attached process registers as a user (pid, start time, job, rank); a process that
   // attaches when no live user is left starts the fluid state afresh, so a job alone on the node
   // sees exactly a new ledger. The copies, claims, tokens and user entries of a process that died
@@ -97,8 +98,10 @@ class LinkLedger {
   // A 64-bit identity (FNV-1a) of a link table: count, then each name and both capacities.
   static uint64_t topology_key(const std::vector<NamedLink>& links);
   // Attaches the node's ledger `name`, creating it when no job has, and registers this process
-  // as `user`. Throws ConfigError when the ledger holds other links, LibraryError when shared
-  // memory fails or the block is not a ledger of this build.
+  // as `user`. A block at the name that is not a sound ledger of this build is replaced when no
+  // process maps it (Note [A block is input] in common/shm_block.h). Throws ConfigError when the
+  // ledger holds other links, DataError when a bad block is in use, LibraryError when shared
+  // memory fails.
   static std::shared_ptr<LinkLedger> attach(const std::string& name,
                                             const std::vector<NamedLink>& links,
                                             const LedgerUser& user,
@@ -111,7 +114,7 @@ class LinkLedger {
   // A job's private block (tests, and tools that want a ledger of their own; jobs use attach()).
   // Creates the shared block `name` (from name_for()), which must not exist yet, with `links`,
   // after removing the blocks of this machine whose creators died (Note [Shared-memory names that
-  // outlive nothing] in links/shm_names.h). Throws ConfigError on too many links, LibraryError
+  // outlive nothing] in common/shm_names.h). Throws ConfigError on too many links, LibraryError
   // when shared memory fails.
   static std::shared_ptr<LinkLedger> create(const std::string& name,
                                             const std::vector<NamedLink>& links,
@@ -180,7 +183,8 @@ class LinkLedger {
   struct Shared;  // the block's layout, private to link_ledger*.cc (link_ledger_impl.h)
 
  private:
-  LinkLedger(Shared* shared, const LedgerOptions& options) : s_(shared), options_(options) {}
+  LinkLedger(shm_block::Mapping block, const LedgerOptions& options);
+  shm_block::Mapping block_;  // holds the flock that says a process uses it
   Shared* s_;
   LedgerOptions options_;
   int user_ = -1;  // this process's slot in the block's users, once registered

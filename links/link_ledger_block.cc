@@ -1,8 +1,9 @@
 // The link ledger's shared block: its names (the node's well-known one, Note [One link ledger
 // per node] in link_ledger.h; a job's private one, Note [Shared-memory names that outlive
-// nothing] in links/shm_names.h), creation with its robust process-shared mutex, attachment and
-// removal. Invariant: a block is opened only when its size, magic and version are this build's, and
-// the well-known name only ever names an initialised block.
+// nothing] in common/shm_names.h), creation with its robust process-shared mutex, attachment and
+// removal. Invariant: a block is opened only when its size, header and body pass the checked
+// open (Note [A block is input] in common/shm_block.h), and the well-known name only ever names
+// an initialised block.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -12,17 +13,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "common/shm_block.h"
+#include "common/shm_names.h"
 #include "links/fluid_model.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
-#include "links/shared_block.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 namespace {
@@ -41,31 +44,53 @@ void init_block(Shared* s, const std::vector<NamedLink>& links, uint64_t key,
   s->version = kVersion;
   s->key = key;
   FluidModel::init(s->fluid, links, options.bin_s, LinkLedger::now());
-  shared_block::init_robust_mutex(&s->mu);
+  shm_block::init_robust_mutex(&s->mu);
   std::atomic_thread_fence(std::memory_order_release);
   s->magic = kMagic;
 }
 
-// Opens `name` if it exists: the mapped block, or nullptr (ENOENT).
-Shared* open_block(const std::string& name) {
-  auto* s = static_cast<Shared*>(shared_block::open(name, sizeof(Shared), "a link ledger"));
-  if (s == nullptr) return nullptr;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->magic != kMagic || s->version != kVersion) {
-    munmap(s, sizeof(Shared));
-    throw LibraryError("posix", "open " + name, "not an initialised link ledger", __FILE__,
-                       __LINE__);
+// What is wrong with a block's users and fluid state, "" when nothing (Note [A block is input]
+// in common/shm_block.h). A holder that died needs no repair: the next operation reaps it.
+std::string check_block(const Shared* s) {
+  for (int k = 0; k < LinkLedger::kMaxUsers; ++k) {
+    const UserSlot& u = s->users[k];
+    if ((u.used & ~1) != 0 || (u.used && u.pid <= 0) || !std::memchr(u.job, '\0', sizeof(u.job)) ||
+        !std::memchr(u.run_dir, '\0', kText) || !std::isfinite(u.since))
+      return fmt::format("user entry {} is out of range", k);
   }
-  return s;
+  // On the node's clock (CLOCK_MONOTONIC since boot): a state from the future would never move.
+  const double now = LinkLedger::now();
+  if (!(s->fluid.t_last >= 0 && s->fluid.t_last <= now + 1) ||
+      !(s->last_reap >= 0 && s->last_reap <= now + 1))
+    return "its clock is not the node's";
+  return FluidModel::check(s->fluid);
+}
+
+// What the checked open expects at a link ledger's name.
+shm_block::Layout layout() {
+  shm_block::Layout l;
+  l.what = "link ledger";
+  l.bytes = sizeof(Shared);
+  l.magic = kMagic;
+  l.version = kVersion;
+  l.mutex_offset = offsetof(Shared, mu);
+  l.check = [](void* block, bool) { return check_block(static_cast<const Shared*>(block)); };
+  return l;
+}
+
+// Opens `name` if it exists and is sound: the mapped block, or empty (none, or a bad one that
+// nobody mapped was removed).
+shm_block::Mapping open_block(const std::string& name) {
+  return shm_block::open_checked(name, layout());
 }
 
 // Publishes an initialised block onto `name` (Note [A well-known block created once] in
-// links/shared_block.h); nullptr when another process published first.
-Shared* publish_block(const std::string& name, const std::vector<NamedLink>& links, uint64_t key,
-                      const LedgerOptions& options) {
-  return static_cast<Shared*>(shared_block::publish(name, sizeof(Shared), [&](void* block) {
+// common/shm_block.h); empty when another process published first.
+shm_block::Mapping publish_block(const std::string& name, const std::vector<NamedLink>& links,
+                                 uint64_t key, const LedgerOptions& options) {
+  return shm_block::publish(name, sizeof(Shared), [&](void* block) {
     init_block(static_cast<Shared*>(block), links, key, options);
-  }));
+  });
 }
 
 bool is_shm_name(const char* env) {
@@ -109,11 +134,11 @@ std::shared_ptr<LinkLedger> LinkLedger::attach(const std::string& name,
                                   links.size(), kMaxLinks));
   }
   for (int attempt = 0; attempt < 100; ++attempt) {
-    Shared* s = open_block(name);
-    if (s == nullptr) s = publish_block(name, links, topology_key(links), options);
-    if (s == nullptr) continue;  // another job published between our open and our link
-    std::shared_ptr<LinkLedger> ledger(new LinkLedger(s, options));
-    ledger->user_ = join(s, name, links, user);
+    shm_block::Mapping block = open_block(name);
+    if (!block) block = publish_block(name, links, topology_key(links), options);
+    if (!block) continue;  // another job published between our open and our link
+    std::shared_ptr<LinkLedger> ledger(new LinkLedger(std::move(block), options));
+    ledger->user_ = join(ledger->s_, name, links, user);
     return ledger;
   }
   throw LibraryError("posix", "attach " + name, "the link ledger keeps appearing and vanishing",
@@ -121,8 +146,9 @@ std::shared_ptr<LinkLedger> LinkLedger::attach(const std::string& name,
 }
 
 std::shared_ptr<LinkLedger> LinkLedger::open_existing(const std::string& name) {
-  Shared* s = open_block(name);
-  return s ? std::shared_ptr<LinkLedger>(new LinkLedger(s, LedgerOptions{})) : nullptr;
+  shm_block::Mapping block = open_block(name);
+  return block ? std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), LedgerOptions{}))
+               : nullptr;
 }
 
 std::vector<std::string> LinkLedger::node_ledgers() {
@@ -158,26 +184,28 @@ std::shared_ptr<LinkLedger> LinkLedger::create(const std::string& name,
                                   links.size(), kMaxLinks));
   }
   shm_names::remove_stale_blocks(kNamePrefix);
-  auto* s = static_cast<Shared*>(shared_block::create(name, sizeof(Shared)));
-  init_block(s, links, 0, options);  // zero-filled: set what is not zero
-  return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
+  shm_block::Mapping block = shm_block::create(name, sizeof(Shared));
+  init_block(static_cast<Shared*>(block.get()), links, 0, options);  // zero-filled: set the rest
+  return std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), options));
 }
 
 std::shared_ptr<LinkLedger> LinkLedger::open(const std::string& name,
                                              const LedgerOptions& options) {
-  Shared* s = open_block(name);
-  if (s == nullptr) {
+  shm_block::Mapping block = open_block(name);
+  if (!block) {
     errno = ENOENT;
-    shared_block::fail("shm_open", name);
+    shm_block::fail("shm_open", name);
   }
-  return std::shared_ptr<LinkLedger>(new LinkLedger(s, options));
+  return std::shared_ptr<LinkLedger>(new LinkLedger(std::move(block), options));
 }
 
 void LinkLedger::unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
+LinkLedger::LinkLedger(shm_block::Mapping block, const LedgerOptions& options)
+    : block_(std::move(block)), s_(static_cast<Shared*>(block_.get())), options_(options) {}
+
 LinkLedger::~LinkLedger() {
   if (user_ >= 0) leave(s_, user_);
-  munmap(s_, sizeof(Shared));
 }
 
 }  // namespace ferry

@@ -51,4 +51,20 @@ class FifoLinkScheduler : public LinkScheduler {
   void after_copy(const TransferRequest&, Stream&) override {}
 };
 
+// The `topology` scheduler's side in the transfer engine: every copy carries its scheduled
+// deadline (the plan's seconds) to the rank's link arbiter (the link emulator of a CPU rank, the
+// link gatekeeper of a GPU rank), whose copies then cross the node's links in chunks, least
+// deadline slack first (links/arbiter_policy.h). Invariant: every offload and prefetch is
+// scheduled, with the deadline the plan gave it. Note [Life of an offloaded activation]
+// (trainer/exec/executor.h), step 5.
+class DeadlineLinkScheduler : public LinkScheduler {
+ public:
+  std::string_view name() const override { return "topology"; }
+  void before_copy(const TransferRequest&, Stream&) override {}
+  void after_copy(const TransferRequest&, Stream&) override {}
+  CopyDeadline deadline(const TransferRequest& request) const override {
+    return CopyDeadline{true, request.deadline_s};
+  }
+};
+
 }  // namespace ferry

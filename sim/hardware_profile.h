@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 #include "prefetch/cost_model.h"
 
 namespace ferry {

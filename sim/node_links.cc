@@ -164,7 +164,7 @@ EffectiveBandwidth effective_bandwidth(const NodeLinks& nl, int rank, TransferDi
   for (const NamedLink& l : nl.links) caps.push_back(l.capacity);
   std::vector<Flow> flows;
   for (const auto& p : nl.paths) flows.push_back({p, d});
-  const std::vector<double> rates = fair_share_rates(caps, flows);
+  const std::vector<double> rates = fair_rates(caps, flows);
   const auto cap = [&](int l) {
     const LinkCapacity& c = caps[static_cast<size_t>(l)];
     return d == TransferDirection::kToHost ? c.to_host_gbps : c.to_device_gbps;

@@ -436,7 +436,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       }
       flow_span[a].second = flows.size();
     }
-    const std::vector<double> rates = fair_share_rates(caps, flows);
+    const std::vector<double> rates = fair_rates(caps, flows);
     double next = kInf;
     for (size_t a = 0; a < active.size(); ++a) {
       double r = kInf;

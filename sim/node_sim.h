@@ -1,7 +1,7 @@
 // The node simulator: one training step of every rank of a node on a virtual clock. Compute runs
 // each rank's planned tape; copies queue on one stream per direction per rank and cross the
 // links of the rank's path, which concurrent copies and all-reduce traffic share max-min fairly
-// (link_share.h, the emulation's rule); under the topology scheduler copies and the all-reduce's
+// (fair_rates.h, the emulation's rule); under the topology scheduler copies and the all-reduce's
 // hops go in chunks granted by the arbiter (arbiter_policy.h, the real scheduler's rule), each
 // with its deadline. Pure and deterministic: the same inputs give the same result, bit for bit.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 #include "prefetch/cost_model.h"
 #include "prefetch/tape.h"
 

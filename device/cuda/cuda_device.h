@@ -68,7 +68,7 @@ class CudaPinnedAllocator : public PinnedAllocator {
 // is reserved address space (MappedRange) and physical memory is mapped only under live
 // allocations, in granules of kSharedGranule (Note [Backing a heap on use] in
 // device/heap.h): what the process holds on the GPU follows what its heap holds, MemoryStats::held
-// counts it, and the ledger is told that (trainer/session/share_budget.h). The reduction scratch
+// counts it, and the ledger is told that (trainer/share/budget.h). The reduction scratch
 // is then a cudaMalloc of its own (384 KiB) for the device's life. A piece the GPU cannot map
 // (another process holds the memory) is an OutOfMemoryError with what cuMemGetInfo reports.
 // Mapping on use only under memory.share: one cudaMalloc is the path that has run on a GPU, the

@@ -11,7 +11,6 @@
 #include "links/link_arbiter.h"
 #include "links/link_emulator.h"
 #include "links/link_gatekeeper.h"
-#include "links/topology_scheduler.h"
 
 namespace ferry {
 namespace {
@@ -82,17 +81,6 @@ TEST(MakeLinkArbiter, GatedCopiesWithoutAPathAreRefusedNamingTheTopology) {
   o = options(false, true);
   o.link_gbps = 0;
   EXPECT_THROW(make_link_arbiter(CopyArbitration::kGated, o), ConfigError);
-}
-
-TEST(TopologyLinkScheduler, SchedulesEveryCopyWithItsPlannedSeconds) {
-  TopologyLinkScheduler topology;
-  EXPECT_EQ(topology.name(), "topology");
-  const CopyDeadline d =
-      topology.deadline(TransferRequest{TransferDirection::kToDevice, "conv1", 4096, 7, 0.125});
-  EXPECT_TRUE(d.scheduled);
-  EXPECT_DOUBLE_EQ(d.deadline_s, 0.125);
-  // A request without a known time is still scheduled: its chunks go as soon as they may.
-  EXPECT_TRUE(topology.deadline(TransferRequest{}).scheduled);
 }
 
 }  // namespace

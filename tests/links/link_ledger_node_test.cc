@@ -13,8 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/shm_names.h"
 #include "links/link_ledger.h"
-#include "links/shm_names.h"
 
 namespace ferry {
 namespace {

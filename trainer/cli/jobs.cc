@@ -1,4 +1,4 @@
-// `trainer jobs`: the node's job ledger (links/job_ledger.h), the GPUs that ferry jobs share and
+// `trainer jobs`: the node's job ledger (jobs/job_ledger.h), the GPUs that ferry jobs share and
 // the jobs on each, and the node's link ledgers (links/link_ledger.h), each link's users (which
 // job, pid and rank has copies or claims on it, bytes in flight), as a table or JSON. Reads the
 // ledgers and never creates one.
@@ -10,7 +10,7 @@
 
 #include "common/bytes.h"
 #include "common/file_write.h"
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "links/link_ledger.h"
 #include "trainer/cli/commands.h"
 
@@ -34,15 +34,15 @@ nlohmann::json to_json(const std::string& name, const std::vector<LedgerGpu>& gp
     for (const LedgerJob& j : g.jobs) {
       held += j.held;
       nlohmann::json ladder = nlohmann::json::array();
-      for (const SharePoint& p : j.ladder)
+      for (const SharePoint& p : j.curve.ladder)
         ladder.push_back({{"budget", p.budget}, {"step_s", p.step_s}});
       jobs.push_back({{"id", j.id},
                       {"pid", j.pid},
                       {"rank", j.rank},
                       {"config", j.config},
                       {"run_dir", j.run_dir},
-                      {"lower", j.lower},
-                      {"peak", j.peak},
+                      {"lower", j.curve.lower},
+                      {"peak", j.curve.peak},
                       {"share", j.share},
                       {"granted", j.granted},
                       {"held", j.held},
@@ -79,7 +79,7 @@ void print_table(const std::vector<LedgerGpu>& gpus) {
     for (const LedgerJob& j : g.jobs) {
       std::printf("  %4llu %8d %4d %11s %11s %11s %11s %10s %10s %-9s %s -> %s\n",
                   static_cast<unsigned long long>(j.id), j.pid, j.rank,
-                  format_bytes(j.lower).c_str(), format_bytes(j.share).c_str(),
+                  format_bytes(j.curve.lower).c_str(), format_bytes(j.share).c_str(),
                   format_bytes(j.granted).c_str(), format_bytes(j.held).c_str(),
                   seconds(j.predicted_step_s).c_str(), seconds(j.measured_step_s).c_str(),
                   state(j).c_str(), j.config.c_str(), j.run_dir.c_str());

@@ -134,7 +134,7 @@ struct MemoryConfig {
   uint64_t workspace_limit = uint64_t{256} << 20;  // cuda: scratch bytes one kernel may use
   bool measure = true;  // time the model's kernels and the link at start; false = FLOP model
   // Share the device with the node's other ferry jobs: the budget is assigned (at most
-  // memory.budget) by the node's job ledger (links/job_ledger.h).
+  // memory.budget) by the node's job ledger (jobs/job_ledger.h).
   bool share = false;
   ShareObjective share_objective = ShareObjective::kThroughput;
   double share_wait = 600;  // [0, 1e6] seconds a job waits to be admitted; 0 = not at all

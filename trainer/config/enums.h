@@ -14,7 +14,7 @@
 // optim.name, optim.schedule and optim.decay (OptimizerKind, ScheduleKind, WeightDecayGroups),
 // memory.policy (MemoryPolicy), memory.share_objective (ShareObjective).
 #include "device/device.h"
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 #include "prefetch/policy.h"
 #include "trainer/optim/kinds.h"
 

@@ -55,7 +55,7 @@ namespace ferry {
 //  4. Transfer engine: TransferEngine::offload (prefetch/transfer_engine.h) makes the
 //     TransferRequest (direction, bytes, deadline), calls the LinkScheduler around the copy and
 //     asks it for the CopyDeadline (device/copy_deadline.h) the copy will carry.
-//  5. Deadline: under `topology`, TopologyLinkScheduler (links/topology_scheduler.h) makes it
+//  5. Deadline: under `topology`, DeadlineLinkScheduler (prefetch/link_scheduler.h) makes it
 //     scheduled, with the request's planned seconds; under `fifo` it is unscheduled, and the
 //     copy streams alone order copies. The deadline goes with the copy as an argument from
 //     here on (ResidentTensor::offload, Device::copy_async, the arbiter's enqueue).
@@ -145,7 +145,7 @@ class Executor {
   // Between steps: from now on programs are planned and found within `budget` device bytes.
   // When it changes, waits for the device (no work may still use the arena) and frees the
   // arena; the next step allocates its program's. Persistent state stays where it is (Note
-  // [Following a shared budget] in trainer/session/share_budget.h).
+  // [Following a shared budget] in trainer/share/budget.h).
   void set_budget(uint64_t budget);
   uint64_t budget() const { return programs_.budget(); }
   // `program`'s tape planned within `budget`, as a program of that budget would be, without

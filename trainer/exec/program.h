@@ -80,7 +80,7 @@ struct Program {
 // executor's); planning itself may run on background threads. The budget is the cache's current
 // one (set_budget) unless a call names another: a job sharing its device (memory.share) plans
 // the budget its grant moves to ahead of the switch (Note [Following a shared budget] in
-// trainer/session/share_budget.h).
+// trainer/share/budget.h).
 class ProgramCache {
  public:
   // `options` plans every training program (evaluation plans under kNone); its persistent bytes

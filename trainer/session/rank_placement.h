@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/ranks.h"
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 #include "topology/hwloc_topology.h"
 #include "topology/links.h"
 #include "topology/placement.h"

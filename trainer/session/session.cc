@@ -2,10 +2,9 @@
 #include "trainer/session/session.h"
 #include "trainer/configured/model.h"
 
+#include "common/shm_names.h"
 #include "device/backend_traits.h"
 #include "links/link_capacities.h"
-#include "links/shm_names.h"
-#include "links/topology_scheduler.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/configured/options.h"
 #include "trainer/model/zoo/zoo.h"
@@ -144,7 +143,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     }
   }
   exec.seed = config.run.seed;
-  if (arbitrate) exec.scheduler = [] { return std::make_unique<TopologyLinkScheduler>(); };
+  if (arbitrate) exec.scheduler = [] { return std::make_unique<DeadlineLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
       *device_, *store_, [this](int64_t batch) { return build_configured_model(config_, batch); },
       exec, [this](const Shape& input) { return build_configured_model(config_, input); });

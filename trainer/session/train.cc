@@ -32,15 +32,15 @@
 #include "trainer/data/loader.h"
 #include "trainer/plan/shape_plans.h"
 #include "trainer/session/checkpoints.h"
-#include "trainer/session/memory_share.h"
 #include "trainer/session/metrics.h"
 #include "trainer/session/node_files.h"
 #include "trainer/session/rank_log.h"
 #include "trainer/session/rank_placement.h"
 #include "trainer/session/run_dir.h"
 #include "trainer/session/session.h"
-#include "trainer/session/share_budget.h"
 #include "trainer/session/train_report.h"
+#include "trainer/share/budget.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "topology/yaml_reader.h"
 
 namespace ferry {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 namespace ferry {
 

@@ -252,9 +252,7 @@ class MixSimulator {
     for (size_t p = 0; p < present.size(); ++p) {
       const ShareCurve& c = report_.jobs[present[p]].curve;
       ShareJob s;
-      s.lower = c.lower;
-      s.peak = c.peak;
-      s.ladder = c.ladder;
+      s.curve = c;
       s.order = p;
       share_jobs.push_back(std::move(s));
     }

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "links/memory_shares.h"
-#include "trainer/session/memory_share.h"
+#include "jobs/share_controller.h"
+#include "trainer/share/lease.h"
 #include "trainer/simulate/job_mix.h"
 #include "trainer/simulate/simulation.h"
 
@@ -22,7 +22,7 @@ namespace ferry {
 // running and their budgets are fixed, each job's step takes the time the co-running model below
 // gives, and each job makes 1 / step steps per second (a phase may end within a step).
 //  - share (memory.share): at each arrival and completion the GPU's memory is divided again by
-//    the controller (divide_memory, links/memory_shares.h) among the jobs present, in arrival
+//    the controller (divide_memory, jobs/share_controller.h) among the jobs present, in arrival
 //    order, from each job's ladder as a job sharing its device registers it (share_curve: its
 //    lower bound, its peak at most its memory.budget, and the planner's predicted step between);
 //    a job not admitted waits. A job runs the plan of its share from that instant: planning

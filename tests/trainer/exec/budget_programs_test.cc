@@ -1,4 +1,4 @@
-// Programs per budget (Note [Following a shared budget] in trainer/session/share_budget.h),
+// Programs per budget (Note [Following a shared budget] in trainer/share/budget.h),
 // through a Session of alexnet_cifar under auto: a budget prepared ahead is ready without a wait
 // and cached beside the others; a switch frees the arena, the next step allocates the new plan's
 // after telling the listener the bytes the device will hold; a budget run again reuses its

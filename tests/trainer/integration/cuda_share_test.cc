@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "tests/support/source_root.h"
 #include "tests/support/gpu_test.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "trainer/config/config.h"
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "tests/trainer/integration/run_util.h"
 
@@ -39,9 +39,9 @@ TEST(JobsCli, PrintsEveryGpuAndJobOfTheLedger) {
   a.capacity = 3 << 20;
   a.config = "configs/quickstart.yaml";
   a.run_dir = "runs/quickstart";
-  a.lower = 1 << 20;
-  a.peak = 2 << 20;
-  a.ladder = {{a.lower, 0.5}, {a.peak, 0.25}};
+  a.curve.lower = 1 << 20;
+  a.curve.peak = 2 << 20;
+  a.curve.ladder = {{a.curve.lower, 0.5}, {a.curve.peak, 0.25}};
   const JobGrant ga = ledger->join(a);
   ledger->report(ga.id, 1 << 20, 0.3);
   JobRequest b = a;
@@ -98,8 +98,8 @@ TEST(JobsCli, ATrainingJobWaitsForItsShareThenGivesUpWithExitCode2OrTrains) {
   all.device = "cpu:0";
   all.capacity = 512u << 20;
   all.config = "holder.yaml";
-  all.lower = all.peak = 512u << 20;
-  all.ladder = {{all.lower, 1.0}};
+  all.curve.lower = all.curve.peak = 512u << 20;
+  all.curve.ladder = {{all.curve.lower, 1.0}};
   const JobGrant held = ledger->join(all);
   ledger->report(held.id, 512u << 20);
   const testing::Exit waited = run(train + " memory.share_wait=0.3");

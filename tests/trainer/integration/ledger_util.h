@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "links/job_ledger.h"
-#include "links/memory_shares.h"
-#include "links/shm_names.h"
+#include "common/shm_names.h"
+#include "jobs/job_ledger.h"
+#include "jobs/share_controller.h"
 #include "trainer/config/config.h"
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 namespace ferry::testing {
 
@@ -63,9 +63,7 @@ struct ShareBounds {
 inline ShareBounds share_bounds(const Config& config) {
   const ShareCurve curve = held_curve(share_curve(config), share_reserve(config));
   ShareJob job;
-  job.lower = curve.lower;
-  job.peak = curve.peak;
-  job.ladder = curve.ladder;
+  job.curve = curve;
   return {curve.lower,
           divide_memory(uint64_t{1} << 40, {job}, ShareObjective::kThroughput).jobs[0].share};
 }

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "device/backend_traits.h"
-#include "links/job_ledger.h"
-#include "links/memory_shares.h"
+#include "jobs/job_ledger.h"
+#include "jobs/share_controller.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "tests/trainer/integration/run_util.h"
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 namespace {
@@ -253,9 +253,7 @@ TEST(ShareReplan, AJobKilledMidStepLeavesItsShareToTheOthersWithinSecondsAndANew
   for (const LedgerJob& j : gpus[0].jobs) {
     if (j.pid == b.pid) continue;
     ShareJob s;
-    s.lower = j.lower;
-    s.peak = j.peak;
-    s.ladder = j.ladder;
+    s.curve = j.curve;
     s.order = j.id;
     left.push_back(s);
   }

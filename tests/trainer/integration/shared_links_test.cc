@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/shm_names.h"
 #include "links/link_ledger.h"
-#include "links/shm_names.h"
 #include "tests/trainer/integration/run_util.h"
 
 namespace ferry::testing {

@@ -21,14 +21,14 @@
 
 #include <fmt/format.h>
 
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "links/link_ledger.h"
 #include "topology/links.h"
 #include "topology/load.h"
 #include "trainer/config/config.h"
-#include "trainer/session/memory_share.h"
 #include "trainer/session/node_files.h"
 #include "trainer/session/rank_placement.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 namespace {
@@ -174,9 +174,7 @@ int run_rank(const Node& node, int local, const Pipe& ready, const Pipe& go, int
   request.device = share_device_key(config, ranks);
   request.capacity = 1 << 30;
   request.rank = ranks.rank;
-  request.lower = 1 << 20;
-  request.peak = 2 << 20;
-  request.ladder = {{1 << 20, 2.0}, {2 << 20, 1.0}};
+  request.curve = {1 << 20, 2 << 20, {{1 << 20, 2.0}, {2 << 20, 1.0}}};
   const JobGrant grant = jobs->join(request);
   if (!signal_on(ready.w) || !wait_on(go.r)) return 30;
   std::string line = fmt::format("{} {} ledger={} users=", host_name(), ranks.rank, name);

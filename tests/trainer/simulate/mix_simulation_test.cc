@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/integration/run_util.h"
 
@@ -89,10 +89,10 @@ TEST(SimulateMix, ALoneJobIsTrainerSimulateOfThatJob) {
 
 ShareJob share_job(const json& job, uint64_t order) {
   ShareJob s;
-  s.lower = job["lower_bytes"].get<uint64_t>();
-  s.peak = job["peak_bytes"].get<uint64_t>();
+  s.curve.lower = job["lower_bytes"].get<uint64_t>();
+  s.curve.peak = job["peak_bytes"].get<uint64_t>();
   for (const json& p : job["ladder"])
-    s.ladder.push_back({p["budget_bytes"].get<uint64_t>(), p["step_s"].get<double>()});
+    s.curve.ladder.push_back({p["budget_bytes"].get<uint64_t>(), p["step_s"].get<double>()});
   s.order = order;
   return s;
 }

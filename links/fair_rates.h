@@ -44,8 +44,8 @@ inline TransferDirection link_direction(const Flow& flow, std::size_t i) {
 // it has the largest rate. A flow crossing no link is unconstrained (+infinity); a link listed
 // twice in one flow in one direction counts once. Throws std::out_of_range on a link index
 // outside `links`, std::invalid_argument when link_directions is neither empty nor one per link.
-std::vector<double> fair_share_rates(const std::vector<LinkCapacity>& links,
-                                     const std::vector<Flow>& flows);
+std::vector<double> fair_rates(const std::vector<LinkCapacity>& links,
+                               const std::vector<Flow>& flows);
 
 // The capacity of `link` in `direction` given whether the other direction is busy.
 double direction_capacity(const LinkCapacity& link, TransferDirection direction,

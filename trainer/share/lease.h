@@ -2,7 +2,7 @@
 // peak, predicted step times between them, from the offline planner) and its lease on the
 // device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
 // and given back when the job ends; while the job trains, its budget follows the grant
-// (share_budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
+// (budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
 // it, which the ledger keeps within the device's capacity beside the others'.
 #pragma once
 
@@ -14,19 +14,12 @@
 #include <vector>
 
 #include "comm/ranks.h"
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 #include "prefetch/plan.h"
 #include "topology/pci.h"
 #include "trainer/config/config.h"
 
 namespace ferry {
-
-// What a job registers: budgets from its lower bound to its peak (capped by memory.budget).
-struct ShareCurve {
-  uint64_t lower = 0;
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;  // `points` budgets evenly spaced, the first lower, the last peak
-};
 
 // Plans the config's model at its batch under memory.policy: unconstrained (the peak, at most
 // memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and

@@ -1,8 +1,9 @@
 // The node-wide job ledger: one POSIX shared-memory block per node and user that every ferry job
 // with shared memory attaches, holding per GPU its capacity and the jobs on it (lower bound, peak,
 // ladder, share, granted, held, step times). Whoever changes it re-divides the GPU's capacity
-// under its robust mutex (links/memory_shares.h); no daemon. Invariant: on every GPU the sum of
-// the jobs' `granted` bytes never exceeds the capacity, and a job holds at most its `granted`.
+// under its robust mutex (jobs/share_controller.h); no daemon. Invariant: on every GPU the sum of
+// the jobs' `granted` bytes never exceeds the capacity (bar a fall of the capacity itself), and a
+// job holds at most its `granted`.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "links/memory_shares.h"
+#include "common/shm_block.h"
+#include "jobs/share_controller.h"
 
 namespace ferry {
 
@@ -31,16 +33,23 @@ namespace ferry {
 
 // What a job registers for its GPU.
 struct JobRequest {
-  std::string device;     // the GPU's key on this node (the CPU backend: its emulated device)
-  uint64_t capacity = 0;  // the job's idea of the capacity; the first job's on the GPU holds
-  std::string config;     // the job's config file and run directory, shown by `trainer jobs`
+  std::string device;  // the GPU's key on this node (the CPU backend: its emulated device)
+  uint64_t capacity =
+      0;               // the job's idea of the capacity; the earliest live job's on the GPU holds
+  std::string config;  // the job's config file and run directory, shown by `trainer jobs`
   std::string run_dir;
   int rank = 0;
-  uint64_t lower = 0;  // ShareJob's fields
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;
-  ShareObjective objective = ShareObjective::kThroughput;  // the first job's on the GPU holds
+  ShareCurve curve;
+  ShareObjective objective = ShareObjective::kThroughput;  // as `capacity`
 };
+
+// Note [A capacity that follows the jobs]
+// Jobs on one GPU may disagree about its capacity (their device.memory) and objective; the GPU's
+// are those of its earliest job still on it, re-decided whenever the jobs change. So when the job
+// that set them leaves or dies, the next live job's apply (a capacity set by a job that is gone
+// would otherwise bind every later job until the GPU emptied: issue 27, item 10). When the
+// capacity falls below the grants already given, no grant grows until the jobs above their new
+// shares have confirmed them and the grants fit again (Note [Handing memory over between jobs]).
 
 // Note [The ledger's record of held memory]
 // The ledger keeps a record of what the jobs on each GPU hold: whenever the sum of their held
@@ -74,9 +83,7 @@ struct LedgerJob {
   int rank = 0;
   std::string config;
   std::string run_dir;
-  uint64_t lower = 0;
-  uint64_t peak = 0;
-  std::vector<SharePoint> ladder;
+  ShareCurve curve;  // as registered (thinned to kMaxLadder points)
   uint64_t share = 0;
   uint64_t granted = 0;
   uint64_t held = 0;
@@ -126,11 +133,12 @@ class JobLedger {
   // it is a name ("/" then no other "/"): jobs that set it share a ledger of their own (tests).
   static std::string default_name();
   // Attaches the ledger `name`, creating it when no job has (Note [A well-known block created
-  // once] in job_ledger_block.cc). Throws LibraryError when shared memory fails or the block is
-  // not a ledger of this build.
+  // once] in common/shm_block.h). A block at the name that is not a sound ledger of this build
+  // is replaced when no process maps it; throws DataError naming it when one does (Note [A block
+  // is input]), LibraryError when shared memory fails.
   static std::shared_ptr<JobLedger> attach(const std::string& name = default_name(),
                                            const JobLedgerOptions& options = {});
-  // Attaches an existing ledger; nullptr when there is none.
+  // Attaches an existing ledger; nullptr when there is none (or a bad one nobody maps was removed).
   static std::shared_ptr<JobLedger> open_existing(const std::string& name = default_name(),
                                                   const JobLedgerOptions& options = {});
   // Removes the name (tests). Quiet if absent.
@@ -154,10 +162,9 @@ class JobLedger {
   // to the share and growing jobs may take the rest (Note [Handing memory over between jobs]).
   // Throws Error when held exceeds the share.
   JobGrant confirm(uint64_t id, uint64_t held);
-  // A new ladder (re-planned, or with the measured cost model, or scaled after a drift); re-divides
-  // the GPU. `why` goes into the reasons of the jobs whose share or grant it changes.
-  JobGrant update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                         const std::vector<SharePoint>& ladder, const std::string& why = "");
+  // A new curve (re-planned, or with the measured cost model, or scaled after a drift);
+  // re-divides the GPU. `why` goes into the reasons of the jobs whose share or grant it changes.
+  JobGrant update_curve(uint64_t id, const ShareCurve& curve, const std::string& why = "");
   // Waits until the entry's generation differs from `generation`, or `timeout_s` passes.
   JobGrant wait_change(uint64_t id, uint64_t generation, double timeout_s);
   // Waits until the entry is admitted (granted >= lower) or `timeout_s` passes.
@@ -173,7 +180,8 @@ class JobLedger {
   struct Shared;  // the block's layout, private to job_ledger*.cc
 
  private:
-  JobLedger(Shared* shared, const JobLedgerOptions& options) : s_(shared), options_(options) {}
+  JobLedger(shm_block::Mapping block, const JobLedgerOptions& options);
+  shm_block::Mapping block_;  // holds the flock that says a job uses it
   Shared* s_;
   JobLedgerOptions options_;
 };

@@ -1,7 +1,7 @@
 // Max-min fair link sharing: equal split on a shared link, bottleneck freed capacity goes to
 // the others, directions are separate, duplex factor applies only when both are busy, and no
 // link-direction is ever over its capacity.
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 
 #include <cmath>
 #include <random>
@@ -17,7 +17,7 @@ constexpr auto kD = TransferDirection::kToDevice;
 
 TEST(FairShare, TwoFlowsOnOneLinkSplitItEvenly) {
   std::vector<LinkCapacity> links{{12, 12, 1.0}};
-  auto r = fair_share_rates(links, {{{0}, kH}, {{0}, kH}});
+  auto r = fair_rates(links, {{{0}, kH}, {{0}, kH}});
   ASSERT_EQ(r.size(), 2u);
   EXPECT_DOUBLE_EQ(r[0], 6);
   EXPECT_DOUBLE_EQ(r[1], 6);
@@ -25,15 +25,15 @@ TEST(FairShare, TwoFlowsOnOneLinkSplitItEvenly) {
 
 TEST(FairShare, DirectionsAreSeparateCapacities) {
   std::vector<LinkCapacity> links{{10, 8, 1.0}};
-  auto r = fair_share_rates(links, {{{0}, kH}, {{0}, kD}});
+  auto r = fair_rates(links, {{{0}, kH}, {{0}, kD}});
   EXPECT_DOUBLE_EQ(r[0], 10);
   EXPECT_DOUBLE_EQ(r[1], 8);
 }
 
 TEST(FairShare, DuplexFactorAppliesOnlyWhenBothDirectionsAreBusy) {
   std::vector<LinkCapacity> links{{10, 10, 0.8}};
-  EXPECT_DOUBLE_EQ(fair_share_rates(links, {{{0}, kH}})[0], 10);
-  auto r = fair_share_rates(links, {{{0}, kH}, {{0}, kD}});
+  EXPECT_DOUBLE_EQ(fair_rates(links, {{{0}, kH}})[0], 10);
+  auto r = fair_rates(links, {{{0}, kH}, {{0}, kD}});
   EXPECT_DOUBLE_EQ(r[0], 8);
   EXPECT_DOUBLE_EQ(r[1], 8);
 }
@@ -42,7 +42,7 @@ TEST(FairShare, DuplexFactorAppliesOnlyWhenBothDirectionsAreBusy) {
 // bottleneck; a third GPU (link 3) alone under another switch (link 4).
 TEST(FairShare, GpusUnderOneSwitchShareItsUplink) {
   std::vector<LinkCapacity> links{{16, 16, 1}, {16, 16, 1}, {12, 12, 1}, {16, 16, 1}, {12, 12, 1}};
-  auto r = fair_share_rates(links, {{{0, 2}, kH}, {{1, 2}, kH}, {{3, 4}, kH}});
+  auto r = fair_rates(links, {{{0, 2}, kH}, {{1, 2}, kH}, {{3, 4}, kH}});
   EXPECT_DOUBLE_EQ(r[0], 6);
   EXPECT_DOUBLE_EQ(r[1], 6);
   EXPECT_DOUBLE_EQ(r[2], 12);
@@ -51,7 +51,7 @@ TEST(FairShare, GpusUnderOneSwitchShareItsUplink) {
 TEST(FairShare, CapacityLeftByABottleneckedFlowGoesToTheOthers) {
   // Flow 0 is held to 2 by its own link 0; flows 0..2 share link 1 (capacity 10).
   std::vector<LinkCapacity> links{{2, 2, 1}, {10, 10, 1}};
-  auto r = fair_share_rates(links, {{{0, 1}, kH}, {{1}, kH}, {{1}, kH}});
+  auto r = fair_rates(links, {{{0, 1}, kH}, {{1}, kH}, {{1}, kH}});
   EXPECT_DOUBLE_EQ(r[0], 2);
   EXPECT_DOUBLE_EQ(r[1], 4);
   EXPECT_DOUBLE_EQ(r[2], 4);
@@ -59,12 +59,12 @@ TEST(FairShare, CapacityLeftByABottleneckedFlowGoesToTheOthers) {
 
 TEST(FairShare, EdgeCases) {
   std::vector<LinkCapacity> links{{0, 5, 1}, {5, 5, 1}};
-  EXPECT_TRUE(fair_share_rates(links, {}).empty());
-  auto r = fair_share_rates(links, {{{}, kH}, {{0, 1}, kH}, {{1, 1}, kD}});
+  EXPECT_TRUE(fair_rates(links, {}).empty());
+  auto r = fair_rates(links, {{{}, kH}, {{0, 1}, kH}, {{1, 1}, kD}});
   EXPECT_TRUE(std::isinf(r[0]));
   EXPECT_DOUBLE_EQ(r[1], 0);  // zero capacity
   EXPECT_DOUBLE_EQ(r[2], 5);  // a link listed twice counts once
-  EXPECT_THROW(fair_share_rates(links, {{{2}, kH}}), std::out_of_range);
+  EXPECT_THROW(fair_rates(links, {{{2}, kH}}), std::out_of_range);
 }
 
 // An all-reduce hop goes up its GPU's link and down the peer's: per-link directions put it on
@@ -75,18 +75,18 @@ TEST(FairShare, PerLinkDirectionsPutATurningFlowOnEachLinksOwnSide) {
   Flow hop{{0, 1}, kH, {kH, kD}};
   // An offload on link 0 shares its to-host side with the hop; a prefetch on link 1 its
   // to-device side; an offload on link 1 crosses no side the hop uses.
-  auto r = fair_share_rates(links, {hop, {{0}, kH}, {{1}, kD}, {{1}, kH}});
+  auto r = fair_rates(links, {hop, {{0}, kH}, {{1}, kD}, {{1}, kH}});
   EXPECT_DOUBLE_EQ(r[0], 5);
   EXPECT_DOUBLE_EQ(r[1], 5);
   EXPECT_DOUBLE_EQ(r[2], 5);
   EXPECT_DOUBLE_EQ(r[3], 10);
   // The same hop with one direction for the whole flow would take link 1's to-host side.
-  auto one = fair_share_rates(links, {{{0, 1}, kH}, {{0}, kH}, {{1}, kD}, {{1}, kH}});
+  auto one = fair_rates(links, {{{0, 1}, kH}, {{0}, kH}, {{1}, kD}, {{1}, kH}});
   EXPECT_DOUBLE_EQ(one[2], 10);
   EXPECT_DOUBLE_EQ(one[3], 5);
   // Empty link_directions is `direction` everywhere; a length mismatch is an error.
-  EXPECT_EQ(fair_share_rates(links, {{{0, 1}, kD, {}}}), fair_share_rates(links, {{{0, 1}, kD}}));
-  EXPECT_THROW(fair_share_rates(links, {{{0, 1}, kH, {kD}}}), std::invalid_argument);
+  EXPECT_EQ(fair_rates(links, {{{0, 1}, kD, {}}}), fair_rates(links, {{{0, 1}, kD}}));
+  EXPECT_THROW(fair_rates(links, {{{0, 1}, kH, {kD}}}), std::invalid_argument);
 }
 
 TEST(FairShare, RandomCasesNeverOversubscribeAndEveryFlowHasABottleneck) {
@@ -109,7 +109,7 @@ TEST(FairShare, RandomCasesNeverOversubscribeAndEveryFlowHasABottleneck) {
         for (size_t i = 0; i < f.links.size(); ++i)
           f.link_directions.push_back(rng() % 2 ? kH : kD);
     }
-    auto rate = fair_share_rates(links, flows);
+    auto rate = fair_rates(links, flows);
     // Effective capacity and load per link-direction.
     std::vector<double> load(n_links * 2, 0.0);
     std::vector<bool> busy(n_links * 2, false);

@@ -2,7 +2,7 @@
 // steps it reads its grant, plans the new budget ahead on a background thread, switches when that
 // plan is ready, and tells the ledger what it holds. Invariant: the ledger's record of what this
 // job holds is never below what its device holds (Note [The ledger's record of held memory] in
-// links/job_ledger.h), and no step runs a plan above the job's grant.
+// jobs/job_ledger.h), and no step runs a plan above the job's grant.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include "device/device.h"
 #include "device/shape.h"
 #include "trainer/exec/executor.h"
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 namespace ferry {
 
@@ -33,9 +33,9 @@ namespace ferry {
 //     the ledger first (Executor::on_arena_growth), which refuses more than the grant.
 // What the job reports is what its device holds, MemoryStats::held (on a CUDA device sharing its
 // GPU, the bytes mapped), and its budget is its target less the backend's granule (Note [A shared
-// budget in held bytes] in memory_share.h); the budgets below are the executor's.
+// budget in held bytes] in lease.h); the budgets below are the executor's.
 // A growing job therefore allocates only after its grant rose, and its grant rises only once the
-// shrinking jobs confirmed (Note [Handing memory over between jobs] in links/job_ledger.h): the
+// shrinking jobs confirmed (Note [Handing memory over between jobs] in jobs/job_ledger.h): the
 // sum held never exceeds the capacity. A job whose share falls while it plans keeps its old
 // grant, and runs on it, until it confirms. Persistent state (weights, gradients, optimizer state)
 // never moves, only the arena is replaced, and every plan runs the same kernels on the same tape
@@ -49,7 +49,7 @@ namespace ferry {
 // curve's prediction at the running budget by more than memory.share_drift, the job re-registers
 // its curve scaled by measured / predicted and the device is divided again. A uniform scale
 // changes the predictions the ledger shows, not the shares, since both objectives compare each job
-// only with itself alone (Note [Ratios on a grid] in links/memory_shares.cc). One step's time on
+// only with itself alone (Note [Ratios on a grid] in jobs/share_controller.cc). One step's time on
 // a machine other jobs share varies by more than 30%, hence the window. The first interval (first
 // touches) and intervals with a switch in them are not measured.
 
@@ -92,10 +92,9 @@ class SharedBudget {
   Device& device_;
   std::function<void(const std::string&)> say_;
   JobGrant grant_;
-  uint64_t reserve_ = 0;            // a budget is its target less this (lease.reserve())
-  std::vector<SharePoint> ladder_;  // as registered (scaled on drifts)
-  uint64_t lower_ = 0, peak_ = 0;   // as registered, in held bytes
-  uint64_t planning_ = 0;           // the budget being planned ahead (0: none)
+  uint64_t reserve_ = 0;   // a budget is its target less this (lease.reserve())
+  ShareCurve curve_;       // as registered, in held bytes (scaled on drifts)
+  uint64_t planning_ = 0;  // the budget being planned ahead (0: none)
   double planning_since_ = 0;
   bool switched_in_interval_ = true;  // also: the first interval pays for first touches
   int64_t window_steps_ = 0;          // the drift window so far

@@ -17,14 +17,20 @@ struct SharePoint {
   double step_s = 0;
 };
 
-// One job on the GPU, as the controller sees it.
-struct ShareJob {
+// A job's curve: what it registers for its device (the one spelling of it, from the planner to
+// the ledger's block and back).
+struct ShareCurve {
   uint64_t lower = 0;  // the smallest budget that can work
   uint64_t peak = 0;   // the unconstrained peak: a budget beyond it buys nothing
   // Sorted by budget, strictly increasing, the first at `lower` and the last at `peak` (one point
   // when lower == peak); step times positive. A larger budget can always run a smaller one's plan,
   // so a point slower than one below it is read as that one's time.
   std::vector<SharePoint> ladder;
+};
+
+// One job on the GPU, as the controller sees it.
+struct ShareJob {
+  ShareCurve curve;
   uint64_t order = 0;  // arrival order: smaller arrived first (ties: index order)
   // The step time measured at budget `current` (0: not measured). It calibrates the predicted
   // step times reported (Note [What the controller optimises]).
@@ -41,8 +47,9 @@ enum class ShareObjective {
 const char* share_objective_name(ShareObjective objective);
 ShareObjective parse_share_objective(const std::string& word);
 
-// What one job gets.
-struct JobShare {
+// What the controller aims one job at: its target share (the job ledger grants it once the
+// memory is free, Note [Handing memory over between jobs] in jobs/job_ledger.h).
+struct ShareTarget {
   uint64_t share = 0;    // bytes; 0 while waiting
   bool waiting = false;  // not admitted: its lower bound does not fit after earlier arrivals'
   double step_s = 0;     // predicted (calibrated) step time at the share; 0 while waiting
@@ -50,9 +57,9 @@ struct JobShare {
 };
 
 struct ShareDivision {
-  std::vector<JobShare> jobs;  // in the order of the input
-  uint64_t free_bytes = 0;     // capacity minus the shares
-  bool exact = true;           // false when the job mix was too large for the exact search
+  std::vector<ShareTarget> jobs;  // in the order of the input
+  uint64_t free_bytes = 0;        // capacity minus the shares
+  bool exact = true;              // false when the job mix was too large for the exact search
 };
 
 // Note [What the controller optimises]

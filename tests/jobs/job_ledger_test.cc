@@ -2,7 +2,7 @@
 // job confirms before a growing one may use the memory), admission in arrival order, the sum of
 // grants and of held bytes never above the capacity while jobs churn, and a job killed with
 // kill -9 (even while it holds the ledger's mutex) reaped by the next job that looks.
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 
 namespace ferry {
 namespace {
@@ -32,9 +32,9 @@ JobRequest request(std::vector<SharePoint> ladder, uint64_t capacity = 300,
   r.capacity = capacity;
   r.config = "configs/quickstart.yaml";
   r.run_dir = "runs/a";
-  r.lower = ladder.front().budget;
-  r.peak = ladder.back().budget;
-  r.ladder = std::move(ladder);
+  r.curve.lower = ladder.front().budget;
+  r.curve.peak = ladder.back().budget;
+  r.curve.ladder = std::move(ladder);
   return r;
 }
 
@@ -152,7 +152,7 @@ TEST_F(JobLedgerTest, TheHeldRecordFollowsEveryChangeAndEachJobHearsWhyItsShareC
             "job " + std::to_string(a.id) + me + " confirmed its smaller share");
   ledger->report(b.id, 180);
   // B re-registers a flatter curve: A (step 3 s at 100) buys more with the bytes now.
-  ledger->update_ladder(b.id, 100, 200, {{100, 1.1}, {200, 1.0}}, "drifted");
+  ledger->update_curve(b.id, {100, 200, {{100, 1.1}, {200, 1.0}}}, "drifted");
   EXPECT_EQ(ledger->poll(b.id).share, 100u);
   EXPECT_EQ(ledger->poll(b.id).reason,
             "job " + std::to_string(b.id) + me + " re-registered its curve (drifted)");
@@ -229,16 +229,16 @@ TEST_F(JobLedgerTest, AJobWhoseLowerBoundDoesNotFitWaitsInArrivalOrder) {
 TEST_F(JobLedgerTest, MalformedLaddersAreRefusedAndLongOnesThinned) {
   auto ledger = JobLedger::attach(name_);
   JobRequest bad = request({{100, 1.0}, {200, 0.5}});
-  bad.peak = 300;
+  bad.curve.peak = 300;
   EXPECT_THROW(ledger->join(bad), ConfigError);
   std::vector<SharePoint> longer;
   for (int k = 0; k < 100; ++k) longer.push_back({uint64_t(100 + k), 2.0 - k / 100.0});
   const JobGrant g = ledger->join(request(longer, 1000));
   EXPECT_EQ(g.share, 199u);
   const auto gpus = ledger->snapshot();
-  ASSERT_EQ(gpus[0].jobs[0].ladder.size(), size_t(JobLedger::kMaxLadder));
-  EXPECT_EQ(gpus[0].jobs[0].ladder.front().budget, 100u);
-  EXPECT_EQ(gpus[0].jobs[0].ladder.back().budget, 199u);
+  ASSERT_EQ(gpus[0].jobs[0].curve.ladder.size(), size_t(JobLedger::kMaxLadder));
+  EXPECT_EQ(gpus[0].jobs[0].curve.ladder.front().budget, 100u);
+  EXPECT_EQ(gpus[0].jobs[0].curve.ladder.back().budget, 199u);
 }
 
 // Four jobs as threads on two GPUs join, hold, shrink and leave at random; a monitor checks the
@@ -337,6 +337,71 @@ TEST_F(JobLedgerTest, AJobKilledWithSigkillIsReapedAndItsMemoryGoesToTheOthers) 
   ASSERT_EQ(gpus.size(), 1u);
   ASSERT_EQ(gpus[0].jobs.size(), 1u);
   EXPECT_EQ(gpus[0].jobs[0].id, mine.id);
+}
+
+// Issue 27, item 10: A (150) set the capacity, B (1000) waited; once A is gone the capacity is
+// the earliest live job's, B's, and C (1000) fits beside B.
+TEST_F(JobLedgerTest, TheCapacityFollowsTheJobsThatAreAlive) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto ledger = JobLedger::attach(name_);
+    const JobGrant g = ledger->join(request({{100, 2.0}, {150, 1.0}}, 150));
+    ledger->report(g.id, 150);
+    (void)!write(ready[1], "x", 1);
+    for (;;) pause();
+  }
+  await_child(ready[0]);
+  auto ledger = JobLedger::attach(name_);
+  JobRequest rb = request({{100, 2.0}, {400, 1.0}}, 1000);
+  rb.objective = ShareObjective::kFair;
+  const JobGrant b0 = ledger->join(rb);
+  EXPECT_EQ(b0.capacity, 150u);  // A's, while A lives
+  EXPECT_TRUE(b0.waiting);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  const JobGrant b1 = ledger->wait_admitted(b0.id, 5.0);
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(b1.waiting);
+  EXPECT_EQ(b1.capacity, 1000u);  // B's now: A, which set 150, is gone
+  EXPECT_EQ(b1.granted, 400u);
+  ASSERT_EQ(ledger->snapshot().size(), 1u);
+  EXPECT_EQ(ledger->snapshot()[0].objective, ShareObjective::kFair);  // B's too
+  const JobGrant c0 = ledger->join(request({{100, 2.0}, {500, 1.0}}, 1000));
+  EXPECT_FALSE(c0.waiting);
+  EXPECT_EQ(c0.capacity, 1000u);
+  EXPECT_GE(c0.granted, 100u);
+  // A job that leaves hands the capacity on too: C's after B.
+  ledger->leave(b0.id);
+  ledger->leave(c0.id);
+  const JobGrant d0 = ledger->join(request({{100, 1.0}}, 300));
+  const JobGrant e0 = ledger->join(request({{100, 1.0}}, 700));
+  EXPECT_EQ(ledger->poll(e0.id).capacity, 300u);
+  ledger->leave(d0.id);
+  EXPECT_EQ(ledger->poll(e0.id).capacity, 700u);
+}
+
+// When the capacity falls (its job left), no grant grows until the jobs above their new shares
+// confirmed and the grants fit again.
+TEST_F(JobLedgerTest, AFallingCapacityLetsNoGrantGrowUntilTheGrantsFit) {
+  auto ledger = JobLedger::attach(name_);
+  const JobGrant a = ledger->join(request({{100, 1.0}}, 1000));
+  const JobGrant b = ledger->join(request({{100, 2.0}, {600, 1.0}}, 400));
+  EXPECT_EQ(ledger->poll(b.id).granted, 600u);  // within A's 1000
+  ledger->report(b.id, 600);
+  ledger->leave(a.id);
+  const JobGrant b1 = ledger->poll(b.id);
+  EXPECT_EQ(b1.capacity, 400u);
+  EXPECT_LE(b1.share, 400u);
+  EXPECT_EQ(b1.granted, 600u);  // until it confirms
+  const JobGrant c = ledger->join(request({{100, 1.0}}, 1000));
+  EXPECT_EQ(ledger->poll(c.id).granted, 0u);
+  ledger->report(b.id, b1.share);
+  ledger->confirm(b.id, b1.share);
+  EXPECT_EQ(ledger->poll(b.id).granted + ledger->poll(c.id).granted,
+            ledger->poll(b.id).share + ledger->poll(c.id).share);
+  EXPECT_LE(ledger->poll(b.id).granted + ledger->poll(c.id).granted, 400u);
 }
 
 TEST_F(JobLedgerTest, AJobKilledWhileItHoldsTheMutexLeavesAWorkingLedger) {

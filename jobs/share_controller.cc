@@ -1,7 +1,7 @@
-// The share controller (Note [What the controller optimises] in memory_shares.h): admission in
+// The share controller (Note [What the controller optimises] in share_controller.h): admission in
 // arrival order, then an exact Pareto search over each admitted job's ladder points, greedy past a
 // frontier size.
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,20 +40,21 @@ Curve curve_of(const ShareJob& j, size_t index) {
   const auto bad = [&](const std::string& why) {
     return std::invalid_argument(fmt::format("memory share job {}: {}", index, why));
   };
-  if (j.lower > j.peak) throw bad("lower bound above its peak");
-  if (j.ladder.empty()) throw bad("empty ladder");
-  if (j.ladder.front().budget != j.lower || j.ladder.back().budget != j.peak)
+  if (j.curve.lower > j.curve.peak) throw bad("lower bound above its peak");
+  if (j.curve.ladder.empty()) throw bad("empty ladder");
+  if (j.curve.ladder.front().budget != j.curve.lower ||
+      j.curve.ladder.back().budget != j.curve.peak)
     throw bad("the ladder must run from the lower bound to the peak");
   Curve c;
-  for (size_t k = 0; k < j.ladder.size(); ++k) {
-    const SharePoint& p = j.ladder[k];
+  for (size_t k = 0; k < j.curve.ladder.size(); ++k) {
+    const SharePoint& p = j.curve.ladder[k];
     if (!(p.step_s > 0) || !std::isfinite(p.step_s)) throw bad("a step time that is not positive");
-    if (k > 0 && p.budget <= j.ladder[k - 1].budget) throw bad("budgets not increasing");
+    if (k > 0 && p.budget <= j.curve.ladder[k - 1].budget) throw bad("budgets not increasing");
     c.budget.push_back(p.budget);
     c.step.push_back(k > 0 ? std::min(p.step_s, c.step.back()) : p.step_s);
   }
   c.alone = c.step.back();
-  const double predicted = ladder_step(j.ladder, j.current);
+  const double predicted = ladder_step(j.curve.ladder, j.current);
   if (j.measured_step_s > 0 && predicted > 0) c.scale = j.measured_step_s / predicted;
   return c;
 }
@@ -161,7 +162,7 @@ double ladder_step(const std::vector<SharePoint>& ladder, uint64_t budget) {
 }
 
 bool share_drifted(const ShareJob& job, double tolerance) {
-  const double predicted = ladder_step(job.ladder, job.current);
+  const double predicted = ladder_step(job.curve.ladder, job.current);
   if (!(job.measured_step_s > 0) || !(predicted > 0)) return false;
   return std::abs(job.measured_step_s / predicted - 1) > tolerance;
 }
@@ -182,7 +183,7 @@ ShareDivision divide_memory(uint64_t capacity, const std::vector<ShareJob>& jobs
   uint64_t lowers = 0;
   bool blocked = false;
   for (size_t i : order) {
-    const uint64_t lower = jobs[i].lower;
+    const uint64_t lower = jobs[i].curve.lower;
     const bool fits = !blocked && lower <= capacity - lowers;
     if (fits) {
       admitted.push_back(i);
@@ -231,7 +232,7 @@ ShareDivision divide_memory(uint64_t capacity, const std::vector<ShareJob>& jobs
   uint64_t used = 0;
   for (size_t j = 0; j < admitted.size(); ++j) {
     const Curve& c = *chosen[j];
-    JobShare& s = out.jobs[admitted[j]];
+    ShareTarget& s = out.jobs[admitted[j]];
     s.share = c.budget[picks[j]];
     s.step_s = c.step[picks[j]] * c.scale;
     s.slowdown = c.step[picks[j]] / c.alone;

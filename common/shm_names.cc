@@ -1,7 +1,7 @@
 // Creator-stamped shared-memory names (Note [Shared-memory names that outlive nothing] in
 // shm_names.h). Processes are identified through /proc; POSIX shared memory lives in /dev/shm on
 // Linux, which is the one place its names can be listed.
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 
 #include <signal.h>
 #include <sys/mman.h>

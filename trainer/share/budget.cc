@@ -1,5 +1,5 @@
-// Following a shared budget between steps (Note [Following a shared budget] in share_budget.h).
-#include "trainer/session/share_budget.h"
+// Following a shared budget between steps (Note [Following a shared budget] in budget.h).
+#include "trainer/share/budget.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 namespace ferry {
 
@@ -36,9 +36,7 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
       say_(std::move(say)),
       grant_(lease.grant()),
       reserve_(lease.reserve()),
-      ladder_(lease.curve().ladder),
-      lower_(lease.curve().lower),
-      peak_(lease.curve().peak) {
+      curve_(lease.curve()) {
   budgets_.push_back(executor_.budget());
   executor_.on_arena_growth([this](uint64_t device_bytes) {
     // Before the memory is taken: the ledger refuses more than the grant.
@@ -52,21 +50,19 @@ SharedBudget::SharedBudget(const Config& config, MemoryShareLease& lease, Execut
         held_curve(share_curve([&](uint64_t budget) { return executor_.plan_within(p, budget); },
                                lease_.cap()),
                    reserve_);
-    bool same =
-        curve.lower == lower_ && curve.peak == peak_ && curve.ladder.size() == ladder_.size();
-    for (size_t k = 0; same && k < ladder_.size(); ++k)
-      same = curve.ladder[k].budget == ladder_[k].budget &&
-             curve.ladder[k].step_s == ladder_[k].step_s;
+    bool same = curve.lower == curve_.lower && curve.peak == curve_.peak &&
+                curve.ladder.size() == curve_.ladder.size();
+    for (size_t k = 0; same && k < curve_.ladder.size(); ++k)
+      same = curve.ladder[k].budget == curve_.ladder[k].budget &&
+             curve.ladder[k].step_s == curve_.ladder[k].step_s;
     if (!same) {
-      lower_ = curve.lower;
-      peak_ = curve.peak;
-      ladder_ = curve.ladder;
-      grant_ = lease_.ledger().update_ladder(grant_.id, lower_, peak_, ladder_,
-                                             "planned with the measured cost model");
-      say_(
-          fmt::format("share    curve planned again with the measured cost model: lower bound {}, "
-                      "peak {}, predicted step {:.4f}s at the peak",
-                      format_bytes(lower_), format_bytes(peak_), ladder_.back().step_s));
+      curve_ = curve;
+      grant_ =
+          lease_.ledger().update_curve(grant_.id, curve_, "planned with the measured cost model");
+      say_(fmt::format(
+          "share    curve planned again with the measured cost model: lower bound {}, "
+          "peak {}, predicted step {:.4f}s at the peak",
+          format_bytes(curve_.lower), format_bytes(curve_.peak), curve_.ladder.back().step_s));
     }
   }
 }
@@ -78,9 +74,9 @@ void SharedBudget::before_step(const Shape& next, int64_t step) {
   if (grant_.gone) throw_gone();
   const uint64_t target = target_of(grant_);
   // No longer admitted (earlier jobs' lower bounds grew): the job keeps running on its grant,
-  // which the ledger leaves it until it confirms a share. (lower_ >= reserve_, so a target at
+  // which the ledger leaves it until it confirms a share. (curve_.lower >= reserve_, so a target at
   // or above it leaves a budget.)
-  if (grant_.waiting || target < lower_ || target - reserve_ == executor_.budget()) {
+  if (grant_.waiting || target < curve_.lower || target - reserve_ == executor_.budget()) {
     planning_ = 0;
     return;
   }
@@ -143,21 +139,19 @@ void SharedBudget::drained(int64_t steps, double seconds) {
   window_steps_ = 0;
   window_seconds_ = 0;
   ShareJob job;
-  job.lower = lower_;
-  job.peak = peak_;
-  job.ladder = ladder_;
+  job.curve = curve_;
   job.measured_step_s = window_s;
   job.current = executor_.budget() + reserve_;  // in held bytes, as the ladder
   if (!share_drifted(job, drift)) return;
-  const double predicted = ladder_step(ladder_, job.current);
+  const double predicted = ladder_step(curve_.ladder, job.current);
   const double scale = window_s / predicted;
-  for (SharePoint& p : ladder_) p.step_s *= scale;
+  for (SharePoint& p : curve_.ladder) p.step_s *= scale;
   ++drifts_;
   const std::string why = fmt::format(
       "measured step {:.4f}s (mean of {} steps) against {:.4f}s predicted at {}, "
       "beyond memory.share_drift {}: curve scaled by {:.3f}",
       window_s, window_n, predicted, format_bytes(job.current), drift, scale);
-  grant_ = lease_.ledger().update_ladder(grant_.id, lower_, peak_, ladder_, why);
+  grant_ = lease_.ledger().update_curve(grant_.id, curve_, why);
   say_("drift    " + why + ", the device divided again");
 }
 

@@ -2,7 +2,7 @@
 // every operation locks, reaps the entries of dead processes, changes what it changes, then
 // re-divides and settles the grants of the GPUs it touched (Note [Handing memory over between
 // jobs] in job_ledger.h).
-#include "links/job_ledger.h"
+#include "jobs/job_ledger.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -17,8 +18,8 @@
 
 #include <fmt/format.h>
 
-#include "links/job_ledger_impl.h"
-#include "links/shm_names.h"
+#include "common/shm_names.h"
+#include "jobs/job_ledger_impl.h"
 
 namespace ferry {
 
@@ -44,7 +45,18 @@ void copy_text(char (&dst)[kText], const std::string& src) {
   std::snprintf(dst, sizeof(dst), "%s", src.c_str());
 }
 
-std::vector<SharePoint> ladder_of(const JobSlot& j) { return {j.ladder, j.ladder + j.n_ladder}; }
+// The curve stored in `c` (its point count checked on open, check_block()).
+ShareCurve curve_of(const CurveSlot& c) {
+  return {c.lower, c.peak, {c.ladder, c.ladder + c.n_ladder}};
+}
+
+// Stores `curve` (at most kMaxLadder points: thinned()) in `c`.
+void store(CurveSlot& c, const ShareCurve& curve) {
+  c.lower = curve.lower;
+  c.peak = curve.peak;
+  c.n_ladder = static_cast<int32_t>(curve.ladder.size());
+  std::copy(curve.ladder.begin(), curve.ladder.end(), c.ladder);
+}
 
 // The entries on GPU `g`, in arrival order.
 std::vector<JobSlot*> jobs_on(Shared* s, int g) {
@@ -116,14 +128,14 @@ void settle(Shared* s, int g, const std::string& why) {
     uint64_t to = j->share;
     if (j->share - j->granted > room) {
       // A job not admitted yet starts on what is free if its lower bound fits there.
-      if (j->granted >= j->lower || j->granted + room < j->lower) continue;
+      if (j->granted >= j->curve.lower || j->granted + room < j->curve.lower) continue;
       to = j->granted + room;
     }
     granted += to - j->granted;
     set(j->granted, to, *j, why);
   }
   for (JobSlot* j : jobs) {
-    const int32_t waiting = !j->admitted || j->granted < j->lower;
+    const int32_t waiting = !j->admitted || j->granted < j->curve.lower;
     if (waiting != j->waiting) {
       j->waiting = waiting;
       ++j->generation;
@@ -132,8 +144,10 @@ void settle(Shared* s, int g, const std::string& why) {
   record(s, g, 0);
 }
 
-// Divides GPU `g` among its entries (links/memory_shares.h), then settles; frees the GPU's slot
-// when no entry is left. `why` becomes the reason of the jobs whose share or grant changes.
+// Divides GPU `g` among its entries (jobs/share_controller.h), then settles; frees the GPU's slot
+// when no entry is left. The capacity and objective are the earliest entry's (Note [A capacity
+// that follows the jobs] in job_ledger.h). `why` becomes the reason of the jobs whose share or
+// grant changes.
 void redivide(Shared* s, int g, const std::string& why) {
   GpuSlot& gpu = s->gpus[g];
   const std::vector<JobSlot*> jobs = jobs_on(s, g);
@@ -142,12 +156,12 @@ void redivide(Shared* s, int g, const std::string& why) {
     gpu = GpuSlot{};
     return;
   }
+  gpu.capacity = jobs.front()->capacity;
+  gpu.objective = jobs.front()->objective;
   std::vector<ShareJob> in;
   for (const JobSlot* j : jobs) {
     ShareJob sj;
-    sj.lower = j->lower;
-    sj.peak = j->peak;
-    sj.ladder = ladder_of(*j);
+    sj.curve = curve_of(j->curve);
     sj.order = j->id;
     sj.measured_step_s = j->measured_step_s;
     sj.current = j->granted;
@@ -234,33 +248,89 @@ JobGrant grant_of(const Shared* s, const JobSlot* j, uint64_t id) {
   return g;
 }
 
-// At most JobLedger::kMaxLadder points: the lower bound, the peak and evenly spaced ones between.
-std::vector<SharePoint> thinned(const std::vector<SharePoint>& ladder) {
+// `curve` with at most JobLedger::kMaxLadder points: the lower bound, the peak and evenly spaced
+// ones between.
+ShareCurve thinned(ShareCurve curve) {
+  const std::vector<SharePoint>& ladder = curve.ladder;
   const size_t n = ladder.size(), m = JobLedger::kMaxLadder;
-  if (n <= m) return ladder;
+  if (n <= m) return curve;
   std::vector<SharePoint> out;
   for (size_t k = 0; k < m; ++k) out.push_back(ladder[k * (n - 1) / (m - 1)]);
-  return out;
+  curve.ladder = std::move(out);
+  return curve;
 }
 
 // Throws ConfigError when the controller would refuse the job.
-void check_job(uint64_t lower, uint64_t peak, const std::vector<SharePoint>& ladder) {
+void check_curve(const ShareCurve& curve) {
   ShareJob j;
-  j.lower = lower;
-  j.peak = peak;
-  j.ladder = ladder;
+  j.curve = curve;
   try {
-    divide_memory(peak, {j}, ShareObjective::kThroughput);
+    divide_memory(curve.peak, {j}, ShareObjective::kThroughput);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(fmt::format("job ledger: {}", e.what()));
   }
 }
 
+// Whether the text field `text` ends within its array.
+template <size_t N>
+bool terminated(const char (&text)[N]) {
+  return std::memchr(text, '\0', N) != nullptr;
+}
+
+bool finite_at_least_zero(double x) { return std::isfinite(x) && x >= 0; }
+
+// What is wrong with the entry `j` (used), "" when nothing.
+std::string check_job_slot(const Shared* s, const JobSlot& j) {
+  if (j.gpu < 0 || j.gpu >= JobLedger::kMaxGpus || s->gpus[j.gpu].used != 1)
+    return fmt::format("its GPU index {} names no GPU", j.gpu);
+  if (j.pid <= 0) return fmt::format("pid {}", j.pid);
+  if (j.id == 0 || j.id >= s->next_id) return fmt::format("id {} not below {}", j.id, s->next_id);
+  if (j.curve.n_ladder < 1 || j.curve.n_ladder > JobLedger::kMaxLadder)
+    return fmt::format("{} ladder points", j.curve.n_ladder);
+  if (((j.waiting | j.admitted | j.objective) & ~1) != 0) return "a flag out of range";
+  if (!terminated(j.config) || !terminated(j.run_dir) || !terminated(j.reason))
+    return "an unterminated text";
+  if (!finite_at_least_zero(j.predicted_step_s) || !finite_at_least_zero(j.measured_step_s) ||
+      !std::isfinite(j.joined))
+    return "a time that is not a finite number";
+  try {
+    check_curve(curve_of(j.curve));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
+namespace job_ledger_impl {
+
+std::string check_block(Shared* s, bool owner_died) {
+  if (s->next_id == 0 || s->next_seq == 0) return "a zero counter";
+  for (int g = 0; g < JobLedger::kMaxGpus; ++g) {
+    const GpuSlot& gpu = s->gpus[g];
+    if ((gpu.used & ~1) != 0 || (gpu.objective & ~1) != 0 || !terminated(gpu.device) ||
+        gpu.recorded_jobs < 0 || gpu.recorded_jobs > JobLedger::kMaxJobs)
+      return fmt::format("GPU entry {} is out of range", g);
+  }
+  for (int k = 0; k < JobLedger::kMaxJobs; ++k) {
+    const JobSlot& j = s->jobs[k];
+    if ((j.used & ~1) != 0) return fmt::format("job entry {} has a used flag of {}", k, j.used);
+    if (!j.used) continue;
+    const std::string problem = check_job_slot(s, j);
+    if (!problem.empty()) return fmt::format("job entry {}: {}", k, problem);
+  }
+  for (const RecordSlot& r : s->history)
+    if (!terminated(r.device) || !std::isfinite(r.t)) return "a damaged held record";
+  if (owner_died) reap_locked(s, true);  // what the holder was changing is recomputed
+  return "";
+}
+
+}  // namespace job_ledger_impl
+
 JobGrant JobLedger::join(const JobRequest& request) {
-  const std::vector<SharePoint> ladder = thinned(request.ladder);
-  check_job(request.lower, request.peak, ladder);
+  const ShareCurve curve = thinned(request.curve);
+  check_curve(curve);
   const shm_names::ProcessId me = shm_names::self();
   Locked lock(s_);
   int g = -1;
@@ -287,10 +357,9 @@ JobGrant JobLedger::join(const JobRequest& request) {
     j.id = s_->next_id++;
     copy_text(j.config, request.config);
     copy_text(j.run_dir, request.run_dir);
-    j.lower = request.lower;
-    j.peak = request.peak;
-    j.n_ladder = static_cast<int32_t>(ladder.size());
-    std::copy(ladder.begin(), ladder.end(), j.ladder);
+    j.capacity = request.capacity;
+    j.objective = static_cast<int32_t>(request.objective);
+    store(j.curve, curve);
     j.joined = now_s();
     j.used = 1;  // last: a joiner killed before this left nothing
     redivide(s_, g, who(j) + " arrived");
@@ -344,18 +413,13 @@ JobGrant JobLedger::confirm(uint64_t id, uint64_t held) {
   return grant_of(s_, j, id);
 }
 
-JobGrant JobLedger::update_ladder(uint64_t id, uint64_t lower, uint64_t peak,
-                                  const std::vector<SharePoint>& ladder_in,
-                                  const std::string& why) {
-  const std::vector<SharePoint> ladder = thinned(ladder_in);
-  check_job(lower, peak, ladder);
+JobGrant JobLedger::update_curve(uint64_t id, const ShareCurve& curve_in, const std::string& why) {
+  const ShareCurve curve = thinned(curve_in);
+  check_curve(curve);
   Locked lock(s_);
   JobSlot* j = find(s_, id);
   if (!j) return grant_of(s_, j, id);
-  j->lower = lower;
-  j->peak = peak;
-  j->n_ladder = static_cast<int32_t>(ladder.size());
-  std::copy(ladder.begin(), ladder.end(), j->ladder);
+  store(j->curve, curve);
   redivide(s_, j->gpu,
            who(*j) + " re-registered its curve" + (why.empty() ? "" : " (" + why + ")"));
   return grant_of(s_, j, id);
@@ -406,9 +470,7 @@ std::vector<LedgerGpu> JobLedger::snapshot() {
       lj.rank = j->rank;
       lj.config = j->config;
       lj.run_dir = j->run_dir;
-      lj.lower = j->lower;
-      lj.peak = j->peak;
-      lj.ladder = ladder_of(*j);
+      lj.curve = curve_of(j->curve);
       lj.share = j->share;
       lj.granted = j->granted;
       lj.held = j->held;

@@ -1,7 +1,7 @@
 // A job sharing its device: its ladder from the offline planner, its admission and its lease on
-// the node's job ledger (links/job_ledger.h). Following the grant while training is
-// share_budget.h's; until the first step the job reports its whole grant as held.
-#include "trainer/session/memory_share.h"
+// the node's job ledger (jobs/job_ledger.h). Following the grant while training is
+// budget.h's; until the first step the job reports its whole grant as held.
+#include "trainer/share/lease.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -114,9 +114,7 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
   r.config = (std::filesystem::path(config.run.dir) / "config.yaml").string();
   r.run_dir = config.run.dir;
   r.rank = ranks.rank;
-  r.lower = curve_.lower;
-  r.peak = curve_.peak;
-  r.ladder = curve_.ladder;
+  r.curve = curve_;
   r.objective = config.memory.share_objective;
   grant_ = ledger_->join(r);
   const auto give_up = [&](const ConfigError& error) {

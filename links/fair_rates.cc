@@ -1,6 +1,6 @@
 // Progressive filling: raise every unfrozen flow's rate together until some link-direction
 // saturates, freeze the flows crossing it, repeat until every flow is frozen.
-#include "links/link_share.h"
+#include "links/fair_rates.h"
 
 #include <algorithm>
 #include <limits>
@@ -16,8 +16,8 @@ double direction_capacity(const LinkCapacity& link, TransferDirection direction,
   return std::max(c, 0.0);
 }
 
-std::vector<double> fair_share_rates(const std::vector<LinkCapacity>& links,
-                                     const std::vector<Flow>& flows) {
+std::vector<double> fair_rates(const std::vector<LinkCapacity>& links,
+                               const std::vector<Flow>& flows) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const size_t n_links = links.size();
   // Resources: link * 2 + direction. Each flow's distinct resources.
@@ -29,15 +29,15 @@ std::vector<double> fair_share_rates(const std::vector<LinkCapacity>& links,
   for (size_t f = 0; f < flows.size(); ++f) {
     const Flow& flow = flows[f];
     if (!flow.link_directions.empty() && flow.link_directions.size() != flow.links.size())
-      throw std::invalid_argument("fair_share_rates: flow " + std::to_string(f) + " has " +
+      throw std::invalid_argument("fair_rates: flow " + std::to_string(f) + " has " +
                                   std::to_string(flow.link_directions.size()) +
                                   " link directions for " + std::to_string(flow.links.size()) +
                                   " links");
     for (size_t i = 0; i < flow.links.size(); ++i) {
       const int link = flow.links[i];
       if (link < 0 || static_cast<size_t>(link) >= n_links)
-        throw std::out_of_range("fair_share_rates: link index " + std::to_string(link) +
-                                " outside " + std::to_string(n_links) + " links");
+        throw std::out_of_range("fair_rates: link index " + std::to_string(link) + " outside " +
+                                std::to_string(n_links) + " links");
       size_t r = resource(link, link_direction(flow, i));
       if (std::find(uses[f].begin(), uses[f].end(), r) == uses[f].end()) uses[f].push_back(r);
       busy[r] = true;

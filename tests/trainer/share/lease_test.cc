@@ -3,7 +3,7 @@
 // to fit, printing once who holds the device, gives up after memory.share_wait with exit code 2's
 // error, and the lease leaves the ledger when the job ends; it registers its curve a granule
 // higher and plans a granule below its grant (Note [A shared budget in held bytes]).
-#include "trainer/session/memory_share.h"
+#include "trainer/share/lease.h"
 
 #include <stdlib.h>
 
@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 #include "trainer/plan/planning.h"
 
 namespace ferry {
@@ -111,8 +111,8 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
   other.device = "cpu:0";
   other.capacity = c.device.memory;
   other.config = "runs/other/config.yaml";
-  other.lower = other.peak = 200 << 20;
-  other.ladder = {{other.lower, 1.0}};
+  other.curve.lower = other.curve.peak = 200 << 20;
+  other.curve.ladder = {{other.curve.lower, 1.0}};
   other.objective = ShareObjective::kFair;
   const JobGrant held = ledger->join(other);
   ledger->report(held.id, 200 << 20);
@@ -164,10 +164,10 @@ TEST_F(MemoryShareLeaseTest, AJobWaitsForItsLowerBoundThenGivesUpWithOneClearErr
     const auto gpus = ledger->snapshot();
     ASSERT_EQ(gpus.size(), 1u);
     ASSERT_EQ(gpus[0].jobs.size(), 1u);
-    EXPECT_EQ(gpus[0].jobs[0].lower, 102u << 20);
-    EXPECT_EQ(gpus[0].jobs[0].peak, 202u << 20);
-    ASSERT_EQ(gpus[0].jobs[0].ladder.size(), 2u);
-    EXPECT_EQ(gpus[0].jobs[0].ladder[0].budget, 102u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].curve.lower, 102u << 20);
+    EXPECT_EQ(gpus[0].jobs[0].curve.peak, 202u << 20);
+    ASSERT_EQ(gpus[0].jobs[0].curve.ladder.size(), 2u);
+    EXPECT_EQ(gpus[0].jobs[0].curve.ladder[0].budget, 102u << 20);
     EXPECT_EQ(gpus[0].jobs[0].granted, 202u << 20);
     EXPECT_EQ(gpus[0].jobs[0].held, 202u << 20);
     EXPECT_EQ(gpus[0].jobs[0].run_dir, "runs/share");

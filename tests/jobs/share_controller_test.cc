@@ -1,7 +1,7 @@
 // The share controller: lower bounds always met and the capacity never exceeded, admission in
 // arrival order, throughput and fair pick differently where they should, and the search is exact
 // (checked against brute force on random job mixes).
-#include "links/memory_shares.h"
+#include "jobs/share_controller.h"
 
 #include <algorithm>
 #include <functional>
@@ -20,9 +20,9 @@ constexpr auto kF = ShareObjective::kFair;
 
 ShareJob job(std::vector<SharePoint> ladder, uint64_t order = 0) {
   ShareJob j;
-  j.lower = ladder.front().budget;
-  j.peak = ladder.back().budget;
-  j.ladder = std::move(ladder);
+  j.curve.lower = ladder.front().budget;
+  j.curve.peak = ladder.back().budget;
+  j.curve.ladder = std::move(ladder);
   j.order = order;
   return j;
 }
@@ -35,8 +35,8 @@ void expect_valid(uint64_t capacity, const std::vector<ShareJob>& jobs, const Sh
       EXPECT_EQ(d.jobs[i].share, 0u);
       continue;
     }
-    EXPECT_GE(d.jobs[i].share, jobs[i].lower) << i;
-    EXPECT_LE(d.jobs[i].share, jobs[i].peak) << i;
+    EXPECT_GE(d.jobs[i].share, jobs[i].curve.lower) << i;
+    EXPECT_LE(d.jobs[i].share, jobs[i].curve.peak) << i;
     sum += d.jobs[i].share;
   }
   EXPECT_LE(sum, capacity);
@@ -121,8 +121,8 @@ TEST(MemoryShares, AdmissionFollowsArrivalOrderAndALargeWaitingJobIsNotOvertaken
 TEST(MemoryShares, ASlowerPointAboveAFasterOneIsReadAsTheFasterOne) {
   // At 150 the planner predicted 1.8 s, but the plan for 100 (1.5 s) also runs in 150.
   const std::vector<ShareJob> jobs{job({{100, 1.5}, {150, 1.8}, {200, 1.0}})};
-  EXPECT_DOUBLE_EQ(ladder_step(jobs[0].ladder, 170), 1.5);
-  EXPECT_DOUBLE_EQ(ladder_step(jobs[0].ladder, 99), 0);
+  EXPECT_DOUBLE_EQ(ladder_step(jobs[0].curve.ladder, 170), 1.5);
+  EXPECT_DOUBLE_EQ(ladder_step(jobs[0].curve.ladder, 99), 0);
   const ShareDivision d = divide_memory(199, jobs, kT);
   EXPECT_DOUBLE_EQ(d.jobs[0].step_s, 1.5);
 }
@@ -159,7 +159,7 @@ TEST(MemoryShares, ALadderScaledByAnyFactorDividesTheDeviceAsBefore) {
       std::vector<ShareJob> scaled = jobs;
       for (ShareJob& j : scaled) {
         const double f = factor(rng);
-        for (SharePoint& p : j.ladder) p.step_s *= f;
+        for (SharePoint& p : j.curve.ladder) p.step_s *= f;
       }
       const ShareDivision after = divide_memory(302, scaled, o);
       for (size_t k = 0; k < jobs.size(); ++k)
@@ -170,7 +170,7 @@ TEST(MemoryShares, ALadderScaledByAnyFactorDividesTheDeviceAsBefore) {
 
 TEST(MemoryShares, AMalformedLadderIsRefused) {
   ShareJob j = job({{100, 2.0}, {200, 1.0}});
-  j.peak = 300;  // the ladder stops short of the peak
+  j.curve.peak = 300;  // the ladder stops short of the peak
   EXPECT_THROW(divide_memory(1000, {j}, kT), std::invalid_argument);
   EXPECT_THROW(divide_memory(1000, {job({{100, 2.0}, {100, 1.0}})}, kT), std::invalid_argument);
   EXPECT_THROW(divide_memory(1000, {job({{100, 0.0}})}, kT), std::invalid_argument);
@@ -194,8 +194,8 @@ Best brute_force(uint64_t capacity, const std::vector<ShareJob>& jobs, ShareObje
     if (j == jobs.size()) {
       double worst = 0, speed = 0;
       for (size_t i = 0; i < jobs.size(); ++i) {
-        const double step = ladder_step(jobs[i].ladder, jobs[i].ladder[k[i]].budget);
-        const double alone = ladder_step(jobs[i].ladder, jobs[i].peak);
+        const double step = ladder_step(jobs[i].curve.ladder, jobs[i].curve.ladder[k[i]].budget);
+        const double alone = ladder_step(jobs[i].curve.ladder, jobs[i].curve.peak);
         worst = std::max(worst, step / alone);
         speed += alone / step;
       }
@@ -205,9 +205,9 @@ Best brute_force(uint64_t capacity, const std::vector<ShareJob>& jobs, ShareObje
       if (better) best = {worst, speed};
       return;
     }
-    for (k[j] = 0; k[j] < jobs[j].ladder.size(); ++k[j]) {
-      if (used + jobs[j].ladder[k[j]].budget > capacity) break;
-      go(j + 1, used + jobs[j].ladder[k[j]].budget);
+    for (k[j] = 0; k[j] < jobs[j].curve.ladder.size(); ++k[j]) {
+      if (used + jobs[j].curve.ladder[k[j]].budget > capacity) break;
+      go(j + 1, used + jobs[j].curve.ladder[k[j]].budget);
     }
   };
   go(0, 0);
@@ -234,14 +234,14 @@ TEST(MemoryShares, TheSearchIsExactOnRandomMixes) {
       lowers += ladder.front().budget;
     }
     uint64_t peaks = 0;
-    for (const ShareJob& j : jobs) peaks += j.peak;
+    for (const ShareJob& j : jobs) peaks += j.curve.peak;
     const uint64_t capacity = lowers + rng() % (peaks - lowers + 1);
     for (auto o : {kT, kF}) {
       const ShareDivision d = divide_memory(capacity, jobs, o);
       expect_valid(capacity, jobs, d);
       ASSERT_TRUE(d.exact);
       double worst = 0, speed = 0;
-      for (const JobShare& s : d.jobs) {
+      for (const ShareTarget& s : d.jobs) {
         ASSERT_FALSE(s.waiting);
         worst = std::max(worst, s.slowdown);
         speed += 1 / s.slowdown;
@@ -275,12 +275,13 @@ TEST(MemoryShares, PastTheFrontierLimitTheMixIsDividedGreedilyAndNearlyAsWell) {
   const ShareDivision exact = divide_memory(capacity, jobs, kT);
   EXPECT_TRUE(exact.exact);
   double best = 0;
-  for (const JobShare& s : exact.jobs) best += 1 / s.slowdown;
+  for (const ShareTarget& s : exact.jobs) best += 1 / s.slowdown;
   expect_valid(capacity, jobs, d);
   double speed = 0;
-  for (const JobShare& s : d.jobs) speed += 1 / s.slowdown;
+  for (const ShareTarget& s : d.jobs) speed += 1 / s.slowdown;
   double at_lower = 0;
-  for (const ShareJob& j : jobs) at_lower += j.ladder.back().step_s / j.ladder.front().step_s;
+  for (const ShareJob& j : jobs)
+    at_lower += j.curve.ladder.back().step_s / j.curve.ladder.front().step_s;
   EXPECT_GT(speed, at_lower);  // the greedy pass spent the room
   EXPECT_LE(speed, best + 1e-9);
   EXPECT_GT(speed, 0.95 * best);

@@ -2,7 +2,7 @@
 // before it removed the name is removed by the next job's create(); blocks of live processes
 // and names of other forms are left alone; a pid reused by another process does not keep a
 // stale block alive; the job's other ranks find the block by the job's token.
-#include "links/shm_names.h"
+#include "common/shm_names.h"
 
 #include <fcntl.h>
 #include <signal.h>
