@@ -80,7 +80,10 @@ ShareCurve held_curve(ShareCurve curve, uint64_t reserve) {
 
 std::string share_device_key(const Config& config, const RankInfo& ranks,
                              const std::optional<PciAddress>& gpu) {
-  if (config.device.backend == Backend::kCuda && gpu) return "cuda:" + gpu->str();
+  // A real GPU is keyed by its PCI bus id, an emulated device by the rank's local index.
+  if (backend_traits(config.device.backend).real_gpus && gpu) {
+    return fmt::format("{}:{}", to_string(config.device.backend), gpu->str());
+  }
   return fmt::format("{}:{}", to_string(config.device.backend), ranks.local_rank);
 }
 
