@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks and prints their ratios (never asserted; see README "Benchmarks"):
+# Runs the benchmarks and prints their ratios (never asserted; see docs/benchmarks.md):
 #   1. training step vs PyTorch (same architecture, same threads): resnet18_cifar, vgg11_cifar
 #   2. the memory plan table (VGG-16, ResNet-50 on ImageNet) and auto's smallest budget
 #   3. offload overhead on the CPU backend: vdnn-all / none step time, with a trace
@@ -131,7 +131,7 @@ fi
 if [[ $what == all || $what == topology ]]; then
   # CPU ranks stand in for GPUs 0-3 of the DGX-1-like server (two under each PCIe switch);
   # emulation_scale stretches link time so that offload traffic weighs on the step as it would
-  # on the GPUs (see README "Topology-aware scheduling").
+  # on the GPUs (see docs/topology.md).
   scale="${FERRY_BENCH_EMULATION_SCALE:-400}"
   echo "== 6. emulated DGX-1-like, 4 ranks, vgg11_cifar batch 16 vdnn-all, emulation_scale $scale: topology / fifo step time (median of steps 3-6, 2 alternating runs; step 2 traced for the simulator) =="
   emulated_runs topo "$(step_config vgg11_cifar 16)" "$scale" memory.policy=vdnn-all \
