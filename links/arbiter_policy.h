@@ -43,9 +43,9 @@ double chunk_latest_start(double deadline, uint64_t remaining_bytes, double byte
 // Note [Why least laxity]
 // On one shared link with chunks as the unit of preemption, serving the least laxity first
 // meets every deadline whenever any order of whole transfers does (tests/links:
-// arbiter_policy_schedule_test checks it against brute force). Each rank's chunks also cross its own
-// GPU link, which no other rank uses, so a switch's GPUs form exactly that case; transfers whose
-// arbitrated links overlap only partially are a multi-resource problem no greedy rule solves,
+// arbiter_policy_schedule_test checks it against brute force). Each rank's chunks also cross its
+// own GPU link, which no other rank uses, so a switch's GPUs form exactly that case; transfers
+// whose arbitrated links overlap only partially are a multi-resource problem no greedy rule solves,
 // and grant() stays work-conserving there.
 
 // Note [Claims that need several links at once]

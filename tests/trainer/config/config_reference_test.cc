@@ -104,7 +104,8 @@ TEST(ConfigReference, ConfigPageEmbedsEveryKey) {
     const size_t first = readme.find(row);
     const bool once =
         first != std::string::npos && readme.find(row, first + 1) == std::string::npos;
-    EXPECT_TRUE(once) << "docs/config.md should have exactly one table row starting " << row.substr(1);
+    EXPECT_TRUE(once) << "docs/config.md should have exactly one table row starting "
+                      << row.substr(1);
     all = all && once;
   }
   if (!all)

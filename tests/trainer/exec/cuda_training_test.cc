@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "device/device.h"
-#include "tests/support/source_root.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/source_root.h"
 #include "tests/trainer/exec/train_steps.h"
 #include "trainer/config/config.h"
 #include "trainer/data/dataset.h"

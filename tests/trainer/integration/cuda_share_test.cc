@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "jobs/job_ledger.h"
-#include "tests/support/source_root.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/source_root.h"
 #include "tests/trainer/integration/ledger_util.h"
 #include "trainer/config/config.h"
 #include "trainer/share/lease.h"
