@@ -27,7 +27,7 @@ struct MemoryStats {
   uint64_t held = 0;
 };
 
-// Note [Backing a heap on use]
+// Note [Backing a heap on use] (step 6 of Note [Life of a memory share], trainer/share/lease.h)
 // A heap given a HeapBacking (a CUDA device sharing its GPU, memory.share) holds physical memory
 // only under its live allocations: its range is reserved address space, and the heap tells the
 // backing which granules to back and to give back. A granule is backed while some live

@@ -167,6 +167,7 @@ void redivide(Shared* s, int g, const std::string& why) {
     sj.current = j->granted;
     in.push_back(std::move(sj));
   }
+  // Note [Life of a memory share], step 3: the live curves divided into grants.
   const ShareDivision d =
       divide_memory(gpu.capacity, in, static_cast<ShareObjective>(gpu.objective));
   for (size_t i = 0; i < jobs.size(); ++i) {

@@ -497,7 +497,7 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     Batch batch = books.next_batch(step);  // load: the next batch whose shape has a plan
     const Shape input = batch.shape();
     const float lr = schedule.at(step - 1);
-    if (shared) shared->before_step(input, step);  // memory.share: the grant's plan
+    if (shared) shared->before_step(input, step);  // Note [Life of a memory share], step 5
     // Forward and backward; each gradient bucket's all-reduce starts as backward fills it.
     session.forward_backward(host_batch(batch), static_cast<uint64_t>(step));
     books.after_forward_backward(input, step);
@@ -548,7 +548,8 @@ TrainResult train(const Config& config, const RankInfo& ranks) {
   if (ranks.is_root())
     write_run_file((fs::path(config.run.dir) / "config.yaml").string(), to_yaml(config));
   log.line(config_summary(config));
-  // memory.share: admitted by the node's job ledger, the job plans within its grant.
+  // memory.share: admitted by the node's job ledger, the job plans within its grant (Note [Life
+  // of a memory share] in trainer/share/lease.h, steps 1 and 4).
   std::unique_ptr<MemoryShareLease> share;
   Config granted = config;
   std::optional<RankPlacement> placement;

@@ -119,7 +119,7 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
   r.rank = ranks.rank;
   r.curve = curve_;
   r.objective = config.memory.share_objective;
-  grant_ = ledger_->join(r);
+  grant_ = ledger_->join(r);  // Note [Life of a memory share], step 2
   const auto give_up = [&](const ConfigError& error) {
     ledger_->leave(grant_.id);
     throw error;
@@ -144,7 +144,7 @@ MemoryShareLease::MemoryShareLease(const Config& config, const RankInfo& ranks,
                     format_bytes(curve_.lower), r.device, format_bytes(grant_.capacity)),
         "lower data.batch_size, or use memory.policy auto"));
   }
-  if (grant_.waiting) {
+  if (grant_.waiting) {  // Note [Life of a memory share], step 4
     if (gpu) say(share_wait_message(*gpu, grant_.id, curve_.lower));
     grant_ = ledger_->wait_admitted(grant_.id, config.memory.share_wait);
     if (grant_.waiting || grant_.gone) {

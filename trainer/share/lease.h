@@ -1,9 +1,6 @@
-// A job that shares its device (memory.share): its curve for the node's job ledger (lower bound,
-// peak, predicted step times between them, from the offline planner) and its lease on the
-// device, taken at start (admission: wait until the lower bound fits, memory.share_wait at most)
-// and given back when the job ends; while the job trains, its budget follows the grant
-// (budget.h). Invariant: while a lease is held, the job holds at most the ledger's grant to
-// it, which the ledger keeps within the device's capacity beside the others'.
+// A job that shares its device (memory.share): its lease on the node's job ledger, held from
+// admission to the job's end. Invariant: while a lease is held, the job holds at most the
+// ledger's grant to it, and the ledger keeps the grants within the device's capacity.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +17,37 @@
 #include "trainer/config/config.h"
 
 namespace ferry {
+
+// Note [Life of a memory share]
+// One job's `memory.share: true`, from the config to the bytes its device heap backs. Each place
+// on the way cites this note with its step number.
+//  1. Curve: train() (trainer/session/train.cc) plans the config's model offline at budgets from
+//     the unconstrained peak down to the smallest the policy meets: share_curve() below, over
+//     plan_memory (trainer/plan/planning.*). The ShareCurve (jobs/share_controller.h) is the
+//     lower bound, the peak and a ladder of (budget, predicted step time) points.
+//  2. Lease: MemoryShareLease raises the curve by the backend's granule (held_curve(); Note [A
+//     shared budget in held bytes]) and joins the ledger of the rank's device, keyed by
+//     share_device_key() (a GPU by its PCI bus id, so jobs that number GPUs differently meet).
+//     The ledger is a POSIX shared-memory block (jobs/job_ledger.*, opened through
+//     common/shm_block.h) that every job of the node maps.
+//  3. Division: on every join, poll, confirm and reap, the ledger hands the live jobs' curves to
+//     divide_memory() (jobs/share_controller.*), a pure function that gives each admitted job at
+//     least its lower bound and divides the rest by memory.share_objective (Note [What the
+//     controller optimises]); the device's capacity follows the jobs (Note [A capacity that
+//     follows the jobs] in jobs/job_ledger.h). Each job's answer is a JobGrant.
+//  4. Admission: the lease waits until its grant reaches its lower bound (memory.share_wait at
+//     most, saying once which jobs hold the device); the grant less the granule becomes the
+//     run's memory.budget, and the Session is built with it.
+//  5. Following: each step, before_step() (SharedBudget, trainer/share/budget.h) polls the grant;
+//     a new one is planned in the background and switched to between steps (Note [Following a
+//     shared budget]); a job whose grant shrank confirms what it holds before a growing job's
+//     grant rises (Note [Handing memory over between jobs] in jobs/job_ledger.h).
+//  6. Heap: the executor's plan places its arena within the budget; the device heap backs only
+//     as far as the arena reaches (Note [Backing a heap on use] in device/heap.h), and reports
+//     what it will hold to the ledger before it allocates (Executor::on_arena_growth), which
+//     refuses more than the grant (Note [The ledger's record of held memory]).
+//  7. End: the lease's destructor leaves the ledger, and the job's grant goes back to the
+//     others; a job killed without leaving is reaped by the next poll of any job.
 
 // Plans the config's model at its batch under memory.policy: unconstrained (the peak, at most
 // memory.budget), at the smallest budget the policy meets (to within a 256th of the span), and
