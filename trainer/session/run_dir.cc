@@ -1,14 +1,4 @@
 // Run directory ownership: a lock file, writability probes and the fresh-run check.
-//
-// Note [Who owns a run directory]
-// A run directory holds one run's story: its config, logs, metrics.jsonl and checkpoints. Two
-// jobs writing into one interleave all of it, and a fresh run into the folder of an older one
-// used to prune the older run's checkpoints by step order (deleting its own) and append to its
-// metrics. So: rank 0 holds an flock on <run.dir>/.lock for the whole run (a second job is
-// refused, naming the first one's pid; the kernel releases the lock when a job dies); a fresh
-// run (no checkpoint.resume) into a checkpoint.dir that holds checkpoints is refused unless
-// run.overwrite says to start over (Hugging Face's overwrite_output_dir), and then the old
-// checkpoints are deleted; a fresh run starts metrics.jsonl anew, a resumed one appends.
 #include "trainer/session/run_dir.h"
 
 #include <fcntl.h>
@@ -27,6 +17,16 @@
 #include "common/file_write.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/session/checkpoints.h"
+
+// Note [Who owns a run directory]
+// A run directory holds one run's story: its config, logs, metrics.jsonl and checkpoints. Two
+// jobs writing into one interleave all of it, and a fresh run into the folder of an older one
+// used to prune the older run's checkpoints by step order (deleting its own) and append to its
+// metrics. So: rank 0 holds an flock on <run.dir>/.lock for the whole run (a second job is
+// refused, naming the first one's pid; the kernel releases the lock when a job dies); a fresh
+// run (no checkpoint.resume) into a checkpoint.dir that holds checkpoints is refused unless
+// run.overwrite says to start over (Hugging Face's overwrite_output_dir), and then the old
+// checkpoints are deleted; a fresh run starts metrics.jsonl anew, a resumed one appends.
 
 namespace ferry {
 
