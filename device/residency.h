@@ -1,5 +1,17 @@
-// A tensor's residency as an explicit state machine (Caffe's SyncedMemory, with in-flight
-// states and without its silent copies):
+// A tensor's residency as an explicit state machine: on device, offloading, on host, prefetching.
+// Nothing copies implicitly; a state leaves a copy state only once the copy's event completed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "device/device.h"
+
+// Note [Residency states]
+// A tensor's residency, as Caffe's SyncedMemory with in-flight states and without its silent
+// copies:
 //
 //   on_device --offload--> offloading --(copy event observed)--> on_host
 //   on_host --prefetch--> prefetching --(copy event observed)--> on_device
@@ -13,14 +25,6 @@
 // order_after_prefetch(), which enqueue a wait on the copy's event and never block the host.
 // Note [Life of an offloaded activation] (trainer/exec/executor.h), steps 6-8, follows one
 // tensor through these states.
-#pragma once
-
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <string_view>
-
-#include "device/device.h"
 
 namespace ferry {
 

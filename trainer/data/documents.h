@@ -1,9 +1,15 @@
-// Documents of a token file (data.documents): the end-of-text token splits the token stream into
-// documents, each trained as one row of its own, padded per batch or packed with others
-// (data.pack). Invariant: the index and the packing are built once, when the file is opened, as
-// pure functions of (file, end-of-text token, data.seq_len); a row's content is then a pure
-// function of its index, and a batch's length of the indices the loader puts in it.
-//
+// Documents of a token file (data.documents), each a row of its own, padded or packed (data.pack).
+// Invariant: index and packing are pure functions of (file, end-of-text token, data.seq_len),
+// built once at open; a row's content is a pure function of its index.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/data/dataset.h"
+
 // Note [Documents as rows]
 // The separator (data.eot_token; GPT-2's <|endoftext|> 50256, and 256 in the bytes tokenizer of
 // scripts/prepare_tokens.py, which writes it before every file as llm.c does) cuts the stream.
@@ -40,14 +46,6 @@
 // row, documents keep file order. It leaves little padding (the tail of each row) and makes rows
 // a pure function of the lengths; the loader shuffles the rows per epoch, so an epoch is every
 // document once in a new order, though always with the same neighbours.
-#pragma once
-
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "trainer/data/dataset.h"
 
 namespace ferry {
 
