@@ -186,7 +186,7 @@ struct Config {
 
 // Reads the YAML file at `path`, applies `overrides` ("key=value", in order, later wins),
 // validates and resolves derived defaults. run.dir defaults to "runs/<stem of path>".
-// Throws ConfigError (see Note [Config error messages]).
+// Throws ConfigError (Note [Config error messages] in docs/config.md).
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // As load_config, from YAML text. `source_name` names the text in messages ("FILE:LINE") and

@@ -1,6 +1,6 @@
 // Internal: strict reading of one YAML value as a config type (bool, integer, real, size,
 // string, lists) with ranges. Invariant: a reader returns a value inside its range or throws
-// ValueError with a message of the forms in Note [Config error messages] (config.h).
+// ValueError with a message of the forms in Note [Config error messages] (docs/config.md).
 #pragma once
 
 #include <cstdint>

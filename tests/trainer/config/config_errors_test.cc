@@ -1,5 +1,5 @@
-// The documented config error messages (Note [Config error messages] in config.h), exactly:
-// the README quotes them and users grep for them.
+// The documented config error messages (Note [Config error messages] in docs/config.md, written
+// from trainer/config/reference_notes.md), exactly: users grep for them.
 #include <functional>
 
 #include <gtest/gtest.h>
