@@ -48,31 +48,8 @@ void launch_kernel(void (*kernel)(Params...), unsigned int blocks, unsigned int 
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-#if defined(__CUDACC__)
-
-// The sum of every thread's `value` over the block (blockDim.x a power of two, at most
-// kMaxReduceThreads), returned to every thread. A fixed tree in shared memory: thread t adds
-// t + half at each level, so the order depends on blockDim only.
-constexpr int kMaxReduceThreads = 1024;
-
-template <typename T>
-__device__ T block_sum(T value) {
-  __shared__ T partial[kMaxReduceThreads];
-  __shared__ T total;
-  const unsigned int t = threadIdx.x;
-  partial[t] = value;
-  __syncthreads();
-  for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (t < half) partial[t] += partial[t + half];
-    __syncthreads();
-  }
-  if (t == 0) total = partial[0];
-  __syncthreads();
-  const T result = total;
-  __syncthreads();  // the shared buffers may be reused by the next call
-  return result;
-}
-
-#endif  // __CUDACC__
-
 }  // namespace ferry::cuda
+
+#if defined(__CUDACC__)
+#include "device/cuda/block_sum.cuh"
+#endif

@@ -1,7 +1,8 @@
 // Host emulation of device/cuda/launch.cuh (Note [Host emulation of the CUDA kernels]): the
 // CUDA keywords and built-ins the kernels use, a launch that runs each block's threads as host
-// threads meeting at a barrier for __syncthreads, and the same fixed-order block_sum. Found
-// before the real header only on the emulated parity test's include path.
+// threads meeting at a barrier for __syncthreads; the fixed-order block_sum is the real one
+// (device/cuda/block_sum.cuh). Found before the real header only on the emulated parity test's
+// include path.
 #pragma once
 
 #include <cuda_runtime_api.h>  // types only (cudaStream_t); nothing here calls the runtime
@@ -106,25 +107,7 @@ void launch_kernel(void (*kernel)(Params...), unsigned int blocks, unsigned int 
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-constexpr int kMaxReduceThreads = 1024;
-
-// As the real block_sum: a fixed tree over the block's threads.
-template <typename T>
-T block_sum(T value) {
-  __shared__ T partial[kMaxReduceThreads];
-  __shared__ T total;
-  const unsigned int t = threadIdx.x;
-  partial[t] = value;
-  __syncthreads();
-  for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (t < half) partial[t] += partial[t + half];
-    __syncthreads();
-  }
-  if (t == 0) total = partial[0];
-  __syncthreads();
-  const T result = total;
-  __syncthreads();
-  return result;
-}
-
 }  // namespace ferry::cuda
+
+// The real block_sum, compiled here with the keywords above.
+#include "device/cuda/block_sum.cuh"
