@@ -125,6 +125,7 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     o.vocab = spec.classes;
     o.eot = spec.eot;
     o.pack = spec.pack;
+    o.scan_vocab = true;
     return load_document_dataset(o);
   }
   if (spec.source == "tokens") {
@@ -134,6 +135,7 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     o.vocab = spec.classes;
     o.random = spec.augment;
     o.seed = spec.seed;
+    o.scan_vocab = true;
     return load_token_dataset(o);
   }
   const std::string near =

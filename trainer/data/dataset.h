@@ -153,11 +153,15 @@ struct TokenDatasetOptions {
   int64_t vocab = 0;    // every token read must be below it (>= 1)
   bool random = true;   // training: random windows; false: consecutive windows
   uint64_t seed = 0;    // random windows: a function of (seed, epoch, index)
+  // Every token checked against vocab once, when the file opens (TokenFile::check_vocab);
+  // open_dataset sets it, so a run refuses a bad file before training.
+  bool scan_vocab = false;
 };
 
 // Opens a token source (Note [Token windows]). DataError naming the file for the TokenFile
 // errors and for a file of fewer than seq_len + 1 tokens; ConfigError for seq_len or vocab
-// < 1. A token >= vocab is a DataError naming the file and its position when it is read.
+// < 1. A token >= vocab is a DataError naming the file and its position when it is read, or
+// when the file opens with scan_vocab.
 std::unique_ptr<Dataset> load_token_dataset(const TokenDatasetOptions& options);
 
 // The first token of sample `index`'s window in `epoch` (Note [Token windows]) for a file of
@@ -190,6 +194,7 @@ struct DatasetSpec {
 };
 
 // Opens the dataset `spec` describes. ConfigError for an unknown source (naming the nearest).
+// A token source checks every token against the vocabulary here, before any training.
 std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec);
 
 }  // namespace ferry

@@ -20,7 +20,7 @@ DocumentIndex index_documents(const TokenFile& file, int64_t eot, int64_t seq_le
   FERRY_ASSERT(seq_len >= 1, "documents need seq_len >= 1");
   DocumentIndex index;
   std::vector<int64_t> ends;
-  if (eot >= 0 && eot <= UINT16_MAX) ends = file.positions_of(static_cast<uint16_t>(eot));
+  if (eot >= 0 && eot <= UINT32_MAX) ends = file.positions_of(static_cast<uint32_t>(eot));
   if (ends.empty()) {
     throw DataError(fmt::format("token file '{}': holds no end-of-text token {} (data.eot_token) "
                                 "among its {} tokens: nothing separates its documents",
@@ -114,6 +114,7 @@ class DocumentDataset : public Dataset {
  public:
   DocumentDataset(TokenFile file, const DocumentOptions& o)
       : file_(std::move(file)), o_(o), index_(index_documents(file_, o.eot, o.seq_len)) {
+    if (o_.scan_vocab) file_.check_vocab(o_.vocab);
     if (o_.pack) packed_ = pack_documents(index_.length, o_.seq_len);
     file_.advise(/*random=*/true);
   }

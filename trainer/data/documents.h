@@ -87,11 +87,13 @@ struct DocumentOptions {
   int64_t vocab = 0;    // every token read must be below it
   int64_t eot = 0;      // the separator, in [0, vocab)
   bool pack = false;    // rows of packed documents; false: one document per row
+  // Every token checked when the file opens (as TokenDatasetOptions::scan_vocab).
+  bool scan_vocab = false;
 };
 
 // Opens a token file as documents (Note [Documents as rows]): one sample per document, or per
 // packed row. DataError as index_documents and the TokenFile; a token >= vocab is a DataError
-// naming the file and position when its row is read.
+// naming the file and position when its row is read, or when the file opens with scan_vocab.
 std::unique_ptr<Dataset> load_document_dataset(const DocumentOptions& options);
 
 }  // namespace ferry

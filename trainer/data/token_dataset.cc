@@ -19,6 +19,7 @@ class TokenDataset : public Dataset {
  public:
   TokenDataset(TokenFile file, const TokenDatasetOptions& o)
       : file_(std::move(file)), o_(o), windows_((file_.size() - 1) / o.seq_len) {
+    if (o_.scan_vocab) file_.check_vocab(o_.vocab);
     file_.advise(o.random);
   }
 

@@ -52,6 +52,19 @@ inline std::string llmc_file(const std::vector<uint16_t>& tokens, int32_t count 
   return out + u16_tokens(tokens);
 }
 
+// llm.c's uint32 token file layout (its "llama-3" format): magic 20240801, version 7, count,
+// 253 zeros, then the tokens as little-endian uint32.
+inline std::string llmc32_file(const std::vector<uint32_t>& tokens, int32_t count = -1,
+                               int32_t version = kLlmcTokens32Version) {
+  std::string out;
+  put_le32(out, kLlmcTokens32Magic);
+  put_le32(out, version);
+  put_le32(out, count >= 0 ? count : static_cast<int32_t>(tokens.size()));
+  out.resize(kLlmcHeaderBytes, '\0');
+  for (uint32_t t : tokens) put_le32(out, static_cast<int32_t>(t));
+  return out;
+}
+
 // The message of the exception E that `f` throws, or "" (test failure) when none.
 template <typename E, typename F>
 std::string error_of(F f) {
