@@ -5,7 +5,8 @@ A small BPE trained in the test gives, through the script and ferry's loader (to
 ids that `tokenizers` gives each document, each led by the end-of-text token the tokenizer's
 files name; a word-level tokenizer of 70,001 ids makes a uint32 file (llm.c's magic 20240801)
 holding ids above 65,535; a tokenizer without an end-of-text token is one error line and exit 2
-unless --eot-id is given; and the trainer refuses a file with a token at or above model.vocab
+unless --eot-id is given; data.documents trains on the uint32 file split at its end-of-text
+id 70000; and the trainer refuses a file with a token at or above model.vocab
 before training: exit 2, one error line naming the file, the first bad position, the token and
 the vocabulary. Exit 77 (skip) without the tokenizers package.
 """
@@ -197,7 +198,20 @@ def wide_round_trip(args, texts):
     check(ids == expected, "uint32: ids differ from tokenizers'")
     check(count == len(dump(args.dump, os.path.join(out, "train.bin"))[1]), "header count")
     print("ok: uint32 file, %d ids equal tokenizers' (largest %d)" % (len(ids), max(ids)))
-    return folder, inputs
+    return folder, inputs, out
+
+
+def trainer_trains_documents(args, out):
+    """data.documents over the uint32 file, split at its end-of-text id 70000: a step trains."""
+    r = run([args.trainer, "train", os.path.join(args.source, "configs", "gpt_text.yaml"),
+             "data.path=" + os.path.join(out, "train.bin"), "data.val_path=", "run.steps=1",
+             "run.overwrite=true", "memory.measure=false", "data.batch_size=2", "data.seq_len=16",
+             "model.layers=1", "model.width=32", "model.heads=2", "model.context=16",
+             "model.vocab=70001", "data.documents=true", "data.eot_token=70000",
+             "run.dir=" + os.path.join(args.dir, "run_documents")])
+    check("documents split at token 70000" in r.stdout, r.stdout)
+    check(any(line.startswith("step 1/1") for line in r.stdout.splitlines()), r.stdout)
+    print("ok: data.documents on the uint32 file, split at 70000: a step trained")
 
 
 def trainer_refuses_bad_ids(args, folder, inputs):
@@ -243,7 +257,8 @@ def main():
     shutil.rmtree(args.dir, ignore_errors=True)
     texts = documents(os.path.join(args.dir, "docs"))
     bpe_round_trip(args, texts)
-    folder, inputs = wide_round_trip(args, texts)
+    folder, inputs, out = wide_round_trip(args, texts)
+    trainer_trains_documents(args, out)
     trainer_refuses_bad_ids(args, folder, inputs)
 
 

@@ -245,9 +245,10 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(data, len_bucket), at_least(1),
               "data.documents: a padded batch's length is rounded up to a multiple of this "
               "(at most data.seq_len): fewer lengths, fewer plans."),
-      integer(FERRY_CONFIG_KEY(data, eot_token), closed(-1, 65535),
+      integer(FERRY_CONFIG_KEY(data, eot_token), closed(-1, 2147483647),
               "data.documents: the end-of-text token separating documents; -1 = model.vocab - 1 "
-              "(GPT-2's 50256, scripts/prepare_tokens.py's bytes separator 256)."),
+              "(GPT-2's 50256, scripts/prepare_tokens.py's bytes separator 256; for a Hugging "
+              "Face tokenizer the script prints the value to set)."),
       // optim
       choice(FERRY_CONFIG_KEY(optim, name), "Optimizer."),
       real(FERRY_CONFIG_KEY(optim, lr), above(0), "Base learning rate (after warm-up)."),

@@ -205,8 +205,11 @@ TEST(Documents, BadKeysAreOneErrorNamingTheKeyAndExit2) {
                     "data.documents: needs data.source tokens, got synthetic");
   expect_user_error(run(base + " data.eot_token=300"),
                     "data.eot_token: must be below model.vocab (257), got 300");
+  // Ids past 65,535 are a uint32 token file's (Llama 3's end-of-text is 128001).
   expect_user_error(run(base + " data.eot_token=70000"),
-                    "data.eot_token: must be in [-1, 65535], got 70000");
+                    "data.eot_token: must be below model.vocab (257), got 70000");
+  expect_user_error(run(base + " data.eot_token=3000000000"),
+                    "data.eot_token: must be in [-1, 2147483647], got 3000000000");
   // A separator the file never holds (a file tokenised without separators).
   expect_user_error(run(base + " data.eot_token=5"), "holds no end-of-text token 5");
 }
