@@ -308,6 +308,9 @@ def main():
     p.add_argument("--split", choices=("file", "paragraph"), default="file",
                    help="what a document is, each led by the separator: a file (default), or "
                         "a paragraph (text between blank lines)")
+    p.add_argument("--progress-every", type=float, default=3.0, metavar="SECONDS",
+                   help="a progress line on stderr at most this often (default 3; short inputs "
+                        "finish before the first)")
     p.add_argument("--no-separator", action="store_true",
                    help="bytes: no separator token before each file (vocabulary 256); "
                         "data.documents then has no documents to split")
@@ -337,7 +340,7 @@ def main():
     files = 0
     documents = 0
     paths = input_files(args.inputs)
-    progress = Progress(total_bytes(paths))
+    progress = Progress(total_bytes(paths), args.progress_every)
     done = 0
     pending = []  # Hugging Face: texts encoded a batch at a time
     pending_bytes = 0
@@ -366,8 +369,7 @@ def main():
                     tokens.append(BYTES_SEPARATOR)
                 tokens.extend(doc)
         done += len(data)
-        if not pending:
-            progress.update(done, len(tokens))
+        progress.update(done, len(tokens))  # tokens of documents still pending not counted yet
     if pending:
         flush()
     progress.update(done, len(tokens), final=True)

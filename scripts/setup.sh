@@ -77,7 +77,8 @@ if [[ "$mode" != "--quickstart" ]] && ! /usr/bin/python3 -c "import safetensors"
     echo "setup: warning: safetensors could not be installed; its interop test will skip"
 fi
 
-# Hugging Face transformers (not in Debian) is the GPT-2 reference. Pinned to the last releases
+# Hugging Face transformers (not in Debian) is the GPT-2 reference, and tokenizers reads the
+# tokenizer.json of scripts/prepare_tokens.py --tokenizer PATH. Pinned to the last releases
 # that run on Debian's torch 1.13; their Python dependencies come from Debian (above).
 hf_wheels=(transformers==4.46.3 tokenizers==0.20.3 huggingface_hub==0.26.2)
 if [[ "$mode" != "--quickstart" ]] &&
@@ -87,7 +88,8 @@ if [[ "$mode" != "--quickstart" ]] &&
   /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "${hf_wheels[@]}" &&
     hf_installed=1
   if ((!hf_installed)); then
-    echo "setup: warning: transformers could not be installed; the GPT-2 parity tests will skip"
+    echo "setup: warning: transformers could not be installed; the GPT-2 parity tests and" \
+      "prepare_tokens_test will skip"
   fi
   missing+=(transformers)  # reconfigure: the parity tests register by what python3 imports
 fi

@@ -12,6 +12,7 @@ the vocabulary. Exit 77 (skip) without the tokenizers package.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -129,9 +130,13 @@ def bpe_round_trip(args, texts):
         print("ok: BPE (%d ids), eot %d from the %s: %d ids equal tokenizers'" %
               (vocab, eot, source, len(ids)))
 
-    # --split paragraph: each paragraph of b.txt is a document of its own.
+    # --split paragraph: each paragraph of b.txt is a document of its own; progress after each
+    # file, the last at 100%.
     out = os.path.join(args.dir, "bpe_out_paragraph")
-    prepare(args.source, folder, inputs, out, ["--split", "paragraph"])
+    r = prepare(args.source, folder, inputs, out, ["--split", "paragraph", "--progress-every", "0"])
+    lines = r.stderr.splitlines()
+    check(len(lines) >= 2 and all(line.startswith("tokenised ") for line in lines) and
+          lines[-1].startswith("tokenised 100% ("), "progress lines: %r" % r.stderr)
     _, ids = read_back(args.dump, out)
     sys.path.insert(0, os.path.join(args.source, "scripts"))
     import prepare_tokens
@@ -249,9 +254,7 @@ def main():
     p.add_argument("--trainer", required=True)
     p.add_argument("--dir", required=True)
     args = p.parse_args()
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("tokenizers") is None:
         print("SKIP: the tokenizers package is not installed (scripts/setup.sh installs it)")
         sys.exit(77)
     shutil.rmtree(args.dir, ignore_errors=True)

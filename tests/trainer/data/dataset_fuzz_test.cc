@@ -1,11 +1,12 @@
 // A deterministic fuzz driver for the dataset file readers (MNIST IDX images and labels,
-// CIFAR-10 batches, llm.c and nanoGPT token files): mutated files (boundary integers in the IDX
-// dimensions, truncation, bit flips, inserted and deleted bytes) must each load a consistent
-// dataset or fail with a DataError, never crash or allocate from a header's claim. Run under ASan
-// and UBSan by the fuzz_asan test.
+// CIFAR-10 batches, llm.c (uint16 and uint32) and nanoGPT token files): mutated files (boundary
+// integers in the IDX dimensions, truncation, bit flips, inserted and deleted bytes) must each load
+// a consistent dataset or fail with a DataError, never crash or allocate from a header's claim. Run
+// under ASan and UBSan by the fuzz_asan test.
 #include <filesystem>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -241,6 +242,51 @@ TEST(DatasetFuzz, MutatedTokenFiles) {
   }
   fuzz::expect_tally(tally, "token fuzz", "loaded", "a DataError",
                      {.cases = 600, .rejected_above = 100, .accepted_above = 100});
+}
+
+// llm.c's uint32 files (ids up to 70,000), mutated, through open_dataset (which scans every
+// token against the vocabulary at open): a file that opens never fails a read afterwards, and
+// every token it hands out is below the vocabulary.
+TEST(DatasetFuzz, MutatedUint32TokenFilesScannedAtOpen) {
+  TempDir dir;
+  const std::string file = dir.file("train.bin");
+  const fuzz::IntegerFields header{{0, 4, 8}, 4, false};
+  Tally tally;
+  Rng rng(78);
+  for (int i = 0; i < 400; ++i) {
+    std::vector<uint32_t> tokens(3 + rng.below(40));
+    for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = (k * 7919 + 11) % 70000;
+    std::string bytes = fuzz::mutate_bytes(testing::llmc32_file(tokens), rng, header);
+    if (rng.one_in(3)) bytes = fuzz::mutate_bytes(bytes, rng, header);
+    write(file, bytes);
+    DatasetSpec spec;
+    spec.source = "tokens";
+    spec.path = file;
+    spec.seq_len = 1 + static_cast<int64_t>(rng.below(8));
+    spec.classes = rng.one_in(2) ? 65536 : 70000;
+    spec.augment = rng.one_in(2);
+    spec.seed = rng.below(1000);
+    fuzz::run_case<DataError>("uint32 tokens", i, bytes, tally, [&](const std::string&) {
+      const auto ds = open_dataset(spec);
+      ASSERT_GT(ds->size(), 0);
+      const int64_t t = spec.seq_len;
+      std::vector<int32_t> in(static_cast<size_t>(t)), labels(static_cast<size_t>(t));
+      for (int64_t k = 0; k < ds->size(); ++k) {
+        try {
+          ds->read(k, 1, in.data(), labels.data());
+        } catch (const DataError& e) {
+          FAIL() << "a read failed after the scan passed: " << e.what();
+        }
+        for (int64_t j = 0; j < t; ++j) {
+          ASSERT_GE(in[j], 0);
+          ASSERT_LT(in[j], spec.classes);
+          ASSERT_LT(labels[j], spec.classes);
+        }
+      }
+    });
+  }
+  fuzz::expect_tally(tally, "uint32 token fuzz", "loaded", "a DataError",
+                     {.cases = 400, .rejected_above = 100, .accepted_above = 50});
 }
 
 // Token counts that disagree with the file (up to INT32_MAX and negative) are refused from the
