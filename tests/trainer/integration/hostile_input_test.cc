@@ -116,6 +116,59 @@ TEST(HostileInput, TokenFilesAndTransformerSizesAreCheckedBeforeTraining) {
                     "reads tokens, but data.source is synthetic");
 }
 
+// A token at or above model.vocab (issue 29), in llm.c's uint32 files: train and eval refuse the
+// file before the first step, one error line naming the file, the first bad position, the token,
+// the vocabulary and the file's largest token, and exit 2.
+TEST(HostileInput, ATokenOutsideTheVocabularyIsRefusedBeforeTheFirstStep) {
+  const std::string dir = scratch("hostile_vocab");
+  const auto file = [&](const std::string& name, int32_t magic, int32_t version,
+                        const std::vector<uint32_t>& body, int width) {
+    const std::string path = dir + "/" + name;
+    std::vector<int32_t> header(256, 0);
+    header[0] = magic;
+    header[1] = version;
+    header[2] = static_cast<int32_t>(body.size());
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    for (uint32_t t : body) out.write(reinterpret_cast<const char*>(&t), width);  // little-endian
+    return path;
+  };
+  std::vector<uint32_t> body(4096);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint32_t>(i % 300);
+  body[1000] = 70000;
+  body[3000] = 80000;
+  const std::string train = file("train.bin", 20240801, 7, body, 4);
+  const std::string base = trainer() + " train " + std::string(FERRY_SOURCE_DIR) +
+                           "/configs/gpt_text.yaml run.steps=1 run.dir=" + dir +
+                           "/run run.overwrite=true memory.measure=false data.val_path= "
+                           "data.batch_size=2 model.layers=1 model.width=32 model.heads=2 "
+                           "model.context=16 data.path=" +
+                           train;
+  const auto one_error = [](const Exit& e, const std::string& line) {
+    expect_user_error(e, line);
+    EXPECT_EQ(e.output.find("error: "), e.output.rfind("error: ")) << "one error:\n" << e.output;
+    EXPECT_NE(("\n" + e.output).find("\n" + line + "\n"), std::string::npos) << e.output;
+  };
+  one_error(run(base + " model.vocab=70000"),
+            "error: token file '" + train +
+                "': token 70000 at position 1000 is outside the vocabulary of 70000 "
+                "(model.vocab); the file's largest token is 80000");
+  const Exit ok = run(base + " model.vocab=80001");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  // Evaluation reads data.val_path: a file whose sixth token is 80001.
+  std::vector<uint32_t> val(64, 7);
+  val[5] = 80001;
+  const std::string val_path = file("val.bin", 20240801, 7, val, 4);
+  one_error(run(trainer() + " eval " + std::string(FERRY_SOURCE_DIR) +
+                "/configs/gpt_text.yaml run.dir=" + dir +
+                "/run memory.measure=false data.batch_size=2 model.layers=1 model.width=32 "
+                "model.heads=2 model.context=16 model.vocab=80001 data.path=" +
+                train + " data.val_path=" + val_path),
+            "error: token file '" + val_path +
+                "': token 80001 at position 5 is outside the vocabulary of 80001 (model.vocab); "
+                "the file's largest token is 80001");
+}
+
 TEST(HostileInput, AConfigThatIsNotAConfigFileIsRefusedWithoutReadingItAll) {
   const Exit e = run(trainer() + " config /dev/zero");
   expect_user_error(e, "config file '/dev/zero' is larger than 1 MiB");
