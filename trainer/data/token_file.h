@@ -1,9 +1,6 @@
-// Token files for language-model training, mapped read-only: llm.c's formats (a header of 256
-// little-endian int32 - magic, version, token count - then the tokens: 20240520/1 for uint16,
-// 20240801/7 for uint32) and nanoGPT's headerless uint16 train.bin, told apart by the magic.
-// Invariant: the token count is checked against the file's real size when it is opened, so no
-// read leaves the mapping; a token's range (< vocab) is checked when it is read, or for the
-// whole file at once by check_vocab (one vectorized pass over the mapping).
+// Token files for language-model training, mapped read-only: llm.c's uint16 and uint32 formats
+// and nanoGPT's headerless uint16 train.bin (docs/data.md, "Token files"). Invariant: the count is
+// checked against the file's size at open, so no read leaves the mapping.
 #pragma once
 
 #include <cstdint>
