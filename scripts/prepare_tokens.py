@@ -11,6 +11,8 @@ format: a header of 256 little-endian int32 (magic, version, token count, zeros)
 the tokens, little-endian: uint16 (magic 20240520, version 1), or uint32 (magic 20240801,
 version 7, llm.c's "llama-3" layout) when the vocabulary holds an id of 65,536 or above (Llama
 3, Qwen). ferry also reads nanoGPT's headerless uint16 train.bin. docs/data.md has the layout.
+OUT/tokens.json records what wrote them: the tokenizer (a Hugging Face one's tokenizer.json
+path), vocabulary, end-of-text id, token width and token counts.
 
 Tokenizers (--tokenizer):
   PATH   a Hugging Face tokenizer.json, or the model folder holding it, through the
@@ -281,6 +283,16 @@ def write_tokens(path, tokens):
         usage_error("cannot write %s: %s; give another --out" % (path, e.strerror or e))
 
 
+def write_meta(path, meta):
+    """OUT/tokens.json: what wrote train.bin and val.bin (rewritten with them, never stale)."""
+    try:
+        with open(path, "w") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+    except OSError as e:
+        usage_error("cannot write %s: %s; give another --out" % (path, e.strerror or e))
+
+
 def total_bytes(files):
     """The inputs' size, for the progress line (files that cannot be sized count 0)."""
     total = 0
@@ -382,6 +394,18 @@ def main():
     val_path = os.path.join(args.out, "val.bin")
     write_tokens(train_path, tokens[: len(tokens) - val])
     write_tokens(val_path, tokens[len(tokens) - val:])
+
+    if tokenizer is not None:
+        meta = {"tokenizer": "huggingface", "tokenizer_path": os.path.abspath(tokenizer.path),
+                "vocab": tokenizer.vocab, "eot_token": tokenizer.eot}
+    elif encoding is not None:
+        meta = {"tokenizer": "gpt2", "vocab": GPT2_VOCAB, "eot_token": GPT2_EOT}
+    else:
+        meta = {"tokenizer": "bytes", "vocab": 256 if args.no_separator else 257,
+                "eot_token": None if args.no_separator else BYTES_SEPARATOR}
+    meta.update({"token_bytes": tokens.itemsize, "documents": args.split,
+                 "train_tokens": len(tokens) - val, "val_tokens": val})
+    write_meta(os.path.join(args.out, "tokens.json"), meta)
 
     if tokenizer is not None:
         print("tokenizer %s (Hugging Face; end-of-text %d, the %s, before each %s): set "

@@ -201,6 +201,12 @@ def wide_round_trip(args, texts):
             expected.extend(tok.encode(f.read(), add_special_tokens=False).ids)
     check(expected[1:4] == [65535, 65536, 69999], "reference ids %s" % expected[1:4])
     check(ids == expected, "uint32: ids differ from tokenizers'")
+    with open(os.path.join(out, "tokens.json")) as f:
+        meta = json.load(f)
+    expected_meta = {"tokenizer": "huggingface", "tokenizer_path": os.path.abspath(path),
+                     "vocab": 70001, "eot_token": 70000, "token_bytes": 4, "documents": "file",
+                     "train_tokens": count, "val_tokens": len(ids) - count}
+    check(meta == expected_meta, "tokens.json %s, expected %s" % (meta, expected_meta))
     check(count == len(dump(args.dump, os.path.join(out, "train.bin"))[1]), "header count")
     print("ok: uint32 file, %d ids equal tokenizers' (largest %d)" % (len(ids), max(ids)))
     return folder, inputs, out
