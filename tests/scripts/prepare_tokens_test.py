@@ -180,6 +180,15 @@ def wide_round_trip(args, texts):
           "(0 to 69999)", "--eot-id 70000: %r" % r.stderr)
     print("ok: no end-of-text token: one error line, exit 2")
 
+    # eos_token_id of config.json (a list, as Llama 3's generation_config.json has) when no
+    # tokenizer_config.json names one.
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"eos_token_id": [69999, 5]}, f)
+    r = prepare(args.source, folder, inputs, os.path.join(args.dir, "wide_config"))
+    check("end-of-text 69999, the eos_token_id of config.json" in r.stdout, r.stdout)
+    os.remove(os.path.join(folder, "config.json"))
+    print("ok: end-of-text from config.json's eos_token_id")
+
     # The end-of-text as an added special token, id 70000: vocabulary 70,001, uint32 tokens.
     tok.add_special_tokens(["<|end_of_text|>"])
     tok.save(path)
@@ -210,6 +219,41 @@ def wide_round_trip(args, texts):
     check(count == len(dump(args.dump, os.path.join(out, "train.bin"))[1]), "header count")
     print("ok: uint32 file, %d ids equal tokenizers' (largest %d)" % (len(ids), max(ids)))
     return folder, inputs, out
+
+
+def mistakes_are_one_line(args):
+    """Inputs a user gets wrong: one "error:" line on stderr, exit 2, nothing written."""
+    inputs = os.path.join(args.dir, "docs", "*.txt")
+    empty = os.path.join(args.dir, "empty_folder")
+    os.makedirs(empty, exist_ok=True)
+    corrupt = os.path.join(args.dir, "corrupt.json")
+    with open(corrupt, "w") as f:
+        f.write('{"model": 3}')
+    unknown_eos = os.path.join(args.dir, "unknown_eos")
+    os.makedirs(unknown_eos, exist_ok=True)
+    shutil.copy(os.path.join(args.dir, "bpe", "tokenizer.json"), unknown_eos)
+    with open(os.path.join(unknown_eos, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|im_end|>"}, f)
+    cases = [
+        (empty, [], "error: --tokenizer %s: the folder holds no tokenizer.json" % empty),
+        (os.path.join(args.dir, "missing"), [],
+         "error: --tokenizer %s: no such file or folder" % os.path.join(args.dir, "missing")),
+        (corrupt, [], "error: --tokenizer %s: tokenizers cannot read it: " % corrupt),
+        (unknown_eos, [], "error: --tokenizer %s: tokenizer_config.json's eos_token "
+         "'<|im_end|>' is not in tokenizer.json; give --eot-id" %
+         os.path.join(unknown_eos, "tokenizer.json")),
+        ("bytes", ["--eot-id", "3"], "error: --eot-id is for a Hugging Face tokenizer"),
+        (unknown_eos, ["--no-separator"], "error: --no-separator is for --tokenizer bytes"),
+    ]
+    for tokenizer, extra, start in cases:
+        out = os.path.join(args.dir, "mistake")
+        r = prepare(args.source, tokenizer, inputs, out, extra, expect=2)
+        lines = r.stderr.splitlines()
+        check(len(lines) == 1 and lines[0].startswith(start),
+              "%s %s: stderr %r, expected one line starting %r" % (tokenizer, extra, r.stderr,
+                                                                   start))
+        check(not os.path.exists(os.path.join(out, "train.bin")), "train.bin written")
+    print("ok: %d mistakes, one error line each, exit 2" % len(cases))
 
 
 def trainer_trains_documents(args, out):
@@ -266,6 +310,7 @@ def main():
     shutil.rmtree(args.dir, ignore_errors=True)
     texts = documents(os.path.join(args.dir, "docs"))
     bpe_round_trip(args, texts)
+    mistakes_are_one_line(args)
     folder, inputs, out = wide_round_trip(args, texts)
     trainer_trains_documents(args, out)
     trainer_refuses_bad_ids(args, folder, inputs)
