@@ -137,6 +137,8 @@ void expect_equal_to_one_large_batch(const std::string& name,
   EXPECT_EQ(sa["gradient_reductions"].get<int64_t>(), kSteps);
   EXPECT_EQ(sa["allreduce_calls"].get<int64_t>(), sb["allreduce_calls"].get<int64_t>());
   EXPECT_EQ(sa["effective_batch"].get<int64_t>(), 32 * ranks);
+  // The accumulation block is planned: the measured peak is the planned one.
+  EXPECT_EQ(sa["device_peak_bytes"].get<uint64_t>(), sa["planned_peak_bytes"].get<uint64_t>());
   if (ranks > 1) {
     // Overlapped with the last micro-batch's backward: buckets launched before finish().
     EXPECT_GT(sa["overlapped_buckets"].get<int64_t>(), 0);
