@@ -1,7 +1,8 @@
 // optim.accumulate (issue 30): 4 micro-batches of 8 equal one step of 32 for models without
 // batch norm (LeNet-5 and a tiny GPT) within float reassociation, on one rank and on two; one
 // gradient reduction per update (counted by the buckets); one metrics.jsonl line per update;
-// a resumed run continues with the same losses; 0 and -1 are refused with exit 2.
+// a resumed run continues with the same losses; vdnn-all in poison mode is bitwise like none;
+// 0 and -1 are refused with exit 2.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -183,6 +184,20 @@ TEST(Accumulate, ResumingMidRunContinuesWithTheSameLosses) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i], a[i]) << "update " << i + 1;
   expect_same_parameters(split + "/ckpt/step_6.safetensors", straight + "/ckpt/step_6.safetensors",
                          0.0);
+}
+
+// The accumulation block is persistent, outside the arena the policies reuse: moving every
+// activation (poisoned once released) trains bit for bit like keeping them.
+TEST(Accumulate, VdnnAllInPoisonModeIsBitwiseLikeNone) {
+  const std::string none = scratch("acc_policy_none");
+  Exit e = run(trainer() + lenet_args(none) + " data.batch_size=8 optim.accumulate=4");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string all = scratch("acc_policy_vdnn_all");
+  e = run(trainer() + lenet_args(all) +
+          " data.batch_size=8 optim.accumulate=4 memory.policy=vdnn-all memory.debug_poison=true");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_EQ(losses(all), losses(none));
+  expect_same_parameters(ckpt(all), ckpt(none), 0.0);
 }
 
 TEST(Accumulate, ZeroOrNegativeIsRefusedWithExit2) {
