@@ -2,9 +2,11 @@
 # Gradient accumulation's step time on the CPU backend (issue 30; printed, never asserted; see
 # docs/benchmarks.md): one update of optim.accumulate 4 x data.batch_size 8 against one step of
 # batch 32, LeNet-5 (configs/quickstart.yaml) and a tiny GPT (configs/gpt_text.yaml at 2 layers,
-# width 64, context 32), one rank. Each arm's step is summary.json's measured_step_s (the mean
-# after the first logging interval); the arms alternate, REPS times each, and the load average
-# is printed beside each run.
+# width 64, context 32), one rank. Each run's step is the median over its logging intervals
+# (after the first) of 32 samples / the interval's samples_per_s from metrics.jsonl: on a shared
+# machine the median resists the intervals another process took the cores in, which the mean
+# (summary.json's measured_step_s) does not. The arms alternate, REPS times each, and the load
+# average is printed beside each run.
 # Usage: scripts/bench_accumulate.sh [REPS] [STEPS] [THREADS]   (defaults 3, 40, 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ open(sys.argv[1], "wb").write(b"".join(struct.pack("<H", r.randrange(256)) for _
 PY
 fi
 
-common="run.steps=$steps run.log_every=10 memory.measure=false checkpoint.every=0 \
+common="run.steps=$steps run.log_every=5 memory.measure=false checkpoint.every=0 \
 device.threads=$threads optim.schedule=constant optim.warmup_steps=0"
 lenet="configs/quickstart.yaml data.samples=8192"
 gpt="configs/gpt_text.yaml data.path=$tokens data.val_path= model.context=32 model.layers=2 \
@@ -37,8 +39,12 @@ arm() {
   "$trainer" train $2 $common run.dir="$dir" data.batch_size="$3" optim.accumulate="$4" \
     > "$dir.log" 2>&1
   local step
-  step=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['measured_step_s'])" \
-    "$dir/summary.json")
+  step=$(/usr/bin/python3 - "$dir/metrics.jsonl" <<'PY'
+import json, statistics, sys
+rates = [json.loads(line)["samples_per_s"] for line in open(sys.argv[1])][1:]
+print(statistics.median(32.0 / r for r in rates))
+PY
+)
   printf '%-14s rep %d  step %.4f s  load %s\n' "$1" "$5" "$step" "$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "$1 $step" >> "$out/steps.txt"
 }
