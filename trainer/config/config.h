@@ -94,6 +94,8 @@ struct OptimConfig {
   double beta1 = 0.9;        // [0, 1), adamw
   double beta2 = 0.999;      // [0, 1), adamw
   double eps = 1e-8;         // > 0, adamw
+  // >= 1: micro-batches of data.batch_size per rank per update (gradient accumulation)
+  int64_t accumulate = 1;
   bool operator==(const OptimConfig&) const = default;
 };
 
