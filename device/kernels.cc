@@ -39,7 +39,9 @@ std::string_view kernel_name(KernelKind kind) {
                                                 "attention_forward",
                                                 "attention_backward",
                                                 "sum_of_squares",
-                                                "clip_by_norm"};
+                                                "clip_by_norm",
+                                                "flash_attention_forward",
+                                                "flash_attention_backward"};
   static_assert(std::size(kNames) == std::variant_size_v<KernelArgs>);
   return kind < std::size(kNames) ? kNames[kind] : "unknown";
 }

@@ -43,6 +43,7 @@ struct ModelConfig {
   int64_t vocab = 0;     // >= 0
   int64_t context = 0;   // >= 0
   double dropout = 0.0;  // [0, 1)
+  AttentionKind attention = AttentionKind::kFused;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -188,6 +188,10 @@ std::vector<KeySpec> build_schema() {
               "Positions (gpt2 models; the longest data.seq_len); 0 = the named model's."),
       real(FERRY_CONFIG_KEY(model, dropout), closed_open(0, 1),
            "gpt2 models: embedding, attention and residual dropout probability."),
+      choice(FERRY_CONFIG_KEY(model, attention),
+             "Token models: the attention core. fused = blockwise (online softmax), saving the "
+             "output and one log-sum-exp per query and recomputing the probabilities in "
+             "backward (O(T) saved per head); naive = the (T, T) probabilities saved per head."),
       // data
       choice(FERRY_CONFIG_KEY(data, source),
              "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches, a folder of "

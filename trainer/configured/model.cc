@@ -12,7 +12,9 @@ namespace ferry {
 
 TransformerSizes transformer_sizes(const Config& config) {
   const ModelConfig& m = config.model;
-  return TransformerSizes{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+  TransformerSizes s{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+  s.fused_attention = m.attention == AttentionKind::kFused;
+  return s;
 }
 
 TransformerSizes resolved_sizes(const Config& config) {

@@ -144,6 +144,7 @@ TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& o
     throw ConfigError(fmt::format("model.dropout must be in [0, 1), got {}", overrides.dropout));
   }
   s.dropout = overrides.dropout;
+  s.fused_attention = overrides.fused_attention;
   if (s.width % s.heads != 0) {
     throw ConfigError(
         fmt::format("model.heads ({}) must divide model.width ({})", s.heads, s.width),
@@ -166,6 +167,7 @@ Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
         "lower data.seq_len or raise model.context");
   }
   GraphBuilder builder(Shape{batch, seq_len}, s.vocab, segments);
+  builder.set_fused_attention(s.fused_attention);
   builder.loss(zoo::build_gpt2(builder, s));
   return builder.finish();
 }
