@@ -477,6 +477,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
         session.update(lr);
       }
       books.finish_step(batch, step, micro);
+      // A traced update records every micro-batch: the trace of each is read before the next.
+      if (traced && !micro.last()) (void)session.metrics();
     }
 
     const bool logging = logs_at(config, step), checkpointing = checkpoints_at(config, step);
