@@ -189,7 +189,7 @@ class StepBookkeeping {
     session_.executor().stage_metrics(static_cast<uint64_t>(step),
                                       micro.last() ? session_.grad_norm_sq() : nullptr);
     labels_ += static_cast<double>(batch.labelled());
-    if (config_.data.documents && batch.labelled() > 0) {
+    if (config_.data.documents) {
       OwnMean& own = own_mean_[static_cast<uint64_t>(step)];
       own.divisors.push_back(host_batch(batch, micro.count).loss_divisor);
       own.labelled += static_cast<double>(batch.labelled());
@@ -214,7 +214,8 @@ class StepBookkeeping {
       // real tokens] in trainer/data/documents.h), of all the update's micro-batches.
       if (auto it = own_mean_.find(m.step); it != own_mean_.end()) {
         OwnMean& own = it->second;
-        m.loss = static_cast<float>(m.loss * (own.divisors[own.next++] / own.labelled));
+        const double divisor = own.divisors[own.next++];
+        if (own.labelled > 0) m.loss = static_cast<float>(m.loss * (divisor / own.labelled));
         if (own.next == own.divisors.size()) own_mean_.erase(it);
       }
       // An update's loss is the sum of its micro-batches' (each divided by their count).
@@ -476,6 +477,8 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
         session.update(lr);
       }
       books.finish_step(batch, step, micro);
+      // A traced update records every micro-batch: the trace of each is read before the next.
+      if (traced && !micro.last()) (void)session.metrics();
     }
 
     const bool logging = logs_at(config, step), checkpointing = checkpoints_at(config, step);

@@ -66,8 +66,9 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
             graph.tensor(graph.logits()).desc.shape[1],
             model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
   log.print("data     {}, {}", data.describe(), batch_text(config, ranks.size));
-  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
+  log.print("memory   weights {}, gradients {}{}, optimizer {}, buffers {}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
+            session.store().accumulation_block() ? " (with the accumulation block)" : "",
             format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
   const OptimizerOptions& opt = session.optimizer().options();
   const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),

@@ -186,6 +186,50 @@ TEST(Accumulate, ResumingMidRunContinuesWithTheSameLosses) {
                          0.0);
 }
 
+// data.documents: an update's logged loss is the mean over the real tokens of all its
+// micro-batches, so before the first update (same weights) it is the large batch's mean, though
+// the micro-batches pad to lengths of their own. (Later updates differ slightly by design: each
+// micro-batch divides by its own real tokens, docs/data_parallel.md.)
+TEST(Accumulate, DocumentsLogTheMeanOverTheUpdatesRealTokens) {
+  const std::string data = scratch("acc_documents_tokens");
+  {
+    std::ofstream out(data + "/train.bin", std::ios::binary);
+    uint32_t x = 99;
+    for (int doc = 0; doc < 300; ++doc) {
+      x = x * 1664525u + 1013904223u;
+      const int length = 3 + static_cast<int>((x >> 16) % 40);
+      for (int i = 0; i <= length; ++i) {
+        x = x * 1664525u + 1013904223u;
+        const uint16_t token = i == length ? 256 : static_cast<uint16_t>((x >> 16) % 256);
+        out.write(reinterpret_cast<const char*>(&token), sizeof(token));
+      }
+    }
+  }
+  const auto args = [&](const std::string& dir) {
+    return gpt_args(dir) + " data.path=" + data +
+           "/train.bin data.documents=true data.len_bucket=8 run.steps=2 checkpoint.every=0";
+  };
+  const std::string big = scratch("acc_documents_b32");
+  Exit e = run(trainer() + args(big) + " data.batch_size=32");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string acc = scratch("acc_documents_b8x4");
+  e = run(trainer() + args(acc) + " data.batch_size=8 optim.accumulate=4");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto lb = losses(big), la = losses(acc);
+  ASSERT_EQ(la.size(), 2u);
+  ASSERT_EQ(lb.size(), 2u);
+  {
+    std::ifstream in(acc + "/metrics.jsonl");
+    std::string line;
+    std::getline(in, line);
+    EXPECT_TRUE(nlohmann::json::parse(line).contains("tokens_per_s"))
+        << "a documents run: " << line;
+  }
+  std::printf("documents, first update: 4 x 8 %.9g, 1 x 32 %.9g\n", la[0], lb[0]);
+  EXPECT_NEAR(la[0], lb[0], kLossRel * lb[0]);
+  EXPECT_NEAR(la[1], lb[1], 1e-3 * lb[1]);
+}
+
 // The accumulation block is persistent, outside the arena the policies reuse: moving every
 // activation (poisoned once released) trains bit for bit like keeping them.
 TEST(Accumulate, VdnnAllInPoisonModeIsBitwiseLikeNone) {

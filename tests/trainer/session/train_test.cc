@@ -134,6 +134,32 @@ TEST(Train, AccumulatedUpdatesMakeNoHostWaitAndLogPerUpdate) {
   EXPECT_NEAR(each.first_loss, std::log(10.0), 0.2);
 }
 
+// Compute spans ("fwd ...", "bwd ...") in a run's trace of rank 0.
+size_t compute_spans(const std::string& dir) {
+  std::ifstream in(dir + "/trace_rank0.json");
+  const auto trace = nlohmann::json::parse(in);
+  const auto& events = trace.is_object() ? trace["traceEvents"] : trace;
+  size_t n = 0;
+  for (const auto& e : events) {
+    const std::string name = e.value("name", "");
+    if (e.value("ph", "") == "X" && (name.rfind("fwd ", 0) == 0 || name.rfind("bwd ", 0) == 0)) ++n;
+  }
+  return n;
+}
+
+// A traced update records each of its micro-batches, not only the last.
+TEST(Train, ATracedUpdateRecordsEveryMicroBatch) {
+  const TempDir one_dir("trace_one"), acc_dir("trace_acc");
+  Config one = lenet(one_dir.str(), "steps: 3, log_every: 3, trace: true, trace_steps: [2, 2]");
+  Config acc = lenet(acc_dir.str(), "steps: 3, log_every: 3, trace: true, trace_steps: [2, 2]");
+  acc.optim.accumulate = 3;
+  train(one, RankInfo{});
+  train(acc, RankInfo{});
+  const size_t spans = compute_spans(one_dir.str());
+  ASSERT_GT(spans, 0u);
+  EXPECT_EQ(compute_spans(acc_dir.str()), 3 * spans);
+}
+
 TEST(Train, ANonFiniteLossNamesItsStepAtTheNextLoggingStep) {
   const TempDir run_dir("nan");
   const std::string dir = run_dir.str();
