@@ -1,8 +1,6 @@
 // bench_cpu_kernel_timing: times the CPU kernels on the shapes of resnet18_cifar / vgg11_cifar at
-// batch 64 and of small GPT-2s (best of several runs after a warm-up); cpu_kernel_timing_torch.py
-// times the same operations in PyTorch for comparison. Usage: bench_cpu_kernel_timing [threads]
-// [reps] [cpu] With "cpu", times are process CPU time rather than wall time: with 1 thread on a
-// busy machine that measures the kernel's own work, unaffected by time slicing.
+// batch 64 and of small GPT-2s, best of several runs after a warm-up, for comparison with PyTorch
+// (Note [CPU kernel timing runs]).
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +14,12 @@
 #include <vector>
 
 #include "device/cpu/cpu_kernels.h"
+
+// Note [CPU kernel timing runs]
+// cpu_kernel_timing_torch.py times the same operations in PyTorch for comparison.
+// Usage: bench_cpu_kernel_timing [threads] [reps] [cpu]
+// With "cpu", times are process CPU time rather than wall time: with 1 thread on a busy machine
+// that measures the kernel's own work, unaffected by time slicing.
 
 namespace ferry {
 namespace {

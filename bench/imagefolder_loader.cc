@@ -1,7 +1,6 @@
 // ferry's imagefolder loader throughput: images/s read, decoded, RandomResizedCrop'ed, flipped
 // and normalised into batches by data.workers threads. Prints one JSON line for
-// bench/imagefolder_vs_torchvision.py (which measures torchvision's DataLoader in the same run).
-//   bench_imagefolder_loader FOLDER [--workers 2] [--crop 224] [--batch 32] [--epochs 2]
+// bench/imagefolder_vs_torchvision.py (Note [Imagefolder loader bench]).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -11,6 +10,10 @@
 #include "common/error.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
+
+// Note [Imagefolder loader bench]
+// bench/imagefolder_vs_torchvision.py measures torchvision's DataLoader in the same run. Usage:
+//   bench_imagefolder_loader FOLDER [--workers 2] [--crop 224] [--batch 32] [--epochs 2]
 
 int main(int argc, char** argv) {
   CLI::App app("imagefolder loader throughput");

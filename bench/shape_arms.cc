@@ -1,10 +1,6 @@
-// Step time of a config whose input shape changes per step (data.scales) under three arms, in one
-// process, interleaved step by step: `bench_shape_arms CONFIG [key=value ...] --budget BYTES
-// [--steps N] [--warmup N]`. The arms: memory.policy none with unlimited memory, auto with a plan
-// per shape, and auto with one static plan (memory.per_shape false), both within --budget. Each
-// arm's loader draws the same batches; step k of every arm runs before step k+1 of any, each timed
-// alone (the host waits for its end), so load that changes slower than a step falls on every arm
-// alike. Every shape is planned before the timed steps. Printed, never asserted.
+// Step time of a config whose input shape changes per step (data.scales) under three memory arms,
+// in one process, interleaved step by step (Note [Shape arms]). Invariant: every arm sees the
+// same batches in the same order, each step timed alone. Printed, never asserted.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +17,14 @@
 #include "trainer/configured/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/session.h"
+
+// Note [Shape arms]
+// Usage: `bench_shape_arms CONFIG [key=value ...] --budget BYTES [--steps N] [--warmup N]`.
+// The arms: memory.policy none with unlimited memory, auto with a plan per shape, and auto with
+// one static plan (memory.per_shape false), both within --budget. Each arm's loader draws the
+// same batches; step k of every arm runs before step k+1 of any, each timed alone (the host
+// waits for its end), so load that changes slower than a step falls on every arm alike. Every
+// shape is planned before the timed steps.
 
 namespace ferry {
 namespace {

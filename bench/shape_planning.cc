@@ -1,11 +1,6 @@
-// Planning time per new input shape (issue 18) against the step it hides behind: VGG-16 and
-// ResNet-50 (ImageNet, batch 256, sides 160-288) and gpt2 (batch 16, 256-1024 tokens per row)
-// under memory.budget 24 GiB with h100-pcie5's rates. Each shape is built, lowered and planned as
-// a training run's background thread does: cuda config (without a GPU the planning stand-ins size
-// cuDNN's workspaces, and no algorithm search runs) with a plan of its own and with the largest
-// shape's decisions (memory.per_shape false), and cpu config (oneDNN primitives size them),
-// against the step the planner predicts for it on the H100. Medians of `--reps` fresh planners,
-// the arms interleaved. Printed, never asserted.
+// Planning time per new input shape (issue 18) against the step it hides behind, for VGG-16,
+// ResNet-50 and gpt2 over a range of shapes (Note [Shape planning arms]).
+// Invariant: arms interleaved, medians of fresh planners. Printed, never asserted.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +14,15 @@
 #include "sim/hardware_profile.h"
 #include "trainer/configured/model.h"
 #include "trainer/plan/planning.h"
+
+// Note [Shape planning arms]
+// VGG-16 and ResNet-50 (ImageNet, batch 256, sides 160-288) and gpt2 (batch 16, 256-1024 tokens
+// per row) under memory.budget 24 GiB with h100-pcie5's rates. Each shape is built, lowered and
+// planned as a training run's background thread does: cuda config (without a GPU the planning
+// stand-ins size cuDNN's workspaces, and no algorithm search runs) with a plan of its own and
+// with the largest shape's decisions (memory.per_shape false), and cpu config (oneDNN primitives
+// size them), against the step the planner predicts for it on the H100. Medians of `--reps`
+// fresh planners, the arms interleaved.
 
 namespace ferry {
 namespace {

@@ -1,7 +1,6 @@
 // Training-step time of a config on this machine, per memory policy, measured in one process so
-// the policies share the same machine state: `bench_step_time CONFIG [key=value ...]
-// [--policies none,vdnn-all] [--steps N] [--warmup N] [--trace DIR]`. Prints each policy's mean
-// step time and its ratio to the first policy; with --trace, a Chrome trace per policy.
+// the policies share the same machine state (Note [Step time bench usage]). Prints each policy's
+// mean step time and its ratio to the first policy.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +16,10 @@
 #include "trainer/configured/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/session/session.h"
+
+// Note [Step time bench usage]
+// `bench_step_time CONFIG [key=value ...] [--policies none,vdnn-all] [--steps N] [--warmup N]
+// [--trace DIR]`. With --trace, it also writes a Chrome trace per policy.
 
 namespace ferry {
 namespace {

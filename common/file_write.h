@@ -1,7 +1,6 @@
-// Writing output files (traces, JSON reports, metrics) so that a failed write is never silent:
-// every failure is a DataError naming the file and the operating system's reason ("No space
-// left on device"), with a hint. Invariant: a function here that returns has handed every byte
-// to the operating system and closed (or flushed) without an error.
+// Writing output files (traces, JSON reports, metrics): every failure is a DataError naming the
+// file and the OS's reason ("No space left on device"), with a hint. Invariant: a function here
+// that returns has handed every byte to the OS and closed (or flushed) without an error.
 #pragma once
 
 #include <ostream>

@@ -1,7 +1,6 @@
 // POSIX shared-memory blocks that several processes find by name: created zero-filled, set up
 // by their creator, published under a well-known name at most once, and mapped by everyone else
-// only through one checked open. Invariant: a mapping is handed out only for a block whose size,
-// header, mutex and body passed its layout's checks (Note [A block is input]).
+// only through one checked open: no mapping of an unchecked block (Note [A block is input]).
 #pragma once
 
 #include <pthread.h>

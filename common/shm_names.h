@@ -1,7 +1,6 @@
-// Names of node-shared POSIX shared-memory blocks that say who created them, so that a block left
-// behind by a creator that died (kill -9 before it removed the name) is found and removed by the
-// next job on the machine. Invariant: a block is removed only when the process named in it is
-// gone (no such pid, a zombie, or a pid reused by a process of another start time).
+// Names of node-shared POSIX shared-memory blocks that say who created them, so that the next job
+// removes a block whose creator died (Note [Shared-memory names that outlive nothing]).
+// Invariant: a block is removed only when the process named in it is gone.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +20,8 @@ namespace ferry::shm_names {
 // creator is gone, so a crash leaves a block only until the next job starts. The identity is in
 // the name, not in the block, so even a creator killed between shm_open and the first write is
 // recognised. (Processes in other pid namespaces sharing /dev/shm would look dead: not supported.)
+// A creator is gone when its pid names no process, a zombie, or a process of another start time
+// (a reused pid); a block is removed only then.
 
 // A process: its pid and start time.
 struct ProcessId {

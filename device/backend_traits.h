@@ -1,7 +1,6 @@
-// What the layers above device/ need to know of a backend before (or without) creating a device:
-// how its copies are arbitrated, whether its devices are the machine's GPUs, what planning
-// assumes of its speed, and the kernels planning sizes workspaces with. Invariant: every answer
-// that depends on the backend comes from here (or the Device), so no caller tests the backend.
+// What the layers above device/ need to know of a backend before (or without) creating a device
+// (Note [What a backend's traits answer]). Invariant: every answer that depends on the backend
+// comes from here (or the Device), so no caller tests the backend.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +8,10 @@
 #include <string>
 
 #include "device/device.h"
+
+// Note [What a backend's traits answer]
+// How its copies are arbitrated, whether its devices are the machine's GPUs, what planning
+// assumes of its speed, and the kernels planning sizes workspaces with.
 
 namespace ferry {
 

@@ -1,7 +1,6 @@
-// The one hook through which a host-side arbiter governs a device's host<->device copies (the
-// node's link arbitration: links/link_arbiter.h). A device speaks one of two protocols, by its
-// backend (Note [One hook, two protocols]); an arbiter offers the protocols it implements.
-// Invariant: a device given an arbiter that does not speak its protocol refuses it at creation.
+// The one hook through which a host-side arbiter governs a device's host<->device copies, in one
+// of two protocols (Note [One hook, two protocols]). Invariant: a device given an arbiter that
+// does not speak its protocol refuses it at creation.
 #pragma once
 
 #include <string_view>
@@ -21,7 +20,8 @@ namespace ferry {
 // the CopyDeadline (device/copy_deadline.h) that Device::copy_async received with the copy, so a
 // copy and its deadline never travel apart. The device says which protocol it speaks
 // (backend_traits(backend).arbitration in device/backend_traits.h) and the arbiter is built for
-// it, so the layers above never ask which backend they run on.
+// it, so the layers above never ask which backend they run on. The arbiter is the node's link
+// arbitration (links/link_arbiter.h); it offers the protocols it implements.
 enum class CopyArbitration {
   kPaced,  // the device's copy threads move bytes through the arbiter's carry() (cpu)
   kGated,  // the device's copy streams hold each chunk until the arbiter opens its gate (cuda)

@@ -1,8 +1,11 @@
 // When a host<->device copy is due, handed to the device together with the copy so that its copy
-// arbiter (device/copy_arbiter.h) can order the copy's chunks on the links (Note [Life of an
-// offloaded activation] in trainer/exec/executor.h, steps 5-6). Invariant: a copy without a
-// schedule (an input, a parameter, a metric) is moved whole and never waits for a grant.
+// arbiter can order the copy's chunks on the links (Note [A copy's deadline]). Invariant: a copy
+// without a schedule (an input, a parameter, a metric) is moved whole and never waits for a grant.
 #pragma once
+
+// Note [A copy's deadline]
+// The copy arbiter is device/copy_arbiter.h's. Note [Life of an offloaded activation] in
+// trainer/exec/executor.h, steps 5-6, follows a deadline from the link scheduler to the links.
 
 namespace ferry {
 

@@ -1,9 +1,6 @@
-// Gating of a device's host<->device copies by a host-side arbiter (the topology scheduler on
-// real GPUs): the device cuts a gated copy into chunks and, per chunk, has its stream mark the
-// chunk's arrival, hold until the host opens the chunk's gate, move it, and mark it done, all
-// through a few flag words that both the stream and the host see. Invariant: per direction,
-// chunk sequence numbers are consecutive in stream order, and every flag only ever moves forward
-// (cyclically: seq_reached), so opening a gate to a later number opens every earlier chunk.
+// Gating of a device's host<->device copies by a host-side arbiter (Note [Gated copies in chunks]).
+// Invariant: per direction, chunk numbers are consecutive in stream order and every flag only
+// moves forward, so opening a gate to a later number opens every earlier chunk.
 #pragma once
 
 #include <atomic>
@@ -11,6 +8,13 @@
 #include <memory>
 
 #include "device/copy_deadline.h"
+
+// Note [Gated copies in chunks]
+// The host-side arbiter is the topology scheduler on real GPUs. The device cuts a gated copy into
+// chunks and, per chunk, has its stream mark the chunk's arrival, hold until the host opens the
+// chunk's gate, move it, and mark it done, all through a few flag words that both the stream and
+// the host see. Chunk sequence numbers are consecutive per direction, in stream order; a flag
+// moves forward cyclically (seq_reached), so sequence numbers may wrap.
 
 namespace ferry {
 

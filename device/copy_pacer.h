@@ -1,7 +1,6 @@
-// Pacing of an emulating device's host<->device copies: a CPU rank standing in for a GPU of a
-// described server asks its pacer how its copies cross that server's links (shared with the
-// other ranks of the node). Invariant: carry() moves every byte of the copy exactly once, in
-// order, through `move`, and returns only when the emulated links have carried them.
+// Pacing of the host<->device copies of a CPU rank standing in for a described server's GPU,
+// over that server's links shared with the node's other ranks. Invariant: carry() moves every
+// byte exactly once, in order, through `move`, and returns once the emulated links carried them.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,6 @@
-// Completion events reused instead of created per use: a collective's CommWork holds a
-// shared_ptr whose deleter returns the event here, and the next collective records it again.
-// Invariant: an event is handed out again only after every holder of its previous use has let
-// it go, so no stream can still be about to wait on that use (a wait captures the record it
-// sees when it is enqueued, so re-recording later is safe).
+// Completion events reused instead of created per use (Note [Reusing completion events]).
+// Invariant: an event is handed out again only after every holder of its previous use has let it
+// go, so no stream can still be about to wait on that use.
 #pragma once
 
 #include <functional>
@@ -11,6 +9,11 @@
 #include <vector>
 
 #include "device/stream.h"
+
+// Note [Reusing completion events]
+// A collective's CommWork holds a shared_ptr whose deleter returns the event here, and the next
+// collective records it again. A wait captures the record it sees when it is enqueued, so
+// re-recording the event later is safe.
 
 namespace ferry {
 

@@ -1,7 +1,6 @@
-// Device memory with a hard capacity: one range handed over by the backend, cut by a first-fit
-// allocator that remembers a label per allocation, so an out-of-memory error can say what was
-// resident; with a HeapBacking, physical memory only under live allocations. Invariant: in_use <=
-// capacity, live ranges never overlap, and (backed) held = the granules live allocations touch.
+// Device memory with a hard capacity: one backend range cut by a labelled first-fit allocator.
+// Invariant: in_use <= capacity, live ranges never overlap, and (backed) held = the granules live
+// allocations touch (Note [A heap's range and labels]).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +11,11 @@
 #include <vector>
 
 #include "common/error.h"
+
+// Note [A heap's range and labels]
+// The range is handed over by the backend, and the first-fit allocator remembers a label per
+// allocation, so an out-of-memory error can say what was resident. With a HeapBacking, physical
+// memory lies only under live allocations (Note [Backing a heap on use]).
 
 namespace ferry {
 

@@ -1,6 +1,5 @@
 // Measuring a device: how long one kernel launch of a given geometry takes, and how fast pinned
-// host memory and device memory exchange bytes per direction. Works on any backend through the
-// Device interface: scratch operands come from the device heap, times from timing events.
+// host memory and device memory exchange bytes per direction (Note [Measuring on any backend]).
 // Invariant: a measurement leaves the device as it found it (scratch released, streams idle).
 #pragma once
 
@@ -9,6 +8,10 @@
 #include <string>
 
 #include "device/device.h"
+
+// Note [Measuring on any backend]
+// Works on any backend through the Device interface: scratch operands come from the device heap,
+// times from timing events.
 
 namespace ferry {
 

@@ -1,7 +1,6 @@
-// The job ledger's operations (layout in job_ledger_impl.h, the block in job_ledger_block.cc):
-// every operation locks, reaps the entries of dead processes, changes what it changes, then
-// re-divides and settles the grants of the GPUs it touched (Note [Handing memory over between
-// jobs] in job_ledger.h).
+// The job ledger's operations (layout in job_ledger_impl.h, the block in job_ledger_block.cc).
+// Invariant: each locks, reaps dead processes' entries, changes what it changes, then re-divides
+// and settles the touched GPUs' grants (Note [Handing memory over between jobs] in job_ledger.h).
 #include "jobs/job_ledger.h"
 
 #include <pthread.h>

@@ -1,9 +1,6 @@
 // The node-wide job ledger: one POSIX shared-memory block per node and user that every ferry job
-// with shared memory attaches, holding per GPU its capacity and the jobs on it (lower bound, peak,
-// ladder, share, granted, held, step times). Whoever changes it re-divides the GPU's capacity
-// under its robust mutex (jobs/share_controller.h); no daemon. Invariant: on every GPU the sum of
-// the jobs' `granted` bytes never exceeds the capacity (bar a fall of the capacity itself), and a
-// job holds at most its `granted`.
+// with shared memory attaches (Note [What the job ledger holds]). Invariant: on every GPU the sum
+// of the jobs' `granted` bytes is at most the capacity (bar its fall); each holds at most its own.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +11,12 @@
 #include "common/error.h"
 #include "common/shm_block.h"
 #include "jobs/share_controller.h"
+
+// Note [What the job ledger holds]
+// Per GPU: its capacity and the jobs on it (lower bound, peak, ladder, share, granted, held, step
+// times). There is no daemon: whoever changes the ledger re-divides the GPU's capacity under its
+// robust mutex (jobs/share_controller.h). Only a fall of the capacity itself can leave the grants
+// above it (Note [A capacity that follows the jobs]).
 
 namespace ferry {
 

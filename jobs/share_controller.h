@@ -1,7 +1,6 @@
-// The share controller: divides one GPU's memory capacity among the jobs sharing it, from each
-// job's lower bound, unconstrained peak and ladder of (budget, predicted step time) points. Pure:
-// no shared memory, no clock. Invariant: every admitted job gets at least its lower bound, the
-// shares sum to at most the capacity, and admission follows arrival order.
+// The share controller: divides one GPU's memory capacity among the jobs sharing it, from their
+// curves (Note [What the controller optimises]). Invariant: every admitted job gets at least its
+// lower bound, the shares sum to at most the capacity, and admission follows arrival order.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +62,8 @@ struct ShareDivision {
 };
 
 // Note [What the controller optimises]
+// The controller divides from each job's lower bound, unconstrained peak and ladder of (budget,
+// predicted step time) points. It is pure: no shared memory, no clock.
 // Throughput is the sum over jobs of each job's speed relative to running alone, step(peak) /
 // step(share) (the "weighted speedup" of multiprogrammed systems), not the raw sum of 1/step: the
 // steps of different models are not the same unit of work, and the raw sum would give every byte

@@ -1,7 +1,6 @@
 // The topology scheduler's arbitration rule, pure: which waiting chunk claims may start now.
 // Invariant: at most one chunk per link per direction is in flight (busy + granted), and among
 // claims that conflict the one with the least deadline slack (then the lowest seq) goes first.
-// Note [Life of an offloaded activation] (trainer/exec/executor.h), step 6.
 #pragma once
 
 #include <compare>
@@ -46,7 +45,8 @@ double chunk_latest_start(double deadline, uint64_t remaining_bytes, double byte
 // arbiter_policy_schedule_test checks it against brute force). Each rank's chunks also cross its
 // own GPU link, which no other rank uses, so a switch's GPUs form exactly that case; transfers
 // whose arbitrated links overlap only partially are a multi-resource problem no greedy rule solves,
-// and grant() stays work-conserving there.
+// and grant() stays work-conserving there. This rule is step 6 of Note [Life of an offloaded
+// activation] (trainer/exec/executor.h).
 
 // Note [Claims that need several links at once]
 // An all-reduce hop's chunk needs the tokens of two GPUs' links (and a NIC's) at once, each copy

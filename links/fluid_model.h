@@ -1,11 +1,6 @@
-// The link ledger's fluid model, pure: the node's copies in flight as flows (bytes remaining at
-// their max-min fair share of the links they cross, fair_rates.h), the topology scheduler's chunk
-// claims and per-link-direction tokens, and the bytes each link-direction carried over time, in
-// one plain fixed-size struct with no clock, no lock and no I/O. The link ledger keeps it in
-// shared memory and drives it with the node's clock (link_ledger.h); tests drive it with theirs.
-// Invariant: once advanced to a time, every live flow's rate is its fair share at that time, so
-// no link-direction carries more than its capacity in any interval (Note [Fluid copies] in
-// fluid_model.cc).
+// The link ledger's fluid model, pure: copies in flight as flows sharing links max-min fairly, in
+// one plain fixed-size struct, no clock, no lock, no I/O (Note [What the fluid state holds]).
+// Invariant: once advanced to a time, no link-direction carries more than its capacity.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +10,14 @@
 
 #include "common/error.h"
 #include "links/fair_rates.h"
+
+// Note [What the fluid state holds]
+// The node's copies in flight as flows (bytes remaining at their max-min fair share of the links
+// they cross, fair_rates.h), the topology scheduler's chunk claims and per-link-direction tokens,
+// and the bytes each link-direction carried over time. The link ledger keeps it in shared memory
+// and drives it with the node's clock (link_ledger.h); tests drive it with theirs. Once advanced
+// to a time, every live flow's rate is its fair share at that time, so no link-direction carries
+// more than its capacity in any interval (Note [Fluid copies] in fluid_model.cc).
 
 namespace ferry {
 

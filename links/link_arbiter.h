@@ -1,8 +1,6 @@
-// A rank's link arbiter: the device's copy arbiter (device/copy_arbiter.h) that takes the
-// node's link ledger and arbitrates the copies that arrive with a scheduled deadline
-// (device/copy_deadline.h). The CPU link emulator (paced) and the GPU link gatekeeper (gated)
-// are its two kinds; make_link_arbiter picks the one the device's protocol needs. Invariant: an
-// arbiter built here speaks the protocol it was asked for.
+// A rank's link arbiter: the device's copy arbiter (device/copy_arbiter.h) that takes the node's
+// link ledger and arbitrates copies with a scheduled deadline (Note [Two kinds of link arbiter]).
+// Invariant: an arbiter built here speaks the protocol it was asked for.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +10,11 @@
 
 #include "device/copy_arbiter.h"
 #include "links/link_ledger.h"
+
+// Note [Two kinds of link arbiter]
+// The copies arbitrated are those that arrive with a scheduled deadline (device/copy_deadline.h).
+// The CPU link emulator (paced) and the GPU link gatekeeper (gated) are the arbiter's two kinds;
+// make_link_arbiter picks the one the device's protocol needs.
 
 namespace ferry {
 

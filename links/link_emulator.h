@@ -1,10 +1,6 @@
-// Shared-link emulation for CPU ranks standing in for a described server's GPUs: a paced
-// LinkArbiter whose CopyPacer runs every copy of this rank through the node's link ledger, so
-// its time follows its fair share of each link on its path given every concurrent copy on the
-// node. With arbitration on (the `topology` scheduler), copies enqueued with a scheduled deadline
-// move in chunks, each waiting for its turn on every link-direction of the path (least deadline
-// slack first). Invariant: every byte goes through the caller's move() exactly once; tokens
-// taken are released even when moving throws.
+// Shared-link emulation for CPU ranks standing in for a described server's GPUs, as a paced
+// LinkArbiter (Note [Paced copies through the link ledger]). Invariant: every byte goes through
+// the caller's move() exactly once; tokens taken are released even when moving throws.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +13,13 @@
 #include "links/link_arbiter.h"
 #include "links/link_ledger.h"
 #include "prefetch/transfer_direction.h"
+
+// Note [Paced copies through the link ledger]
+// The arbiter's CopyPacer runs every copy of this rank through the node's link ledger, so its
+// time follows its fair share of each link on its path given every concurrent copy on the node.
+// With arbitration on (the `topology` scheduler), copies enqueued with a scheduled deadline move
+// in chunks, each waiting for its turn on every link-direction of the path (least deadline slack
+// first).
 
 namespace ferry {
 

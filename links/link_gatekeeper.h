@@ -1,10 +1,6 @@
-// The topology scheduler on real GPUs: a gated LinkArbiter whose CopyGate has two threads (one
-// per direction) hold each scheduled copy's chunks on the GPU's copy stream until the node's
-// link ledger grants them (least deadline slack first, across every local rank), and hold the
-// chunk's tokens until the GPU reports it moved (Note [Gating a GPU copy stream]). Invariant: per
-// direction, chunks are granted, opened and finished in enqueue order; a token taken is freed on
-// every path (finish, failure, shutdown); once failed or closed every gate is open, so a stream
-// never waits forever.
+// The topology scheduler on real GPUs: a gated LinkArbiter (Note [Gating a GPU copy stream]).
+// Invariant: per direction, chunks are granted, opened and finished in enqueue order; a token
+// taken is always freed; once failed or closed every gate is open, so no stream waits forever.
 #pragma once
 
 #include <atomic>
@@ -24,6 +20,10 @@
 namespace ferry {
 
 // Note [Gating a GPU copy stream]
+// The gatekeeper's CopyGate has two threads (one per direction) that hold each scheduled copy's
+// chunks on the GPU's copy stream until the node's link ledger grants them (least deadline slack
+// first, across every local rank), and hold the chunk's tokens until the GPU reports it moved. A
+// token taken is freed on every path: finish, failure, shutdown.
 // The host enqueues a whole step ahead, so it cannot wait for grants before it enqueues a copy.
 // Instead the CUDA device enqueues, per chunk on the copy stream: write `arrived = seq`, wait
 // until `gate >= seq`, the chunk's copy, write `done = seq` (stream memory operations on pinned,

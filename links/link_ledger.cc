@@ -1,8 +1,6 @@
-// The ledger's operations on its shared block (layout in link_ledger_impl.h; creation, names and
-// attachment in link_ledger_block.cc): the fluid model (links/fluid_model.h, Note [Fluid copies])
-// driven on the node's clock under the block's mutex, with the waiting, the liveness of other
-// processes (of any job: Note [One link ledger per node] in link_ledger.h), the users and the
-// timeouts that the model leaves to its owner.
+// The link ledger's operations on its shared block: the fluid model (Note [Fluid copies]) driven
+// on the node's clock under the block's mutex (Note [What the ledger adds to the fluid model]).
+// Invariant: the fluid state is advanced to `now` under the mutex before it is read or changed.
 #include "links/link_ledger.h"
 
 #include <linux/futex.h>
@@ -25,6 +23,12 @@
 #include "common/shm_names.h"
 #include "links/fluid_model.h"
 #include "links/link_ledger_impl.h"
+
+// Note [What the ledger adds to the fluid model]
+// The block's layout is in link_ledger_impl.h; its creation, names and attachment in
+// link_ledger_block.cc. Around the fluid model (links/fluid_model.h) this file adds what the
+// model leaves to its owner: the waiting, the liveness of other processes (of any job: Note [One
+// link ledger per node] in link_ledger.h), the users and the timeouts.
 
 namespace ferry {
 

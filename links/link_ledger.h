@@ -1,11 +1,6 @@
-// The node-shared link ledger: one POSIX shared-memory block per node, user and topology that
-// every local rank of every ferry job attaches (Note [One link ledger per node]), holding the
-// node's fluid model (links/fluid_model.h: the emulated links, the copies in flight on them with
-// each link's bandwidth shared max-min fairly, the topology scheduler's per-link-direction tokens
-// and waiting claims, and bytes per link per direction over time), advanced on the node's clock by
-// whoever touches the ledger. Invariant: under the ledger's (robust, process-shared) mutex the
-// fluid state is advanced to `now` before it is read or changed, so no link-direction ever carries
-// more than its capacity in any interval.
+// The node-shared link ledger: one POSIX shared-memory block per node, user and topology holding
+// the node's fluid model (Note [What the link ledger holds]). Invariant: under the ledger's mutex
+// the fluid state is advanced to `now` before it is read or changed.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +12,15 @@
 #include "common/shm_block.h"
 #include "links/fair_rates.h"
 #include "links/fluid_model.h"
+
+// Note [What the link ledger holds]
+// Every local rank of every ferry job attaches the block (Note [One link ledger per node]). It
+// holds the node's fluid model (links/fluid_model.h): the emulated links, the copies in flight on
+// them with each link's bandwidth shared max-min fairly, the topology scheduler's
+// per-link-direction tokens and waiting claims, and bytes per link per direction over time.
+// Whoever touches the ledger advances it on the node's clock. The mutex is robust and
+// process-shared; since the state is advanced to `now` under it before it is read or changed, no
+// link-direction ever carries more than its capacity in any interval.
 
 namespace ferry {
 

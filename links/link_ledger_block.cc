@@ -1,9 +1,6 @@
-// The link ledger's shared block: its names (the node's well-known one, Note [One link ledger
-// per node] in link_ledger.h; a job's private one, Note [Shared-memory names that outlive
-// nothing] in common/shm_names.h), creation with its robust process-shared mutex, attachment and
-// removal. Invariant: a block is opened only when its size, header and body pass the checked
-// open (Note [A block is input] in common/shm_block.h), and the well-known name only ever names
-// an initialised block.
+// The link ledger's shared block: its names, creation with its robust process-shared mutex,
+// attachment and removal (Note [Names of the link ledger's block]). Invariant: a block is opened
+// only once the checked open passes it, and the well-known name only names an initialised block.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -26,6 +23,12 @@
 #include "links/fluid_model.h"
 #include "links/link_ledger.h"
 #include "links/link_ledger_impl.h"
+
+// Note [Names of the link ledger's block]
+// The node's well-known name: Note [One link ledger per node] in link_ledger.h; a job's private
+// one: Note [Shared-memory names that outlive nothing] in common/shm_names.h. A block is opened
+// only when its size, header and body pass the checked open (Note [A block is input] in
+// common/shm_block.h), and the well-known name only ever names an initialised block.
 
 namespace ferry {
 namespace {

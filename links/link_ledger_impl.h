@@ -1,7 +1,6 @@
 // The link ledger's shared block layout (private to links/link_ledger*.cc): the fluid model's
-// plain state (links/fluid_model.h) behind a robust process-shared mutex, with a futex word that
-// waiters sleep on. Invariant: kVersion changes whenever the layout does, so a block of another
-// build is refused.
+// plain state (links/fluid_model.h) behind a robust process-shared mutex and a futex word for
+// waiters. Invariant: kVersion changes with the layout, so a block of another build is refused.
 #pragma once
 
 #include <pthread.h>

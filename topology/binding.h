@@ -1,7 +1,6 @@
-// Applies a RankBinding on the machine this process runs on, through hwloc: thread and process
-// CPU binding, process memory binding, and binding of an allocated area (the pinned host pool)
-// to a NUMA node. Invariant: only a live HwlocTopology is accepted (an XML topology's binding
-// hooks silently do nothing), and every failure is a typed error.
+// Applies a RankBinding on this machine through hwloc: thread and process CPU binding, process
+// memory binding, and binding of an allocated area (the pinned host pool) to a NUMA node.
+// Invariant: only a live HwlocTopology is accepted (Note [Binding needs a live topology]).
 #pragma once
 
 #include <cstddef>
@@ -9,6 +8,10 @@
 
 #include "topology/hwloc_topology.h"
 #include "topology/placement.h"
+
+// Note [Binding needs a live topology]
+// An XML topology's binding hooks silently do nothing, so only a live HwlocTopology is accepted.
+// Every failure is a typed error.
 
 namespace ferry {
 

@@ -1,13 +1,16 @@
-// Matching the GPUs of the topology (hwloc's PCI devices) to CUDA's enumeration by PCI bus id.
-// CUDA orders GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES
-// hides some, while hwloc lists every GPU in PCI order: an index is never an ordinal. Invariant:
-// a match pairs two names of the same PCI function (domain, bus, device, function).
+// Matching the GPUs of the topology (hwloc's PCI devices) to CUDA's enumeration by PCI bus id,
+// never by index (Note [Why GPUs match by bus id]). Invariant: a match pairs two names of the
+// same PCI function (domain, bus, device, function).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "topology/pci.h"
+
+// Note [Why GPUs match by bus id]
+// CUDA orders GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES
+// hides some, while hwloc lists every GPU in PCI order: an index is never an ordinal.
 
 namespace ferry {
 

@@ -1,12 +1,15 @@
 // Discovery through hwloc: the live machine or an hwloc XML file (2.x or 1.x format), with I/O
 // objects kept, converted into the Topology model. Invariant: an HwlocTopology always holds a
-// loaded hwloc topology; every failing hwloc call becomes a typed error (LibraryError via
-// HWLOC_CHECK, DataError for a file hwloc cannot read). hwloc types stay out of this header.
+// loaded hwloc topology; every failing hwloc call becomes a typed error (Note [hwloc's errors]).
 #pragma once
 
 #include <string>
 
 #include "topology/model.h"
+
+// Note [hwloc's errors]
+// A failing hwloc call becomes LibraryError via HWLOC_CHECK; a file hwloc cannot read, DataError.
+// hwloc types stay out of this header.
 
 struct hwloc_topology;  // hwloc_topology_t is `struct hwloc_topology*`
 

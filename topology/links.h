@@ -1,5 +1,4 @@
-// The links host<->device traffic crosses, with bandwidths, for the link scheduler: each GPU's
-// and NIC's own uplink, each switch's uplink, each root complex, and each inter-socket link.
+// The links host<->device traffic crosses, with bandwidths, for the link scheduler.
 // Invariant: every Link has gbps > 0 (unknown speeds take a LinkOptions default and say so), and
 // link ids are dense, deterministic for a given model and options, and ordered by kind.
 #pragma once
@@ -9,6 +8,10 @@
 #include <vector>
 
 #include "topology/model.h"
+
+// Note [Which links a topology has]
+// Each GPU's and NIC's own uplink, each switch's uplink, each root complex, and each
+// inter-socket link.
 
 namespace ferry {
 

@@ -1,7 +1,6 @@
-// The Topology model: packages, NUMA nodes and the PCI tree of one machine. Every source (live
-// hwloc, hwloc XML, synthetic YAML, a dumped model) fills the same TopologyData, and Topology
-// validates it once: after construction every index is in range, parents precede children, and
-// the derived views (GPUs, NICs, root complexes, switches) are consistent with the tree.
+// The Topology model: packages, NUMA nodes and the PCI tree of one machine, whatever its source
+// (Note [One model for every source]). Invariant: after construction every index is in range,
+// parents precede children, and the derived views are consistent with the tree.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +9,11 @@
 #include <vector>
 
 #include "topology/pci.h"
+
+// Note [One model for every source]
+// Every source (live hwloc, hwloc XML, synthetic YAML, a dumped model) fills the same
+// TopologyData, and Topology validates it once. The derived views: GPUs, NICs, root complexes,
+// switches.
 
 namespace ferry {
 

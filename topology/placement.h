@@ -1,7 +1,6 @@
-// Rank placement: for each local rank, the GPU it drives and the NUMA node (and CPUs) its pinned
-// host pool and threads bind to. Pure computation over a Topology; binding.h applies the result
-// on the live machine. Invariant: a binding's NUMA node always has CPUs (CPU-less memory nodes
-// such as GPU HBM exposed over NVLink are never chosen) and its cpus are non-empty.
+// Rank placement, pure over a Topology: for each local rank, the GPU it drives and the NUMA node
+// (and CPUs) its pinned host pool and threads bind to; binding.h applies it on the live machine.
+// Invariant: a binding's NUMA node always has CPUs (Note [No CPU-less node]), its cpus non-empty.
 #pragma once
 
 #include <optional>
@@ -9,6 +8,9 @@
 #include <vector>
 
 #include "topology/model.h"
+
+// Note [No CPU-less node]
+// CPU-less memory nodes, such as GPU HBM exposed over NVLink, are never chosen.
 
 namespace ferry {
 

@@ -1,8 +1,6 @@
 // Topologies described in YAML, for servers this machine is not: a compact synthetic description
-// (sockets, NUMA nodes, root complexes, switch levels, GPUs and NICs, PCIe generation and width),
-// and the explicit model dump that any Topology round-trips through. Both load into the same
-// Topology type as hwloc discovery. Invariant: a bad file raises ConfigError (file:line: what,
-// with a hint) and never yields a partially built topology.
+// or the model dump (Note [Synthetic topology YAML]). Invariant: a bad file raises ConfigError
+// (file:line: what, with a hint) and never yields a partially built topology.
 #pragma once
 
 #include <string>
@@ -12,7 +10,8 @@
 namespace ferry {
 
 // Note [Synthetic topology YAML]
-// A synthetic description (configs/topologies/*.yaml):
+// A compact synthetic description (configs/topologies/*.yaml) of sockets, NUMA nodes, root
+// complexes, switch levels, GPUs and NICs, PCIe generation and width:
 //   name: dgx1-like                  # optional
 //   pcie: {gen: 3, width: 16}        # default link of every device and switch (default gen3 x16);
 //                                    # {gbps: 12.5} states a bandwidth directly
@@ -42,7 +41,8 @@ namespace ferry {
 // PHB. Bus numbers, NUMA os indices and CPU numbers are assigned in order, as Linux does.
 //
 // A model dump (topo-probe --dump-model) starts with `ferry_topology_model: 1` and lists
-// packages, NUMA nodes (cores as CPU lists) and every PCI node with its parent index.
+// packages, NUMA nodes (cores as CPU lists) and every PCI node with its parent index; any
+// Topology round-trips through it. Both kinds load into the same Topology type as hwloc discovery.
 
 // Loads a synthetic description or a model dump. Throws ConfigError.
 Topology load_yaml(const std::string& path);

@@ -1,12 +1,6 @@
-// All-reduce bandwidth of the MPI backend over message sizes, with nccl-tests' definitions:
-// algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (the bytes each rank's link carries in a
-// ring all-reduce, comparable across rank counts). Run under mpirun:
-//   mpirun -np 2 build/bench/comm_allreduce_bench [--max-mib 64] [--seconds 0.3]
-// Columns: the backend as the trainer uses it (blocking MPI_Allreduce on the comm stream's
-// thread, then the division), its non-blocking variant (MPI_Iallreduce polled with MPI_Test),
-// and the peer in the same run: Open MPI's own MPI_Allreduce on MPI_COMM_WORLD from the main
-// thread (no comm stream, no division). The last column is peer time / default time.
-// Printed, never asserted.
+// All-reduce bandwidth of the MPI backend over message sizes, next to Open MPI's own all-reduce,
+// in nccl-tests' algbw/busbw terms (Note [What the all-reduce bench measures]).
+// Invariant: printed, never asserted.
 #include <mpi.h>
 
 #include <algorithm>
@@ -22,6 +16,15 @@
 #include "comm/fault.h"
 #include "comm/ranks.h"
 #include "device/device.h"
+
+// Note [What the all-reduce bench measures]
+// nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (the bytes each
+// rank's link carries in a ring all-reduce, comparable across rank counts). Run under mpirun:
+//   mpirun -np 2 build/bench/comm_allreduce_bench [--max-mib 64] [--seconds 0.3]
+// Columns: the backend as the trainer uses it (blocking MPI_Allreduce on the comm stream's
+// thread, then the division), its non-blocking variant (MPI_Iallreduce polled with MPI_Test),
+// and the peer in the same run: Open MPI's own MPI_Allreduce on MPI_COMM_WORLD from the main
+// thread (no comm stream, no division). The last column is peer time / default time.
 
 namespace ferry {
 namespace {

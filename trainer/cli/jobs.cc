@@ -1,7 +1,6 @@
-// `trainer jobs`: the node's job ledger (jobs/job_ledger.h), the GPUs that ferry jobs share and
-// the jobs on each, and the node's link ledgers (links/link_ledger.h), each link's users (which
-// job, pid and rank has copies or claims on it, bytes in flight), as a table or JSON. Reads the
-// ledgers and never creates one.
+// `trainer jobs`: the node's job ledger (GPUs ferry jobs share, the jobs on each) and link ledgers
+// (each link's users), as a table or JSON (Note [What trainer jobs shows]). Invariant: it reads
+// the ledgers and never creates one.
 #include <cstdio>
 #include <string>
 
@@ -13,6 +12,10 @@
 #include "jobs/job_ledger.h"
 #include "links/link_ledger.h"
 #include "trainer/cli/commands.h"
+
+// Note [What trainer jobs shows]
+// The job ledger is jobs/job_ledger.h's, the link ledgers links/link_ledger.h's. A link's users:
+// which job, pid and rank has copies or claims on it, and the bytes in flight.
 
 namespace ferry {
 namespace {

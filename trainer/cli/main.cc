@@ -1,7 +1,6 @@
-// `trainer`: the command line. Subcommands train, eval, plan, simulate, info, jobs and config;
-// every error a user can cause, command-line parse errors included, ends in one line saying what is
-// wrong and one saying what to change, with exit code 2 (bad input: exit_code_for) or 1 (a
-// failure while running).
+// `trainer`: the command line (train, eval, plan, simulate, info, jobs, config). Invariant: every
+// error a user can cause, parse errors included, ends in one line saying what is wrong and one
+// saying what to change, with exit code 2 (bad input: exit_code_for) or 1 (failure while running).
 #include <cstdio>
 #include <string>
 #include <vector>

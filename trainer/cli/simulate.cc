@@ -1,7 +1,6 @@
 // `trainer simulate`: one training step of a config on a described server, on a virtual clock
-// (trainer/simulate/simulation.h): step and stall time, samples/s of the whole job, and what
-// every link carried, as means over the input shapes training draws (a table per shape when
-// there are several); --json for scripts, --trace for a Chrome trace.
+// (trainer/simulate/simulation.h), as means over the input shapes training draws; --json for
+// scripts, --trace for a Chrome trace (Note [What trainer simulate prints]).
 #include <algorithm>
 #include <cstdio>
 
@@ -14,6 +13,10 @@
 #include "trainer/cli/commands.h"
 #include "trainer/cli/simulate_options.h"
 #include "trainer/config/config.h"
+
+// Note [What trainer simulate prints]
+// Step and stall time, samples/s of the whole job, and what every link carried, as means over
+// the input shapes training draws (a table per shape when there are several).
 
 namespace ferry {
 

@@ -1,7 +1,6 @@
-// `trainer simulate --mix FILE`: the jobs of a mix sharing one simulated GPU
-// (trainer/simulate/mix_simulation.h): per arm (memory.share, a static equal split, one after
-// another) each job's completion time and the mix's throughput, the phases with each job's
-// budget and step; --json for scripts.
+// `trainer simulate --mix FILE` (trainer/simulate/mix_simulation.h): the jobs of a mix sharing one
+// simulated GPU; per arm (memory.share, a static equal split, one after another) each job's
+// completion time, the mix's throughput, the phases with each job's budget and step; --json.
 #include <algorithm>
 #include <cstdio>
 

@@ -1,7 +1,6 @@
-// Datasets behind one small interface: image classification (a procedural synthetic task,
-// MNIST IDX files, CIFAR-10 binary batches, image folders) and token windows for language
-// models. Invariant: get(), sample() and read() are pure, thread-safe functions of (index,
-// epoch), so the loader's order alone decides what a batch holds.
+// Datasets behind one small interface: image classification (synthetic, MNIST, CIFAR-10, image
+// folders) and token windows for language models. Invariant: get(), sample() and read() are pure,
+// thread-safe functions of (index, epoch), so the loader's order alone decides what a batch holds.
 #pragma once
 
 #include <cstdint>

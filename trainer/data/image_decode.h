@@ -1,13 +1,16 @@
-// Decoding JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libpng) files into 8-bit RGB, the way
-// PIL's Image.open(...).convert("RGB") sees them. Invariant: every input gives either a whole
-// image or one DataError naming the file; dimensions are checked against limits before any
-// pixel buffer is allocated, so a corrupt header cannot cause a huge allocation.
+// Decoding JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libpng) files into 8-bit RGB, as PIL's
+// Image.open(...).convert("RGB") sees them. Invariant: every input gives a whole image or one
+// DataError naming the file; no huge allocation from a corrupt header (Note [Decoding limits]).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+// Note [Decoding limits]
+// Dimensions are checked against limits before any pixel buffer is allocated, so a corrupt
+// header cannot cause a huge allocation.
 
 namespace ferry {
 

@@ -1,8 +1,5 @@
 // Crop geometry (torchvision's rules, Python's round-half-even included) and PIL-style
-// resampling. Note [PIL resampling]: output pixel i of a pass covers input [center - support,
-// center + support) with center = (i + 0.5) * scale, scale = in / out and support = max(scale,
-// 1); tap x weighs triangle((x - center + 0.5) / max(scale, 1)), the weights are normalised,
-// then rounded to 22-bit integers; sums start at 2^21 and are shifted down and clamped.
+// resampling (Note [PIL resampling]). Invariant: outputs match torchvision's PIL path.
 #include "trainer/data/image_transform.h"
 
 #include <algorithm>
@@ -14,6 +11,12 @@
 
 #include "common/error.h"
 #include "device/counter_rng.h"
+
+// Note [PIL resampling]
+// Output pixel i of a pass covers input [center - support, center + support) with
+// center = (i + 0.5) * scale, scale = in / out and support = max(scale, 1); tap x weighs
+// triangle((x - center + 0.5) / max(scale, 1)), the weights are normalised, then rounded to
+// 22-bit integers; sums start at 2^21 and are shifted down and clamped.
 
 namespace ferry {
 

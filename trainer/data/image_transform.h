@@ -1,14 +1,18 @@
-// The image transforms of torchvision's ImageNet recipe on RGB8 images: RandomResizedCrop and a
-// horizontal flip for training; Resize(short side) + CenterCrop for evaluation; then HWC uint8 ->
-// CHW float in [0, 1]. Invariant: resampling is PIL's antialiased bilinear (a triangle filter
-// whose support grows with the downscale factor, 22-bit fixed-point weights, a horizontal then a
-// vertical pass through an 8-bit intermediate), so outputs match torchvision's PIL path.
+// torchvision's ImageNet-recipe image transforms on RGB8 images (Note [ImageNet transforms]).
+// Invariant: resampling is PIL's antialiased bilinear, so outputs match torchvision's PIL path
+// (Note [PIL resampling] in image_transform.cc).
 #pragma once
 
 #include <cstdint>
 #include <utility>
 
 #include "trainer/data/image_decode.h"
+
+// Note [ImageNet transforms]
+// Training: RandomResizedCrop and a horizontal flip; evaluation: Resize(short side) + CenterCrop;
+// then HWC uint8 -> CHW float in [0, 1]. PIL's antialiased bilinear is a triangle filter whose
+// support grows with the downscale factor, with 22-bit fixed-point weights, a horizontal then a
+// vertical pass through an 8-bit intermediate.
 
 namespace ferry {
 

@@ -1,9 +1,6 @@
-// An image folder in torchvision's ImageFolder layout: one subfolder per class (classes sorted
-// by name), image files anywhere below it. Each sample is read, decoded and transformed on
-// demand. Invariant: a sample's pixels are a pure function of (files, options, epoch, index) —
-// augmentation draws from a counter-based stream keyed by (seed, epoch, index) and a skipped
-// file is replaced by the next readable one in folder order — so no thread count or timing can
-// change a batch.
+// An image folder in torchvision's ImageFolder layout, each sample read, decoded and transformed
+// on demand (Note [Image folder samples]). Invariant: a sample's pixels are a pure function of
+// (files, options, epoch, index), so no thread count or timing can change a batch.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -20,6 +17,12 @@
 #include "trainer/data/image_decode.h"
 #include "trainer/data/image_transform.h"
 #include "trainer/data/read_file.h"
+
+// Note [Image folder samples]
+// The layout: one subfolder per class (classes sorted by name), image files anywhere below it.
+// A sample's pixels are a pure function of (files, options, epoch, index): augmentation draws
+// from a counter-based stream keyed by (seed, epoch, index), and a skipped file is replaced by
+// the next readable one in folder order.
 
 namespace ferry {
 

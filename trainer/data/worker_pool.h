@@ -1,7 +1,6 @@
 // A small thread pool for the data loader: the calling thread and workers - 1 helpers run the
-// iterations of one parallel loop at a time. Invariant: run() returns only after every
-// iteration it started has finished, and the error it rethrows is the one of the lowest failed
-// index, so which error a caller sees does not depend on thread timing.
+// iterations of one parallel loop at a time. Invariant: run() returns only once every iteration
+// it started has finished, and rethrows the lowest failed index's error, whatever the timing.
 #pragma once
 
 #include <condition_variable>

@@ -1,7 +1,6 @@
 // A Session is the composition root of a run: from a resolved Config and this process's rank it
-// places the rank, creates the device, the model (graphs per input shape), the persistent
-// memory, the optimizer, the executor and the communicator, and offers the steps of training
-// in the words of the loop: forward_backward, reduce_gradients, update.
+// builds the run (Note [What a Session builds]) and offers the steps of training in the words of
+// the loop: forward_backward, reduce_gradients, update.
 #pragma once
 
 #include <memory>
@@ -22,6 +21,10 @@
 #include "trainer/plan/device_profile.h"
 #include "trainer/session/accumulation.h"
 #include "trainer/session/rank_placement.h"
+
+// Note [What a Session builds]
+// It places the rank, creates the device, the model (graphs per input shape), the persistent
+// memory, the optimizer, the executor and the communicator.
 
 namespace ferry {
 

@@ -1,8 +1,6 @@
-// A running job's budget following its grant on the node's job ledger (memory.share): between
-// steps it reads its grant, plans the new budget ahead on a background thread, switches when that
-// plan is ready, and tells the ledger what it holds. Invariant: the ledger's record of what this
-// job holds is never below what its device holds (Note [The ledger's record of held memory] in
-// jobs/job_ledger.h), and no step runs a plan above the job's grant.
+// A running job's budget that follows its grant on the node's job ledger (memory.share).
+// Invariant: the ledger's record of what this job holds is never below what its device holds
+// (Note [The ledger's record of held memory] in jobs/job_ledger.h); no plan above the grant runs.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +18,9 @@
 namespace ferry {
 
 // Note [Following a shared budget]
+// Between steps the job reads its grant, plans the new budget ahead on a background thread,
+// switches when that plan is ready, and tells the ledger what it holds; no step runs a plan above
+// the job's grant.
 // A job's budget is its grant, or its share when that is smaller (a shrink it has not confirmed
 // yet). Between two steps, never inside one, before_step():
 //  1. polls the ledger (which reaps the dead on the way);

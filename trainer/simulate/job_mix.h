@@ -1,7 +1,6 @@
-// A job mix: several configs sharing one GPU, each arriving at its own time for a number of
-// steps, as `trainer simulate --mix FILE` reads it (Note [A mix file]). Invariant: a loaded mix
-// has at least one job, each with a config path, a finite arrival time >= 0 and steps >= 1, and
-// distinct names.
+// A job mix: several configs sharing one GPU, each arriving at its own time for some steps, as
+// `trainer simulate --mix FILE` reads it (Note [A mix file]). Invariant: a loaded mix has >= 1
+// job, with distinct names, each with a config path, a finite arrival time >= 0 and steps >= 1.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,6 @@
 // `trainer simulate --mix`: the jobs of a mix file sharing one GPU of a described server over
-// time, under three rules: memory.share's division of the GPU's memory, a static equal split of
-// it, and one job after another (Note [Simulating jobs that share a GPU]). Invariant: the same
-// mix and options give the same report, bit for bit; under sharing each phase's budgets are
-// divide_memory's shares of the jobs present, from the ladders memory.share registers.
+// time, under three rules (Note [Simulating jobs that share a GPU]). Invariant: the same mix and
+// options give the same report, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +16,9 @@
 namespace ferry {
 
 // Note [Simulating jobs that share a GPU]
+// Three rules: memory.share's division of the GPU's memory, a static equal split of it, and one
+// job after another. Under sharing each phase's budgets are divide_memory's shares of the jobs
+// present, from the ladders memory.share registers.
 // Time advances in phases, from one arrival or completion to the next. Within a phase the jobs
 // running and their budgets are fixed, each job's step takes the time the co-running model below
 // gives, and each job makes 1 / step steps per second (a phase may end within a step).

@@ -1,7 +1,6 @@
 // `trainer simulate` and contention-aware planning: one config planned per GPU of a described
-// server (the same planner and policies as training) and run on the node simulator's virtual
-// clock, with a hardware profile's compute and link rates. Invariant: the same config and
-// options give the same report, bit for bit.
+// server as training plans it, run on the node simulator's virtual clock at a hardware profile's
+// compute and link rates. Invariant: the same config and options give the same report, bit for bit.
 #pragma once
 
 #include <cstdint>
