@@ -64,9 +64,9 @@ def main():
                 l1 = load()
                 r = json.loads([ln for ln in out.splitlines() if ln.startswith("json ")][0][5:])[0]
                 results[core].append(r["mean_s"])
-                peaks[core] = r["peak"]
+                peaks[core] = r["peak_bytes"]
                 print(f"T={seq} b{batch} {core} rep {rep + 1}: {r['mean_s']:.3f} s/step, peak "
-                      f"{r['peak'] / 2**20:.1f} MiB (load {l0} -> {l1})", flush=True)
+                      f"{r['peak_bytes'] / 2**20:.1f} MiB (load {l0} -> {l1})", flush=True)
         rows.append((seq, batch, results, peaks))
     print("\n| sequence x batch | fused s/step | naive s/step | fused / naive | fused peak | "
           "naive peak | peak ratio |\n|---|---|---|---|---|---|---|")
