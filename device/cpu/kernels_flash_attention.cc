@@ -13,6 +13,7 @@
 
 #include "device/counter_rng.h"
 #include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/simd.h"
 #include "device/cpu/vec_math.h"
 #include "device/kernel_checks.h"
 
@@ -57,14 +58,57 @@ void for_items(int64_t n, const Body& body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
-float row_sum(const float* x, int64_t n) {
+// The row loops: fixed lanes (lane l takes elements l, l + kLanes, ...) reduced by a pairwise
+// tree, so they vectorize and no result depends on the clone that runs (vec_math.h).
+
+// x[j] /= sqrt_d for j < n; returns the largest of them and `top`.
+FERRY_SIMD_CLONES float scale_max(float* x, int64_t n, float sqrt_d, float top) {
+  float lanes[kLanes];
+  for (float& m : lanes) m = top;
+  const int64_t body = n / kLanes * kLanes;
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float y = x[j + l] / sqrt_d;
+      x[j + l] = y;
+      lanes[l] = y > lanes[l] ? y : lanes[l];
+    }
+  }
+  for (int64_t j = body; j < n; ++j) {
+    x[j] = x[j] / sqrt_d;
+    lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
+  }
+  float m = lanes[0];
+  for (int l = 1; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
+}
+
+// x[j] = exp(x[j] - top) for j < n; returns their sum.
+FERRY_SIMD_CLONES float exp_sum(float* x, int64_t n, float top) {
   float lanes[kLanes] = {};
   const int64_t body = n / kLanes * kLanes;
   for (int64_t j = 0; j < body; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += x[j + l];
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_approx(x[j + l] - top);
+      x[j + l] = e;
+      lanes[l] += e;
+    }
   }
-  for (int64_t j = body; j < n; ++j) lanes[j - body] += x[j];
+  for (int64_t j = body; j < n; ++j) {
+    x[j] = exp_approx(x[j] - top);
+    lanes[j - body] += x[j];
+  }
   return lane_total(lanes);
+}
+
+// Without dropout, for j < n: p = exp(s[j] / sqrt_d - lse) into s, and dp[j] (dy . v) becomes
+// dS = p (dp - dot) / sqrt_d.
+FERRY_SIMD_CLONES void grad_row(float* s, float* dp, int64_t n, float sqrt_d, float lse,
+                                float dot) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = exp_approx(s[j] / sqrt_d - lse);
+    s[j] = p;
+    dp[j] = p * (dp[j] - dot) / sqrt_d;
+  }
 }
 
 // The head's view of one batch row: q, k and v rows (stride 3C) and its segment starts.
@@ -128,16 +172,12 @@ void forward_block(const FlashAttentionForward& a, const HeadView& v, int64_t n,
         for (int64_t j = 0; j < kCols; ++j) row[j] = 0.0f;
         continue;
       }
-      float top = m[r];
-      for (int64_t j = lo; j < hi; ++j) {
-        row[j] = row[j] / sqrt_d;
-        top = row[j] > top ? row[j] : top;
-      }
+      const float top = scale_max(row + lo, hi - lo, sqrt_d, m[r]);
       const float alpha = m[r] == kNegInf ? 0.0f : exp_approx(m[r] - top);
       for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
-      for (int64_t j = lo; j < hi; ++j) row[j] = exp_approx(row[j] - top);
+      const float sum = exp_sum(row + lo, hi - lo, top);
       for (int64_t j = hi; j < kCols; ++j) row[j] = 0.0f;
-      l[r] = l[r] * alpha + row_sum(row + lo, hi - lo);
+      l[r] = l[r] * alpha + sum;
       m[r] = top;
       if (drop) {
         const uint64_t at = v.first + static_cast<uint64_t>(i * g.t + j0);
@@ -214,17 +254,12 @@ void backward_head(const FlashAttentionBackward& a, int64_t n, int64_t h) {
         const float row_lse = lse[i], row_dot = dot[i];
         const uint64_t at = v.first + static_cast<uint64_t>(i * t + j0);
         for (int64_t j = 0; j < lo; ++j) pr[j] = sr[j] = 0.0f;
-        for (int64_t j = lo; j < hi; ++j) {
+        if (!drop) grad_row(pr + lo, sr + lo, hi - lo, sqrt_d, row_lse, row_dot);
+        for (int64_t j = lo; drop && j < hi; ++j) {  // P' (for dV) and dP = dropout'(dP')
           const float pj = exp_approx(pr[j] / sqrt_d - row_lse);
-          float dpj = sr[j];
-          float dropped = pj;
-          if (drop) {
-            const bool k = kept(a.seed, at + static_cast<uint64_t>(j), g.dropout);
-            dropped = k ? pj / keep : 0.0f;
-            dpj = k ? dpj / keep : 0.0f;
-          }
-          pr[j] = dropped;
-          sr[j] = pj * (dpj - row_dot) / sqrt_d;
+          const bool k = kept(a.seed, at + static_cast<uint64_t>(j), g.dropout);
+          pr[j] = k ? pj / keep : 0.0f;
+          sr[j] = pj * ((k ? sr[j] / keep : 0.0f) - row_dot) / sqrt_d;
         }
         for (int64_t j = hi; j < kCols; ++j) pr[j] = sr[j] = 0.0f;
       }
