@@ -1,6 +1,6 @@
 // bench_cpu_kernel_timing: times the CPU kernels on the shapes of resnet18_cifar / vgg11_cifar at
-// batch 64 and of small GPT-2s, best of several runs after a warm-up, for comparison with PyTorch
-// (Note [CPU kernel timing runs]).
+// batch 64 and of small GPT-2s, the naive and fused attention cores at T = 256 to 2048, best of
+// several runs after a warm-up, for comparison with PyTorch (Note [CPU kernel timing runs]).
 #include <omp.h>
 
 #include <algorithm>
@@ -186,6 +186,32 @@ void time_transformer(cpu::CpuKernels& k, int64_t n, int64_t t, int64_t c, int64
       n, t, c, heads, dropout, f, b, lf, lb, gf, gb);
 }
 
+// The naive and the fused attention cores at (N, T, C, heads) without dropout (issue 29's
+// shapes: a 6 x 384 GPT at 2048 tokens per step), forward and backward.
+void time_attention_cores(cpu::CpuKernels& k, int64_t n, int64_t t, int64_t c, int64_t heads) {
+  const AttentionGeom g{n, t, heads, c, 0.0f};
+  auto qkv = random_floats(n * t * 3 * c, 19), dy = random_floats(n * t * c, 20);
+  std::vector<float> y(n * t * c), probs(n * heads * t * t), lse(n * heads * t), dqkv(qkv.size());
+  std::vector<char> ws1, ws2;
+  AttentionForward af;
+  af.g = g, af.qkv = qkv.data(), af.y = y.data(), af.probs = probs.data();
+  AttentionBackward ab;
+  ab.g = g, ab.qkv = qkv.data(), ab.probs = probs.data(), ab.dy = dy.data();
+  ab.dqkv = dqkv.data();
+  const double nf = best_ms(runner(k, af, ws1));
+  const double nb = best_ms(runner(k, ab, ws2));
+  const double ff = best_ms([&] {
+    k.run(FlashAttentionForward{g, true, 1, qkv.data(), y.data(), lse.data()});
+  });
+  const double fb = best_ms([&] {
+    k.run(FlashAttentionBackward{g, 1, qkv.data(), y.data(), lse.data(), dy.data(), dqkv.data()});
+  });
+  std::printf(
+      "attention N=%ld T=%ld C=%ld heads=%ld   naive fwd %8.3f bwd %8.3f | fused fwd %8.3f bwd "
+      "%8.3f ms | fused/naive %.2f\n",
+      n, t, c, heads, nf, nb, ff, fb, (ff + fb) / (nf + nb));
+}
+
 // The CNN shapes: resnet18_cifar / vgg11_cifar at batch 64.
 void time_cnn(cpu::CpuKernels& k) {
   time_conv(k, 64, 3, 32, 64, 3, 1, 1);
@@ -220,5 +246,6 @@ int main(int argc, char** argv) {
   ferry::time_transformer(k, 8, 256, 384, 6, 0.1f);
   ferry::time_transformer(k, 4, 256, 768, 12, 0.0f);
   ferry::time_transformer(k, 4, 256, 768, 12, 0.1f);
+  for (int64_t t : {256, 1024, 2048}) ferry::time_attention_cores(k, 2048 / t, t, 384, 6);
   return 0;
 }

@@ -2,13 +2,17 @@
 // device/kernels.h, computed in tiles of kRows queries by kCols keys with an online softmax.
 // Deterministic: each item (forward: one query block of one head; backward: one head) runs on
 // one thread in a fixed order, so the bits depend on the shape only.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.h>
+
 #include "device/counter_rng.h"
 #include "device/cpu/cpu_kernels_impl.h"
-#include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
 #include "device/cpu/vec_math.h"
 #include "device/kernel_checks.h"
@@ -17,81 +21,94 @@ namespace ferry::cpu {
 namespace {
 
 // Note [Fused attention tiles]
-// A tile is kRows queries by kCols keys: its scores (16 KiB), the query block's accumulator
-// (kRows x D) and the key block transposed (D x kCols) stay in L1/L2 while the tile's three
-// products run. Every product is a plain loop whose innermost index is contiguous (the key
-// columns of a score row, or the D columns of a value row), so it vectorizes; sums keep fixed
-// lanes (vec_math.h), so no result depends on the instruction-set clone.
+// A tile is kRows queries by kCols keys: its scores (16 KiB) and the query block's accumulator
+// (kRows x D) stay in L1/L2 while the tile's products run. The products are oneDNN's sgemm on
+// strided views of qkv (no copies); called inside the items' parallel loop, each runs on its
+// item's thread, and its order of summation depends on the shapes only (K <= kCols or D: never
+// split), so the bits do not depend on the thread count.
 constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// s (rows, kCols) = a (rows, D; row stride lda) times bt (D, kCols): scores of a query block
-// against a transposed key block (or dy against transposed values).
-FERRY_SIMD_CLONES void tile_product(const float* a, int64_t lda, const float* bt, int64_t rows,
-                                    int64_t d, float* s) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* out = s + r * kCols;
-    for (int64_t j = 0; j < kCols; ++j) out[j] = 0.0f;
-    const float* ar = a + r * lda;
-    for (int64_t e = 0; e < d; ++e) {
-      const float x = ar[e];
-      const float* b = bt + e * kCols;
-      for (int64_t j = 0; j < kCols; ++j) out[j] += x * b[j];
+// Row-major C (m, n; ldc) = op(A) op(B) + beta C, op 'N' or 'T' (oneDNN's dnnl_sgemm).
+void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success) {
+    throw LibraryError("oneDNN", "dnnl_sgemm", fmt::format("status {}", static_cast<int>(status)),
+                       __FILE__, __LINE__);
+  }
+}
+
+// Calls body(i) for i in [0, n): in parallel over the items, or one after another with OpenMP
+// held to one thread, so that an sgemm never splits its work across threads (Note [Fused
+// attention tiles]).
+template <typename Body>
+void for_items(int64_t n, const Body& body) {
+  if (n > 1 && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+  } one;
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+// The row loops: fixed lanes (lane l takes elements l, l + kLanes, ...) reduced by a pairwise
+// tree, so they vectorize and no result depends on the clone that runs (vec_math.h).
+
+// x[j] /= sqrt_d for j < n; returns the largest of them and `top`.
+FERRY_SIMD_CLONES float scale_max(float* x, int64_t n, float sqrt_d, float top) {
+  float lanes[kLanes];
+  for (float& m : lanes) m = top;
+  const int64_t body = n / kLanes * kLanes;
+  for (int64_t j = 0; j < body; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const float y = x[j + l] / sqrt_d;
+      x[j + l] = y;
+      lanes[l] = y > lanes[l] ? y : lanes[l];
     }
   }
-}
-
-// acc (rows_out, D; stride ldo) += p (rows_out x cols, row stride ps, column stride 1)
-// times b (cols, D; row stride ldb).
-FERRY_SIMD_CLONES void tile_accumulate(const float* p, int64_t ps, int64_t rows_out, int64_t cols,
-                                       const float* b, int64_t ldb, int64_t d, float* acc,
-                                       int64_t ldo) {
-  for (int64_t r = 0; r < rows_out; ++r) {
-    float* out = acc + r * ldo;
-    const float* pr = p + r * ps;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float x = pr[j];
-      if (x == 0.0f) continue;
-      const float* br = b + j * ldb;
-      for (int64_t e = 0; e < d; ++e) out[e] += x * br[e];
-    }
+  for (int64_t j = body; j < n; ++j) {
+    x[j] = x[j] / sqrt_d;
+    lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
   }
+  float m = lanes[0];
+  for (int l = 1; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
 }
 
-// acc (cols, D) += p^T b: p (rows x kCols), b (rows, D; row stride ldb). The key block's
-// gradients, dV += P'^T dy and dK += dS^T q.
-FERRY_SIMD_CLONES void tile_accumulate_t(const float* p, int64_t rows, int64_t cols, const float* b,
-                                         int64_t ldb, int64_t d, float* acc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* br = b + r * ldb;
-    const float* pr = p + r * kCols;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float x = pr[j];
-      if (x == 0.0f) continue;
-      float* out = acc + j * d;
-      for (int64_t e = 0; e < d; ++e) out[e] += x * br[e];
-    }
-  }
-}
-
-// bt (D, kCols) = rows [0, cols) of x (row stride ld) transposed; columns past cols are 0.
-void transpose_block(const float* x, int64_t ld, int64_t cols, int64_t d, float* bt) {
-  for (int64_t e = 0; e < d; ++e) {
-    float* out = bt + e * kCols;
-    for (int64_t j = 0; j < cols; ++j) out[j] = x[j * ld + e];
-    for (int64_t j = cols; j < kCols; ++j) out[j] = 0.0f;
-  }
-}
-
-float row_sum(const float* x, int64_t n) {
+// x[j] = exp(x[j] - top) for j < n; returns their sum.
+FERRY_SIMD_CLONES float exp_sum(float* x, int64_t n, float top) {
   float lanes[kLanes] = {};
   const int64_t body = n / kLanes * kLanes;
   for (int64_t j = 0; j < body; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += x[j + l];
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_approx(x[j + l] - top);
+      x[j + l] = e;
+      lanes[l] += e;
+    }
   }
-  for (int64_t j = body; j < n; ++j) lanes[j - body] += x[j];
+  for (int64_t j = body; j < n; ++j) {
+    x[j] = exp_approx(x[j] - top);
+    lanes[j - body] += x[j];
+  }
   return lane_total(lanes);
+}
+
+// Without dropout, for j < n: p = exp(s[j] / sqrt_d - lse) into s, and dp[j] (dy . v) becomes
+// dS = p (dp - dot) / sqrt_d.
+FERRY_SIMD_CLONES void grad_row(float* s, float* dp, int64_t n, float sqrt_d, float lse,
+                                float dot) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = exp_approx(s[j] / sqrt_d - lse);
+    s[j] = p;
+    dp[j] = p * (dp[j] - dot) / sqrt_d;
+  }
 }
 
 // The head's view of one batch row: q, k and v rows (stride 3C) and its segment starts.
@@ -136,7 +153,7 @@ void forward_block(const FlashAttentionForward& a, const HeadView& v, int64_t n,
   const AttentionGeom& g = a.g;
   const int64_t d = g.head_dim(), rows = i1 - i0;
   const float sqrt_d = sqrt_head_dim(g), keep = 1.0f - g.dropout;
-  std::vector<float> kt(d * kCols), s(kRows * kCols), acc(rows * d, 0.0f);
+  std::vector<float> s(kRows * kCols), acc(rows * d, 0.0f);
   float m[kRows], l[kRows];
   for (int64_t r = 0; r < rows; ++r) {
     m[r] = kNegInf;
@@ -144,8 +161,8 @@ void forward_block(const FlashAttentionForward& a, const HeadView& v, int64_t n,
   }
   for (int64_t j0 = first_key(v, i0, i1) / kCols * kCols; j0 < i1; j0 += kCols) {
     const int64_t j1 = std::min(g.t, j0 + kCols), cols = j1 - j0;
-    transpose_block(v.k + j0 * v.ld, v.ld, cols, d, kt.data());
-    tile_product(v.q + i0 * v.ld, v.ld, kt.data(), rows, d, s.data());
+    gemm('N', 'T', rows, cols, d, v.q + i0 * v.ld, v.ld, v.k + j0 * v.ld, v.ld, 0.0f, s.data(),
+         kCols);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       float* row = s.data() + r * kCols;
@@ -155,16 +172,12 @@ void forward_block(const FlashAttentionForward& a, const HeadView& v, int64_t n,
         for (int64_t j = 0; j < kCols; ++j) row[j] = 0.0f;
         continue;
       }
-      float top = m[r];
-      for (int64_t j = lo; j < hi; ++j) {
-        row[j] = row[j] / sqrt_d;
-        top = row[j] > top ? row[j] : top;
-      }
+      const float top = scale_max(row + lo, hi - lo, sqrt_d, m[r]);
       const float alpha = m[r] == kNegInf ? 0.0f : exp_approx(m[r] - top);
       for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
-      for (int64_t j = lo; j < hi; ++j) row[j] = exp_approx(row[j] - top);
+      const float sum = exp_sum(row + lo, hi - lo, top);
       for (int64_t j = hi; j < kCols; ++j) row[j] = 0.0f;
-      l[r] = l[r] * alpha + row_sum(row + lo, hi - lo);
+      l[r] = l[r] * alpha + sum;
       m[r] = top;
       if (drop) {
         const uint64_t at = v.first + static_cast<uint64_t>(i * g.t + j0);
@@ -178,7 +191,7 @@ void forward_block(const FlashAttentionForward& a, const HeadView& v, int64_t n,
       }
     }
     if (a.y != nullptr) {
-      tile_accumulate(s.data(), kCols, rows, cols, v.v + j0 * v.ld, v.ld, d, acc.data(), d);
+      gemm('N', 'N', rows, d, cols, s.data(), kCols, v.v + j0 * v.ld, v.ld, 1.0f, acc.data(), d);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -220,19 +233,17 @@ void backward_head(const FlashAttentionBackward& a, int64_t n, int64_t h) {
   for (int64_t b = 0; b < blocks; ++b) {
     block_first[b] = first_key(v, b * kRows, std::min(t, (b + 1) * kRows));
   }
-  std::vector<float> kt(d * kCols), vt(d * kCols), p(kRows * kCols), ds(kRows * kCols);
+  std::vector<float> p(kRows * kCols), ds(kRows * kCols);
   std::vector<float> dk_acc(kCols * d), dv_acc(kCols * d);
   for (int64_t j0 = 0; j0 < t; j0 += kCols) {
     const int64_t j1 = std::min(t, j0 + kCols), cols = j1 - j0;
-    transpose_block(v.k + j0 * ld, ld, cols, d, kt.data());
-    transpose_block(v.v + j0 * ld, ld, cols, d, vt.data());
     std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
     for (int64_t b = j0 / kRows; b < blocks; ++b) {
       if (block_first[b] >= j1) continue;  // every query of the block starts after these keys
       const int64_t i0 = b * kRows, i1 = std::min(t, i0 + kRows), rows = i1 - i0;
-      tile_product(v.q + i0 * ld, ld, kt.data(), rows, d, p.data());
-      tile_product(dy + i0 * c, c, vt.data(), rows, d, ds.data());
+      gemm('N', 'T', rows, cols, d, v.q + i0 * ld, ld, v.k + j0 * ld, ld, 0.0f, p.data(), kCols);
+      gemm('N', 'T', rows, cols, d, dy + i0 * c, c, v.v + j0 * ld, ld, 0.0f, ds.data(), kCols);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         float* pr = p.data() + r * kCols;
@@ -243,23 +254,18 @@ void backward_head(const FlashAttentionBackward& a, int64_t n, int64_t h) {
         const float row_lse = lse[i], row_dot = dot[i];
         const uint64_t at = v.first + static_cast<uint64_t>(i * t + j0);
         for (int64_t j = 0; j < lo; ++j) pr[j] = sr[j] = 0.0f;
-        for (int64_t j = lo; j < hi; ++j) {
+        if (!drop) grad_row(pr + lo, sr + lo, hi - lo, sqrt_d, row_lse, row_dot);
+        for (int64_t j = lo; drop && j < hi; ++j) {  // P' (for dV) and dP = dropout'(dP')
           const float pj = exp_approx(pr[j] / sqrt_d - row_lse);
-          float dpj = sr[j];
-          float dropped = pj;
-          if (drop) {
-            const bool k = kept(a.seed, at + static_cast<uint64_t>(j), g.dropout);
-            dropped = k ? pj / keep : 0.0f;
-            dpj = k ? dpj / keep : 0.0f;
-          }
-          pr[j] = dropped;
-          sr[j] = pj * (dpj - row_dot) / sqrt_d;
+          const bool k = kept(a.seed, at + static_cast<uint64_t>(j), g.dropout);
+          pr[j] = k ? pj / keep : 0.0f;
+          sr[j] = pj * ((k ? sr[j] / keep : 0.0f) - row_dot) / sqrt_d;
         }
         for (int64_t j = hi; j < kCols; ++j) pr[j] = sr[j] = 0.0f;
       }
-      tile_accumulate_t(p.data(), rows, cols, dy + i0 * c, c, d, dv_acc.data());
-      tile_accumulate_t(ds.data(), rows, cols, v.q + i0 * ld, ld, d, dk_acc.data());
-      tile_accumulate(ds.data(), kCols, rows, cols, v.k + j0 * ld, ld, d, dq + i0 * ld, ld);
+      gemm('T', 'N', cols, d, rows, p.data(), kCols, dy + i0 * c, c, 1.0f, dv_acc.data(), d);
+      gemm('T', 'N', cols, d, rows, ds.data(), kCols, v.q + i0 * ld, ld, 1.0f, dk_acc.data(), d);
+      gemm('N', 'N', rows, d, cols, ds.data(), kCols, v.k + j0 * ld, ld, 1.0f, dq + i0 * ld, ld);
     }
     for (int64_t j = 0; j < cols; ++j) {
       for (int64_t e = 0; e < d; ++e) {
@@ -278,7 +284,7 @@ void run(PlanCache&, const FlashAttentionForward& a) {
   const AttentionGeom& g = a.g;
   const bool drop = a.training && g.dropout > 0.0f;
   const int64_t blocks = (g.t + kRows - 1) / kRows;
-  parallel_items(g.n * g.heads * blocks, g.n * g.heads * g.t * g.t, [&](int64_t item) {
+  for_items(g.n * g.heads * blocks, [&](int64_t item) {
     const int64_t b = item % blocks, nh = item / blocks, n = nh / g.heads, h = nh % g.heads;
     const HeadView v = head_view(g, a.qkv, a.segments, n, h);
     forward_block(a, v, n, h, b * kRows, std::min(g.t, (b + 1) * kRows), drop);
@@ -289,8 +295,7 @@ void run(PlanCache&, const FlashAttentionBackward& a) {
   check_flash_attention_backward(a);
   check_segments(a.segments, a.g.n * a.g.t, a.g.t, "flash_attention_backward");
   const AttentionGeom& g = a.g;
-  parallel_items(g.n * g.heads, g.n * g.heads * g.t * g.t,
-                 [&](int64_t nh) { backward_head(a, nh / g.heads, nh % g.heads); });
+  for_items(g.n * g.heads, [&](int64_t nh) { backward_head(a, nh / g.heads, nh % g.heads); });
 }
 
 }  // namespace ferry::cpu

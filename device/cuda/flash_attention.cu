@@ -43,14 +43,18 @@ __device__ bool kept(const FlashGeom& g, int64_t bn, int64_t h, int64_t i, int64
   return counter_uniform(g.seed, at) >= g.dropout;
 }
 
-// Loads rows [r0, r0 + rows) of x (row stride ld, D wide) into a (kTile, kMaxD) tile, zero past
+// Note [Shared tile rows]
+// Tiles in shared memory keep rows of kMaxD + 1 floats: threads of a warp reading one column of
+// consecutive rows (k_s, v_s in the score products) then hit distinct banks.
+//
+// Loads rows [r0, r0 + rows) of x (row stride ld, D wide) into a (kTile, kMaxD + 1) tile, zero past
 // `rows`.
 template <int kTile, int kMaxD>
 __device__ void load_tile(const float* x, int64_t ld, int64_t r0, int64_t rows, int64_t d,
                           float* tile) {
   for (int64_t e = threadIdx.x; e < kTile * d; e += blockDim.x) {
     const int64_t r = e / d, k = e % d;
-    tile[r * kMaxD + k] = r < rows ? x[(r0 + r) * ld + k] : 0.0f;
+    tile[r * (kMaxD + 1) + k] = r < rows ? x[(r0 + r) * ld + k] : 0.0f;
   }
 }
 
@@ -64,7 +68,7 @@ __device__ float dot_rows(const float* a, const float* b, int64_t d) {
 template <int kTile, int kMaxD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward_kernel(FlashGeom g, const float* qkv, float* y, float* lse) {
-  __shared__ float q_s[kTile * kMaxD], k_s[kTile * kMaxD], v_s[kTile * kMaxD];
+  __shared__ float q_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)], v_s[kTile * (kMaxD + 1)];
   __shared__ float s_s[kTile * kTile], m_s[kTile], l_s[kTile], alpha_s[kTile];
   const float neg_inf = -__int_as_float(0x7f800000);
   const int64_t d = g.c / g.heads, ld = 3 * g.c, blocks = (g.t + kTile - 1) / kTile;
@@ -90,7 +94,8 @@ __global__ void __launch_bounds__(kFlashThreads)
       __syncthreads();
       for (int64_t e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
         s_s[e] =
-            dot_rows<kMaxD>(q_s + (e / kTile) * kMaxD, k_s + (e % kTile) * kMaxD, d) / g.sqrt_d;
+            dot_rows<kMaxD>(q_s + (e / kTile) * (kMaxD + 1), k_s + (e % kTile) * (kMaxD + 1), d) /
+            g.sqrt_d;
       }
       __syncthreads();
       for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -122,7 +127,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int64_t r = e / d, k = e % d;
         float* o = out + (i0 + r) * g.c + k;
         float acc = *o * alpha_s[r];
-        for (int64_t j = 0; j < cols; ++j) acc += s_s[r * kTile + j] * v_s[j * kMaxD + k];
+        for (int64_t j = 0; j < cols; ++j) acc += s_s[r * kTile + j] * v_s[j * (kMaxD + 1) + k];
         *o = acc;
       }
       __syncthreads();
@@ -166,9 +171,9 @@ __device__ void tile_grads(const FlashGeom& g, int64_t bn, int64_t h, int64_t i0
     const int64_t r = e / kTile, j = e % kTile, i = i0 + r;
     float p = 0.0f, ds = 0.0f;
     if (r < rows && j < cols && j0 + j <= i && j0 + j >= key_begin(g, bn, i)) {
-      const float s = dot_rows<kMaxD>(q_s + r * kMaxD, k_s + j * kMaxD, d) / g.sqrt_d;
+      const float s = dot_rows<kMaxD>(q_s + r * (kMaxD + 1), k_s + j * (kMaxD + 1), d) / g.sqrt_d;
       const float pj = exp(s - lse_s[r]);
-      float dp = dot_rows<kMaxD>(dy_s + r * kMaxD, v_s + j * kMaxD, d);
+      float dp = dot_rows<kMaxD>(dy_s + r * (kMaxD + 1), v_s + j * (kMaxD + 1), d);
       p = pj;
       if (g.dropout > 0.0f) {
         const bool k = kept(g, bn, h, i, j0 + j);
@@ -187,7 +192,8 @@ template <int kTile, int kMaxD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_kv_kernel(FlashGeom g, const float* qkv, const float* y, const float* lse,
                              const float* dy, float* dqkv) {
-  __shared__ float q_s[kTile * kMaxD], dy_s[kTile * kMaxD], k_s[kTile * kMaxD], v_s[kTile * kMaxD];
+  __shared__ float q_s[kTile * (kMaxD + 1)], dy_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)],
+      v_s[kTile * (kMaxD + 1)];
   __shared__ float p_s[kTile * kTile], ds_s[kTile * kTile], lse_s[kTile], dot_s[kTile];
   const int64_t d = g.c / g.heads, ld = 3 * g.c, blocks = (g.t + kTile - 1) / kTile;
   for (int64_t tile = blockIdx.x; tile < g.n * g.heads * blocks; tile += gridDim.x) {
@@ -218,8 +224,8 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int64_t j = e / d, k = e % d;
         float gv = dv[(j0 + j) * ld + k], gk = dk[(j0 + j) * ld + k];
         for (int64_t r = 0; r < rows; ++r) {
-          gv += p_s[r * kTile + j] * dy_s[r * kMaxD + k];
-          gk += ds_s[r * kTile + j] * q_s[r * kMaxD + k];
+          gv += p_s[r * kTile + j] * dy_s[r * (kMaxD + 1) + k];
+          gk += ds_s[r * kTile + j] * q_s[r * (kMaxD + 1) + k];
         }
         dv[(j0 + j) * ld + k] = gv;
         dk[(j0 + j) * ld + k] = gk;
@@ -234,7 +240,8 @@ template <int kTile, int kMaxD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_q_kernel(FlashGeom g, const float* qkv, const float* y, const float* lse,
                             const float* dy, float* dqkv) {
-  __shared__ float q_s[kTile * kMaxD], dy_s[kTile * kMaxD], k_s[kTile * kMaxD], v_s[kTile * kMaxD];
+  __shared__ float q_s[kTile * (kMaxD + 1)], dy_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)],
+      v_s[kTile * (kMaxD + 1)];
   __shared__ float ds_s[kTile * kTile], lse_s[kTile], dot_s[kTile];
   const int64_t d = g.c / g.heads, ld = 3 * g.c, blocks = (g.t + kTile - 1) / kTile;
   for (int64_t tile = blockIdx.x; tile < g.n * g.heads * blocks; tile += gridDim.x) {
@@ -261,7 +268,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int64_t e = threadIdx.x; e < rows * d; e += blockDim.x) {
         const int64_t r = e / d, k = e % d;
         float acc = dq[(i0 + r) * ld + k];
-        for (int64_t j = 0; j < cols; ++j) acc += ds_s[r * kTile + j] * k_s[j * kMaxD + k];
+        for (int64_t j = 0; j < cols; ++j) acc += ds_s[r * kTile + j] * k_s[j * (kMaxD + 1) + k];
         dq[(i0 + r) * ld + k] = acc;
       }
     }
