@@ -1,5 +1,5 @@
 // Element types a tensor can hold. fp32 is the default; kBF16 is the 16-bit storage type of mixed
-// precision (device.precision bf16: Note [Which tensors are bf16] in device/precision.h).
+// precision (device.precision bf16: Note [Which tensors are bf16] in trainer/model/precision.h).
 #pragma once
 
 #include <cstddef>

@@ -7,7 +7,8 @@
 namespace ferry {
 
 // fp32: every float tensor fp32. bf16: mixed precision, never pure bf16 (fp32 master weights and
-// optimizer state, bf16 activations and products: Note [Which tensors are bf16]).
+// optimizer state, bf16 activations and products: Note [Which tensors are bf16] in
+// trainer/model/precision.h).
 enum class Precision : uint8_t { kFp32, kBf16 };
 
 // The storage dtype of a tensor that precision `p` narrows (activations, their gradients, the
