@@ -34,7 +34,8 @@ class ParameterStore {
   // The persistent bytes a store for `graph` would hold, without allocating. `accumulation`:
   // with the gradient accumulation block.
   static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots,
-                                    bool accumulation = false);
+                                    bool accumulation = false,
+                                    Precision precision = Precision::kFp32);
 
   // Allocates every block on `device` (throws OutOfMemoryError naming the block).
   ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
