@@ -43,5 +43,12 @@ void run(const GeluForward& a, cudaStream_t stream);
 void run(const GeluBackward& a, cudaStream_t stream);
 void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch);
 void run(const ClipByNorm& a, cudaStream_t stream);
+// Llama (llama.cu).
+void run(const RmsNormForward& a, cudaStream_t stream);
+void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch);
+void run(const RopeQkvForward& a, cudaStream_t stream);
+void run(const RopeQkvBackward& a, cudaStream_t stream);
+void run(const SwigluForward& a, cudaStream_t stream);
+void run(const SwigluBackward& a, cudaStream_t stream);
 
 }  // namespace ferry::cuda
