@@ -12,7 +12,15 @@ namespace ferry {
 
 TransformerSizes transformer_sizes(const Config& config) {
   const ModelConfig& m = config.model;
-  return TransformerSizes{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+  TransformerSizes s{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+  s.kv_heads = m.kv_heads;
+  s.ffn = m.ffn;
+  s.rope_theta = m.rope_theta;
+  s.norm_eps = m.norm_eps;
+  if (m.tie_embeddings != TieEmbeddings::kAuto) {
+    s.tie_embeddings = m.tie_embeddings == TieEmbeddings::kTrue;
+  }
+  return s;
 }
 
 TransformerSizes resolved_sizes(const Config& config) {
