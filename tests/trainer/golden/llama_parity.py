@@ -11,7 +11,10 @@ grouping, from random weights moved away from their initial values (RMSNorm weig
    (tied).
 3. `trainer export` of the last checkpoint loads in LlamaForCausalLM.from_pretrained and gives the
    loss `trainer eval` reports on the checkpoint, within 1e-5 relative.
-4. Bad folders are one error line each (exit 2): an architecture ferry does not train, a missing
+4. A GPT2LMHeadModel folder: `trainer eval` of the folder alone gives Hugging Face's loss, and
+   `trainer export` of a trained checkpoint loads in GPT2LMHeadModel.from_pretrained with the
+   same loss.
+5. Bad folders are one error line each (exit 2): an architecture ferry does not train, a missing
    config field, a missing shard, a tensor of the wrong shape, a model key contradicting the
    folder.
 Exits 77 (ctest: skipped) without torch or transformers.
@@ -179,6 +182,45 @@ def check_shape(args, name, shape, train, val, failures):
     return hf_dir, data
 
 
+def gpt2_folder(args, val, failures):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(7)
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=VOCAB, n_positions=CONTEXT,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    hf_dir = os.path.join(args.dir, "gpt2", "hf")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    cfg = os.path.join(args.dir, "llama.yaml")
+    data = ["data.source=tokens", f"data.seq_len={SEQ}", f"data.batch_size={BATCH}",
+            "device.backend=cpu", "device.threads=2"]
+    run_dir = os.path.join(args.dir, "gpt2", "eval")
+    run([args.trainer, "eval", cfg, *data, f"model.init_from={hf_dir}",
+         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
+    ours = json.load(open(os.path.join(run_dir, "eval.json")))["loss"]
+    ref = mean_loss(model, val, SEQ)
+    print(f"gpt2 folder: eval loss: ferry {ours:.8f}  hugging face {ref:.8f}")
+    if not close(ours, ref, 1e-5):
+        failures.append(f"gpt2 folder: eval loss {ours} vs {ref}")
+    run_dir = os.path.join(args.dir, "gpt2", "train")
+    run([args.trainer, "train", cfg, *data, f"model.init_from={hf_dir}",
+         f"data.path={os.path.join(args.dir, 'train.bin')}", f"run.dir={run_dir}", "run.steps=3",
+         "optim.name=adamw", "optim.lr=0.003", "checkpoint.every=3"])
+    ckpt = os.path.join(run_dir, "checkpoints", "step_3.safetensors")
+    out = os.path.join(args.dir, "gpt2", "export")
+    run([args.trainer, "export", ckpt, out])
+    exported = GPT2LMHeadModel.from_pretrained(out)
+    exported.eval()
+    run_dir = os.path.join(args.dir, "gpt2", "eval_export")
+    run([args.trainer, "eval", cfg, *data, f"model.init_from={out}",
+         f"data.path={os.path.join(args.dir, 'val.bin')}", f"run.dir={run_dir}"])
+    ours = json.load(open(os.path.join(run_dir, "eval.json")))["loss"]
+    ref = mean_loss(exported, val, SEQ)
+    print(f"gpt2 export: ferry {ours:.8f}  from_pretrained {ref:.8f}")
+    if not close(ours, ref, 1e-5):
+        failures.append(f"gpt2 export: loss {ours} vs {ref}")
+
+
 def expect_refusal(args, cfg, keys, needle, failures):
     """`trainer eval` with `keys` exits 2 with one error line containing `needle`."""
     cmd = [args.trainer, "eval", cfg, *keys, f"run.dir={os.path.join(args.dir, 'refused')}"]
@@ -252,6 +294,7 @@ def main():
     failures = []
     for name, shape in SHAPES.items():
         hf_dir, data = check_shape(args, name, shape, train, val, failures)
+    gpt2_folder(args, val, failures)
     bad_folders(args, hf_dir, data, failures)  # the tied shape's sharded folder
     for f in failures:
         print("FAIL:", f)
