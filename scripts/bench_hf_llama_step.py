@@ -27,7 +27,8 @@ def main():
                          ("ffn", 1024), ("vocab", 32000), ("context", 2048), ("batch", 8),
                          ("seq", 256), ("steps", 5), ("warmup", 2), ("threads", os.cpu_count())):
         p.add_argument(f"--{key}", type=int, default=default)
-    p.add_argument("--attn", default="sdpa", help="attn_implementation: sdpa (fastest) or eager")
+    p.add_argument("--attn", default="eager",
+                   help="attn_implementation: eager (torch 1.13 has no sdpa) or sdpa")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
