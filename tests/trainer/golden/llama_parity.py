@@ -11,10 +11,13 @@ grouping, from random weights moved away from their initial values (RMSNorm weig
    (tied).
 3. `trainer export` of the last checkpoint loads in LlamaForCausalLM.from_pretrained and gives the
    loss `trainer eval` reports on the checkpoint, within 1e-5 relative.
-4. A GPT2LMHeadModel folder: `trainer eval` of the folder alone gives Hugging Face's loss, and
+4. Documents (data.documents padded per batch, and data.pack, where rotary positions restart
+   at each document): `trainer eval` of the folder gives the loss of Hugging Face's right-padded
+   batches (attention_mask, labels -100) within 1e-5 relative.
+5. A GPT2LMHeadModel folder: `trainer eval` of the folder alone gives Hugging Face's loss, and
    `trainer export` of a trained checkpoint loads in GPT2LMHeadModel.from_pretrained with the
    same loss.
-5. Bad folders are one error line each (exit 2): an architecture ferry does not train, a missing
+6. Bad folders are one error line each (exit 2): an architecture ferry does not train, a missing
    config field, a missing shard, a tensor of the wrong shape, a model key contradicting the
    folder.
 Exits 77 (ctest: skipped) without torch or transformers.
@@ -182,6 +185,50 @@ def check_shape(args, name, shape, train, val, failures):
     return hf_dir, data
 
 
+def write_docs(args, rng):
+    """Documents of 1 to 2*SEQ tokens, each led by the end-of-text token VOCAB - 1."""
+    eot = VOCAB - 1
+    docs = []
+    for length in rng.integers(1, 2 * SEQ, size=22):
+        docs.append([eot] + [int(t) for t in rng.integers(0, VOCAB - 1, size=int(length))])
+    path = os.path.join(args.dir, "docs.bin")
+    write_tokens(path, [t for d in docs for t in d] + [eot])
+    return path, docs
+
+
+def documents(args, hf_dir, data, docs_path, docs, failures):
+    import torch
+    from transformers import LlamaForCausalLM
+    eot = VOCAB - 1
+    model = LlamaForCausalLM.from_pretrained(hf_dir)
+    model.eval()
+    total, count = 0.0, 0
+    for first in range(0, len(docs), BATCH):
+        rows = [(d + [eot])[:SEQ + 1] for d in docs[first:first + BATCH]]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [eot] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        labels = torch.tensor([r + [-100] * (width - len(r)) for r in rows])
+        with torch.no_grad():
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss.item()
+        predicted = sum(len(r) - 1 for r in rows)
+        total += loss * predicted
+        count += predicted
+    ref = total / count
+    cfg = os.path.join(args.dir, "llama.yaml")
+    for name, keys in (("eval_documents", ["data.documents=true", "data.len_bucket=4"]),
+                       ("eval_packed", ["data.documents=true", "data.pack=true"])):
+        run_dir = os.path.join(args.dir, "docs", name)
+        run([args.trainer, "eval", cfg, *data, *keys, f"model.init_from={hf_dir}",
+             f"data.path={docs_path}", f"run.dir={run_dir}"])
+        ours = json.load(open(os.path.join(run_dir, "eval.json")))
+        print(f"llama {name} loss: ferry {ours['loss']:.8f}  hugging face {ref:.8f} "
+              f"({ours['tokens']} / {count} tokens)")
+        if not close(ours["loss"], ref, 1e-5) or ours["tokens"] != count:
+            failures.append(f"llama {name} loss {ours['loss']} vs {ref}, tokens "
+                            f"{ours['tokens']} vs {count}")
+
+
 def gpt2_folder(args, val, failures):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -294,6 +341,8 @@ def main():
     failures = []
     for name, shape in SHAPES.items():
         hf_dir, data = check_shape(args, name, shape, train, val, failures)
+    docs_path, docs = write_docs(args, rng)
+    documents(args, hf_dir, data, docs_path, docs, failures)
     gpt2_folder(args, val, failures)
     bad_folders(args, hf_dir, data, failures)  # the tied shape's sharded folder
     for f in failures:
