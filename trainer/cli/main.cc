@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
       ->required();
   export_cmd->add_option("out_dir", exp.out_dir, "the folder to write")->required();
   export_cmd->add_option("--tokenizer", exp.tokenizer,
-                         "a folder whose tokenizer files (tokenizer.json, ...) to copy along");
+                         "a folder whose tokenizer files (tokenizer.json, ...) to copy along (default: "
+                         "the model folder the run started from, when it holds tokenizer.json)");
 
   TrainArgs check;
   bool reference = false;

@@ -113,6 +113,8 @@ def check_shape(args, name, shape, train, val, failures):
     # Sharded: several model-0000k-of-0000n.safetensors and their index.
     model.save_pretrained(hf_dir, safe_serialization=True,
                           **({"max_shard_size": "40KB"} if sharded else {}))
+    with open(os.path.join(hf_dir, "tokenizer.json"), "w") as f:  # export carries it along
+        json.dump({"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0}}}, f)
     if sharded and not os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")):
         failures.append(f"{name}: save_pretrained wrote no shards")
     data = ["data.source=tokens", f"data.seq_len={SEQ}", f"data.batch_size={BATCH}",
@@ -172,6 +174,9 @@ def check_shape(args, name, shape, train, val, failures):
     ckpt = os.path.join(run_dir, "checkpoints", f"step_{STEPS}.safetensors")
     out = os.path.join(args.dir, name, "export")
     run([args.trainer, "export", ckpt, out])
+    carried = os.path.exists(os.path.join(out, "tokenizer.json"))
+    if carried != (train_keys == folder_keys):  # the run knows a tokenizer when it read the folder
+        failures.append(f"{name}: export {'carried' if carried else 'left out'} tokenizer.json")
     exported = LlamaForCausalLM.from_pretrained(out)
     exported.eval()
     run_dir = os.path.join(args.dir, name, "eval_export")
