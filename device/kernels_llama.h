@@ -44,8 +44,8 @@ struct RmsNormBackward {
 // Face's rotate_half: for i < D/2 and position p, angle = p * theta^(-2i/D) and
 //   out[i] = x[i] cos - x[i + D/2] sin,  out[i + D/2] = x[i + D/2] cos + x[i] sin.
 // The position p of row n*T + t is t, or t - segments[n, t] for packed documents (Note [Segments
-// of a packed row]). The angle's cosine and sine are taken in float64 from HF's float32 inverse
-// frequency, then rounded once.
+// of a packed row]). As transformers computes them, the inverse frequency theta^(-2i/D) and the
+// angle p * inv_freq are float32; their cosine and sine are taken in float64 and rounded once.
 struct RopeGeom {
   int64_t n = 1, t = 1, heads = 1, kv_heads = 1, head_dim = 2;
   float theta = 10000.0f;
