@@ -72,7 +72,10 @@ void GradientBuckets::mark_ready(std::span<const size_t> params) {
 
 void GradientBuckets::launch_ready() {
   Stream& compute = device_.stream(StreamKind::kCompute);
-  while (next_ < buckets_.size() && pending_[next_] == 0) launch(next_++, compute);
+  while (next_ < buckets_.size() && pending_[next_] == 0) {
+    launch(next_++, compute);
+    ++overlapped_;
+  }
 }
 
 void GradientBuckets::launch(size_t bucket, Stream& after) {
@@ -81,6 +84,7 @@ void GradientBuckets::launch(size_t bucket, Stream& after) {
     float* data = block_ + r.offset / sizeof(float);
     works_[bucket].push_back(
         comm_.all_reduce_mean(data, static_cast<int64_t>(r.bytes / sizeof(float)), after));
+    ++collectives_;
   }
 }
 
@@ -91,6 +95,7 @@ void GradientBuckets::finish(Stream& compute) {
     for (const CommWork& w : works) w.order_before(compute);
   }
   finished_ = true;
+  ++reductions_;
 }
 
 std::vector<BucketSpan> GradientBuckets::spans() const {

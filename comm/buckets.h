@@ -71,6 +71,12 @@ class GradientBuckets {
   // Buckets launched in this step so far.
   size_t launched() const { return next_; }
 
+  // Counts since construction, for checks that a step reduces once: finish() calls, collectives
+  // launched (one per bucket range), and buckets launched while backward ran (before finish()).
+  uint64_t reductions() const { return reductions_; }
+  uint64_t collectives() const { return collectives_; }
+  uint64_t overlapped_buckets() const { return overlapped_; }
+
   // The spans of this step's all-reduces (after finish; blocks until they completed). Empty
   // when the communicator does not measure (one rank: nothing is reduced).
   std::vector<BucketSpan> spans() const;
@@ -96,6 +102,7 @@ class GradientBuckets {
   std::vector<int64_t> launch_ns_;
   size_t next_ = 0;  // buckets [0, next_) are launched
   bool finished_ = false;
+  uint64_t reductions_ = 0, collectives_ = 0, overlapped_ = 0;
 };
 
 }  // namespace ferry

@@ -236,6 +236,22 @@ void check_attention_backward(const AttentionBackward& a) {
   if (a.g.dropout > 0.0f) check_operands("attention_backward", {{"mask", a.mask}});
 }
 
+// Fused attention: y and lse may each be null (a recompute of the other), not both.
+void check_flash_attention_forward(const FlashAttentionForward& a) {
+  check_attention_geom(a.g, "flash_attention_forward");
+  check_operands("flash_attention_forward", {{"qkv", a.qkv}});
+  if (a.y == nullptr && a.lse == nullptr) {
+    throw ConfigError("flash_attention_forward: neither y nor lse is given",
+                      "pass the output, the log-sum-exp, or both");
+  }
+}
+
+void check_flash_attention_backward(const FlashAttentionBackward& a) {
+  check_attention_geom(a.g, "flash_attention_backward");
+  check_operands("flash_attention_backward",
+                 {{"qkv", a.qkv}, {"y", a.y}, {"lse", a.lse}, {"dy", a.dy}, {"dqkv", a.dqkv}});
+}
+
 namespace {
 
 void check_rms_norm_geom(const RmsNormGeom& g, const char* what) {

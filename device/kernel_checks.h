@@ -64,6 +64,8 @@ void check_gelu_backward(const GeluBackward& a);
 void check_attention_geom(const AttentionGeom& g, const char* what);
 void check_attention_forward(const AttentionForward& a);
 void check_attention_backward(const AttentionBackward& a);
+void check_flash_attention_forward(const FlashAttentionForward& a);
+void check_flash_attention_backward(const FlashAttentionBackward& a);
 
 // Not an argument error but a sizing one: UnsupportedError unless `ws` holds `need` bytes
 // (nothing to check when need is 0). `geometry`, when given, is named in the message

@@ -314,6 +314,18 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.dqkv, a.g.n * a.g.t * 3 * a.g.c);
           o.bind_if<int32_t>(a.segments, a.g.n * a.g.t, 0.0f);
           o.workspace(a.ws, shape);
+        } else if constexpr (std::is_same_v<T, FlashAttentionForward>) {
+          o.bind<float>(a.qkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind_if<float>(a.y, a.g.n * a.g.t * a.g.c);
+          o.bind<float>(a.lse, a.g.n * a.g.heads * a.g.t);
+          o.bind_if<int32_t>(a.segments, a.g.n * a.g.t, 0.0f);
+        } else if constexpr (std::is_same_v<T, FlashAttentionBackward>) {
+          o.bind<float>(a.qkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind<float>(a.y, a.g.n * a.g.t * a.g.c);
+          o.bind<float>(a.lse, a.g.n * a.g.heads * a.g.t);
+          o.bind<float>(a.dy, a.g.n * a.g.t * a.g.c);
+          o.bind<float>(a.dqkv, a.g.n * a.g.t * 3 * a.g.c);
+          o.bind_if<int32_t>(a.segments, a.g.n * a.g.t, 0.0f);
         } else if constexpr (std::is_same_v<T, SumOfSquares>) {
           o.bind<float>(a.x, a.n);
           o.bind<float>(a.out, 1);
@@ -415,8 +427,13 @@ std::string kernel_key(const KernelArgs& args) {
           attention(k, a.g);
           k("training", a.training);
           if (a.segments != nullptr) k("segments", true);
-        } else if constexpr (std::is_same_v<T, AttentionBackward>) {
+        } else if constexpr (std::is_same_v<T, AttentionBackward> ||
+                             std::is_same_v<T, FlashAttentionBackward>) {
           attention(k, a.g);
+          if (a.segments != nullptr) k("segments", true);
+        } else if constexpr (std::is_same_v<T, FlashAttentionForward>) {
+          attention(k, a.g);
+          k("training", a.training);
           if (a.segments != nullptr) k("segments", true);
         } else if constexpr (std::is_same_v<T, RmsNormForward> ||
                              std::is_same_v<T, RmsNormBackward>) {

@@ -40,6 +40,8 @@ std::string_view kernel_name(KernelKind kind) {
                                                 "attention_backward",
                                                 "sum_of_squares",
                                                 "clip_by_norm",
+                                                "flash_attention_forward",
+                                                "flash_attention_backward",
                                                 "rms_norm_forward",
                                                 "rms_norm_backward",
                                                 "rope_qkv_forward",

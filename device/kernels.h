@@ -444,6 +444,38 @@ struct AttentionBackward {
   const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
 };
 
+// Note [Fused attention]
+// The same attention as AttentionForward computed blockwise (FlashAttention-2's online softmax):
+// per query row i, a running max and sum over key blocks, so the (T, T) probabilities are never
+// stored beyond one tile. Saved for backward: y and lse (N, heads, T), the natural log of row
+// i's softmax denominator over the scaled scores (lse = m + log sum_j exp(s_ij - m)); the
+// backward recomputes P = exp(S - lse) tile by tile, with D_i = sum_d dy_id y_id. Dropout draws
+// the naive kernel's mask (counter_uniform(seed, element of (N, heads, T, T))) in both passes, so
+// nothing per score is stored. Equal to AttentionForward/Backward up to float rounding. The
+// tiles' scratch is the kernels' own (a few tiles per thread): no workspace.
+struct FlashAttentionForward {
+  AttentionGeom g;
+  bool training = true;
+  uint64_t seed = 0;
+  const float* qkv = nullptr;         // (N, T, 3C)
+  float* y = nullptr;                 // (N, T, C), or null (a recompute of lse alone)
+  float* lse = nullptr;               // (N, heads, T), or null (a recompute of y alone)
+  const int32_t* segments = nullptr;  // (N, T) or null
+};
+
+// Gradients of FlashAttentionForward in training: dqkv (N, T, 3C), overwritten. Reads qkv, y,
+// lse and dy; `seed` is the forward's (the dropout mask is drawn again).
+struct FlashAttentionBackward {
+  AttentionGeom g;
+  uint64_t seed = 0;
+  const float* qkv = nullptr;
+  const float* y = nullptr;
+  const float* lse = nullptr;
+  const float* dy = nullptr;  // (N, T, C)
+  float* dqkv = nullptr;
+  const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
+};
+
 // ---- gradient clipping -------------------------------------------------------------------------
 
 // out[0] = sum of x[i]^2 over i < n, a deterministic float sum (the same bits on every run).
@@ -496,15 +528,17 @@ struct AdamWUpdate {
 
 // ---- the launch interface ----------------------------------------------------------------------
 
-using KernelArgs = std::variant<
-    ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward, LinearBackwardData,
-    LinearBackwardWeights, PoolForward, PoolBackward, AdaptiveAvgPoolForward,
-    AdaptiveAvgPoolBackward, BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward,
-    ReluForward, ReluBackward, AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward,
-    DropoutBackward, SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate,
-    AdamWUpdate, EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
-    GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares, ClipByNorm,
-    RmsNormForward, RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward>;
+using KernelArgs =
+    std::variant<ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward,
+                 LinearBackwardData, LinearBackwardWeights, PoolForward, PoolBackward,
+                 AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward, BatchNormForwardTraining,
+                 BatchNormForwardInference, BatchNormBackward, ReluForward, ReluBackward,
+                 AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward, DropoutBackward,
+                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate,
+                 EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
+                 GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
+                 ClipByNorm, FlashAttentionForward, FlashAttentionBackward, RmsNormForward,
+                 RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

@@ -229,6 +229,9 @@ uint64_t workspace(PlanCache& plans, const AttentionForward& a);
 uint64_t workspace(PlanCache& plans, const AttentionBackward& a);
 void run(PlanCache& plans, const AttentionForward& a);
 void run(PlanCache& plans, const AttentionBackward& a);
+// kernels_flash_attention.cc (no workspace: Note [Fused attention] in device/kernels.h)
+void run(PlanCache& plans, const FlashAttentionForward& a);
+void run(PlanCache& plans, const FlashAttentionBackward& a);
 
 // kernels_llama.cc
 void run(PlanCache& plans, const RmsNormForward& a);

@@ -242,6 +242,31 @@ void run(const ClipByNorm& a, cudaStream_t stream) {
   launch_clip_by_norm(a.n, a.max_norm, a.sum_sq, a.y, stream);
 }
 
+namespace {
+// The fused kernels' tiles hold at most kFlashMaxHead columns per row.
+void check_flash_head(const AttentionGeom& g, const char* what) {
+  if (g.head_dim() > kFlashMaxHead) {
+    throw UnsupportedError(fmt::format("{}: head width {} exceeds the CUDA fused kernel's {}", what,
+                                       g.head_dim(), kFlashMaxHead),
+                           "set model.attention=naive, or use device.backend=cpu");
+  }
+}
+}  // namespace
+
+void run(const FlashAttentionForward& a, cudaStream_t stream) {
+  check_flash_attention_forward(a);
+  check_flash_head(a.g, "flash_attention_forward");
+  launch_flash_attention_forward(a.g.n, a.g.t, a.g.heads, a.g.c, a.training ? a.g.dropout : 0.0f,
+                                 a.seed, a.segments, a.qkv, a.y, a.lse, stream);
+}
+
+void run(const FlashAttentionBackward& a, cudaStream_t stream) {
+  check_flash_attention_backward(a);
+  check_flash_head(a.g, "flash_attention_backward");
+  launch_flash_attention_backward(a.g.n, a.g.t, a.g.heads, a.g.c, a.g.dropout, a.seed, a.segments,
+                                  a.qkv, a.y, a.lse, a.dy, a.dqkv, stream);
+}
+
 // ---- Llama -----------------------------------------------------------------------------------
 
 void run(const RmsNormForward& a, cudaStream_t stream) {

@@ -43,6 +43,9 @@ void run(const GeluForward& a, cudaStream_t stream);
 void run(const GeluBackward& a, cudaStream_t stream);
 void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch);
 void run(const ClipByNorm& a, cudaStream_t stream);
+// The fused attention core (flash_attention.cu); head widths up to kFlashMaxHead.
+void run(const FlashAttentionForward& a, cudaStream_t stream);
+void run(const FlashAttentionBackward& a, cudaStream_t stream);
 // Llama (llama.cu).
 void run(const RmsNormForward& a, cudaStream_t stream);
 void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch);

@@ -1,7 +1,8 @@
 // Host entry points of the transformer kernels in transformer.cu (embedding, layer norm, GELU,
-// gradient clipping) and attention.cu (the attention core's softmax, causal mask and dropout
-// between its cuBLAS products). As kernel_ops.h: each enqueues on `stream` and returns, no float
-// atomics, every reduction in an order fixed by the shape; arguments are checked by the caller.
+// gradient clipping), attention.cu (the attention core's softmax, causal mask and dropout
+// between its cuBLAS products) and flash_attention.cu (the fused core). As kernel_ops.h: each
+// enqueues on `stream` and returns, no float atomics, every reduction in an order fixed by the
+// shape; arguments are checked by the caller.
 // C++17 for nvcc.
 #pragma once
 
@@ -93,5 +94,25 @@ void launch_attention_dropout_apply(int64_t count, float p, const float* probs, 
 void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
                                        const int32_t* segments, float p, const float* probs,
                                        const uint8_t* mask, float* dprobs, cudaStream_t stream);
+
+// ---- fused attention core (flash_attention.cu) ------------------------------------------------
+
+// Head widths the fused kernels take: up to kFlashSmallHead in tiles of 32 queries and keys, up
+// to kFlashMaxHead in tiles of 16 (the tiles live in 48 KiB of static shared memory).
+constexpr int kFlashSmallHead = 64;
+constexpr int kFlashMaxHead = 128;
+
+// FlashAttentionForward (Note [Fused attention] in device/kernels.h): y (N, T, C) and lse (N,
+// heads, T), either may be null; dropout p > 0 draws the naive core's mask from `seed`. One block
+// per query tile (grid-stride).
+void launch_flash_attention_forward(int64_t n, int64_t t, int64_t heads, int64_t c, float dropout,
+                                    uint64_t seed, const int32_t* segments, const float* qkv,
+                                    float* y, float* lse, cudaStream_t stream);
+// FlashAttentionBackward: dqkv overwritten; dK and dV by one block per key tile, then dq by one
+// block per query tile, each recomputing the tile's probabilities.
+void launch_flash_attention_backward(int64_t n, int64_t t, int64_t heads, int64_t c, float dropout,
+                                     uint64_t seed, const int32_t* segments, const float* qkv,
+                                     const float* y, const float* lse, const float* dy, float* dqkv,
+                                     cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -1,6 +1,7 @@
 // GradientBuckets without MPI: a fake communicator that halves each range on the comm stream
 // (the mean with a rank contributing zeros) shows when buckets launch, in which order, that
-// every gradient byte is reduced exactly once, and that finish() orders the compute stream.
+// every gradient byte is reduced exactly once, that finish() orders the compute stream, and the
+// counts of reductions, collectives and overlapped buckets.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -203,6 +204,11 @@ TEST_F(BucketsTest, ResetStartsTheNextStep) {
     EXPECT_EQ(g[399], 4.0f);
   }
   EXPECT_EQ(comm_.launches.size(), 6u);
+  // The counts a run reports (optim.accumulate: one reduction per update): every step's
+  // finish(), every collective, and the buckets launched while "backward" ran (all of them).
+  EXPECT_EQ(buckets.reductions(), 3u);
+  EXPECT_EQ(buckets.collectives(), comm_.launches.size());
+  EXPECT_EQ(buckets.overlapped_buckets(), 6u);
 }
 
 TEST_F(BucketsTest, MissingGradientsAreReducedInFinish) {
@@ -212,6 +218,9 @@ TEST_F(BucketsTest, MissingGradientsAreReducedInFinish) {
   EXPECT_EQ(buckets.launched(), 0u);
   buckets.finish(compute());
   EXPECT_EQ(buckets.launched(), 2u);
+  EXPECT_EQ(buckets.overlapped_buckets(), 0u) << "both launched by finish()";
+  EXPECT_EQ(buckets.reductions(), 1u);
+  EXPECT_EQ(buckets.collectives(), 2u);
 }
 
 TEST(BucketsLocal, OneRankLeavesGradientsAsTheyAreAndMeasuresNothing) {

@@ -43,6 +43,7 @@ struct ModelConfig {
   int64_t vocab = 0;     // >= 0
   int64_t context = 0;   // >= 0
   double dropout = 0.0;  // [0, 1)
+  AttentionKind attention = AttentionKind::kFused;
   // Llama models: 0 / auto = the named model's.
   int64_t kv_heads = 0;     // >= 0, divides heads
   int64_t ffn = 0;          // >= 0
@@ -100,6 +101,8 @@ struct OptimConfig {
   double beta1 = 0.9;        // [0, 1), adamw
   double beta2 = 0.999;      // [0, 1), adamw
   double eps = 1e-8;         // > 0, adamw
+  // >= 1: micro-batches of data.batch_size per rank per update (gradient accumulation)
+  int64_t accumulate = 1;
   bool operator==(const OptimConfig&) const = default;
 };
 

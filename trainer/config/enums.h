@@ -29,6 +29,9 @@ enum class CommBackend { kAuto, kMpi, kNccl };
 // memory.oversize: what training does with a batch whose input shape the budget cannot hold.
 // error: the run ends before that batch's step; skip: the batch is dropped (on every rank).
 enum class OversizeAction { kError, kSkip };
+// model.attention: fused saves y and a log-sum-exp per query and recomputes the probabilities in
+// backward; naive saves the (T, T) probabilities per head.
+enum class AttentionKind { kFused, kNaive };
 // topology.scheduler: how the link scheduler orders offload/prefetch transfers.
 // fifo: oblivious, in request order; topology: per-link arbitration across the node's ranks.
 enum class LinkSchedulerKind { kFifo, kTopology };
@@ -104,6 +107,11 @@ template <>
 struct EnumNames<OversizeAction> {
   static constexpr std::array<std::pair<OversizeAction, std::string_view>, 2> kNames{
       {{OversizeAction::kError, "error"}, {OversizeAction::kSkip, "skip"}}};
+};
+template <>
+struct EnumNames<AttentionKind> {
+  static constexpr std::array<std::pair<AttentionKind, std::string_view>, 2> kNames{
+      {{AttentionKind::kFused, "fused"}, {AttentionKind::kNaive, "naive"}}};
 };
 template <>
 struct EnumNames<LinkSchedulerKind> {

@@ -191,6 +191,10 @@ std::vector<KeySpec> build_schema() {
               "Positions (gpt2 models; the longest data.seq_len); 0 = the named model's."),
       real(FERRY_CONFIG_KEY(model, dropout), closed_open(0, 1),
            "gpt2 models: embedding, attention and residual dropout probability."),
+      choice(FERRY_CONFIG_KEY(model, attention),
+             "Token models: the attention core. fused = blockwise (online softmax), saving the "
+             "output and one log-sum-exp per query and recomputing the probabilities in "
+             "backward (O(T) saved per head); naive = the (T, T) probabilities saved per head."),
       integer(FERRY_CONFIG_KEY(model, kv_heads), at_least(0),
               "Llama models: key-value heads of grouped-query attention (must divide "
               "model.heads); 0 = the named model's, or model.heads when that is set."),
@@ -289,6 +293,12 @@ std::vector<KeySpec> build_schema() {
       real(FERRY_CONFIG_KEY(optim, beta1), closed_open(0, 1), "adamw: first-moment decay."),
       real(FERRY_CONFIG_KEY(optim, beta2), closed_open(0, 1), "adamw: second-moment decay."),
       real(FERRY_CONFIG_KEY(optim, eps), above(0), "adamw: denominator epsilon."),
+      integer(FERRY_CONFIG_KEY(optim, accumulate), at_least(1),
+              "Gradient accumulation: micro-batches of data.batch_size per rank per update "
+              "(effective batch = batch_size x accumulate x ranks). Gradients are summed on the "
+              "device, reduced across ranks once, on the last micro-batch, and the loss is "
+              "averaged as one batch of that size would be; run.steps, the schedule, logging "
+              "and checkpoints count updates. Costs one more gradient-sized block."),
       // device
       choice(FERRY_CONFIG_KEY(device, backend), "Device backend."),
       size(FERRY_CONFIG_KEY(device, memory), 1,

@@ -13,6 +13,7 @@ namespace ferry {
 TransformerSizes transformer_sizes(const Config& config) {
   const ModelConfig& m = config.model;
   TransformerSizes s{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
+  s.fused_attention = m.attention == AttentionKind::kFused;
   s.kv_heads = m.kv_heads;
   s.ffn = m.ffn;
   s.rope_theta = m.rope_theta;

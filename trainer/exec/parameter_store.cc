@@ -51,17 +51,19 @@ constexpr uint64_t kMetricsBytes = 256;
 
 }  // namespace
 
-PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots) {
+PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots,
+                                           bool accumulation) {
   const Layout l = layout(graph);
   PersistentBytes b;
   b.weights = l.param_bytes;
-  b.gradients = l.param_bytes;
+  b.gradients = l.param_bytes * (accumulation ? 2 : 1);
   b.optimizer = l.param_bytes * static_cast<uint64_t>(optimizer_slots);
   b.buffers = l.buffer_bytes + kMetricsBytes;
   return b;
 }
 
-ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots)
+ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
+                               bool accumulation)
     : device_(device) {
   Layout l = layout(graph);
   params_ = std::move(l.params);
@@ -73,6 +75,9 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   DeviceHeap& heap = device.memory();
   params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
   grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
+  if (accumulation) {
+    accumulation_block_ = DeviceBuffer(heap, param_block_bytes_, "accumulated gradients");
+  }
   for (int s = 0; s < optimizer_slots; ++s) {
     optimizer_blocks_.emplace_back(heap, param_block_bytes_, fmt::format("optimizer state {}", s));
   }
@@ -113,7 +118,7 @@ float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
 PersistentBytes ParameterStore::bytes() const {
   PersistentBytes b;
   b.weights = params_block_.bytes();
-  b.gradients = grads_block_.bytes();
+  b.gradients = grads_block_.bytes() + accumulation_block_.bytes();
   for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();
   b.buffers = buffers_block_.bytes() + metrics_.bytes();
   return b;
@@ -153,6 +158,9 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
   write(buffers_block_.data(), buffers.data(), buffers.size());
   const std::vector<std::byte> zeros(param_block_bytes_);
   write(grads_block_.data(), zeros.data(), zeros.size());
+  if (accumulation_block_.bytes() > 0) {
+    write(accumulation_block_.data(), zeros.data(), zeros.size());
+  }
   for (auto& o : optimizer_blocks_) write(o.data(), zeros.data(), zeros.size());
 }
 

@@ -18,7 +18,10 @@ namespace ferry {
 // gradients in a second block with the same layout, optimizer state in `slots` more blocks of
 // that layout, and buffers (BN statistics) plus metrics in a last one. Each block is cut by a
 // size table built from the graph's parameter list. Because the layouts match, an optimizer
-// step or a gradient all-reduce is one launch over a contiguous range.
+// step or a gradient all-reduce is one launch over a contiguous range. Under gradient
+// accumulation (optim.accumulate > 1) a second gradient block of the same layout holds the sum
+// of the update's earlier micro-batches (Note [Accumulating micro-batches] in
+// trainer/session/accumulation.h); it counts as gradients in PersistentBytes.
 
 class ParameterStore {
  public:
@@ -28,11 +31,14 @@ class ParameterStore {
     uint64_t offset = 0;  // bytes from the start of its block, 64-byte aligned
   };
 
-  // The persistent bytes a store for `graph` would hold, without allocating.
-  static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots);
+  // The persistent bytes a store for `graph` would hold, without allocating. `accumulation`:
+  // with the gradient accumulation block.
+  static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots,
+                                    bool accumulation = false);
 
   // Allocates every block on `device` (throws OutOfMemoryError naming the block).
-  ParameterStore(Device& device, const Graph& graph, int optimizer_slots);
+  ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
+                 bool accumulation = false);
 
   const std::vector<Entry>& params() const { return params_; }
   const std::vector<Entry>& buffers() const { return buffers_; }
@@ -40,6 +46,8 @@ class ParameterStore {
   int64_t param_floats() const { return static_cast<int64_t>(param_block_bytes_ / sizeof(float)); }
   float* param_block() const { return params_block_.as<float>(); }
   float* grad_block() const { return grads_block_.as<float>(); }
+  // The gradient accumulation block (same layout as grad_block), or null without one.
+  float* accumulation_block() const { return accumulation_block_.as<float>(); }
   float* optimizer_block(int slot) const { return optimizer_blocks_[slot].as<float>(); }
   void* buffer_block() const { return buffers_block_.data(); }
   uint64_t buffer_block_bytes() const { return buffer_block_bytes_; }
@@ -91,6 +99,7 @@ class ParameterStore {
   uint64_t buffer_block_bytes_ = 0;
   DeviceBuffer params_block_;
   DeviceBuffer grads_block_;
+  DeviceBuffer accumulation_block_;  // optim.accumulate > 1 only
   std::vector<DeviceBuffer> optimizer_blocks_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;

@@ -317,11 +317,13 @@ TensorId GraphBuilder::attention(TensorId qkv, const std::string& name, int64_t 
   const AttentionGeom g{batch[0], batch[1], heads, c, dropout};
   const Shape scores{batch[0], heads, batch[1], batch[1]};
   std::vector<TensorDesc> aux;
-  if (dropout > 0) aux.push_back(TensorDesc{scores, DType::kU8});
+  if (dropout > 0 && !fused_attention_) aux.push_back(TensorDesc{scores, DType::kU8});
   std::vector<TensorId> inputs{qkv};
   if (graph_.segments_ != kNoTensor) inputs.push_back(graph_.segments_);
-  return add_node(name, make_attention(g), std::move(inputs), {Shape{in[0], c}, scores}, {}, {},
-                  std::move(aux));
+  // Fused: the second output is the log-sum-exp per query (N, heads, T), not the scores.
+  const Shape saved = fused_attention_ ? Shape{batch[0], heads, batch[1]} : scores;
+  return add_node(name, make_attention(g, fused_attention_), std::move(inputs),
+                  {Shape{in[0], c}, saved}, {}, {}, std::move(aux));
 }
 
 TensorId GraphBuilder::tied_linear(TensorId x, const std::string& name, TensorId weight) {

@@ -113,6 +113,9 @@ class GraphBuilder {
   // Hugging Face's Conv1D: a linear layer whose weight is stored (in, out); bias zeros.
   TensorId conv1d(TensorId x, const std::string& name, int64_t out_features,
                   const ParamInit& weight);
+  // Attention layers added from now on: fused (model.attention=fused, the default: saves y and
+  // a log-sum-exp per query) or naive (saves the (T, T) probabilities per head).
+  void set_fused_attention(bool fused) { fused_attention_ = fused; }
   // qkv (N*T, 3C) -> (N*T, C): causal multi-head attention over the token input's (N, T).
   TensorId attention(TensorId qkv, const std::string& name, int64_t heads, float dropout);
   // A bias-free linear layer over an existing (out, in) parameter (a tied LM head).
@@ -157,6 +160,7 @@ class GraphBuilder {
   InitRule conv_w_ = InitRule::kTorchDefault;
   InitRule conv_b_ = InitRule::kTorchDefault;
   InitRule lin_w_ = InitRule::kTorchDefault;
+  bool fused_attention_ = true;
   InitRule lin_b_ = InitRule::kTorchDefault;
 };
 

@@ -20,7 +20,8 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   kernels_ = std::move(k.kernels);
   substitute_ = std::move(k.substitute);
   const Graph graph = build_configured_model(config, 1);
-  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
+  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)),
+                                           /*accumulation=*/config.optim.accumulate > 1);
   static_input_ = largest_input(config);
 }
 

@@ -40,11 +40,12 @@ std::string progress_line(const StepReport& r) {
   const int width = static_cast<int>(std::to_string(r.steps).size());
   return fmt::format(
       "step {:>{}}/{}  loss {:.4f}  acc {:.3f}  lr {:.4g}  {:.1f} samples/s{}  "
-      "mem {} / {}{}{}",
+      "mem {} / {}{}{}{}",
       r.step, width, r.steps, r.loss, r.accuracy, r.lr, r.samples_per_s,
       r.tokens_per_s >= 0 ? fmt::format(" ({:.0f} tokens/s)", r.tokens_per_s) : std::string(),
       format_bytes(r.device_peak_bytes), format_bytes(r.device_capacity),
-      r.shape.empty() ? "" : "  input " + r.shape, eta);
+      r.shape.empty() ? "" : "  input " + r.shape, r.batch.empty() ? "" : "  batch " + r.batch,
+      eta);
 }
 
 }  // namespace ferry

@@ -25,6 +25,8 @@ struct StepReport {
   std::string shape;
   // Real tokens of the global batches per second (data.documents), printed when >= 0.
   double tokens_per_s = -1;
+  // The effective batch of an update under optim.accumulate ("64 (8x4x2)"), printed when set.
+  std::string batch;
 };
 
 class MetricsLog {

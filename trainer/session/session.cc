@@ -2,6 +2,7 @@
 #include "trainer/session/session.h"
 #include "trainer/configured/model.h"
 
+#include "common/error.h"
 #include "common/shm_names.h"
 #include "device/backend_traits.h"
 #include "links/link_capacities.h"
@@ -99,7 +100,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   d.arbiter = arbiter_;
   device_ = create_device(d);
   const OptimizerOptions opt = optimizer_options(config);
-  store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
+  // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.
+  store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0,
+                                            training && config.optim.accumulate > 1);
   store_->initialize(graph_, config.run.seed);
   if (!config.model.init_from.empty()) {
     load_weights(config.model.init_from, *store_,
@@ -108,8 +111,10 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   optimizer_ = std::make_unique<Optimizer>(opt);
   ExecutorOptions exec;
   exec.plan = plan_options(config);
-  // train() drains the staged metrics at least every run.log_every steps.
-  exec.metrics_steps = static_cast<size_t>(std::max<int64_t>(config.run.log_every, 1));
+  // train() drains the staged metrics at least every run.log_every steps (updates), each one
+  // staged per micro-batch.
+  exec.metrics_steps = static_cast<size_t>(std::max<int64_t>(config.run.log_every, 1) *
+                                           std::max<int64_t>(config.optim.accumulate, 1));
   if (emulate_link && config.memory.link_gbps == 0) exec.plan.cost.link_gbps = d.cpu.link_gbps;
   if (config.memory.measure && training) {
     // Plan with this device's own times (Note [Measured step times]), cached in run.dir.
@@ -226,16 +231,31 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
   buckets_ = std::make_unique<GradientBuckets>(*comm_, *device_, store_->grad_block(),
                                                std::move(slices), options);
   listener_ = std::make_unique<BucketListener>(buckets_.get());
+  if (store_->accumulation_block()) {
+    accumulation_ = std::make_unique<GradientAccumulation>(*device_, *store_, *listener_);
+  }
   return *buckets_;
 }
 
-void Session::forward_backward(const HostBatch& batch, uint64_t step) {
+void Session::forward_backward(const HostBatch& batch, uint64_t step, const MicroBatch& micro) {
   GradientBuckets& b = buckets(batch);
-  b.reset();
-  executor_->enqueue(batch, /*training=*/true, step, listener_.get());
+  micro_ = micro;
+  if (micro.count == 1) {
+    b.reset();
+    executor_->enqueue(batch, /*training=*/true, step, listener_.get());
+    return;
+  }
+  // Note [Accumulating micro-batches]: the buckets hear only the last micro-batch.
+  FERRY_ASSERT(accumulation_ != nullptr, "micro-batches without the accumulation block");
+  if (micro.last()) b.reset();
+  executor_->enqueue(batch, /*training=*/true, step, accumulation_->begin(micro));
 }
 
-void Session::reduce_gradients() { buckets_->finish(device_->stream(StreamKind::kCompute)); }
+void Session::reduce_gradients() {
+  FERRY_ASSERT(micro_.last(), "reduce_gradients before the update's last micro-batch");
+  if (micro_.count > 1) accumulation_->fold_rest();
+  buckets_->finish(device_->stream(StreamKind::kCompute));
+}
 
 // After reduce_gradients, on the stream it ordered (Note [Clipping after the all-reduce] in
 // trainer/optim/optimizer.cc).

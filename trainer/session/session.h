@@ -20,6 +20,7 @@
 #include "trainer/model/graph.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/plan/device_profile.h"
+#include "trainer/session/accumulation.h"
 #include "trainer/session/rank_placement.h"
 
 namespace ferry {
@@ -50,8 +51,11 @@ class Session {
   // One training step, in order. forward_backward enqueues the batch's forward and backward
   // passes, launching each gradient bucket's all-reduce as backward fills it (comm.overlap);
   // reduce_gradients launches the rest and orders compute after all of them; update enqueues
-  // the optimizer; metrics waits for the step and returns its loss.
-  void forward_backward(const HostBatch& batch, uint64_t step);
+  // the optimizer; metrics waits for the step and returns its loss. Under optim.accumulate, an
+  // update calls forward_backward once per micro-batch, then reduce_gradients and update once:
+  // gradients are summed on the device and reduced on the last micro-batch only (Note
+  // [Accumulating micro-batches] in accumulation.h).
+  void forward_backward(const HostBatch& batch, uint64_t step, const MicroBatch& micro = {});
   void reduce_gradients();
   void update(float lr);
   StepMetrics metrics() { return executor_->read_metrics(); }
@@ -60,6 +64,9 @@ class Session {
   const float* grad_norm_sq() const;
   // The all-reduce spans of the last step (for traces); empty on one rank.
   std::vector<BucketSpan> reduce_spans() const;
+  // The gradient buckets' counts so far (reductions, collectives, overlapped buckets); null
+  // before the first step.
+  const GradientBuckets* gradient_buckets() const { return buckets_.get(); }
   // What the node's link ledger measured on every emulated link (CPU ranks on topology.file);
   // empty when this run emulates no links.
   std::vector<LinkUsage> link_usage() const;
@@ -86,6 +93,8 @@ class Session {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<GradientListener> listener_;
+  std::unique_ptr<GradientAccumulation> accumulation_;  // optim.accumulate > 1
+  MicroBatch micro_;                                    // the current micro-batch
   std::optional<DeviceProfile> profile_;
 };
 

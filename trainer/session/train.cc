@@ -86,74 +86,6 @@ bool any_rank(Communicator& comm, const RankInfo& ranks, bool mine) {
   return any;
 }
 
-// The end-of-run comparison of the planner's predicted step time with the measured one, on the
-// console and in <run.dir>/summary.json.
-// Steps are timed per logging interval (the host waits for the device only there, Note [No host
-// wait inside a step]): `intervals` holds (steps, seconds) from one drain of the metrics to the
-// next.
-void report_timing(RankLog& log, Session& session, const Config& config, const MemoryPlan& plan,
-                   const std::vector<std::pair<int64_t, double>>& intervals,
-                   const TrainResult& result, const ShapePlans& shapes) {
-  if (intervals.empty()) return;
-  // The first interval pays for first touches and algorithm choices: leave it out when we can.
-  const size_t skip = intervals.size() > 1 ? 1 : 0;
-  double seconds = 0;
-  int64_t counted = 0;
-  for (size_t i = skip; i < intervals.size(); ++i) {
-    counted += intervals[i].first;
-    seconds += intervals[i].second;
-  }
-  if (counted == 0) return;
-  const double measured = seconds / static_cast<double>(counted);
-  // Several input shapes (data.scales): the mean of their predictions over the steps run.
-  const double predicted =
-      shapes.shape_count() > 1 ? shapes.predicted_mean_step() : plan.prediction.step_seconds;
-  const char* model = session.cost_profile() ? "measured" : "FLOP";
-  log.print(
-      "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
-      "model (predicted/measured {:.2f})",
-      measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "",
-      predicted, model, measured > 0 ? predicted / measured : 0.0);
-  const DeviceProfile* profile = session.cost_profile();
-  const std::string off =
-      timing_mismatch(predicted, measured, profile != nullptr, profile ? profile->cache_path : "");
-  if (!off.empty()) log.print("timing   {}", off);
-  if (!session.ranks().is_root()) return;
-  nlohmann::json j = {{"model", config.model.name},
-                      {"batch", config.data.batch_size},
-                      {"ranks", session.ranks().size},
-                      {"policy", policy_name(plan.policy)},
-                      {"device", session.device().name()},
-                      {"steps", result.steps},
-                      {"first_loss", result.first_loss},
-                      {"last_loss", result.last_loss},
-                      {"measured_step_s", measured},
-                      {"measured_steps", counted},
-                      {"predicted_step_s", predicted},
-                      {"predicted_stall_s", plan.prediction.stall_seconds},
-                      {"predicted_compute_s", plan.prediction.compute_seconds},
-                      {"cost_model", session.cost_profile() ? "measured" : "flops"},
-                      {"planned_peak_bytes", plan.peak_bytes()},
-                      {"device_peak_bytes", result.device_peak_bytes},
-                      {"offload_bytes", plan.offload_bytes},
-                      {"plan_waited_steps", result.plan_waited_steps},
-                      {"shapes", shapes.summary()},
-                      {"oversize_skipped", result.oversize_skipped},
-                      {"skipped_shapes", shapes.skipped_summary()}};
-  if (const DeviceProfile* p = session.cost_profile()) {
-    j["cost_profile"] = {{"kernels", p->kernels},
-                         {"from_cache", p->from_cache},
-                         {"not_timed", p->failed},
-                         {"steps_measured", p->steps_measured},
-                         {"steps", p->steps_total},
-                         {"d2h_gbps", p->link_gbps_to_host},
-                         {"h2d_gbps", p->link_gbps_to_device},
-                         {"seconds", p->seconds},
-                         {"cache", p->cache_path}};
-  }
-  write_run_file((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
-}
-
 // An event after everything enqueued on the compute stream so far.
 std::shared_ptr<Event> compute_done(Device& device) {
   std::shared_ptr<Event> done = device.create_event();
@@ -188,10 +120,15 @@ bool checkpoints_at(const Config& config, int64_t step) {
          (step % config.checkpoint.every == 0 || step == config.run.steps);
 }
 
-// The batch as the executor takes it.
-HostBatch host_batch(const Batch& batch) {
-  return {batch.input(), batch.labels(),   batch.size(),
-          batch.shape(), batch.segments(), batch.loss_divisor()};
+// The batch as the executor takes it. One of `micro_batches` per update: its loss divides by
+// that many times its own divisor (Note [Accumulating micro-batches] in accumulation.h).
+HostBatch host_batch(const Batch& batch, int64_t micro_batches = 1) {
+  float divisor = batch.loss_divisor();
+  if (micro_batches > 1) {
+    const float own = divisor > 0 ? divisor : static_cast<float>(batch.labelled());
+    divisor = static_cast<float>(micro_batches) * own;
+  }
+  return {batch.input(), batch.labels(), batch.size(), batch.shape(), batch.segments(), divisor};
 }
 
 // Everything around the step: the batches and their shapes' plans, the metrics accumulated
@@ -245,14 +182,17 @@ class StepBookkeeping {
     if (const std::string line = shapes_.after_step(input, step); !line.empty()) log_.line(line);
   }
 
-  // Stages the step's metrics on the device, counts its rows and gives its buffers back to the
-  // loader once the device is done with them (Note [No host wait inside a step]).
-  void finish_step(Batch& batch, int64_t step) {
-    session_.executor().stage_metrics(static_cast<uint64_t>(step), session_.grad_norm_sq());
+  // Stages the micro-batch's metrics on the device (the gradient norm with the update's last),
+  // counts its rows and gives its buffers back to the loader once the device is done with them
+  // (Note [No host wait inside a step]).
+  void finish_step(Batch& batch, int64_t step, const MicroBatch& micro) {
+    session_.executor().stage_metrics(static_cast<uint64_t>(step),
+                                      micro.last() ? session_.grad_norm_sq() : nullptr);
     labels_ += static_cast<double>(batch.labelled());
-    if (config_.data.documents && batch.labelled() > 0) {
-      own_mean_[static_cast<uint64_t>(step)] =
-          static_cast<double>(batch.loss_divisor()) / static_cast<double>(batch.labelled());
+    if (config_.data.documents) {
+      OwnMean& own = own_mean_[static_cast<uint64_t>(step)];
+      own.divisors.push_back(host_batch(batch, micro.count).loss_divisor);
+      own.labelled += static_cast<double>(batch.labelled());
     }
     // Documents: the global batch's real tokens (Note [The mean over real tokens]).
     tokens_ += static_cast<double>(batch.loss_divisor()) * ranks_.size;
@@ -271,23 +211,34 @@ class StepBookkeeping {
                     "lower optim.lr, add optim.warmup_steps, or check the data normalisation");
       }
       // Documents: the rank's loss as the mean over its own real tokens (Note [The mean over
-      // real tokens] in trainer/data/documents.h).
+      // real tokens] in trainer/data/documents.h), of all the update's micro-batches.
       if (auto it = own_mean_.find(m.step); it != own_mean_.end()) {
-        m.loss = static_cast<float>(m.loss * it->second);
-        own_mean_.erase(it);
+        OwnMean& own = it->second;
+        const double divisor = own.divisors[own.next++];
+        if (own.labelled > 0) m.loss = static_cast<float>(m.loss * (divisor / own.labelled));
+        if (own.next == own.divisors.size()) own_mean_.erase(it);
       }
-      if (m.step == static_cast<uint64_t>(first_step_)) result_.first_loss = m.loss;
-      result_.last_loss = m.loss;
-      loss_ += m.loss;
-      correct_ += m.correct;
+      // An update's loss is the sum of its micro-batches' (each divided by their count).
+      update_loss_ += m.loss;
+      update_correct_ += m.correct;
+      if (++micro_drained_ < config_.optim.accumulate) continue;
+      if (m.step == static_cast<uint64_t>(first_step_)) result_.first_loss = update_loss_;
+      result_.last_loss = update_loss_;
+      loss_ += update_loss_;
+      correct_ += update_correct_;
       ++drained_steps_;
       grad_norm_ = m.grad_norm;
+      update_loss_ = update_correct_ = 0;
+      micro_drained_ = 0;
     }
     const auto now = std::chrono::steady_clock::now();
     timed_.emplace_back(step - drained_step_,
                         std::chrono::duration<double>(now - drained_at_).count());
     shapes_.interval(timed_.back().second);
-    if (shared_) shared_->drained(timed_.back().first, timed_.back().second);
+    // The shared budget times plan steps: an update runs optim.accumulate of them.
+    if (shared_) {
+      shared_->drained(timed_.back().first * config_.optim.accumulate, timed_.back().second);
+    }
     drained_at_ = now;
     drained_step_ = step;
   }
@@ -323,6 +274,9 @@ class StepBookkeeping {
     r.elapsed_s = std::chrono::duration<double>(now - run_start_).count();
     if (!config_.data.scales.empty() || config_.data.documents) r.shape = input.str();
     if (config_.data.documents) r.tokens_per_s = tokens_ / std::max(seconds, 1e-9);
+    const int64_t micro = config_.optim.accumulate, b = config_.data.batch_size;
+    if (micro > 1)
+      r.batch = fmt::format("{} ({}x{}x{})", b * micro * ranks_.size, b, micro, ranks_.size);
     log_.line(progress_line(r));
     // The logged step's gradient norm before clipping, as nanoGPT logs it.
     nlohmann::json extra = {{"shape", input.dims()}, {"budget", session_.executor().budget()}};
@@ -336,6 +290,10 @@ class StepBookkeeping {
       extra["oversize_skipped"] = shapes_.skipped_batches();
     }
     if (grad_norm_) extra["grad_norm"] = *grad_norm_;
+    if (micro > 1) {
+      extra["micro_batches"] = micro;
+      extra["effective_batch"] = b * micro * ranks_.size;
+    }
     metrics_.write(r, extra);
     loss_ = correct_ = samples_ = labels_ = tokens_ = 0;
     drained_steps_ = 0;
@@ -370,8 +328,17 @@ class StepBookkeeping {
   double loss_ = 0, correct_ = 0, samples_ = 0, labels_ = 0, tokens_ = 0;
   int64_t drained_steps_ = 0;
   // Documents: per step not yet drained, what turns the rank's loss (its sum over the global
-  // batch's mean divisor) into the mean over its own real tokens, the number it logs.
-  std::map<uint64_t, double> own_mean_;
+  // batch's mean divisor) into the mean over its own real tokens, the number it logs: each
+  // micro-batch's divisor and the update's labels on this rank.
+  struct OwnMean {
+    std::vector<double> divisors;
+    double labelled = 0;
+    size_t next = 0;  // micro-batches drained
+  };
+  std::map<uint64_t, OwnMean> own_mean_;
+  // The update being drained: its micro-batches' loss and correct count so far.
+  double update_loss_ = 0, update_correct_ = 0;
+  int64_t micro_drained_ = 0;
   std::optional<float> grad_norm_;  // of the last step drained (optim.clip_norm > 0)
   std::chrono::steady_clock::time_point interval_start_ = std::chrono::steady_clock::now();
   const std::chrono::steady_clock::time_point run_start_ = interval_start_;
@@ -489,21 +456,30 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   TrainResult result;
   StepBookkeeping books(config, session, log, loader, shapes, *dataset, shared ? &*shared : nullptr,
                         start, state.step + 1, result);
-  // The step, as the algorithm reads: load, forward and backward, all-reduce, update, log.
+  // The step (one update), as the algorithm reads: load, forward and backward, all-reduce,
+  // update, log. Under optim.accumulate its micro-batches each load and run forward and
+  // backward, and the last one reduces and updates (Note [Accumulating micro-batches]).
   for (int64_t step = state.step + 1; step <= config.run.steps; ++step) {
     inject_debug_faults(config, ranks, step);  // Note [Injected faults]
     const bool traced = books.begin_trace(step);
     const uint64_t waits_before = host_waits_on_this_thread();
-    Batch batch = books.next_batch(step);  // load: the next batch whose shape has a plan
-    const Shape input = batch.shape();
     const float lr = schedule.at(step - 1);
-    if (shared) shared->before_step(input, step);  // Note [Life of a memory share], step 5
-    // Forward and backward; each gradient bucket's all-reduce starts as backward fills it.
-    session.forward_backward(host_batch(batch), static_cast<uint64_t>(step));
-    books.after_forward_backward(input, step);
-    session.reduce_gradients();  // the rest of the all-reduce
-    session.update(lr);
-    books.finish_step(batch, step);
+    Shape input;
+    for (MicroBatch micro{0, config.optim.accumulate}; micro.index < micro.count; ++micro.index) {
+      Batch batch = books.next_batch(step);  // load: the next batch whose shape has a plan
+      input = batch.shape();
+      if (shared) shared->before_step(input, step);  // Note [Life of a memory share], step 5
+      // Forward and backward; each gradient bucket's all-reduce starts as backward fills it.
+      session.forward_backward(host_batch(batch, micro.count), micro.seed_step(step), micro);
+      books.after_forward_backward(input, step);
+      if (micro.last()) {
+        session.reduce_gradients();  // the rest of the all-reduce
+        session.update(lr);
+      }
+      books.finish_step(batch, step, micro);
+      // A traced update records every micro-batch: the trace of each is read before the next.
+      if (traced && !micro.last()) (void)session.metrics();
+    }
 
     const bool logging = logs_at(config, step), checkpointing = checkpoints_at(config, step);
     if (logging || checkpointing || traced) {
@@ -524,6 +500,10 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
   result.shapes = static_cast<int64_t>(shapes.shape_count());
   result.plan_waited_steps = shapes.waited_steps();
   result.oversize_skipped = shapes.skipped_batches();
+  if (const GradientBuckets* b = session.gradient_buckets()) {
+    result.gradient_reductions = static_cast<int64_t>(b->reductions());
+    result.allreduce_calls = static_cast<int64_t>(b->collectives());
+  }
   log.line(shapes.end_line());
   if (shared) log.line(shared->end_line());
   if (!session.link_usage().empty()) {

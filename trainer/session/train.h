@@ -24,6 +24,10 @@ struct TrainResult {
   int64_t plan_waited_steps = 0;
   // Batches dropped because no plan of their shape fits memory.budget (memory.oversize skip).
   int64_t oversize_skipped = 0;
+  // Gradient reductions run (one per update, optim.accumulate or not) and the all-reduce
+  // collectives they launched (Note [Accumulating micro-batches] in accumulation.h).
+  int64_t gradient_reductions = 0;
+  int64_t allreduce_calls = 0;
 };
 
 // Trains as `config` says on this rank of the job, writing (rank 0) <run.dir>/config.yaml,

@@ -65,10 +65,10 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
             graph.parameter_count(), graph.nodes().size(), input_text(config),
             graph.tensor(graph.logits()).desc.shape[1],
             model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
-  log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
-            config.data.batch_size * ranks.size);
-  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
+  log.print("data     {}, {}", data.describe(), batch_text(config, ranks.size));
+  log.print("memory   weights {}, gradients {}{}, optimizer {}, buffers {}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
+            session.store().accumulation_block() ? " (with the accumulation block)" : "",
             format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
   const OptimizerOptions& opt = session.optimizer().options();
   const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
@@ -95,6 +95,13 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       plan.prediction.step_seconds, plan.prediction.stall_seconds);
 }
 
+std::string batch_text(const Config& config, int ranks) {
+  const int64_t b = config.data.batch_size, n = config.optim.accumulate;
+  if (n == 1) return fmt::format("batch {} per rank ({} global)", b, b * ranks);
+  return fmt::format("batch {} per rank x {} micro-batches x {} rank{} = {} per update", b, n,
+                     ranks, ranks == 1 ? "" : "s", b * n * ranks);
+}
+
 // Adds the last step's all-reduces to the trace, on the comm track.
 void trace_reductions(Session& session, StepTrace& trace) {
   for (const BucketSpan& s : session.reduce_spans()) {
@@ -105,6 +112,81 @@ void trace_reductions(Session& session, StepTrace& trace) {
                static_cast<double>(s.end_ns - s.start_ns) / 1000.0,
                {{"bytes", s.bytes}, {"queued_us", session.executor().trace_time_us(s.launch_ns)}}});
   }
+}
+
+// Steps (updates) are timed per logging interval (the host waits for the device only there).
+// An update of optim.accumulate micro-batches is predicted as that many plan steps.
+void report_timing(RankLog& log, Session& session, const Config& config, const MemoryPlan& plan,
+                   const std::vector<std::pair<int64_t, double>>& intervals,
+                   const TrainResult& result, const ShapePlans& shapes) {
+  if (intervals.empty()) return;
+  // The first interval pays for first touches and algorithm choices: leave it out when we can.
+  const size_t skip = intervals.size() > 1 ? 1 : 0;
+  double seconds = 0;
+  int64_t counted = 0;
+  for (size_t i = skip; i < intervals.size(); ++i) {
+    counted += intervals[i].first;
+    seconds += intervals[i].second;
+  }
+  if (counted == 0) return;
+  const double measured = seconds / static_cast<double>(counted);
+  // Several input shapes (data.scales): the mean of their predictions over the steps run.
+  const double predicted =
+      (shapes.shape_count() > 1 ? shapes.predicted_mean_step() : plan.prediction.step_seconds) *
+      static_cast<double>(config.optim.accumulate);
+  const char* model = session.cost_profile() ? "measured" : "FLOP";
+  log.print(
+      "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
+      "model (predicted/measured {:.2f})",
+      measured, counted, counted == 1 ? "" : "s", skip ? " after the first logging interval" : "",
+      predicted, model, measured > 0 ? predicted / measured : 0.0);
+  const DeviceProfile* profile = session.cost_profile();
+  const std::string off =
+      timing_mismatch(predicted, measured, profile != nullptr, profile ? profile->cache_path : "");
+  if (!off.empty()) log.print("timing   {}", off);
+  if (!session.ranks().is_root()) return;
+  nlohmann::json j = {
+      {"model", config.model.name},
+      {"batch", config.data.batch_size},
+      {"ranks", session.ranks().size},
+      {"policy", policy_name(plan.policy)},
+      {"device", session.device().name()},
+      {"steps", result.steps},
+      {"first_loss", result.first_loss},
+      {"last_loss", result.last_loss},
+      {"measured_step_s", measured},
+      {"measured_steps", counted},
+      {"predicted_step_s", predicted},
+      {"predicted_stall_s", plan.prediction.stall_seconds},
+      {"predicted_compute_s", plan.prediction.compute_seconds},
+      {"cost_model", session.cost_profile() ? "measured" : "flops"},
+      {"planned_peak_bytes", plan.peak_bytes()},
+      {"device_peak_bytes", result.device_peak_bytes},
+      {"offload_bytes", plan.offload_bytes},
+      {"plan_waited_steps", result.plan_waited_steps},
+      {"shapes", shapes.summary()},
+      {"oversize_skipped", result.oversize_skipped},
+      {"skipped_shapes", shapes.skipped_summary()},
+      {"accumulate", config.optim.accumulate},
+      {"effective_batch", config.data.batch_size * config.optim.accumulate * session.ranks().size}};
+  // Note [Accumulating micro-batches]: one reduction per update, counted.
+  if (const GradientBuckets* b = session.gradient_buckets()) {
+    j["gradient_reductions"] = b->reductions();
+    j["allreduce_calls"] = b->collectives();
+    j["overlapped_buckets"] = b->overlapped_buckets();
+  }
+  if (const DeviceProfile* p = session.cost_profile()) {
+    j["cost_profile"] = {{"kernels", p->kernels},
+                         {"from_cache", p->from_cache},
+                         {"not_timed", p->failed},
+                         {"steps_measured", p->steps_measured},
+                         {"steps", p->steps_total},
+                         {"d2h_gbps", p->link_gbps_to_host},
+                         {"h2d_gbps", p->link_gbps_to_device},
+                         {"seconds", p->seconds},
+                         {"cache", p->cache_path}};
+  }
+  write_run_file((fs::path(config.run.dir) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 // The ledger's measurements: <run.dir>/links.json (per link and direction: emulated capacity,

@@ -17,6 +17,7 @@
 #include "device/cuda/activation.cu"
 #include "device/cuda/attention.cu"
 #include "device/cuda/batchnorm.cu"
+#include "device/cuda/flash_attention.cu"
 #include "device/cuda/llama.cu"
 #include "device/cuda/loss.cu"
 #include "device/cuda/optim.cu"

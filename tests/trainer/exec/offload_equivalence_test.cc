@@ -75,8 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Models, OffloadEquivalence,
                          ::testing::Values("resnet18_cifar", "vgg11_cifar"));
 
 // A small GPT's config, reading a token file written into `dir`.
-Config small_gpt(const testing::TempDir& dir, float dropout, int64_t heads = 2, int64_t width = 64,
-                 int64_t context = 64) {
+Config small_gpt(const testing::TempDir& dir, float dropout, AttentionKind attention,
+                 int64_t heads = 2, int64_t width = 64, int64_t context = 64) {
   std::string file(256 * sizeof(int32_t), '\0');
   const int32_t header[3] = {20240520, 1, 4096};
   std::memcpy(file.data(), header, sizeof(header));
@@ -93,17 +93,19 @@ Config small_gpt(const testing::TempDir& dir, float dropout, int64_t heads = 2, 
   c.model.vocab = 64;
   c.model.context = context;
   c.model.dropout = dropout;
+  c.model.attention = attention;
   c.optim.name = OptimizerKind::kAdamW;
   c.optim.lr = 1e-3;
   return c;
 }
 
-// A small GPT with dropout (its masks are aux state that only moves or stays): every policy,
-// auto with recompute (layer norms, GELU and linear outputs rebuilt) included, trains bitwise
-// like none in poison mode.
-TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
+// A small GPT with dropout (its masks are aux state that only moves or stays; the fused core,
+// the default, draws its mask again from the seed): every policy, auto with recompute (layer
+// norms, GELU and linear outputs rebuilt, and the fused core) included, trains bitwise like none
+// in poison mode.
+void expect_gpt_policies_alike(AttentionKind attention) {
   testing::TempDir dir;
-  const Config base = small_gpt(dir, 0.1f);
+  const Config base = small_gpt(dir, 0.1f, attention);
   const TrainRun reference = train_steps(base, 6);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
@@ -114,14 +116,36 @@ TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
   expect_policies_train_alike(base, reference, variants);
 }
 
+TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
+  expect_gpt_policies_alike(AttentionKind::kFused);
+}
+
+TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLossesWithNaiveAttention) {
+  expect_gpt_policies_alike(AttentionKind::kNaive);
+}
+
 // Without dropout the attention core runs again to rebuild its probabilities (Note [Attention's
 // saved probabilities]): at a tight budget over a slow link auto rebuilds them, bitwise.
 TEST(OffloadEquivalenceGpt, RecomputedAttentionProbabilitiesGiveTheSameLosses) {
   testing::TempDir dir;
   // Long rows and narrow heads: the probabilities are most of what a block saves.
-  const Config base = small_gpt(dir, 0.0f, /*heads=*/4, /*width=*/32, /*context=*/128);
+  const Config base =
+      small_gpt(dir, 0.0f, AttentionKind::kNaive, /*heads=*/4, /*width=*/32, /*context=*/128);
   const TrainRun run = expect_recompute_alike(base, "attention recompute");
   EXPECT_GT(run.attention_recomputes, 0) << "no attention probabilities were rebuilt";
+}
+
+// The same long rows with the fused core: it saves O(T) per head, so the tight budget sits far
+// lower, and what auto rebuilds (the fused core's y and log-sum-exp among them, if it pays)
+// still trains bitwise like none.
+TEST(OffloadEquivalenceGpt, FusedAttentionUnderRecomputeGivesTheSameLosses) {
+  testing::TempDir dir;
+  const Config fused =
+      small_gpt(dir, 0.0f, AttentionKind::kFused, /*heads=*/4, /*width=*/32, /*context=*/128);
+  Config naive = fused;
+  naive.model.attention = AttentionKind::kNaive;
+  EXPECT_LT(train_steps(fused, 1).planned_peak, train_steps(naive, 1).planned_peak);
+  expect_recompute_alike(fused, "fused attention recompute");
 }
 
 // A small Llama with grouped-query attention (RMSNorm, rope_qkv, SwiGLU, an untied head): every
@@ -129,7 +153,8 @@ TEST(OffloadEquivalenceGpt, RecomputedAttentionProbabilitiesGiveTheSameLosses) {
 // bitwise like none in poison mode.
 TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLosses) {
   testing::TempDir dir;
-  Config base = small_gpt(dir, 0.0f, /*heads=*/4, /*width=*/32, /*context=*/128);
+  Config base =
+      small_gpt(dir, 0.0f, AttentionKind::kFused, /*heads=*/4, /*width=*/32, /*context=*/128);
   base.model.name = "llama";
   base.model.kv_heads = 2;
   base.model.ffn = 48;

@@ -1,7 +1,7 @@
 // The training loop in-process (Note [No host wait inside a step] in trainer/session/train.cc):
 // steps that neither log nor checkpoint make no host wait, also with offloads in flight across
-// steps; the logged loss is still the mean of the interval's per-step losses; a non-finite loss
-// is still reported with the step it happened at.
+// steps and with accumulated micro-batches; the logged loss is still the mean of the interval's
+// per-step losses; a non-finite loss is still reported with the step it happened at.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,6 +94,70 @@ TEST(Train, TheLoggedLossIsTheMeanOfTheIntervalsStepLosses) {
   EXPECT_EQ(each.first_loss, three.first_loss);
   EXPECT_EQ(each.last_loss, three.last_loss);
   EXPECT_NEAR(three.first_loss, a[0]["loss"].get<double>(), 1e-6 * std::abs(three.first_loss));
+}
+
+// optim.accumulate: an update of 3 micro-batches makes no host wait either, logs once per
+// logging interval of updates, and its logged loss is the mean of the interval's update losses,
+// each the sum of its micro-batches' (Note [Accumulating micro-batches] in
+// trainer/session/accumulation.h). One gradient reduction per update.
+TEST(Train, AccumulatedUpdatesMakeNoHostWaitAndLogPerUpdate) {
+  const auto accumulated = [](Config c) {
+    c.optim.accumulate = 3;
+    return c;
+  };
+  const TempDir every_dir("acc_every");
+  const std::string every = every_dir.str();
+  const TrainResult each = train(accumulated(lenet(every, "log_every: 1, steps: 6")), RankInfo{});
+  const TempDir grouped_dir("acc_grouped");
+  const std::string grouped = grouped_dir.str();
+  const TrainResult three =
+      train(accumulated(lenet(grouped, "log_every: 3, steps: 6")), RankInfo{});
+  EXPECT_EQ(three.steps, 6);
+  EXPECT_EQ(three.unlogged_step_host_waits, 0u);
+  EXPECT_EQ(three.gradient_reductions, 6);
+  EXPECT_EQ(each.gradient_reductions, 6);
+  const auto a = metrics(every);
+  const auto b = metrics(grouped);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1]["step"].get<int64_t>(), 6);
+  EXPECT_EQ(b[1]["micro_batches"].get<int64_t>(), 3);
+  EXPECT_EQ(b[1]["effective_batch"].get<int64_t>(), 48);
+  for (int g = 0; g < 2; ++g) {
+    double sum = 0;
+    for (int i = 0; i < 3; ++i) sum += a[3 * g + i]["loss"].get<double>();
+    EXPECT_NEAR(b[g]["loss"].get<double>(), sum / 3, 1e-6 * std::abs(sum)) << "interval " << g;
+  }
+  EXPECT_EQ(each.first_loss, three.first_loss);
+  EXPECT_EQ(each.last_loss, three.last_loss);
+  // An update's loss is the mean over its 48 rows, about ln(10) at the start, not 3 times it.
+  EXPECT_NEAR(each.first_loss, std::log(10.0), 0.2);
+}
+
+// Compute spans ("fwd ...", "bwd ...") in a run's trace of rank 0.
+size_t compute_spans(const std::string& dir) {
+  std::ifstream in(dir + "/trace_rank0.json");
+  const auto trace = nlohmann::json::parse(in);
+  const auto& events = trace.is_object() ? trace["traceEvents"] : trace;
+  size_t n = 0;
+  for (const auto& e : events) {
+    const std::string name = e.value("name", "");
+    if (e.value("ph", "") == "X" && (name.rfind("fwd ", 0) == 0 || name.rfind("bwd ", 0) == 0)) ++n;
+  }
+  return n;
+}
+
+// A traced update records each of its micro-batches, not only the last.
+TEST(Train, ATracedUpdateRecordsEveryMicroBatch) {
+  const TempDir one_dir("trace_one"), acc_dir("trace_acc");
+  Config one = lenet(one_dir.str(), "steps: 3, log_every: 3, trace: true, trace_steps: [2, 2]");
+  Config acc = lenet(acc_dir.str(), "steps: 3, log_every: 3, trace: true, trace_steps: [2, 2]");
+  acc.optim.accumulate = 3;
+  train(one, RankInfo{});
+  train(acc, RankInfo{});
+  const size_t spans = compute_spans(one_dir.str());
+  ASSERT_GT(spans, 0u);
+  EXPECT_EQ(compute_spans(acc_dir.str()), 3 * spans);
 }
 
 TEST(Train, ANonFiniteLossNamesItsStepAtTheNextLoggingStep) {

@@ -37,8 +37,9 @@ std::unique_ptr<Op> make_layer_norm(const LayerNormGeom& g);
 // inputs {x}; outputs {y}.
 std::unique_ptr<Op> make_gelu(int64_t n);
 // inputs {qkv (N*T, 3C), segments (N, T) int32 when the documents are packed}; outputs {y (N*T,
-// C), probs (N, heads, T, T)}; aux {mask (N, heads, T, T) u8} when dropout > 0.
-std::unique_ptr<Op> make_attention(const AttentionGeom& g);
+// C), probs (N, heads, T, T)}; aux {mask (N, heads, T, T) u8} when dropout > 0. fused: outputs
+// {y, lse (N, heads, T)}, no aux (Note [Fused attention] in device/kernels.h).
+std::unique_ptr<Op> make_attention(const AttentionGeom& g, bool fused);
 
 // Llama (llama.cc). inputs {tokens (N, T) int32}; params {wte (vocab, C)}; outputs {y (N*T, C)}:
 // the token embedding without positions; tied as make_embedding.

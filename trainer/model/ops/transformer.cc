@@ -122,35 +122,55 @@ class GeluOp : public Op {
 };
 
 // Note [Attention's saved probabilities]
-// The core saves its softmax probabilities (N, heads, T, T), the largest tensor of a block at
-// long sequences, next to qkv. They are its second output, so the planner can keep them, move
+// The naive core saves its softmax probabilities (N, heads, T, T), the largest tensor of a block
+// at long sequences, next to qkv. They are its second output, so the planner can keep them, move
 // them to the host, or (without dropout) drop them and run the core again from qkv to rebuild
 // them, as FlashAttention recomputes its scores; a recompute rebuilds the probabilities only
 // (the result alone would need them: rebuilt_outputs), passing a null result. With dropout the
 // mask is aux state (kept or moved, never rebuilt), and the core is not recomputed.
+// The fused core (model.attention=fused, Note [Fused attention] in device/kernels.h) saves y and
+// its log-sum-exp (N, heads, T) instead: O(T) per head. Its backward recomputes the scores (one
+// more q k^T per tile, in its FLOPs) and its dropout mask from the seed, so it is recomputable
+// with dropout too, rebuilding either output.
 class AttentionOp : public Op {
  public:
-  explicit AttentionOp(const AttentionGeom& g) : g_(g) {}
+  AttentionOp(const AttentionGeom& g, bool fused) : g_(g), fused_(fused) {}
   std::string_view kind() const override { return "attention"; }
   std::string describe() const override {
-    return fmt::format("{} heads x {}, causal{}", g_.heads, g_.head_dim(),
-                       g_.dropout > 0 ? fmt::format(", dropout {}", g_.dropout) : "");
+    return fmt::format("{} heads x {}, causal{}{}", g_.heads, g_.head_dim(),
+                       g_.dropout > 0 ? fmt::format(", dropout {}", g_.dropout) : "",
+                       fused_ ? ", fused" : "");
   }
-  // qkv and, for packed documents, the segment starts (inputs[1]).
-  SavedSet saved() const override { return {.inputs = 0b11, .outputs = 2, .aux = true}; }
-  bool recomputable() const override { return g_.dropout == 0; }
-  uint32_t rebuilt_outputs() const override { return 2; }
+  // qkv and, for packed documents, the segment starts (inputs[1]); naive: the probabilities
+  // (and the dropout mask); fused: y and the log-sum-exp.
+  SavedSet saved() const override {
+    if (fused_) return {.inputs = 0b11, .outputs = 0b11};
+    return {.inputs = 0b11, .outputs = 2, .aux = true};
+  }
+  bool recomputable() const override { return fused_ || g_.dropout == 0; }
+  uint32_t rebuilt_outputs() const override { return fused_ ? ~0u : 2; }
   OpCost cost() const override {
-    // Two (T x D) by (D x T) products per head forward, four backward; softmax per score.
+    // Two (T x D) by (D x T) products per head forward, four backward; softmax per score. The
+    // fused backward recomputes q k^T and the exponentials first.
     const double scores = static_cast<double>(g_.n) * g_.heads * g_.t * g_.t;
-    return {4 * scores * g_.head_dim() + 5 * scores, 8 * scores * g_.head_dim() + 4 * scores};
+    const double d = static_cast<double>(g_.head_dim());
+    const double backward = 8 * scores * d + 4 * scores;
+    return {4 * scores * d + 5 * scores,
+            fused_ ? backward + 2 * scores * d + 5 * scores : backward};
   }
   uint64_t workspace_bytes(Kernels& k, Pass pass, bool training) const override {
+    if (fused_) return 0;  // the tiles are the kernels' own
     if (pass == Pass::kForward)
       return k.workspace_bytes(AttentionForward{.g = g_, .training = training});
     return k.workspace_bytes(AttentionBackward{.g = g_});
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
+    if (fused_) {
+      k.launch(FlashAttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
+                                     f(io.outputs[1]), segments_of(io)},
+               s);
+      return;
+    }
     k.launch(AttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
                               f(io.outputs[1]),
                               io.aux.empty() ? nullptr : static_cast<uint8_t*>(io.aux[0]), io.ws,
@@ -158,6 +178,13 @@ class AttentionOp : public Op {
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
+    if (fused_) {
+      k.launch(FlashAttentionBackward{g_, io.seed, cf(io.inputs[0]), cf(io.outputs[0]),
+                                      cf(io.outputs[1]), cf(io.grad_outputs[0]),
+                                      f(io.grad_inputs[0]), segments_of(io)},
+               s);
+      return;
+    }
     k.launch(
         AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
                           io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
@@ -167,6 +194,7 @@ class AttentionOp : public Op {
 
  private:
   AttentionGeom g_;
+  bool fused_;
 };
 
 }  // namespace
@@ -178,8 +206,8 @@ std::unique_ptr<Op> make_layer_norm(const LayerNormGeom& g) {
   return std::make_unique<LayerNormOp>(g);
 }
 std::unique_ptr<Op> make_gelu(int64_t n) { return std::make_unique<GeluOp>(n); }
-std::unique_ptr<Op> make_attention(const AttentionGeom& g) {
-  return std::make_unique<AttentionOp>(g);
+std::unique_ptr<Op> make_attention(const AttentionGeom& g, bool fused) {
+  return std::make_unique<AttentionOp>(g, fused);
 }
 
 }  // namespace ferry

@@ -99,12 +99,13 @@ std::vector<Entry> make_registry() {
                    "LlamaForCausalLM"};
     r.push_back({std::move(info), nullptr});
   };
-  // name, layers, heads, width, vocab, context, dropout, kv_heads, ffn, rope_theta, norm_eps, tied
+  // name, layers, heads, width, vocab, context, dropout, fused attention, kv_heads, ffn, rope_theta,
+  // norm_eps, tied
   llama("llama", "Llama (sizes: model.layers, model.kv_heads, model.ffn, ...)",
-        {6, 6, 384, 32000, 2048, 0.0, 2, 1024, 10000.0, 1e-5, false});
-  llama("smollm-135m", "SmolLM-135M", {30, 9, 576, 49152, 2048, 0.0, 3, 1536, 10000.0, 1e-5, true});
+        {6, 6, 384, 32000, 2048, 0.0, true, 2, 1024, 10000.0, 1e-5, false});
+  llama("smollm-135m", "SmolLM-135M", {30, 9, 576, 49152, 2048, 0.0, true, 3, 1536, 10000.0, 1e-5, true});
   llama("tinyllama-1.1b", "TinyLlama-1.1B",
-        {22, 32, 2048, 32000, 2048, 0.0, 4, 5632, 10000.0, 1e-5, false});
+        {22, 32, 2048, 32000, 2048, 0.0, true, 4, 5632, 10000.0, 1e-5, false});
   return r;
 }
 
@@ -165,6 +166,7 @@ TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& o
     throw ConfigError(fmt::format("model.dropout must be in [0, 1), got {}", overrides.dropout));
   }
   s.dropout = overrides.dropout;
+  s.fused_attention = overrides.fused_attention;
   if (s.width % s.heads != 0) {
     throw ConfigError(
         fmt::format("model.heads ({}) must divide model.width ({})", s.heads, s.width),
@@ -228,6 +230,7 @@ Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
         "lower data.seq_len or raise model.context");
   }
   GraphBuilder builder(Shape{batch, seq_len}, s.vocab, segments);
+  builder.set_fused_attention(s.fused_attention);
   builder.loss(entry.info.llama() ? zoo::build_llama(builder, s) : zoo::build_gpt2(builder, s));
   return builder.finish();
 }

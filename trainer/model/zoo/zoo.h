@@ -16,7 +16,8 @@ namespace ferry {
 // A transformer's sizes (model.layers, model.heads, ...); 0 = the named model's value.
 struct TransformerSizes {
   int64_t layers = 0, heads = 0, width = 0, vocab = 0, context = 0;
-  double dropout = 0;  // embedding, attention and residual dropout
+  double dropout = 0;           // embedding, attention and residual dropout
+  bool fused_attention = true;  // model.attention: fused (true) or naive
   // Llama family (0 or unset = the named model's): key-value heads of grouped-query attention,
   // the SwiGLU MLP's width, the rotary base, RMSNorm's eps, and whether the LM head is tied.
   int64_t kv_heads = 0, ffn = 0;

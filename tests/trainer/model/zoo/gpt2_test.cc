@@ -77,6 +77,7 @@ TEST(Gpt2Zoo, TheHeadSharesTheTokenEmbedding) {
 
 TEST(Gpt2Zoo, DropoutAddsItsLayersAndMasks) {
   TransformerSizes sizes{.layers = 1, .heads = 2, .width = 32, .vocab = 50, .context = 8};
+  sizes.fused_attention = false;  // the naive core keeps a mask; the fused one draws it again
   const size_t without = build_token_model("gpt2", 2, 8, sizes).nodes().size();
   sizes.dropout = 0.1;
   const Graph g = build_token_model("gpt2", 2, 8, sizes);
@@ -87,6 +88,26 @@ TEST(Gpt2Zoo, DropoutAddsItsLayersAndMasks) {
       EXPECT_EQ(n.aux.size(), 1u);      // the dropout mask
     }
   }
+}
+
+// model.attention=fused (the default): the core's second output is one log-sum-exp per query
+// (N, heads, T), not the (N, heads, T, T) probabilities, and dropout adds no mask.
+TEST(Gpt2Zoo, FusedAttentionSavesALogSumExpPerQuery) {
+  TransformerSizes sizes{.layers = 1, .heads = 2, .width = 32, .vocab = 50, .context = 8};
+  EXPECT_TRUE(sizes.fused_attention);
+  sizes.dropout = 0.1;
+  const Graph g = build_token_model("gpt2", 3, 8, sizes);
+  bool found = false;
+  for (const Node& n : g.nodes()) {
+    if (n.name != "transformer.h.0.attn") continue;
+    found = true;
+    ASSERT_EQ(n.outputs.size(), 2u);
+    EXPECT_EQ(g.tensor(n.outputs[1]).desc.shape, (Shape{3, 2, 8}));
+    EXPECT_TRUE(n.aux.empty());
+    EXPECT_EQ(n.op->saved().outputs, 0b11u);  // y and the log-sum-exp
+    EXPECT_TRUE(n.op->recomputable());
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(Gpt2Zoo, BadSizesAreConfigErrorsNamingTheKey) {
