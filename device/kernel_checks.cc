@@ -154,8 +154,8 @@ void check_embedding_forward(const EmbeddingForward& a) {
                                   a.t, a.c, a.vocab),
                       "every size must be positive");
   }
-  check_operands("embedding_forward",
-                 {{"tokens", a.tokens}, {"wte", a.wte}, {"wpe", a.wpe}, {"y", a.y}});
+  // wpe may be null: no position table (Llama).
+  check_operands("embedding_forward", {{"tokens", a.tokens}, {"wte", a.wte}, {"y", a.y}});
 }
 
 void check_embedding_backward(const EmbeddingBackward& a) {
@@ -165,8 +165,7 @@ void check_embedding_backward(const EmbeddingBackward& a) {
                     a.t, a.c, a.vocab, a.context),
         "every size must be positive and the context at least T");
   }
-  check_operands("embedding_backward",
-                 {{"tokens", a.tokens}, {"dy", a.dy}, {"dwte", a.dwte}, {"dwpe", a.dwpe}});
+  check_operands("embedding_backward", {{"tokens", a.tokens}, {"dy", a.dy}, {"dwte", a.dwte}});
 }
 
 void check_layer_norm_geom(const LayerNormGeom& g, const char* what) {
@@ -251,6 +250,82 @@ void check_flash_attention_backward(const FlashAttentionBackward& a) {
   check_attention_geom(a.g, "flash_attention_backward");
   check_operands("flash_attention_backward",
                  {{"qkv", a.qkv}, {"y", a.y}, {"lse", a.lse}, {"dy", a.dy}, {"dqkv", a.dqkv}});
+}
+
+namespace {
+
+void check_rms_norm_geom(const RmsNormGeom& g, const char* what) {
+  if (g.rows < 1 || g.c < 1 || !(g.eps >= 0.0f)) {
+    throw ConfigError(
+        fmt::format("{}: invalid shape rows={} C={} eps={}", what, g.rows, g.c, g.eps),
+        "rows and width must be positive and eps at least 0");
+  }
+}
+
+}  // namespace
+
+void check_rms_norm_forward(const RmsNormForward& a) {
+  check_rms_norm_geom(a.g, "rms_norm_forward");
+  check_operands("rms_norm_forward",
+                 {{"x", a.x}, {"weight", a.weight}, {"y", a.y}, {"rstd", a.rstd}});
+}
+
+void check_rms_norm_backward(const RmsNormBackward& a) {
+  check_rms_norm_geom(a.g, "rms_norm_backward");
+  check_operands("rms_norm_backward", {{"x", a.x},
+                                       {"dy", a.dy},
+                                       {"weight", a.weight},
+                                       {"rstd", a.rstd},
+                                       {"dx", a.dx},
+                                       {"dweight", a.dweight}});
+}
+
+void check_rope_geom(const RopeGeom& g, const char* what) {
+  if (g.n < 1 || g.t < 1 || g.heads < 1 || g.kv_heads < 1 || g.head_dim < 1) {
+    throw ConfigError(fmt::format("{}: invalid shape N={} T={} heads={} kv_heads={} head_dim={}",
+                                  what, g.n, g.t, g.heads, g.kv_heads, g.head_dim),
+                      "every size must be positive");
+  }
+  if (g.heads % g.kv_heads != 0) {
+    throw ConfigError(
+        fmt::format("{}: kv_heads ({}) does not divide heads ({})", what, g.kv_heads, g.heads),
+        "set model.kv_heads to a divisor of model.heads");
+  }
+  if (g.head_dim % 2 != 0) {
+    throw ConfigError(
+        fmt::format("{}: rotary embeddings need an even head width, got {}", what, g.head_dim),
+        "pick model.width and model.heads so that width / heads is even");
+  }
+  if (!(g.theta > 0.0f)) {
+    throw ConfigError(fmt::format("{}: rope theta {} is not positive", what, g.theta),
+                      "set model.rope_theta above 0");
+  }
+}
+
+void check_rope_qkv_forward(const RopeQkvForward& a) {
+  check_rope_geom(a.g, "rope_qkv_forward");
+  check_operands("rope_qkv_forward", {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"qkv", a.qkv}});
+}
+
+void check_rope_qkv_backward(const RopeQkvBackward& a) {
+  check_rope_geom(a.g, "rope_qkv_backward");
+  check_operands("rope_qkv_backward", {{"dqkv", a.dqkv}});
+}
+
+void check_swiglu_forward(const SwigluForward& a) {
+  check_element_count(a.n, "swiglu_forward");
+  if (a.n > 0) check_operands("swiglu_forward", {{"gate", a.gate}, {"up", a.up}, {"y", a.y}});
+}
+
+void check_swiglu_backward(const SwigluBackward& a) {
+  check_element_count(a.n, "swiglu_backward");
+  if (a.n > 0) {
+    check_operands("swiglu_backward", {{"gate", a.gate},
+                                       {"up", a.up},
+                                       {"dy", a.dy},
+                                       {"dgate", a.dgate},
+                                       {"dup", a.dup}});
+  }
 }
 
 }  // namespace ferry

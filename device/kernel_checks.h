@@ -73,4 +73,14 @@ void check_flash_attention_backward(const FlashAttentionBackward& a);
 void check_workspace(const Workspace& ws, uint64_t need, std::string_view what,
                      std::string_view geometry = {});
 
+// Llama (kernels_llama.h): positive sizes, every operand present. RMSNorm also eps >= 0; rotary
+// embeddings an even head width and kv_heads dividing heads; SwiGLU a count >= 0.
+void check_rms_norm_forward(const RmsNormForward& a);
+void check_rms_norm_backward(const RmsNormBackward& a);
+void check_rope_geom(const RopeGeom& g, const char* what);
+void check_rope_qkv_forward(const RopeQkvForward& a);
+void check_rope_qkv_backward(const RopeQkvBackward& a);
+void check_swiglu_forward(const SwigluForward& a);
+void check_swiglu_backward(const SwigluBackward& a);
+
 }  // namespace ferry

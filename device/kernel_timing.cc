@@ -266,14 +266,14 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
           o.bind_if<int32_t>(a.segments, a.n * a.t, 0.0f);  // one document per row
           o.bind<float>(a.wte, a.vocab * a.c);
-          o.bind<float>(a.wpe, a.t * a.c);
+          o.bind_if<float>(a.wpe, a.t * a.c);
           o.bind<float>(a.y, a.n * a.t * a.c);
         } else if constexpr (std::is_same_v<T, EmbeddingBackward>) {
           o.bind<int32_t>(a.tokens, a.n * a.t, 0.0f);
           o.bind_if<int32_t>(a.segments, a.n * a.t, 0.0f);
           o.bind<float>(a.dy, a.n * a.t * a.c);
           o.bind<float>(a.dwte, a.vocab * a.c);
-          o.bind<float>(a.dwpe, a.context * a.c);
+          o.bind_if<float>(a.dwpe, a.context * a.c);
         } else if constexpr (std::is_same_v<T, LayerNormForward>) {
           o.bind<float>(a.x, a.g.rows * a.g.c);
           o.bind<float>(a.gamma, a.g.c);
@@ -332,6 +332,42 @@ void bind_operands(Operands& o, KernelArgs& args) {
         } else if constexpr (std::is_same_v<T, ClipByNorm>) {
           o.bind<float>(a.sum_sq, 1);
           o.bind<float>(a.y, a.n);
+        } else if constexpr (std::is_same_v<T, RmsNormForward>) {
+          o.bind<float>(a.x, a.g.rows * a.g.c);
+          o.bind<float>(a.weight, a.g.c);
+          o.bind<float>(a.y, a.g.rows * a.g.c);
+          o.bind<float>(a.rstd, a.g.rows);
+        } else if constexpr (std::is_same_v<T, RmsNormBackward>) {
+          o.bind<float>(a.x, a.g.rows * a.g.c);
+          o.bind<float>(a.dy, a.g.rows * a.g.c);
+          o.bind<float>(a.weight, a.g.c);
+          o.bind<float>(a.rstd, a.g.rows);
+          o.bind<float>(a.dx, a.g.rows * a.g.c);
+          o.bind<float>(a.dweight, a.g.c);
+        } else if constexpr (std::is_same_v<T, RopeQkvForward>) {
+          const int64_t rows = a.g.n * a.g.t;
+          o.bind<float>(a.q, rows * a.g.q_width());
+          o.bind<float>(a.k, rows * a.g.kv_width());
+          o.bind<float>(a.v, rows * a.g.kv_width());
+          o.bind<float>(a.qkv, rows * 3 * a.g.q_width());
+          o.bind_if<int32_t>(a.segments, rows, 0.0f);
+        } else if constexpr (std::is_same_v<T, RopeQkvBackward>) {
+          const int64_t rows = a.g.n * a.g.t;
+          o.bind<float>(a.dqkv, rows * 3 * a.g.q_width());
+          o.bind_if<float>(a.dq, rows * a.g.q_width());
+          o.bind_if<float>(a.dk, rows * a.g.kv_width());
+          o.bind_if<float>(a.dv, rows * a.g.kv_width());
+          o.bind_if<int32_t>(a.segments, rows, 0.0f);
+        } else if constexpr (std::is_same_v<T, SwigluForward>) {
+          o.bind<float>(a.gate, a.n);
+          o.bind<float>(a.up, a.n);
+          o.bind<float>(a.y, a.n);
+        } else if constexpr (std::is_same_v<T, SwigluBackward>) {
+          o.bind<float>(a.gate, a.n);
+          o.bind<float>(a.up, a.n);
+          o.bind<float>(a.dy, a.n);
+          o.bind<float>(a.dgate, a.n);
+          o.bind<float>(a.dup, a.n);
         } else {
           static_assert(sizeof(T) == 0, "a kernel without scratch operands");
         }
@@ -398,6 +434,14 @@ std::string kernel_key(const KernelArgs& args) {
         } else if constexpr (std::is_same_v<T, FlashAttentionForward>) {
           attention(k, a.g);
           k("training", a.training);
+          if (a.segments != nullptr) k("segments", true);
+        } else if constexpr (std::is_same_v<T, RmsNormForward> ||
+                             std::is_same_v<T, RmsNormBackward>) {
+          k("rows", a.g.rows)("c", a.g.c);
+        } else if constexpr (std::is_same_v<T, RopeQkvForward> ||
+                             std::is_same_v<T, RopeQkvBackward>) {
+          k("n", a.g.n)("t", a.g.t)("heads", a.g.heads)("kv_heads", a.g.kv_heads)("d",
+                                                                                 a.g.head_dim);
           if (a.segments != nullptr) k("segments", true);
         } else {
           k("n", a.n);

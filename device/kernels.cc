@@ -41,7 +41,13 @@ std::string_view kernel_name(KernelKind kind) {
                                                 "sum_of_squares",
                                                 "clip_by_norm",
                                                 "flash_attention_forward",
-                                                "flash_attention_backward"};
+                                                "flash_attention_backward",
+                                                "rms_norm_forward",
+                                                "rms_norm_backward",
+                                                "rope_qkv_forward",
+                                                "rope_qkv_backward",
+                                                "swiglu_forward",
+                                                "swiglu_backward"};
   static_assert(std::size(kNames) == std::variant_size_v<KernelArgs>);
   return kind < std::size(kNames) ? kNames[kind] : "unknown";
 }

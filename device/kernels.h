@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "device/dtype.h"
+#include "device/kernels_llama.h"
 #include "device/stream.h"
 
 namespace ferry {
@@ -322,7 +323,8 @@ struct SoftmaxCrossEntropyBackward {
 // (segments[n, i] = 0 everywhere: positions 0..T-1, the plain causal mask).
 
 // GPT-2's input embedding: y[n, t, :] = wte[tokens[n, t], :] + wpe[p, :] with p = t - segments[n,
-// t] (Note [Segments of a packed row]; p = t without segments). Tokens are int32 in [0, vocab)
+// t] (Note [Segments of a packed row]; p = t without segments). A null wpe (Llama: no position
+// table) gives y[n, t, :] = wte[tokens[n, t], :]. Tokens are int32 in [0, vocab)
 // (the loader checks them; a kernel may assume it).
 struct EmbeddingForward {
   int64_t n = 1, t = 1;               // batch rows, positions
@@ -347,7 +349,7 @@ struct EmbeddingBackward {
   const int32_t* tokens = nullptr;
   const float* dy = nullptr;  // (N, T, C)
   float* dwte = nullptr;      // (vocab, C)
-  float* dwpe = nullptr;      // (context, C)
+  float* dwpe = nullptr;      // (context, C); null: no position table
   bool accumulate_wte = false;
   const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
 };
@@ -535,7 +537,8 @@ using KernelArgs =
                  SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate,
                  EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
                  GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
-                 ClipByNorm, FlashAttentionForward, FlashAttentionBackward>;
+                 ClipByNorm, FlashAttentionForward, FlashAttentionBackward, RmsNormForward,
+                 RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """ferry against its PyTorch peers on this machine, interleaved run by run, each run with the
-machine's load (uptime) beside it: CNNs (bench_step_time vs bench_pytorch_step.py) and GPTs
-(bench_step_time vs bench_hf_gpt_step.py). Prints the peer's setup (torch, BLAS, threading),
-each run and a Markdown table of medians. Invariant: every figure printed was measured in this
+machine's load (uptime) beside it: CNNs (bench_step_time vs bench_pytorch_step.py), GPTs
+(bench_step_time vs bench_hf_gpt_step.py) and a Llama (vs bench_hf_llama_step.py). Prints the
+peer's setup (torch, BLAS, threading), each run and a Markdown table of medians. Invariant: every figure printed was measured in this
 invocation; nothing is copied from an earlier run.
 
-Usage: scripts/bench_peers.py [--threads 2] [--reps 3] [--only cnn|gpt] [--out DIR]
+Usage: scripts/bench_peers.py [--threads 2] [--reps 3] [--only cnn|gpt|llama] [--out DIR]
 """
 import argparse
 import json
@@ -43,7 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", choices=["cnn", "gpt"])
+    ap.add_argument("--only", choices=["cnn", "gpt", "llama"])
     ap.add_argument("--out", default="/tmp/ferry_bench_peers")
     ap.add_argument("--coretype", default="auto",
                     help="OPENBLAS_CORETYPE for the peer: auto (from the CPU's flags, "
@@ -69,6 +69,27 @@ def main():
                           ["build/bench_step_time", cfg, "--steps", "5", "--warmup", "2"],
                           [PY, "scripts/bench_pytorch_step.py", model, "64", "--threads", str(t),
                            "--steps", "5", "--warmup", "2"]))
+    if args.only in (None, "llama"):
+        # A Llama of 6 layers, width 384 (6 heads, 2 KV), ffn 1024, vocabulary 32000, untied.
+        tokens = os.path.join(args.out, "llama_tokens.bin")
+        count = 1 << 16
+        rng = random.Random(0)
+        with open(tokens, "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+            f.write(struct.pack(f"<{count}H", *(rng.randrange(32000) for _ in range(count))))
+        cfg = config(args.out, "llama_6_384",
+                     f"run: {{dir: {args.out}/run_llama}}\n"
+                     f"model: {{name: llama, layers: 6, heads: 6, kv_heads: 2, width: 384, "
+                     f"ffn: 1024, vocab: 32000}}\n"
+                     f"data: {{source: tokens, path: {tokens}, batch_size: 8, seq_len: 256, "
+                     f"mean: [], std: []}}\n"
+                     f"optim: {{name: adamw, lr: 0.0001}}\n"
+                     f"device: {{memory: 16GiB, threads: {t}}}\n")
+        cases.append(("llama 6 x 384 (6 heads, 2 KV), batch 8 x 256",
+                      ["build/bench_step_time", cfg, "--steps", "2", "--warmup", "1"],
+                      [PY, "scripts/bench_hf_llama_step.py", "--layers", "6", "--heads", "6",
+                       "--kv-heads", "2", "--width", "384", "--ffn", "1024", "--batch", "8",
+                       "--seq", "256", "--threads", str(t), "--steps", "2", "--warmup", "1"]))
     if args.only in (None, "gpt"):
         # Random GPT-2 token ids in llm.c's format (scripts/prepare_tokens.py), like the peer's.
         tokens = os.path.join(args.out, "tokens.bin")

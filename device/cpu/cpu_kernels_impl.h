@@ -233,4 +233,12 @@ void run(PlanCache& plans, const AttentionBackward& a);
 void run(PlanCache& plans, const FlashAttentionForward& a);
 void run(PlanCache& plans, const FlashAttentionBackward& a);
 
+// kernels_llama.cc
+void run(PlanCache& plans, const RmsNormForward& a);
+void run(PlanCache& plans, const RmsNormBackward& a);
+void run(PlanCache& plans, const RopeQkvForward& a);
+void run(PlanCache& plans, const RopeQkvBackward& a);
+void run(PlanCache& plans, const SwigluForward& a);
+void run(PlanCache& plans, const SwigluBackward& a);
+
 }  // namespace ferry::cpu

@@ -1,6 +1,7 @@
 // Transformer kernels on the CPU: GPT-2's embedding, layer norm and GELU as plain loops (the
 // attention core is in kernels_attention.cc; the gradient-clipping reductions in kernels_optim.cc).
 // Every sum runs inside one work item in a fixed order, so results do not depend on the threads.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -171,9 +172,13 @@ void run(PlanCache&, const EmbeddingForward& a) {
   check_embedding_forward(a);
   check_segments(a.segments, a.n * a.t, a.t, "embedding_forward");
   parallel_items(a.n * a.t, a.n * a.t * a.c, [&](int64_t row) {
+    const float* token = a.wte + static_cast<int64_t>(a.tokens[row]) * a.c;
+    if (a.wpe == nullptr) {  // no position table (Llama)
+      std::copy_n(token, a.c, a.y + row * a.c);
+      return;
+    }
     const int64_t p = position_of(a.segments, row, a.t);
-    add_rows(a.wte + static_cast<int64_t>(a.tokens[row]) * a.c, a.wpe + p * a.c, a.y + row * a.c,
-             a.c);
+    add_rows(token, a.wpe + p * a.c, a.y + row * a.c, a.c);
   });
 }
 
@@ -192,6 +197,7 @@ void run(PlanCache&, const EmbeddingBackward& a) {
     if (!a.accumulate_wte) zero_row(out, c);
     for (int64_t i = start[v]; i < start[v + 1]; ++i) accumulate_row(a.dy + order[i] * c, out, c);
   });
+  if (a.dwpe == nullptr) return;  // no position table (Llama)
   rows_by_key(
       rows, a.t, [&](int64_t r) { return position_of(a.segments, r, a.t); }, start, order);
   parallel_items(a.context, rows * c, [&](int64_t p) {

@@ -12,6 +12,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/elementwise.h"
 #include "device/cuda/kernel_ops.h"
+#include "device/cuda/llama_ops.h"
 #include "device/cuda/transformer_ops.h"
 #include "device/kernel_checks.h"
 
@@ -264,6 +265,50 @@ void run(const FlashAttentionBackward& a, cudaStream_t stream) {
   check_flash_head(a.g, "flash_attention_backward");
   launch_flash_attention_backward(a.g.n, a.g.t, a.g.heads, a.g.c, a.g.dropout, a.seed, a.segments,
                                   a.qkv, a.y, a.lse, a.dy, a.dqkv, stream);
+}
+
+// ---- Llama -----------------------------------------------------------------------------------
+
+void run(const RmsNormForward& a, cudaStream_t stream) {
+  check_rms_norm_forward(a);
+  launch_rms_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.weight, a.y, a.rstd, stream);
+}
+
+void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
+  if (a.g.c > kRmsNormMaxColumns) {
+    throw UnsupportedError(
+        fmt::format("rms_norm_backward: {} columns exceed the CUDA kernel's {} (its reduction "
+                    "scratch)",
+                    a.g.c, kRmsNormMaxColumns),
+        "use a narrower model, or set device.backend=cpu");
+  }
+  check_rms_norm_backward(a);
+  launch_rms_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.weight, a.rstd, a.dx, a.dweight,
+                           checked(scratch, "rms_norm_backward"), stream);
+}
+
+void run(const RopeQkvForward& a, cudaStream_t stream) {
+  check_rope_qkv_forward(a);
+  const RopeGeom& g = a.g;
+  launch_rope_qkv_forward(g.n, g.t, g.heads, g.kv_heads, g.head_dim, g.theta, a.q, a.k, a.v,
+                          a.segments, a.qkv, stream);
+}
+
+void run(const RopeQkvBackward& a, cudaStream_t stream) {
+  check_rope_qkv_backward(a);
+  const RopeGeom& g = a.g;
+  launch_rope_qkv_backward(g.n, g.t, g.heads, g.kv_heads, g.head_dim, g.theta, a.dqkv, a.segments,
+                           a.dq, a.dk, a.dv, stream);
+}
+
+void run(const SwigluForward& a, cudaStream_t stream) {
+  check_swiglu_forward(a);
+  launch_swiglu_forward(a.n, a.gate, a.up, a.y, stream);
+}
+
+void run(const SwigluBackward& a, cudaStream_t stream) {
+  check_swiglu_backward(a);
+  launch_swiglu_backward(a.n, a.gate, a.up, a.dy, a.dgate, a.dup, stream);
 }
 
 }  // namespace ferry::cuda

@@ -46,5 +46,12 @@ void run(const ClipByNorm& a, cudaStream_t stream);
 // The fused attention core (flash_attention.cu); head widths up to kFlashMaxHead.
 void run(const FlashAttentionForward& a, cudaStream_t stream);
 void run(const FlashAttentionBackward& a, cudaStream_t stream);
+// Llama (llama.cu).
+void run(const RmsNormForward& a, cudaStream_t stream);
+void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch);
+void run(const RopeQkvForward& a, cudaStream_t stream);
+void run(const RopeQkvBackward& a, cudaStream_t stream);
+void run(const SwigluForward& a, cudaStream_t stream);
+void run(const SwigluBackward& a, cudaStream_t stream);
 
 }  // namespace ferry::cuda

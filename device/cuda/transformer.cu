@@ -25,8 +25,8 @@ __global__ void embedding_forward_kernel(int64_t rows, int64_t t, int64_t c, con
                                          const float* wpe, float* y) {
   FERRY_GRID_STRIDE(q, rows * c) {
     const int64_t row = q / c, col = q % c;
-    y[q] = wte[static_cast<int64_t>(tokens[row]) * c + col] +
-           wpe[position_of(segments, row, t) * c + col];
+    const float token = wte[static_cast<int64_t>(tokens[row]) * c + col];
+    y[q] = wpe == nullptr ? token : token + wpe[position_of(segments, row, t) * c + col];
   }
 }
 
@@ -313,6 +313,7 @@ void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, i
   const auto owners = static_cast<unsigned int>(std::min<int64_t>(vocab, kMaxBlocks));
   launch_kernel(embedding_table_grad_kernel, owners, kThreads, stream, n * t, c, tokens,
                 static_cast<const int32_t*>(nullptr), t, dy, dwte);
+  if (dwpe == nullptr) return;  // no position table (Llama)
   if (segments == nullptr) {
     launch_kernel(embedding_wpe_grad_kernel, grid_for(context * c), kThreads, stream, n, t, c,
                   context, dy, dwpe);

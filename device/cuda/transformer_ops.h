@@ -17,7 +17,7 @@ namespace ferry::cuda {
 // ---- embedding (transformer.cu) --------------------------------------------------------------
 
 // y (N*T, C) = wte[tokens] + wpe[p], p = t - segments[n, t] (t without segments), one thread
-// per output element.
+// per output element; a null wpe (Llama) adds nothing, and a null dwpe is not written.
 void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* tokens,
                               const int32_t* segments, const float* wte, const float* wpe, float* y,
                               cudaStream_t stream);

@@ -3,11 +3,13 @@
 
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "trainer/checkpoint/hf_folder.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace ferry {
@@ -150,7 +152,8 @@ constexpr std::string_view kTransformerPrefix = "transformer.";
 
 // Whether `file` names the model's "transformer.*" tensors without that prefix: it has no
 // "transformer." name and holds one of the model's under its stripped name.
-bool strips_prefix(const SafetensorsFile& file, const ParameterStore& store) {
+template <typename File>
+bool strips_prefix(const File& file, const ParameterStore& store) {
   for (const auto& e : file.entries()) {
     if (e.name.starts_with(kTransformerPrefix)) return false;
   }
@@ -180,8 +183,39 @@ bool same_tensor(const SafetensorsEntry& a, const SafetensorsEntry& b) {
          std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0;
 }
 
-size_t load_model_tensors(const SafetensorsFile& file, ParameterStore& store,
-                          const WeightsMapping& mapping) {
+// A model folder's shards as one file (hf_folder.h): names looked up across the shards, errors
+// naming the folder.
+class FolderTensors {
+ public:
+  FolderTensors(std::vector<SafetensorsFile> files, std::string dir)
+      : files_(std::move(files)), source_(std::move(dir)) {
+    for (const SafetensorsFile& f : files_) {
+      for (const SafetensorsEntry& e : f.entries()) entries_.push_back(e);
+    }
+  }
+  const std::string& source() const { return source_; }
+  const SafetensorsMetadata& metadata() const { return files_.front().metadata(); }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const SafetensorsEntry* find(std::string_view name) const {
+    for (const SafetensorsFile& f : files_) {
+      if (const SafetensorsEntry* e = f.find(name)) return e;
+    }
+    return nullptr;
+  }
+  const SafetensorsEntry& at(std::string_view name) const {
+    if (const SafetensorsEntry* e = find(name)) return *e;
+    throw DataError(fmt::format("model folder '{}' has no tensor '{}'", source_, name),
+                    "the folder holds another model than its config.json describes");
+  }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::vector<SafetensorsEntry> entries_;
+  std::string source_;
+};
+
+template <typename File>
+size_t load_model_tensors(const File& file, ParameterStore& store, const WeightsMapping& mapping) {
   const bool strip = strips_prefix(file, store);
   const auto format = file.metadata().find("format");
   const bool ferry_file = format != file.metadata().end() && format->second == kFormat;
@@ -251,6 +285,10 @@ std::map<std::string, std::string> tied_weight_names(const Graph& graph) {
 }
 
 size_t load_weights(const std::string& path, ParameterStore& store, const WeightsMapping& mapping) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return load_model_tensors(FolderTensors(read_folder_weights(path), path), store, mapping);
+  }
   return load_model_tensors(read_safetensors(path), store, mapping);
 }
 

@@ -49,7 +49,8 @@ struct WeightsMapping {
 // "<that node>.weight".
 std::map<std::string, std::string> tied_weight_names(const Graph& graph);
 
-// Loads parameters and buffers (BN statistics; counters are ignored) from `path`, under the
+// Loads parameters and buffers (BN statistics; counters are ignored) from `path` (a safetensors
+// file, or a Hugging Face model folder: its model.safetensors or shards), under the
 // model's names or, for a file without the "transformer." prefix the model's names carry,
 // without it (Hugging Face's GPT2Model). Every parameter must be present with its shape, and
 // every tensor of the file read (unless `mapping.ignore_unused`): DataError names what is

@@ -54,6 +54,12 @@ struct InfoArgs {
   bool json = false;
 };
 
+struct ExportArgs {
+  std::string checkpoint;
+  std::string out_dir;
+  std::string tokenizer;  // a folder of tokenizer files to copy, "" = none
+};
+
 struct JobsArgs {
   bool json = false;
 };
@@ -65,6 +71,8 @@ int run_simulate(const SimulateArgs& args);
 // `trainer simulate --mix FILE` (run_simulate calls it when args.mix is given).
 int run_simulate_mix(const SimulateArgs& args);
 int run_info(const InfoArgs& args);
+// `trainer export CHECKPOINT OUT_DIR` (export.cc).
+int run_export(const ExportArgs& args);
 // Prints the node's job ledger: the GPUs ferry jobs share (memory.share) and their jobs.
 int run_jobs(const JobsArgs& args);
 int run_config(const TrainArgs& args, bool reference);

@@ -1,6 +1,7 @@
-// `trainer`: the command line (train, eval, plan, simulate, info, jobs, config). Invariant: every
-// error a user can cause, parse errors included, ends in one line saying what is wrong and one
-// saying what to change, with exit code 2 (bad input: exit_code_for) or 1 (failure while running).
+// `trainer`: the command line. Subcommands train, eval, plan, simulate, info, export, jobs and
+// config; every error a user can cause, command-line parse errors included, ends in one line
+// saying what is wrong and one saying what to change, with exit code 2 (bad input:
+// exit_code_for) or 1 (a failure while running).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -56,6 +57,17 @@ int main(int argc, char** argv) {
                      "time the model's kernels and the link on this machine's device and plan "
                      "with them (default on cuda with a GPU present; cached in run.dir)");
   plan_cmd->add_flag("--no-measure", plan.no_measure, "plan with the FLOP model even on a GPU");
+
+  ExportArgs exp;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint as a Hugging Face model folder: trainer export CHECKPOINT OUT_DIR");
+  export_cmd->add_option("checkpoint", exp.checkpoint, "a checkpoint written by trainer train")
+      ->required();
+  export_cmd->add_option("out_dir", exp.out_dir, "the folder to write")->required();
+  export_cmd->add_option("--tokenizer", exp.tokenizer,
+                         "a folder whose tokenizer files (tokenizer.json, ...) to copy along (default: "
+                         "the model folder the run started from, when it holds tokenizer.json)");
 
   TrainArgs check;
   bool reference = false;
@@ -161,6 +173,7 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return run_plan(plan);
     if (*sim_cmd) return run_simulate(sim);
     if (*info_cmd) return run_info(info);
+    if (*export_cmd) return run_export(exp);
     if (*jobs_cmd) return run_jobs(jobs);
     if (*config_cmd) return run_config(check, reference);
   } catch (const Error& e) {

@@ -44,6 +44,12 @@ struct ModelConfig {
   int64_t context = 0;   // >= 0
   double dropout = 0.0;  // [0, 1)
   AttentionKind attention = AttentionKind::kFused;
+  // Llama models: 0 / auto = the named model's.
+  int64_t kv_heads = 0;     // >= 0, divides heads
+  int64_t ffn = 0;          // >= 0
+  double rope_theta = 0.0;  // >= 0
+  double norm_eps = 0.0;    // >= 0
+  TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -23,6 +23,8 @@ namespace ferry {
 
 // data.source
 enum class DataSource { kSynthetic, kIdx, kCifar10, kImageFolder, kTokens };
+// model.tie_embeddings: the named model's choice, or a tied / untied LM head.
+enum class TieEmbeddings { kAuto, kTrue, kFalse };
 // comm.backend
 enum class CommBackend { kAuto, kMpi, kNccl };
 // memory.oversize: what training does with a batch whose input shape the budget cannot hold.
@@ -94,6 +96,13 @@ template <>
 struct EnumNames<ShareObjective> {
   static constexpr std::array<std::pair<ShareObjective, std::string_view>, 2> kNames{
       {{ShareObjective::kThroughput, "throughput"}, {ShareObjective::kFair, "fair"}}};
+};
+template <>
+struct EnumNames<TieEmbeddings> {
+  static constexpr std::array<std::pair<TieEmbeddings, std::string_view>, 3> kNames{
+      {{TieEmbeddings::kAuto, "auto"},
+       {TieEmbeddings::kTrue, "true"},
+       {TieEmbeddings::kFalse, "false"}}};
 };
 template <>
 struct EnumNames<CommBackend> {

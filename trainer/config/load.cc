@@ -14,6 +14,7 @@
 
 #include "common/strings.h"
 #include "trainer/config/config.h"
+#include "trainer/config/model_folder.h"
 #include "trainer/config/schema.h"
 #include "trainer/config/values.h"
 
@@ -206,6 +207,10 @@ Config Loader::finish(const std::string& stem) {
   if (c.checkpoint.dir.empty())
     c.checkpoint.dir = (std::filesystem::path(c.run.dir) / "checkpoints").string();
   if (c.memory.budget == 0) c.memory.budget = c.device.memory;
+  if (is_model_folder(c.model.init_from)) {  // a Hugging Face folder names the model
+    apply_model_folder(c, c.model.init_from,
+                       [this](const std::string& key) { return given_at(key); });
+  }
   check_cross_keys(c);
   return c;
 }

@@ -172,7 +172,10 @@ std::vector<KeySpec> build_schema() {
       int_tuple(FERRY_CONFIG_KEY(model, input), at_least(1), "[C, H, W]",
                 "Input image shape: channels, height, width."),
       text(FERRY_CONFIG_KEY(model, init_from),
-           "Safetensors file to load initial weights from; \"\" = fresh initialisation."),
+           "Safetensors file to load initial weights from, or a Hugging Face model folder "
+           "(config.json + model.safetensors or its shards: LlamaForCausalLM or "
+           "GPT2LMHeadModel), which also sets model.name and the sizes; \"\" = fresh "
+           "initialisation."),
       flag(FERRY_CONFIG_KEY(model, init_ignore_unused),
            "model.init_from: load a file that holds tensors the model does not read (a larger "
            "model's), skipping them; false = such a file is refused, naming the first."),
@@ -192,6 +195,18 @@ std::vector<KeySpec> build_schema() {
              "Token models: the attention core. fused = blockwise (online softmax), saving the "
              "output and one log-sum-exp per query and recomputing the probabilities in "
              "backward (O(T) saved per head); naive = the (T, T) probabilities saved per head."),
+      integer(FERRY_CONFIG_KEY(model, kv_heads), at_least(0),
+              "Llama models: key-value heads of grouped-query attention (must divide "
+              "model.heads); 0 = the named model's, or model.heads when that is set."),
+      integer(FERRY_CONFIG_KEY(model, ffn), at_least(0),
+              "Llama models: the SwiGLU MLP's intermediate width; 0 = the named model's."),
+      real(FERRY_CONFIG_KEY(model, rope_theta), at_least(0),
+           "Llama models: the rotary embeddings' base; 0 = the named model's (10000)."),
+      real(FERRY_CONFIG_KEY(model, norm_eps), at_least(0),
+           "Llama models: RMSNorm's eps; 0 = the named model's (1e-5)."),
+      choice(FERRY_CONFIG_KEY(model, tie_embeddings),
+             "Llama models: the LM head shares the token embedding (true) or has its own "
+             "lm_head.weight (false); auto = the named model's."),
       // data
       choice(FERRY_CONFIG_KEY(data, source),
              "Dataset: a generated task, MNIST IDX files, CIFAR-10 binary batches, a folder of "

@@ -15,6 +15,13 @@ TransformerSizes transformer_sizes(const Config& config) {
   const ModelConfig& m = config.model;
   TransformerSizes s{m.layers, m.heads, m.width, m.vocab, m.context, m.dropout};
   s.fused_attention = m.attention == AttentionKind::kFused;
+  s.kv_heads = m.kv_heads;
+  s.ffn = m.ffn;
+  s.rope_theta = m.rope_theta;
+  s.norm_eps = m.norm_eps;
+  if (m.tie_embeddings != TieEmbeddings::kAuto) {
+    s.tie_embeddings = m.tie_embeddings == TieEmbeddings::kTrue;
+  }
   return s;
 }
 

@@ -123,6 +123,23 @@ class GraphBuilder {
   // A bias-free linear layer over an existing (out, in) parameter (a tied LM head).
   TensorId tied_linear(TensorId x, const std::string& name, TensorId weight);
 
+  // Llama layers (Hugging Face's LlamaForCausalLM; graph_llama.cc). The token embedding without
+  // positions: param `wte` (vocab, width); tied as embedding().
+  TensorId token_embedding(const std::string& name, const std::string& wte, int64_t vocab,
+                           int64_t width, const ParamInit& init, bool tied, TensorId* wte_id);
+  // A bias-free nn.Linear (weight (out, in)) drawn from `weight`.
+  TensorId projection(TensorId x, const std::string& name, int64_t out_features,
+                      const ParamInit& weight);
+  // RMSNorm over the last dimension, weight ones.
+  TensorId rms_norm(TensorId x, const std::string& name, float eps);
+  // q (N*T, heads*D), k and v (N*T, kv_heads*D) -> the attention core's qkv (N*T, 3*heads*D), with
+  // rotary embeddings on q and k (Note [Rotary embeddings into the attention's qkv] in
+  // device/kernels_llama.h). ConfigError when kv_heads does not divide heads or D is odd.
+  TensorId rope_qkv(TensorId q, TensorId k, TensorId v, const std::string& name, int64_t heads,
+                    int64_t kv_heads, float theta);
+  // silu(gate) * up, elementwise.
+  TensorId swiglu(TensorId gate, TensorId up, const std::string& name = {});
+
   // Softmax cross-entropy of `logits` (rows, classes) against the labels (one per row); ends
   // the graph.
   void loss(TensorId logits);

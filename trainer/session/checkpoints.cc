@@ -24,6 +24,13 @@ std::map<std::string, std::string> run_shape(const Config& config) {
     shape["model.width"] = std::to_string(s.width);
     shape["model.vocab"] = std::to_string(s.vocab);
     shape["model.context"] = std::to_string(s.context);
+    if (model_info(config.model.name).llama()) {
+      shape["model.kv_heads"] = std::to_string(s.kv_heads);
+      shape["model.ffn"] = std::to_string(s.ffn);
+      shape["model.tie_embeddings"] = *s.tie_embeddings ? "true" : "false";
+      shape["model.rope_theta"] = fmt::format("{}", s.rope_theta);
+      shape["model.norm_eps"] = fmt::format("{}", s.norm_eps);
+    }
     shape["data.seq_len"] = std::to_string(tokens_per_row(config));
   } else {
     shape["model.input"] = fmt::format("[{}]", fmt::join(config.model.input, ", "));

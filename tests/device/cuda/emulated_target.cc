@@ -18,6 +18,7 @@
 #include "device/cuda/attention.cu"
 #include "device/cuda/batchnorm.cu"
 #include "device/cuda/flash_attention.cu"
+#include "device/cuda/llama.cu"
 #include "device/cuda/loss.cu"
 #include "device/cuda/optim.cu"
 #include "device/cuda/pool.cu"

@@ -76,5 +76,21 @@ TEST(CliPlan, PrintsThePrecisionAndTheBytesByDtype) {
       << text.output;
 }
 
+// The planner sees the Llama ops (RMSNorm, rope_qkv, SwiGLU, the attention core): smollm-135m at
+// 2048 tokens fits 4 GiB (fused attention) under auto only by moving and rebuilding, within the
+// budget.
+TEST(CliPlan, PlansALlamaFromTheZoo) {
+  const std::string keys =
+      "configs/llama_finetune.yaml model.name=smollm-135m data.path=/dev/null data.seq_len=2048 "
+      "data.batch_size=1 device.backend=cuda device.memory=4GiB memory.policy=auto "
+      "memory.recompute=true --hardware h100-pcie5 --no-measure --json 2>/dev/null";
+  const Exit e = run(plan(keys));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const nlohmann::json p = nlohmann::json::parse(e.output)["policies"][0];
+  EXPECT_TRUE(p["fits"].get<bool>()) << p.dump();
+  EXPECT_LE(p["peak_bytes"].get<int64_t>(), int64_t{4} << 30);
+  EXPECT_GT(p["recompute_flops"].get<double>() + p["offload_bytes"].get<double>(), 0);
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -148,5 +148,26 @@ TEST(OffloadEquivalenceGpt, FusedAttentionUnderRecomputeGivesTheSameLosses) {
   expect_recompute_alike(fused, "fused attention recompute");
 }
 
+// A small Llama with grouped-query attention (RMSNorm, rope_qkv, SwiGLU, an untied head): every
+// policy, auto with recompute (the new ops rebuilt from their kept inputs) included, trains
+// bitwise like none in poison mode.
+TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLosses) {
+  testing::TempDir dir;
+  Config base =
+      small_gpt(dir, 0.0f, AttentionKind::kFused, /*heads=*/4, /*width=*/32, /*context=*/128);
+  base.model.name = "llama";
+  base.model.kv_heads = 2;
+  base.model.ffn = 48;
+  base.model.tie_embeddings = TieEmbeddings::kFalse;
+  const TrainRun reference = train_steps(base, 6);
+  EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
+  std::vector<PolicyVariant> variants = offload_policy_variants();
+  std::erase_if(variants,
+                [](const PolicyVariant& v) { return v.policy == MemoryPolicy::kVdnnConv; });
+  expect_policies_train_alike(base, reference, variants);
+  expect_recompute_alike(base, "llama recompute");
+}
+
 }  // namespace
 }  // namespace ferry

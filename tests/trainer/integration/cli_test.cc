@@ -169,5 +169,15 @@ TEST(Cli, InfoPrintsTheLayerTableAsJson) {
   EXPECT_GT(j["layers"].size(), 100u);
 }
 
+TEST(Cli, InfoCountsTheLlamaZoo) {
+  for (const auto& [name, count] : {std::pair<const char*, int64_t>{"smollm-135m", 134515008},
+                                    {"tinyllama-1.1b", 1100048384}}) {
+    const Exit e = run(trainer() + " info --model " + name + " --json");
+    ASSERT_EQ(e.code, 0) << e.output;
+    const nlohmann::json j = nlohmann::json::parse(e.output);
+    EXPECT_EQ(j["parameters"].get<int64_t>(), count) << name;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -41,4 +41,15 @@ std::unique_ptr<Op> make_gelu(int64_t n);
 // {y, lse (N, heads, T)}, no aux (Note [Fused attention] in device/kernels.h).
 std::unique_ptr<Op> make_attention(const AttentionGeom& g, bool fused);
 
+// Llama (llama.cc). inputs {tokens (N, T) int32}; params {wte (vocab, C)}; outputs {y (N*T, C)}:
+// the token embedding without positions; tied as make_embedding.
+std::unique_ptr<Op> make_token_embedding(const EmbeddingForward& shape, bool tied);
+// inputs {x (rows, C)}; params {weight (C)}; aux {rstd (rows)}; outputs {y}.
+std::unique_ptr<Op> make_rms_norm(const RmsNormGeom& g);
+// inputs {q (N*T, H*D), k (N*T, KV*D), v (N*T, KV*D), segments (N, T) int32 when the documents are
+// packed}; outputs {qkv (N*T, 3*H*D)}.
+std::unique_ptr<Op> make_rope_qkv(const RopeGeom& g);
+// inputs {gate, up}; outputs {y}.
+std::unique_ptr<Op> make_swiglu(int64_t n);
+
 }  // namespace ferry

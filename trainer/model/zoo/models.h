@@ -31,4 +31,7 @@ TensorId build_lenet5(GraphBuilder& b);
 // Hugging Face's GPT2LMHeadModel of the given sizes (all resolved, none 0) on a token input.
 TensorId build_gpt2(GraphBuilder& b, const TransformerSizes& sizes);
 
+// Hugging Face's LlamaForCausalLM of the given sizes (all resolved) on a token input.
+TensorId build_llama(GraphBuilder& b, const TransformerSizes& sizes);
+
 }  // namespace ferry::zoo

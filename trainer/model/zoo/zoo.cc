@@ -79,11 +79,33 @@ std::vector<Entry> make_registry() {
                    sizes.vocab,
                    /*tokens=*/true,
                    sizes,
-                   /*decay_matrices_only=*/true};  // nanoGPT's and Hugging Face's groups
+                   /*decay_matrices_only=*/true,  // nanoGPT's and Hugging Face's groups
+                   "GPT2LMHeadModel"};
     r.push_back({std::move(info), nullptr});
   };
   gpt("gpt2", {12, 12, 768, 50257, 1024, 0.0});
   gpt("gpt2-medium", {24, 16, 1024, 50257, 1024, 0.0});
+  const auto llama = [&r](std::string name, std::string what, TransformerSizes s) {
+    ModelInfo info{name,
+                   fmt::format("{}, Hugging Face's LlamaForCausalLM: {} layers, {} heads ({} KV), "
+                               "width {}, ffn {}, vocabulary {}, context {}, {} head",
+                               what, s.layers, s.heads, s.kv_heads, s.width, s.ffn, s.vocab,
+                               s.context, *s.tie_embeddings ? "tied" : "untied"),
+                   Shape{s.context},
+                   s.vocab,
+                   /*tokens=*/true,
+                   s,
+                   /*decay_matrices_only=*/true,
+                   "LlamaForCausalLM"};
+    r.push_back({std::move(info), nullptr});
+  };
+  // name, layers, heads, width, vocab, context, dropout, fused attention, kv_heads, ffn, rope_theta,
+  // norm_eps, tied
+  llama("llama", "Llama (sizes: model.layers, model.kv_heads, model.ffn, ...)",
+        {6, 6, 384, 32000, 2048, 0.0, true, 2, 1024, 10000.0, 1e-5, false});
+  llama("smollm-135m", "SmolLM-135M", {30, 9, 576, 49152, 2048, 0.0, true, 3, 1536, 10000.0, 1e-5, true});
+  llama("tinyllama-1.1b", "TinyLlama-1.1B",
+        {22, 32, 2048, 32000, 2048, 0.0, true, 4, 5632, 10000.0, 1e-5, false});
   return r;
 }
 
@@ -150,6 +172,47 @@ TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& o
         fmt::format("model.heads ({}) must divide model.width ({})", s.heads, s.width),
         "pick a width that is a multiple of the head count");
   }
+  if (!model.llama()) {
+    const char* key = overrides.kv_heads          ? "model.kv_heads"
+                      : overrides.ffn             ? "model.ffn"
+                      : overrides.rope_theta != 0 ? "model.rope_theta"
+                      : overrides.norm_eps != 0   ? "model.norm_eps"
+                      : overrides.tie_embeddings  ? "model.tie_embeddings"
+                                                  : nullptr;
+    if (key != nullptr) {
+      throw ConfigError(fmt::format("{} applies to Llama models, not '{}'", key, model.name),
+                        "remove the key, or pick a Llama model (llama, smollm-135m, ...)");
+    }
+    return s;
+  }
+  take(overrides.kv_heads, s.kv_heads, "model.kv_heads");
+  take(overrides.ffn, s.ffn, "model.ffn");
+  if (overrides.rope_theta < 0 || overrides.norm_eps < 0) {
+    throw ConfigError(
+        fmt::format("model.rope_theta ({}) and model.norm_eps ({}) must be >= 0 (0 "
+                    "= {}'s value)",
+                    overrides.rope_theta, overrides.norm_eps, model.name));
+  }
+  if (overrides.rope_theta > 0) s.rope_theta = overrides.rope_theta;
+  if (overrides.norm_eps > 0) s.norm_eps = overrides.norm_eps;
+  if (overrides.tie_embeddings) s.tie_embeddings = overrides.tie_embeddings;
+  if (overrides.heads > 0 && overrides.kv_heads == 0) s.kv_heads = s.heads;  // plain multi-head
+  if (s.dropout > 0) {
+    throw ConfigError(
+        fmt::format("model.dropout must be 0 for '{}' (Llama has no dropout)", model.name),
+        "set model.dropout=0");
+  }
+  if (s.heads % s.kv_heads != 0) {
+    throw ConfigError(
+        fmt::format("model.kv_heads ({}) must divide model.heads ({})", s.kv_heads, s.heads),
+        "set model.kv_heads to a divisor of model.heads (equal to it: no grouped-query attention)");
+  }
+  if ((s.width / s.heads) % 2 != 0) {
+    throw ConfigError(fmt::format("rotary embeddings need an even head width; model.width / "
+                                  "model.heads = {} / {} = {}",
+                                  s.width, s.heads, s.width / s.heads),
+                      "pick model.width and model.heads so that their quotient is even");
+  }
   return s;
 }
 
@@ -168,7 +231,7 @@ Graph build_token_model(const std::string& name, int64_t batch, int64_t seq_len,
   }
   GraphBuilder builder(Shape{batch, seq_len}, s.vocab, segments);
   builder.set_fused_attention(s.fused_attention);
-  builder.loss(zoo::build_gpt2(builder, s));
+  builder.loss(entry.info.llama() ? zoo::build_llama(builder, s) : zoo::build_gpt2(builder, s));
   return builder.finish();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct TransformerSizes {
   int64_t layers = 0, heads = 0, width = 0, vocab = 0, context = 0;
   double dropout = 0;           // embedding, attention and residual dropout
   bool fused_attention = true;  // model.attention: fused (true) or naive
+  // Llama family (0 or unset = the named model's): key-value heads of grouped-query attention,
+  // the SwiGLU MLP's width, the rotary base, RMSNorm's eps, and whether the LM head is tied.
+  int64_t kv_heads = 0, ffn = 0;
+  double rope_theta = 0, norm_eps = 0;
+  std::optional<bool> tie_embeddings;
   bool operator==(const TransformerSizes&) const = default;
 };
 
@@ -31,10 +37,14 @@ struct ModelInfo {
   // optim.decay=auto decays only parameters of 2+ dimensions (transformers: not biases, layer
   // norm weights); false: every parameter (the CNNs, as torchvision's recipes train them).
   bool decay_matrices_only = false;
+  // Hugging Face's class for a token model ("GPT2LMHeadModel", "LlamaForCausalLM"); "" otherwise.
+  std::string architecture;
+  bool llama() const { return architecture == "LlamaForCausalLM"; }
 };
 
 // `overrides` with each 0 replaced by the named model's size. ConfigError for an image model, a
-// negative size, heads that do not divide the width, or a dropout outside [0, 1).
+// negative size, heads that do not divide the width, or a dropout outside [0, 1); for a Llama,
+// kv_heads that do not divide heads or an odd head width; for GPT-2, a Llama-only size set.
 TransformerSizes resolve_sizes(const ModelInfo& model, const TransformerSizes& overrides);
 
 // Every model name, in the order `trainer info` lists them.

@@ -67,7 +67,10 @@ TEST(Zoo, ListsEveryModelInOrder) {
                                           "resnet101_cifar",
                                           "resnet152_cifar",
                                           "gpt2",
-                                          "gpt2-medium"};
+                                          "gpt2-medium",
+                                          "llama",
+                                          "smollm-135m",
+                                          "tinyllama-1.1b"};
   EXPECT_EQ(zoo_names(), expected);
   for (const std::string& name : expected) EXPECT_TRUE(zoo_has(name)) << name;
   EXPECT_FALSE(zoo_has("resnet"));
