@@ -56,6 +56,18 @@ TEST(CliTrain, Bf16WithoutAvx512Bf16IsRefusedBeforeTraining) {
   EXPECT_EQ(e.output.find("step 1"), std::string::npos) << e.output;
 }
 
+// The banner names the precision, the all-reduce's dtype and the step's tensor bytes by dtype.
+TEST(CliTrain, TheBannerNamesThePrecision) {
+  TempDir dir;
+  const Exit e = run(trainer() + " train " + quickstart() +
+                     " run.steps=1 checkpoint.every=0 run.dir=" + dir.str());
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("\ndtypes   precision fp32, all-reduce in fp32; the step's tensors: "
+                          "bf16 0 B, fp32 "),
+            std::string::npos)
+      << e.output;
+}
+
 TEST(CliTrain, CommDtypeBf16NeedsBf16Precision) {
   TempDir dir;
   const Exit e = run(trainer() + " train " + quickstart() +
