@@ -22,6 +22,8 @@ namespace ferry {
 struct BucketOptions {
   uint64_t bucket_bytes = uint64_t{25} << 20;  // comm.bucket_mb (default 25 MiB)
   bool overlap = true;  // comm.overlap: false reduces every bucket in finish(), after backward
+  // comm.dtype: the format buckets cross the wire in (kBF16: summed into fp32 gradients).
+  DType wire_dtype = DType::kF32;
   // The order backward produces the gradients (a permutation of the parameters); empty: the
   // reverse of the table's order. Must be the same on every rank.
   std::vector<size_t> order;

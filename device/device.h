@@ -14,6 +14,7 @@
 #include "device/heap.h"
 #include "device/host_pool.h"
 #include "device/kernels.h"
+#include "device/precision.h"
 #include "device/stream.h"
 
 namespace ferry {
@@ -73,6 +74,9 @@ struct DeviceOptions {
   // cpu gives the pages of a granule back to the OS once no allocation touches it. Otherwise
   // the whole device.memory is held from the start (cuda: one cudaMalloc).
   bool map_on_use = false;
+  // device.precision: bf16 needs avx512_bf16 (cpu) or sm_80 (cuda), checked when the device is
+  // made.
+  Precision precision = Precision::kFp32;
   CpuDeviceOptions cpu;
   CudaDeviceOptions cuda;
 };

@@ -1,5 +1,5 @@
-// Element types a tensor can hold. Training is fp32 today; the dtype stays in every tensor
-// description so that mixed precision can be added without changing interfaces.
+// Element types a tensor can hold. fp32 is the default; kBF16 is the 16-bit storage type of mixed
+// precision (device.precision bf16: Note [Which tensors are bf16] in trainer/model/precision.h).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,8 @@
 
 namespace ferry {
 
-enum class DType : uint8_t { kF32, kF64, kI32, kI64, kU8 };
+// New values go at the end: the numbers are stable.
+enum class DType : uint8_t { kF32, kF64, kI32, kI64, kU8, kBF16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -22,11 +23,13 @@ constexpr size_t dtype_size(DType t) {
       return 8;
     case DType::kU8:
       return 1;
+    case DType::kBF16:
+      return 2;
   }
   return 0;
 }
 
-// The safetensors spelling: "F32", "F64", "I32", "I64", "U8".
+// The safetensors spelling: "F32", "F64", "I32", "I64", "U8", "BF16".
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::kF32:
@@ -39,6 +42,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "I64";
     case DType::kU8:
       return "U8";
+    case DType::kBF16:
+      return "BF16";
   }
   return "?";
 }

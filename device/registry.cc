@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "device/backend_traits.h"
+#include "device/cpu/bf16_support.h"
 #include "device/cpu/cpu_device.h"
 #include "device/device.h"
 #if FERRY_HAVE_CUDA
@@ -101,7 +102,10 @@ std::unique_ptr<Kernels> create_kernels(const DeviceOptions& options) {
 }
 
 std::unique_ptr<Device> create_device(const DeviceOptions& options) {
-  if (options.backend == Backend::kCpu) return std::make_unique<cpu::CpuDevice>(options);
+  if (options.backend == Backend::kCpu) {
+    if (options.precision == Precision::kBf16) cpu::check_bf16_support();
+    return std::make_unique<cpu::CpuDevice>(options);
+  }
 #if FERRY_HAVE_CUDA
   const int count = cuda::device_count();
   if (options.ordinal >= count) {

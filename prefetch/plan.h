@@ -29,7 +29,10 @@ struct PersistentBytes {
   uint64_t gradients = 0;
   uint64_t optimizer = 0;
   uint64_t buffers = 0;  // BN running statistics, metrics
-  uint64_t total() const { return weights + gradients + optimizer + buffers; }
+  // device.precision bf16: the weights' bf16 working copy, made once per update (Note [Which
+  // tensors are bf16] in trainer/model/precision.h); 0 in fp32.
+  uint64_t working_weights = 0;
+  uint64_t total() const { return weights + gradients + optimizer + buffers + working_weights; }
 };
 
 enum class Decision : uint8_t { kResident, kOffload, kRecompute };

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "device/dtype.h"
+
 namespace ferry {
 
 // Note [What a tape holds]
@@ -29,6 +31,9 @@ struct TapeTensor {
   std::string name;
   uint64_t bytes = 0;
   TapeTensorKind kind = TapeTensorKind::kActivation;
+  // The storage dtype (for reports: bytes by dtype); bytes already count it. A workspace is
+  // kU8 (raw bytes).
+  DType dtype = DType::kF32;
 };
 
 // kRecompute runs a forward step again, in backward, to rebuild a dropped activation; it

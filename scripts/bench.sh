@@ -30,8 +30,10 @@
 #      static equal split and against one after another: (a) real, CPU backend
 #      (scripts/bench_mix.py); (b) the same mix simulated on one H100 at ImageNet sizes at several
 #      GPU memories (trainer simulate --mix configs/simulate/mix-h100.yaml; scripts/bench_mix_sim.py)
-# Usage: scripts/bench.sh [all|pytorch|plan|offload|comm|imagefolder|topology|aware|shapes|hosts|
-#                          share|documents|mix]
+#  precision: fp32 against bf16 (issue 28): the plan table (bench_precision_plan) and simulated
+#      samples/s on h100-pcie5 and a100-pcie4 (scripts/bench_precision_simulate.py)
+# Usage: scripts/bench.sh [all|pytorch|plan|precision|offload|comm|imagefolder|topology|aware|
+#                          shapes|hosts|share|documents|mix]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +100,12 @@ fi
 if [[ $what == all || $what == plan ]]; then
   echo "== 2. memory plans =="
   build/bench_plan_table
+fi
+
+if [[ $what == all || $what == precision ]]; then
+  echo "== mixed precision (issue 28): plans and simulated steps, fp32 against bf16 =="
+  build/bench_precision_plan
+  scripts/bench_precision_simulate.py --trainer build/trainer
 fi
 
 if [[ $what == all || $what == offload ]]; then

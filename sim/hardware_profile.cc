@@ -120,7 +120,8 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   const YAML::Node c = root["compute"];
   if (!c) throw rd.error(root, "compute: required", "see configs/hardware/");
   rd.check_keys(
-      c, {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us"},
+      c,
+      {"op_tflops", "default_tflops", "memory_gbps", "op_memory_gbps", "step_overhead_us", "bf16"},
       "compute");
   p.cost.compute_flops =
       need(c, "default_tflops", "compute", kMinTflops, kMaxTflops, "TFLOP/s") * 1e12;
@@ -140,6 +141,21 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   };
   per_op("op_tflops", 1e12, kMinTflops, kMaxTflops, "TFLOP/s", p.cost.op_flops);
   per_op("op_memory_gbps", 1.0, kMinMemoryGbps, kMaxMemoryGbps, "GB/s", p.cost.op_memory_gbps);
+  if (const YAML::Node b = c["bf16"]) {
+    rd.expect_map(b, "compute.bf16");
+    rd.check_keys(b, {"peak_tflops", "op_tflops"}, "compute.bf16");
+    p.bf16_peak_flops =
+        need(b, "peak_tflops", "compute.bf16", kMinTflops, kMaxTflops, "TFLOP/s") * 1e12;
+    if (const YAML::Node m = b["op_tflops"]) {
+      rd.expect_map(m, "compute.bf16.op_tflops");
+      for (const auto& kv : m) {
+        const std::string op = rd.string(kv.first, "compute.bf16.op_tflops key");
+        p.bf16_op_flops.emplace_back(op, rd.number_in(kv.second, "compute.bf16.op_tflops." + op,
+                                                      kMinTflops, kMaxTflops, "TFLOP/s") *
+                                             1e12);
+      }
+    }
+  }
   if (c["step_overhead_us"])
     p.cost.step_overhead_s = rd.number_in(c["step_overhead_us"], "compute.step_overhead_us", 0,
                                           kMaxStepOverheadUs, "us") *
@@ -163,6 +179,28 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
     if (net["nic_gbps"]) p.nic_gbps = rd.link_gbps(net["nic_gbps"], "network.nic_gbps");
   }
   return p;
+}
+
+CostModel profile_cost(const HardwareProfile& profile, Precision precision) {
+  CostModel cost = profile.cost;
+  if (precision == Precision::kFp32) return cost;
+  if (profile.bf16_peak_flops <= 0)
+    throw ConfigError(
+        fmt::format("device.precision: bf16, but hardware profile '{}' ({}) has no bf16 rate "
+                    "(compute.bf16 in {})",
+                    profile.name, profile.gpu, profile.source),
+        "this GPU has no bf16 tensor cores: set device.precision=fp32, or use a profile with "
+        "compute.bf16 (a100-pcie4, h100-pcie5)");
+  for (const auto& [op, rate] : profile.bf16_op_flops) {
+    auto it = std::find_if(cost.op_flops.begin(), cost.op_flops.end(),
+                           [&](const auto& e) { return e.first == op; });
+    if (it == cost.op_flops.end()) {
+      cost.op_flops.emplace_back(op, rate);
+    } else {
+      it->second = rate;
+    }
+  }
+  return cost;
 }
 
 }  // namespace ferry

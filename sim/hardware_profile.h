@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "device/precision.h"
 #include "links/fair_rates.h"
 #include "prefetch/cost_model.h"
 
@@ -23,9 +24,18 @@ struct HardwareProfile {
   bool duplex_given = false;  // the file states link.duplex_factor (else gpu_link has 1.0)
   double nominal_gbps = 0;    // that link's raw rate per direction
   double nic_gbps = 0;        // one network adapter's rate per direction (GB/s); 0: not stated
+  // compute.bf16: the dense bf16 tensor-core peak (FLOP/s; 0: the GPU has no bf16, e.g. V100)
+  // and the per-op rates that replace cost.op_flops under device.precision bf16.
+  double bf16_peak_flops = 0;
+  std::vector<std::pair<std::string, double>> bf16_op_flops;
   // The share of a PCIe link's raw rate copies reach, per direction (gpu_link / nominal).
   double efficiency(TransferDirection d) const;
 };
+
+// The cost model of `profile` for a run in `precision`: cost, with compute.bf16's per-op rates in
+// place of the fp32 ones under bf16. A profile without compute.bf16 refuses bf16 (ConfigError
+// naming the profile).
+CostModel profile_cost(const HardwareProfile& profile, Precision precision);
 
 // The shipped profiles' names (configs/hardware/*.yaml), sorted.
 std::vector<std::string> hardware_profile_names();

@@ -5,25 +5,13 @@
 
 #include <cstdint>
 
-namespace ferry::cpu {
+#include "device/bf16.h"
 
-// TEMPORARY until the shared conversion header lands (h-bf16plan): scalar conversions.
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+namespace ferry::cpu {
 
 // y[i] = float(x[i]) for i < n (exact).
 void widen_bf16(const uint16_t* x, float* y, int64_t n);
-// y[i] = bf16(x[i]) for i < n, rounded to nearest even; NaN stays (quiet) NaN.
+// y[i] = float_to_bf16(x[i]) (device/bf16.h: nearest even, subnormals rounded, NaN kept).
 void narrow_to_bf16(const float* x, uint16_t* y, int64_t n);
 
 inline const uint16_t* bf16_bits(const float* p) { return reinterpret_cast<const uint16_t*>(p); }

@@ -157,7 +157,7 @@ void run_widened(PlanCache& p, const Accumulate& a) {
 void run_widened(PlanCache&, const Fill& a) {
   check_element_count(a.n, "fill");
   // The value's bf16 bits (a NaN stays NaN: poison mode), written as they are.
-  const uint16_t bits = float_to_bf16(a.value);
+  const uint16_t bits = float_to_bf16(a.value).bits;
   uint16_t* y = bf16_bits(a.y);
   parallel_chunks(a.n, kParallelGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = bits;

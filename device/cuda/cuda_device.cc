@@ -55,6 +55,15 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
                                        options.ordinal, count),
                            "use an ordinal below the device count, or set device.backend=cpu");
   }
+  if (options.precision == Precision::kBf16) {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, options.ordinal));
+    if (prop.major < 8)
+      throw ConfigError(fmt::format("device.precision: bf16 needs a GPU of compute capability 8.0 "
+                                    "or newer (A100, H100), but {} is {}.{}",
+                                    static_cast<const char*>(prop.name), prop.major, prop.minor),
+                        "set device.precision=fp32 on this GPU");
+  }
   return std::make_unique<CudaDevice>(options);
 }
 

@@ -217,6 +217,43 @@ TEST(HardwareProfile, TheProfileDrivesTheCostModelPerOpKind) {
   EXPECT_NEAR(cost.step_seconds(step("relu", 0, {0}, {1}), tape), 1.0 / 3000 + 8e-6, 1e-12);
 }
 
+// compute.bf16 (device.precision bf16): its per-op rates replace the fp32 ones for the ops it
+// names (adding ops the fp32 rates left at the default); fp32 takes the profile as it is; a
+// profile without it refuses bf16 in one line naming the profile; the shipped A100 and H100 have
+// their datasheet peaks, the V100 none.
+TEST(HardwareProfile, Bf16RatesReplaceTheFp32OnesAndTheirAbsenceRefusesBf16) {
+  const testing::TempDir dir;
+  const std::string text =
+      with("step_overhead_us",
+           "  step_overhead_us: 8\n  bf16: {peak_tflops: 989, op_tflops: {conv2d: 324, "
+           "attention: 633}}");
+  const HardwareProfile p = load_hardware_profile(profile_file(dir, text));
+  EXPECT_DOUBLE_EQ(p.bf16_peak_flops, 989e12);
+  using Rates = std::vector<std::pair<std::string, double>>;
+  EXPECT_EQ(profile_cost(p, Precision::kFp32).op_flops, (Rates{{"conv2d", 162e12}}));
+  EXPECT_EQ(profile_cost(p, Precision::kBf16).op_flops,
+            (Rates{{"conv2d", 324e12}, {"attention", 633e12}}));
+  EXPECT_DOUBLE_EQ(profile_cost(p, Precision::kBf16).compute_flops, 67e12);
+  const HardwareProfile none = load_hardware_profile(profile_file(dir, kGood, "none.yaml"));
+  try {
+    profile_cost(none, Precision::kBf16);
+    ADD_FAILURE() << "a profile without compute.bf16 accepted bf16";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("hardware profile 'test-gpu' (Test GPU 80GB) has no bf16 "
+                                         "rate"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("device.precision=fp32"), std::string::npos);
+  }
+  EXPECT_DOUBLE_EQ(load_hardware_profile("a100-pcie4").bf16_peak_flops, 312e12);
+  EXPECT_DOUBLE_EQ(load_hardware_profile("h100-pcie5").bf16_peak_flops, 989e12);
+  EXPECT_THROW(profile_cost(load_hardware_profile("v100-pcie3"), Precision::kBf16), ConfigError);
+  expect_refused(with("step_overhead_us", "  step_overhead_us: 8\n  bf16: {op_tflops: {}}"),
+                 "compute.bf16.peak_tflops: required");
+  expect_refused(with("step_overhead_us", "  step_overhead_us: 8\n  bf16: {peak_tflops: 9e9}"),
+                 "compute.bf16.peak_tflops");
+}
+
 TEST(HardwareProfile, UnknownAndMissingKeysAreRefused) {
   expect_refused(kGood + "gpus: 8\n", "profile: unknown key 'gpus'");
   expect_refused(with("default_tflops", "  default_tflop: 67"),

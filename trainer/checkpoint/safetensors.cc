@@ -26,24 +26,29 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // before anything recursive (dump, comparison) can run out of stack on it.
 constexpr int kMaxHeaderDepth = 8;
 
-// The reference library's dtype enum order (BOOL < ... < U8 < ... < I32 < F32 < F64 < I64 ...);
-// it lays tensors out by this rank descending, which keeps every tensor naturally aligned.
+// The reference library's dtype enum order (BOOL < ... < U8 < ... < BF16 < I32 < F32 < F64 <
+// I64 ...); it lays tensors out by this rank descending, which keeps every tensor naturally
+// aligned.
 int reference_rank(DType t) {
   switch (t) {
     case DType::kU8:
       return 0;
-    case DType::kI32:
+    case DType::kBF16:
       return 1;
-    case DType::kF32:
+    case DType::kI32:
       return 2;
-    case DType::kF64:
+    case DType::kF32:
       return 3;
-    case DType::kI64:
+    case DType::kF64:
       return 4;
+    case DType::kI64:
+      return 5;
   }
   return -1;
 }
 
+// The dtypes read as stored. BF16 is not among them: it is widened to F32 on read (Note [Half
+// precision on read]); ferry can write it (kBF16), as the reference library lays it out.
 bool dtype_from_name(std::string_view name, DType* out) {
   for (DType t : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kU8}) {
     if (dtype_name(t) == name) {

@@ -201,7 +201,7 @@ int run_plan(const PlanArgs& args) {
                                      config.memory.link_gbps > 0 ? " (memory.link_gbps)" : "");
   if (!args.hardware.empty()) {
     const HardwareProfile profile = load_hardware_profile(args.hardware);
-    cost = profile.cost;
+    cost = profile_cost(profile, config.device.precision);
     cost_source = fmt::format("hardware profile {} ({}; per-op rates from {})", profile.name,
                               profile.gpu, profile.source);
     link_why = fmt::format("{:.2f} GB/s: {}'s own link (no topology.file: no sharing)",
@@ -247,6 +247,7 @@ int run_plan(const PlanArgs& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t none_peak = planner.plan(MemoryPolicy::kNone, batch, false).peak_bytes();
+  const DTypeBytes by_dtype = tape_dtype_bytes(planner.lowered(batch).tape);
   const std::vector<ShapeRow> shapes = shape_rows(config, planner);
 
   if (args.json) {
@@ -264,6 +265,7 @@ int run_plan(const PlanArgs& args) {
           {"gradients_bytes", r.plan.persistent.gradients},
           {"optimizer_bytes", r.plan.persistent.optimizer},
           {"buffers_bytes", r.plan.persistent.buffers},
+          {"working_weights_bytes", r.plan.persistent.working_weights},
           {"activation_bytes", r.plan.activation_bytes},
           {"activation_gradient_bytes", r.plan.gradient_bytes},
           {"workspace_bytes", r.plan.workspace_bytes},
@@ -273,11 +275,21 @@ int run_plan(const PlanArgs& args) {
       if (!r.fits) j["error"] = r.error;
       policies.push_back(std::move(j));
     }
-    nlohmann::json out = {{"model", config.model.name},  {"batch", batch},
-                          {"link_gbps", cost.link_gbps}, {"link_why", link_why},
-                          {"input", input_dims(config)}, {"budget_bytes", config.memory.budget},
-                          {"policies", policies},        {"seconds", seconds},
-                          {"cost_model", cost_source}};
+    nlohmann::json out = {{"model", config.model.name},
+                          {"batch", batch},
+                          {"link_gbps", cost.link_gbps},
+                          {"link_why", link_why},
+                          {"input", input_dims(config)},
+                          {"budget_bytes", config.memory.budget},
+                          {"policies", policies},
+                          {"seconds", seconds},
+                          {"cost_model", cost_source},
+                          {"precision", to_string(config.device.precision)},
+                          {"tensor_bytes",
+                           {{"bf16", by_dtype.bf16},
+                            {"fp32", by_dtype.f32},
+                            {"other", by_dtype.other},
+                            {"workspace", by_dtype.workspace}}}};
     if (!shapes.empty()) {
       nlohmann::json js = nlohmann::json::array();
       for (const ShapeRow& r : shapes) {
@@ -307,9 +319,15 @@ int run_plan(const PlanArgs& args) {
               planner.substituted() ? (" (" + planner.substitute() + ")").c_str() : "");
   std::printf("cost model: %s\n", cost_source.c_str());
   const PersistentBytes& p = planner.persistent();
-  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s\n",
+  std::printf("persistent: weights %s, gradients %s, optimizer %s, buffers %s%s\n",
               format_bytes(p.weights).c_str(), format_bytes(p.gradients).c_str(),
-              format_bytes(p.optimizer).c_str(), format_bytes(p.buffers).c_str());
+              format_bytes(p.optimizer).c_str(), format_bytes(p.buffers).c_str(),
+              p.working_weights > 0
+                  ? (", bf16 working weights " + format_bytes(p.working_weights)).c_str()
+                  : "");
+  std::printf("precision: %s; the step's tensors: %s\n",
+              std::string(to_string(config.device.precision)).c_str(),
+              dtype_bytes_text(by_dtype).c_str());
   std::printf("link: %s\n\n", link_why.c_str());
   std::printf("%-10s %12s %8s %12s %12s %12s %12s %12s %10s %s\n", "policy", "peak", "vs none",
               "activations", "act. grads", "workspace", "offload/step", "recompute", "max batch",

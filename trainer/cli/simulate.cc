@@ -79,6 +79,13 @@ int run_simulate(const SimulateArgs& args) {
                           {"batch_per_gpu", rep.batch},
                           {"policy", policy_name(rep.policy)},
                           {"scheduler", rep.scheduler},
+                          {"precision", rep.precision},
+                          {"comm_dtype", rep.comm_dtype},
+                          {"tensor_bytes",
+                           {{"bf16", rep.tensor_bytes.bf16},
+                            {"fp32", rep.tensor_bytes.f32},
+                            {"other", rep.tensor_bytes.other},
+                            {"workspace", rep.tensor_bytes.workspace}}},
                           {"budget_bytes", config.memory.budget},
                           {"step_s", step},
                           {"stall_s", res.stall_seconds},
@@ -119,6 +126,8 @@ int run_simulate(const SimulateArgs& args) {
   std::printf("memory.policy %s, memory.budget %s, scheduler %s\n",
               std::string(policy_name(rep.policy)).c_str(),
               format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());
+  std::printf("precision %s, all-reduce in %s; the step's tensors: %s\n", rep.precision.c_str(),
+              rep.comm_dtype.c_str(), dtype_bytes_text(rep.tensor_bytes).c_str());
   const bool several = rep.shapes.size() > 1;
   std::printf(
       "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s%s\n",

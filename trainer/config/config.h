@@ -106,6 +106,7 @@ struct DeviceConfig {
   bool tf32_matmul = false;             // cuda: linear layers may use TF32 (PyTorch's default)
   bool deterministic = false;           // cuda: only bitwise-repeatable cuDNN algorithms
   AlgorithmSearch algorithms = AlgorithmSearch::kTimed;  // cuda: timed (cudnnFind) | heuristic
+  Precision precision = Precision::kFp32;                // fp32 | bf16 (mixed: fp32 master weights)
   bool operator==(const DeviceConfig&) const = default;
 };
 
@@ -149,6 +150,7 @@ struct CommConfig {
   double bucket_mb = 25.0;                   // > 0, gradient bucket size in MiB
   bool overlap = true;                       // reduce buckets while backward runs
   double timeout_s = 300;                    // 0 or [1, 86400]; 0 = no watchdog on collectives
+  Precision dtype = Precision::kFp32;        // all-reduce format; bf16 needs device.precision bf16
   bool operator==(const CommConfig&) const = default;
 };
 

@@ -10,10 +10,11 @@
 #include <vector>
 
 // Choices that name a lower layer's concept reuse its enum: device.backend (Backend),
-// device.algorithms (AlgorithmSearch),
+// device.algorithms (AlgorithmSearch), device.precision and comm.dtype (Precision),
 // optim.name, optim.schedule and optim.decay (OptimizerKind, ScheduleKind, WeightDecayGroups),
 // memory.policy (MemoryPolicy), memory.share_objective (ShareObjective).
 #include "device/device.h"
+#include "device/precision.h"
 #include "jobs/share_controller.h"
 #include "prefetch/policy.h"
 #include "trainer/optim/kinds.h"
@@ -72,6 +73,11 @@ template <>
 struct EnumNames<AlgorithmSearch> {
   static constexpr std::array<std::pair<AlgorithmSearch, std::string_view>, 2> kNames{
       {{AlgorithmSearch::kTimed, "timed"}, {AlgorithmSearch::kHeuristic, "heuristic"}}};
+};
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::array<std::pair<Precision, std::string_view>, 2> kNames{
+      {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
 };
 template <>
 struct EnumNames<MemoryPolicy> {

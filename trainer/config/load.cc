@@ -294,6 +294,11 @@ void Loader::check_cross_keys(const Config& c) const {
                     "nothing would be traced{}",
                     c.run.trace_steps[0], c.run.steps, given_at("run.trace_steps")),
         "set run.trace_steps within [1, run.steps], or run.trace=false");
+  if (c.comm.dtype == Precision::kBf16 && c.device.precision != Precision::kBf16)
+    throw ConfigError(fmt::format("comm.dtype: bf16 needs device.precision bf16, got fp32{}",
+                                  given_at("comm.dtype")),
+                      "an fp32 run all-reduces fp32 gradients: set device.precision=bf16 too, or "
+                      "comm.dtype=fp32");
   if (c.comm.timeout_s > 0 && c.comm.timeout_s < 1)
     throw ConfigError(fmt::format("comm.timeout_s: must be 0 (off) or in [1, 86400] seconds, got "
                                   "{}{}",

@@ -294,6 +294,11 @@ std::vector<KeySpec> build_schema() {
              "(cudnnFind) and keeps the fastest; heuristic takes cuDNN's ranking and runs nothing, "
              "so every process (a resumed run too) gets the same ones, as PyTorch's deterministic "
              "mode."),
+      choice(FERRY_CONFIG_KEY(device, precision),
+             "fp32, or bf16 mixed precision: fp32 master weights and optimizer state, bf16 "
+             "activations, their gradients and the products of convolutions, linear layers and "
+             "attention, fp32 inside norms, softmax and the loss (docs/precision.md). cpu: needs "
+             "avx512_bf16; cuda: sm_80 or newer."),
       // checkpoint
       text(FERRY_CONFIG_KEY(checkpoint, dir), "Directory of step_<N>.safetensors checkpoints.",
            "<run.dir>/checkpoints"),
@@ -358,6 +363,9 @@ std::vector<KeySpec> build_schema() {
            "Watchdog: a rank that waits longer than this many seconds in one collective ends "
            "the job (the mpi backend names the ranks that did not arrive); 0 = off, else at "
            "least 1."),
+      choice(FERRY_CONFIG_KEY(comm, dtype),
+             "Format the gradients are all-reduced in: bf16 halves the bytes on the wire, the "
+             "sum accumulated into fp32 gradients; needs device.precision bf16."),
       // topology
       text(FERRY_CONFIG_KEY(topology, file),
            "\"\" = the live machine; an hwloc .xml export or a synthetic .yaml description."),

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "trainer/model/precision.h"
 
 namespace ferry {
 
@@ -55,8 +56,12 @@ Shape largest_input(const Config& config) {
   return configured_input(config, config.data.batch_size, side);
 }
 
-Graph build_configured_model(const Config& config, const Shape& input) {
-  if (input == configured_input(config, input[0])) return build_configured_model(config, input[0]);
+// The zoo's graph for the config, every float tensor fp32; build_configured_model applies
+// device.precision to it.
+static Graph build_fp32_model(const Config& config, int64_t batch);
+
+static Graph build_fp32_model(const Config& config, const Shape& input) {
+  if (input == configured_input(config, input[0])) return build_fp32_model(config, input[0]);
   if (model_info(config.model.name).tokens) {
     return build_token_model(config.model.name, input[0], input[1], transformer_sizes(config),
                              config.data.pack);
@@ -72,7 +77,7 @@ Graph build_configured_model(const Config& config, const Shape& input) {
   }
   // Every shape trains the same parameters: a model whose weights depend on the side (a fully
   // connected layer after the convolutions, as in lenet5) cannot change it.
-  const Graph configured = build_configured_model(config, input[0]);
+  const Graph configured = build_fp32_model(config, input[0]);
   const bool same = g.params().size() == configured.params().size() &&
                     std::equal(g.params().begin(), g.params().end(), configured.params().begin(),
                                [&](TensorId a, TensorId b) {
@@ -91,7 +96,7 @@ Graph build_configured_model(const Config& config, const Shape& input) {
   return g;
 }
 
-Graph build_configured_model(const Config& config, int64_t batch) {
+static Graph build_fp32_model(const Config& config, int64_t batch) {
   const ModelInfo& info = model_info(config.model.name);
   if (info.tokens != (config.data.source == DataSource::kTokens)) {
     throw ConfigError(
@@ -109,6 +114,18 @@ Graph build_configured_model(const Config& config, int64_t batch) {
   }
   const auto& in = config.model.input;
   return build_model(config.model.name, Shape{batch, in[0], in[1], in[2]}, config.model.classes);
+}
+
+Graph build_configured_model(const Config& config, const Shape& input) {
+  Graph g = build_fp32_model(config, input);
+  apply_precision(g, config.device.precision);  // Note [Which tensors are bf16]
+  return g;
+}
+
+Graph build_configured_model(const Config& config, int64_t batch) {
+  Graph g = build_fp32_model(config, batch);
+  apply_precision(g, config.device.precision);
+  return g;
 }
 
 }  // namespace ferry

@@ -44,6 +44,7 @@ DeviceOptions device_options(const Config& config) {
   // A job sharing its GPU holds only what its heap holds (Note [Device memory of a shared GPU]
   // in device/cuda/cuda_device.h).
   d.map_on_use = config.memory.share;
+  d.precision = config.device.precision;
   // At most an eighth of what the plan may use. A deterministic run caps it by device.memory
   // instead of memory.budget: the limit is part of every kernel's algorithm choice (and sizes
   // cuBLAS's workspace), so runs of different budgets must see the same one (Note [One algorithm

@@ -22,7 +22,8 @@ class Lowering {
     for (size_t id = 0; id < g_.tensors().size(); ++id) {
       const TensorInfo& info = g_.tensors()[id];
       if (is_persistent(info.role)) continue;
-      out_.tape_of[id] = add_tensor(info.name, info.desc.bytes(), kind_of(info.role));
+      out_.tape_of[id] =
+          add_tensor(info.name, info.desc.bytes(), kind_of(info.role), info.desc.dtype);
     }
     load_step();
     for (size_t n = 0; n < g_.nodes().size(); ++n) forward_step(static_cast<int>(n));
@@ -54,8 +55,8 @@ class Lowering {
     }
   }
 
-  int add_tensor(std::string name, uint64_t bytes, TapeTensorKind kind) {
-    out_.tape.tensors.push_back({std::move(name), bytes, kind});
+  int add_tensor(std::string name, uint64_t bytes, TapeTensorKind kind, DType dtype) {
+    out_.tape.tensors.push_back({std::move(name), bytes, kind, dtype});
     return static_cast<int>(out_.tape.tensors.size() - 1);
   }
 
@@ -92,7 +93,7 @@ class Lowering {
     const uint64_t bytes = node.op->workspace_bytes(k_, pass, out_.training);
     if (bytes == 0) return -1;
     return add_tensor(fmt::format("{}.{}_ws", node.name, pass == Pass::kForward ? "fwd" : "bwd"),
-                      bytes, TapeTensorKind::kWorkspace);
+                      bytes, TapeTensorKind::kWorkspace, DType::kU8);
   }
 
   void load_step() {
@@ -181,14 +182,16 @@ class Lowering {
         continue;
       }
       int& g = grad_of_[in];
+      // An activation's gradient has its dtype (Note [Which tensors are bf16]).
       const uint64_t bytes = g_.tensor(in).desc.bytes();
+      const DType dtype = g_.tensor(in).desc.dtype;
       if (g < 0) {
-        g = add_tensor("grad:" + g_.tensor(in).name, bytes, TapeTensorKind::kGradient);
+        g = add_tensor("grad:" + g_.tensor(in).name, bytes, TapeTensorKind::kGradient, dtype);
         b.grad_inputs.push_back(g);
         step.writes.push_back(g);
       } else {
         const int partial = add_tensor(fmt::format("grad:{}#{}", g_.tensor(in).name, node.name),
-                                       bytes, TapeTensorKind::kGradient);
+                                       bytes, TapeTensorKind::kGradient, dtype);
         b.grad_inputs.push_back(partial);
         step.writes.push_back(partial);
         accumulate.emplace_back(partial, g);
@@ -207,7 +210,8 @@ class Lowering {
       acc.node = n;
       acc.name = out_.tape.tensors[into].name;
       acc.op = "accumulate";
-      acc.flops = static_cast<double>(out_.tape.tensors[into].bytes / 4);
+      acc.flops = static_cast<double>(out_.tape.tensors[into].bytes /
+                                      dtype_size(out_.tape.tensors[into].dtype));
       acc.reads = {partial, into};
       acc.writes = {into};
       StepBinding ab;

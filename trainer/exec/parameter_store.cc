@@ -51,10 +51,13 @@ constexpr uint64_t kMetricsBytes = 256;
 
 }  // namespace
 
-PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots) {
+PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots,
+                                           Precision precision) {
   const Layout l = layout(graph);
   PersistentBytes b;
   b.weights = l.param_bytes;
+  // One bf16 element per fp32 weight element (the layout's padding included).
+  if (precision == Precision::kBf16) b.working_weights = l.param_bytes / 2;
   b.gradients = l.param_bytes;
   b.optimizer = l.param_bytes * static_cast<uint64_t>(optimizer_slots);
   b.buffers = l.buffer_bytes + kMetricsBytes;

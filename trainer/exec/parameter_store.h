@@ -29,7 +29,8 @@ class ParameterStore {
   };
 
   // The persistent bytes a store for `graph` would hold, without allocating.
-  static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots);
+  static PersistentBytes plan_bytes(const Graph& graph, int optimizer_slots,
+                                    Precision precision = Precision::kFp32);
 
   // Allocates every block on `device` (throws OutOfMemoryError naming the block).
   ParameterStore(Device& device, const Graph& graph, int optimizer_slots);

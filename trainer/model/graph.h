@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device/precision.h"
 #include "trainer/model/init.h"
 #include "trainer/model/op.h"
 #include "trainer/model/tensor.h"
@@ -50,6 +51,7 @@ class Graph {
 
  private:
   friend class GraphBuilder;
+  friend void apply_precision(Graph& graph, Precision precision);  // trainer/model/precision.h
   std::vector<TensorInfo> tensors_;
   std::vector<Node> nodes_;
   std::vector<TensorId> params_;

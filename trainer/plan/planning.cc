@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "device/backend_traits.h"
 #include "trainer/exec/parameter_store.h"
@@ -20,7 +21,8 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   kernels_ = std::move(k.kernels);
   substitute_ = std::move(k.substitute);
   const Graph graph = build_configured_model(config, 1);
-  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)));
+  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)),
+                                           config.device.precision);
   static_input_ = largest_input(config);
 }
 
@@ -112,6 +114,27 @@ int64_t OfflinePlanner::max_batch(MemoryPolicy policy, int64_t limit) {
     (fits(policy, mid) ? good : bad) = mid;
   }
   return good;
+}
+
+DTypeBytes tape_dtype_bytes(const Tape& tape) {
+  DTypeBytes b;
+  for (const TapeTensor& t : tape.tensors) {
+    if (t.kind == TapeTensorKind::kWorkspace) {
+      b.workspace += t.bytes;
+    } else if (t.dtype == DType::kBF16) {
+      b.bf16 += t.bytes;
+    } else if (t.dtype == DType::kF32) {
+      b.f32 += t.bytes;
+    } else {
+      b.other += t.bytes;
+    }
+  }
+  return b;
+}
+
+std::string dtype_bytes_text(const DTypeBytes& b) {
+  return fmt::format("bf16 {}, fp32 {}, int/u8 {}, workspace {}", format_bytes(b.bf16),
+                     format_bytes(b.f32), format_bytes(b.other), format_bytes(b.workspace));
 }
 
 }  // namespace ferry

@@ -81,4 +81,16 @@ class OfflinePlanner {
   std::shared_ptr<const FixedDecisions> static_;  // of static_input_'s plan, with this cost
 };
 
+// A tape's tensor bytes by storage (every tensor of the step once, not the peak): how much of
+// the step device.precision narrowed (Note [Which tensors are bf16] in trainer/model/precision.h).
+struct DTypeBytes {
+  uint64_t bf16 = 0;
+  uint64_t f32 = 0;
+  uint64_t other = 0;      // integers and bytes: tokens, labels, masks
+  uint64_t workspace = 0;  // kernels' scratch
+};
+DTypeBytes tape_dtype_bytes(const Tape& tape);
+// "bf16 1.2 GiB, fp32 3.4 MiB, int/u8 12 MiB, workspace 1 MiB".
+std::string dtype_bytes_text(const DTypeBytes& b);
+
 }  // namespace ferry

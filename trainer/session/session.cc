@@ -98,6 +98,14 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   }
   d.arbiter = arbiter_;
   device_ = create_device(d);
+  if (config.device.precision == Precision::kBf16) {
+    // The device accepted bf16 (create_device checked the CPU or GPU); the bf16 kernels and the
+    // fp32-master runtime are not in this build yet. Planning (trainer plan, simulate) works.
+    throw UnsupportedError(
+        "device.precision: bf16 training is not implemented yet (trainer plan "
+        "and trainer simulate plan bf16)",
+        "set device.precision=fp32 to train");
+  }
   const OptimizerOptions opt = optimizer_options(config);
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0);
   store_->initialize(graph_, config.run.seed);
@@ -206,6 +214,7 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
   BucketOptions options;
   options.bucket_bytes = static_cast<uint64_t>(config_.comm.bucket_mb * 1048576.0);
   options.overlap = config_.comm.overlap;
+  options.wire_dtype = narrow_dtype(config_.comm.dtype);
   const size_t n = store_->params().size();
   std::vector<int> last_write(n, -1), writes(n, 0);
   for (size_t s = 0; s < program.grads_written.size(); ++s) {

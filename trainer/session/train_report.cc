@@ -12,6 +12,7 @@
 #include "common/bytes.h"
 #include "trainer/configured/model.h"
 #include "trainer/model/zoo/zoo.h"
+#include "trainer/plan/planning.h"
 #include "trainer/session/node_files.h"
 #include "trainer/session/rank_placement.h"
 #include "trainer/session/run_dir.h"
@@ -67,9 +68,15 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
             model_info(config.model.name).tokens ? "tokens in the vocabulary" : "classes");
   log.print("data     {}, batch {} per rank ({} global)", data.describe(), config.data.batch_size,
             config.data.batch_size * ranks.size);
-  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
+  log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}{}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
-            format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
+            format_bytes(bytes.optimizer), format_bytes(bytes.buffers),
+            bytes.working_weights > 0
+                ? fmt::format(", bf16 working weights {}", format_bytes(bytes.working_weights))
+                : std::string());
+  log.print("dtypes   precision {}, all-reduce in {}; the step's tensors: {}",
+            to_string(config.device.precision), to_string(config.comm.dtype),
+            dtype_bytes_text(tape_dtype_bytes(plan.tape)));
   const OptimizerOptions& opt = session.optimizer().options();
   const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
                                  opt.decay, opt.weight_decay)

@@ -29,7 +29,8 @@ class JobModel {
  public:
   JobModel(const Config& config, const Server& server, const MixOptions& o)
       : config_(config), planner_(config) {
-    cost_ = server.profile ? server.profile->cost : cost_model(config);
+    cost_ = server.profile ? profile_cost(*server.profile, config.device.precision)
+                           : cost_model(config);
     // As simulate_config plans rank 0: contention-aware under the topology scheduler with auto.
     std::optional<bool> aware = o.contention_aware;
     if (!aware && config.topology.scheduler == LinkSchedulerKind::kTopology &&

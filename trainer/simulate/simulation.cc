@@ -57,7 +57,8 @@ std::vector<SimBucket> gradient_buckets(const Config& config, const Lowered& low
   const auto cap = static_cast<uint64_t>(config.comm.bucket_mb * 1024 * 1024);
   std::vector<SimBucket> out;
   for (const Bucket& b : assign_buckets(slices, order, std::max<uint64_t>(cap, 1))) {
-    SimBucket sb{b.bytes, 0};
+    // comm.dtype bf16: buckets cut by the fp32 gradients' bytes cross the wire at 2 bytes each.
+    SimBucket sb{b.bytes / sizeof(float) * dtype_size(narrow_dtype(config.comm.dtype)), 0};
     for (size_t p : b.params) sb.ready_after = std::max(sb.ready_after, ready[p]);
     out.push_back(sb);
   }
@@ -162,9 +163,12 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   rep.policy = config.memory.policy;
   rep.batch = config.data.batch_size;
   rep.link_kinds = server.links.kinds;
+  rep.precision = std::string(to_string(config.device.precision));
+  rep.comm_dtype = std::string(to_string(config.comm.dtype));
 
   OfflinePlanner planner(config);
-  CostModel cost = server.profile ? server.profile->cost : cost_model(config);
+  CostModel cost =
+      server.profile ? profile_cost(*server.profile, config.device.precision) : cost_model(config);
   const size_t n = server.bindings.size();
   NodeSimInput& in = rep.input;
   in.links = server.links.links;
@@ -263,6 +267,7 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
                                   static_cast<double>(o.nodes) / sim.result.step_seconds
                             : 0;
     if (&shape == &schedule.largest()) {
+      rep.tensor_bytes = tape_dtype_bytes(planner.lowered_shape(shape.input).tape);
       rep.input = std::move(sin);
       rep.result.spans = sim.result.spans;
       rep.result.samples = sim.result.samples;

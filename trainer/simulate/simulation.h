@@ -13,6 +13,7 @@
 #include "sim/node_sim.h"
 #include "trainer/config/config.h"
 #include "trainer/plan/assumed_link.h"
+#include "trainer/plan/planning.h"
 #include "trainer/plan/server.h"
 #include "trainer/plan/shape_schedule.h"
 
@@ -65,6 +66,8 @@ struct ShapeSimulation {
 // schedule, each shape weighted by how often it is drawn, and its peak the largest.
 struct SimulationReport {
   std::string topology, hardware, scheduler;
+  std::string precision, comm_dtype;  // device.precision, comm.dtype
+  DTypeBytes tensor_bytes;            // rank 0's tape of the largest shape, by dtype
   MemoryPolicy policy = MemoryPolicy::kNone;
   int64_t batch = 0;                 // per GPU
   int nodes = 1;                     // samples_per_s counts every node's GPUs

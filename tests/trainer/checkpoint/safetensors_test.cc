@@ -126,6 +126,30 @@ TEST_F(SafetensorsTest, ExactBytesOfTheReferenceLayout) {
   EXPECT_EQ(c1, 3.0f);
 }
 
+// A kBF16 tensor is written as BF16, laid out by the reference library's rank (after I32, before
+// U8), and reads back widened to F32 (Note [Half precision on read]).
+TEST_F(SafetensorsTest, WritesBf16InTheReferenceOrderAndReadsItWidened) {
+  const std::vector<uint16_t> h = {0x3fc0, 0xc010, 0x7f80};
+  const std::vector<uint8_t> u = {7};
+  const std::vector<int32_t> i = {9};
+  write_safetensors(path("h.safetensors"), {{"u", DType::kU8, Shape{1}, u.data()},
+                                            {"h", DType::kBF16, Shape{3}, h.data()},
+                                            {"i", DType::kI32, Shape{1}, i.data()}});
+  const SafetensorsFile f = read_safetensors(path("h.safetensors"));
+  EXPECT_EQ(f.at("i").stored_dtype, "I32");
+  EXPECT_EQ(f.at("h").stored_dtype, "BF16");
+  EXPECT_EQ(f.at("h").dtype, DType::kF32);
+  EXPECT_EQ(values_of<float>(f.at("h")), (std::vector<float>{1.5f, -2.25f, INFINITY}));
+  const std::vector<uint8_t> bytes = file_bytes(path("h.safetensors"));
+  const std::string text(bytes.begin(), bytes.end());
+  EXPECT_NE(text.find(R"("h":{"dtype":"BF16","shape":[3],"data_offsets":[4,10]})"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"("u":{"dtype":"U8","shape":[1],"data_offsets":[10,11]})"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(SafetensorsTest, EmptyAndScalarTensors) {
   const double scalar = -4.5;
   write_safetensors(path("e.safetensors"), {{"empty", DType::kF32, Shape{0}, nullptr},

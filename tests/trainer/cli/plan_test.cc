@@ -52,5 +52,29 @@ TEST(CliPlan, PlanningManyShapesSaysSoOnStderr) {
   EXPECT_EQ(few.output, "");
 }
 
+// The plan names its precision and the step's bytes by dtype; bf16 halves the float tensors and
+// adds the weights' bf16 working copy.
+TEST(CliPlan, PrintsThePrecisionAndTheBytesByDtype) {
+  const Exit f = run(plan("configs/quickstart.yaml --json 2>/dev/null"));
+  const Exit b = run(plan("configs/quickstart.yaml device.precision=bf16 --json 2>/dev/null"));
+  ASSERT_EQ(f.code, 0) << f.output;
+  ASSERT_EQ(b.code, 0) << b.output;
+  const nlohmann::json jf = nlohmann::json::parse(f.output);
+  const nlohmann::json jb = nlohmann::json::parse(b.output);
+  EXPECT_EQ(jf["precision"], "fp32");
+  EXPECT_EQ(jb["precision"], "bf16");
+  EXPECT_EQ(jf["tensor_bytes"]["bf16"].get<uint64_t>(), 0u);
+  EXPECT_EQ(
+      jb["tensor_bytes"]["bf16"].get<uint64_t>() * 2 + jb["tensor_bytes"]["fp32"].get<uint64_t>(),
+      jf["tensor_bytes"]["fp32"].get<uint64_t>());
+  EXPECT_EQ(jf["policies"][0]["working_weights_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(jb["policies"][0]["working_weights_bytes"].get<uint64_t>() * 2,
+            jb["policies"][0]["weights_bytes"].get<uint64_t>());
+  const Exit text = run(plan("configs/quickstart.yaml device.precision=bf16 2>/dev/null"));
+  ASSERT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("\nprecision: bf16; the step's tensors: bf16 "), std::string::npos)
+      << text.output;
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -42,5 +42,41 @@ TEST(CliTrain, TheFirstScreenNamesTheConfigFileAndWhatDiffersFromTheDefaults) {
   EXPECT_EQ(printed.output, file.str());
 }
 
+// device.precision bf16 where oneDNN may not use avx512_bf16 (ONEDNN_MAX_CPU_ISA lowers its ISA,
+// as a CPU without the instructions would): one line naming the feature, exit 2, before step 1.
+TEST(CliTrain, Bf16WithoutAvx512Bf16IsRefusedBeforeTraining) {
+  TempDir dir;
+  const Exit e = run("ONEDNN_MAX_CPU_ISA=AVX512_CORE " + trainer() + " train " + quickstart() +
+                     " run.steps=2 checkpoint.every=0 device.precision=bf16 run.dir=" + dir.str());
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("device.precision: bf16 on the cpu backend needs avx512_bf16, but "
+                          "oneDNN may not use avx512_bf16 here"),
+            std::string::npos)
+      << e.output;
+  EXPECT_EQ(e.output.find("step 1"), std::string::npos) << e.output;
+}
+
+// The banner names the precision, the all-reduce's dtype and the step's tensor bytes by dtype.
+TEST(CliTrain, TheBannerNamesThePrecision) {
+  TempDir dir;
+  const Exit e = run(trainer() + " train " + quickstart() +
+                     " run.steps=1 checkpoint.every=0 run.dir=" + dir.str());
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("\ndtypes   precision fp32, all-reduce in fp32; the step's tensors: "
+                          "bf16 0 B, fp32 "),
+            std::string::npos)
+      << e.output;
+}
+
+TEST(CliTrain, CommDtypeBf16NeedsBf16Precision) {
+  TempDir dir;
+  const Exit e = run(trainer() + " train " + quickstart() +
+                     " run.steps=2 comm.dtype=bf16 run.dir=" + dir.str());
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("comm.dtype: bf16 needs device.precision bf16, got fp32"),
+            std::string::npos)
+      << e.output;
+}
+
 }  // namespace
 }  // namespace ferry::testing

@@ -141,6 +141,30 @@ TEST(ConfigErrors, CommTimeout) {
   EXPECT_DOUBLE_EQ(parse_config_text("", {}, "x.yaml").comm.timeout_s, 300);
 }
 
+// device.precision and comm.dtype: fp32 by default; a bf16 all-reduce needs bf16 precision.
+TEST(ConfigErrors, PrecisionAndCommDtype) {
+  const Config defaults = parse_config_text("", {}, "x.yaml");
+  EXPECT_EQ(defaults.device.precision, Precision::kFp32);
+  EXPECT_EQ(defaults.comm.dtype, Precision::kFp32);
+  const Config bf16 = parse_config_text("", {"device.precision=bf16", "comm.dtype=bf16"}, "x.yaml");
+  EXPECT_EQ(bf16.device.precision, Precision::kBf16);
+  EXPECT_EQ(bf16.comm.dtype, Precision::kBf16);
+  EXPECT_EQ(parse_config_text("device:\n  precision: bf16\n", {}, "x.yaml").comm.dtype,
+            Precision::kFp32);
+  EXPECT_EQ(override_error("comm.dtype=bf16"),
+            "comm.dtype: bf16 needs device.precision bf16, got fp32 (override "
+            "'comm.dtype=bf16')");
+  EXPECT_EQ(error("comm:\n  dtype: bf16\n", {"device.precision=fp32"}),
+            "comm.dtype: bf16 needs device.precision bf16, got fp32 (configs/x.yaml:2)");
+  EXPECT_NE(hint_of([] {
+              parse_config_text("", {"comm.dtype=bf16"}, "x.yaml");
+            }).find("device.precision=bf16"),
+            std::string::npos);
+  EXPECT_EQ(override_error("device.precision=fp16"),
+            "device.precision: must be one of fp32|bf16, got 'fp16' (override "
+            "'device.precision=fp16'); did you mean 'fp32'?");
+}
+
 TEST(ConfigErrors, ListValues) {
   EXPECT_EQ(override_error("model.input=[1,0,28]"),
             "model.input[1]: must be >= 1, got 0 (override 'model.input=[1,0,28]')");
