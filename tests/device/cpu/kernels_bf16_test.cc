@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "device/cpu/bf16_storage.h"
@@ -396,6 +398,36 @@ TEST_F(Bf16Kernels, AttentionMatchesReference) {
   // The backward reads the probabilities as bf16 stored them (2^-9 each): a little looser.
   EXPECT_TRUE(all_close(dqkv.values(), ref::attention_backward(g, qkv.f64(), dy.f64(), nullptr),
                         2e-2, 2e-3));
+}
+
+// Prints (never asserts) bf16 against fp32 kernel times; run with
+// --gtest_also_run_disabled_tests.
+TEST_F(Bf16Kernels, DISABLED_PrintTimes) {
+  auto time = [&](auto args) {
+    k.run(args);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) k.run(args);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 5;
+  };
+  const ConvGeom g{
+      .n = 64, .c = 64, .h = 32, .w = 32, .k = 64, .r = 3, .s = 3, .pad_h = 1, .pad_w = 1};
+  const auto x = random_floats(g.n * g.c * g.h * g.w, 1), w = random_floats(64 * 64 * 9, 2);
+  std::vector<float> y(g.n * g.k * g.h * g.w);
+  Bf16 xb(x), wb(w), yb(y.size());
+  const double cf = time(ConvForward{.g = g, .x = x.data(), .w = w.data(), .y = y.data()});
+  const double cb =
+      time(ConvForward{.g = g, .x = xb.ptr(), .w = wb.ptr(), .y = yb.ptr(), .dtype = DType::kBF16});
+  const LinearGeom lg{2048, 384, 1536, true};
+  const auto lx = random_floats(lg.m * lg.k, 3), lw = random_floats(lg.k * lg.n, 4);
+  std::vector<float> ly(lg.m * lg.n);
+  Bf16 lxb(lx), lwb(lw), lyb(ly.size());
+  const double lf = time(LinearForward{.g = lg, .x = lx.data(), .w = lw.data(), .y = ly.data()});
+  const double lb = time(LinearForward{
+      .g = lg, .x = lxb.ptr(), .w = lwb.ptr(), .y = lyb.ptr(), .dtype = DType::kBF16});
+  std::printf(
+      "conv 64x64x32x32 3x3 fwd: fp32 %.2f ms, bf16 %.2f ms; linear 2048x384->1536 fwd: "
+      "fp32 %.2f ms, bf16 %.2f ms (%d threads)\n",
+      cf * 1e3, cb * 1e3, lf * 1e3, lb * 1e3, kThreads);
 }
 
 }  // namespace
