@@ -20,6 +20,24 @@ struct Workspace {
   uint64_t bytes = 0;
 };
 
+// Note [Storage dtype of a kernel]
+// A kernel with a `dtype` field runs in fp32 storage (kF32, the default: every float operand is
+// fp32) or in bf16 storage (kBF16, mixed precision: docs/precision.md). In bf16 the operands
+// listed here hold bf16 values (their bit patterns, 2 bytes an element) behind the same pointer
+// fields; every other float operand stays fp32; the math is fp32 (fp32 accumulation in the
+// products, fp32 statistics, softmax, log-sum-exp and loss):
+//  - conv / linear forward: x, w (the bf16 working copy of the weight), y; bias is fp32.
+//    backward data: dy, w, dx. backward weights: x, dy; dw and dbias are fp32.
+//  - pooling, adaptive pooling, ReLU, GELU, add, dropout: every float operand (the mask is u8).
+//  - accumulate, fill, scale: x and y.
+//  - batch norm: x, y, dy, dx; gamma, beta, the running and saved statistics and their
+//    gradients are fp32. Layer norm: x, y, dy, dx; gamma, beta, mean, rstd and gradients fp32.
+//  - softmax cross-entropy: logits, probs, dlogits; loss is fp32.
+//  - embedding: y and dy; wte, wpe (the fp32 master weights), dwte, dwpe are fp32.
+//  - attention: qkv, y, probs, dy, dqkv.
+// Kernels without the field (copy, the optimizers, gradient clipping) are fp32 (copy: bytes).
+// Kernels::supports(kind, DType::kBF16) says whether a backend runs a kind in bf16 storage.
+
 // ---- convolution -------------------------------------------------------------------------
 
 struct ConvGeom {
@@ -43,6 +61,7 @@ struct ConvForward {
   const float* bias = nullptr;
   float* y = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // dx = conv_transpose(dy, w). Overwrites dx.
@@ -52,6 +71,7 @@ struct ConvBackwardData {
   const float* w = nullptr;
   float* dx = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // dw = sum over the batch of x (*) dy; dbias = sum of dy over (N, OH, OW). Overwrites both;
@@ -63,6 +83,7 @@ struct ConvBackwardWeights {
   float* dw = nullptr;
   float* dbias = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- fully connected ---------------------------------------------------------------------
@@ -85,6 +106,7 @@ struct LinearForward {
   const float* bias = nullptr;
   float* y = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // dx (M, K) = dy (M, N) * w (N, K).
@@ -94,6 +116,7 @@ struct LinearBackwardData {
   const float* w = nullptr;
   float* dx = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // dw (N, K) = dy^T * x; dbias (N) = column sums of dy, or null.
@@ -104,6 +127,7 @@ struct LinearBackwardWeights {
   float* dw = nullptr;
   float* dbias = nullptr;
   Workspace ws;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- pooling ------------------------------------------------------------------------------
@@ -140,6 +164,7 @@ struct PoolForward {
   PoolGeom g;
   const float* x = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // Overwrites dx. Max: each dy goes to the first maximum of its window in row-major order
@@ -150,6 +175,7 @@ struct PoolBackward {
   const float* y = nullptr;
   const float* dy = nullptr;
   float* dx = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // PyTorch's AdaptiveAvgPool2d: output cell (i, j) averages rows [floor(i*H/OH), ceil((i+1)*H/OH))
@@ -158,12 +184,14 @@ struct AdaptiveAvgPoolForward {
   int64_t n = 1, c = 1, h = 1, w = 1, oh = 1, ow = 1;
   const float* x = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct AdaptiveAvgPoolBackward {
   int64_t n = 1, c = 1, h = 1, w = 1, oh = 1, ow = 1;
   const float* dy = nullptr;
-  float* dx = nullptr;  // overwritten
+  float* dx = nullptr;        // overwritten
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- batch normalisation -------------------------------------------------------------------
@@ -189,6 +217,7 @@ struct BatchNormForwardTraining {
   float* running_var = nullptr;
   float* save_mean = nullptr;
   float* save_var = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta.
@@ -200,6 +229,7 @@ struct BatchNormForwardInference {
   const float* running_mean = nullptr;
   const float* running_var = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // Gradients of the training-mode forward. Overwrites dx, dgamma, dbeta.
@@ -213,6 +243,7 @@ struct BatchNormBackward {
   float* dx = nullptr;
   float* dgamma = nullptr;
   float* dbeta = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -221,6 +252,7 @@ struct ReluForward {  // y = max(x, 0)
   int64_t n = 0;
   const float* x = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct ReluBackward {  // dx = y > 0 ? dy : 0 (y is the forward output)
@@ -228,6 +260,7 @@ struct ReluBackward {  // dx = y > 0 ? dy : 0 (y is the forward output)
   const float* y = nullptr;
   const float* dy = nullptr;
   float* dx = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct AddForward {  // y = a + b
@@ -235,12 +268,14 @@ struct AddForward {  // y = a + b
   const float* a = nullptr;
   const float* b = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct Accumulate {  // y += x
   int64_t n = 0;
   const float* x = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct CopyDevice {  // dst = src, device to device, non-overlapping
@@ -253,12 +288,14 @@ struct Fill {  // y[i] = value (float elements; NaN poisons)
   int64_t n = 0;
   float value = 0.0f;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct Scale {  // y *= alpha
   int64_t n = 0;
   float alpha = 1.0f;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // Inverted dropout. Element i is kept when counter_uniform(seed, offset + i) >= p
@@ -272,6 +309,7 @@ struct DropoutForward {
   const float* x = nullptr;
   float* y = nullptr;
   uint8_t* mask = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct DropoutBackward {  // dx = mask ? dy / (1 - p) : 0
@@ -280,6 +318,7 @@ struct DropoutBackward {  // dx = mask ? dy / (1 - p) : 0
   const float* dy = nullptr;
   const uint8_t* mask = nullptr;
   float* dx = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- loss ------------------------------------------------------------------------------------
@@ -298,6 +337,7 @@ struct SoftmaxCrossEntropyForward {
   float* probs = nullptr;
   int32_t* correct = nullptr;
   float divisor = 0.0f;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // dlogits = scale * (probs - onehot(label)) / divisor for labelled rows (divisor 0: N), exactly 0
@@ -309,6 +349,7 @@ struct SoftmaxCrossEntropyBackward {
   const int32_t* labels = nullptr;
   float* dlogits = nullptr;
   float divisor = 0.0f;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // ---- transformers ---------------------------------------------------------------------------
@@ -335,6 +376,7 @@ struct EmbeddingForward {
   const float* wpe = nullptr;         // (context >= T, C); only its first T rows are read
   float* y = nullptr;                 // (N, T, C)
   const int32_t* segments = nullptr;  // (N, T) or null
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
 };
 
 // dwte[v, :] = 0 + each dy[n, t, :] with tokens[n, t] == v, added one row at a time in
@@ -352,6 +394,7 @@ struct EmbeddingBackward {
   float* dwpe = nullptr;      // (context, C); null: no position table
   bool accumulate_wte = false;
   const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
 };
 
 // torch.nn.LayerNorm over the last dimension: rows (M) of C values.
@@ -371,6 +414,7 @@ struct LayerNormForward {
   float* y = nullptr;
   float* mean = nullptr;
   float* rstd = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // Gradients of LayerNormForward. Overwrites dx, dgamma, dbeta (dgamma and dbeta summed over the
@@ -385,6 +429,7 @@ struct LayerNormBackward {
   float* dx = nullptr;
   float* dgamma = nullptr;
   float* dbeta = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // GELU with the tanh approximation (nn.GELU(approximate="tanh"), GPT-2's "gelu_new"):
@@ -393,6 +438,7 @@ struct GeluForward {
   int64_t n = 0;
   const float* x = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 struct GeluBackward {  // dx = dy * d/dx gelu(x); dx may equal dy
@@ -400,6 +446,7 @@ struct GeluBackward {  // dx = dy * d/dx gelu(x); dx may equal dy
   const float* x = nullptr;
   const float* dy = nullptr;
   float* dx = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel]
 };
 
 // GPT-2's causal self-attention core, between the fused QKV projection and the output
@@ -429,6 +476,7 @@ struct AttentionForward {
   uint8_t* mask = nullptr;
   Workspace ws;
   const int32_t* segments = nullptr;  // (N, T) or null
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
 };
 
 // Gradients of AttentionForward in training: dqkv (N, T, 3C), overwritten (the dq, dk and dv
@@ -442,6 +490,7 @@ struct AttentionBackward {
   float* dqkv = nullptr;
   Workspace ws;
   const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
 };
 
 // Note [Fused attention]

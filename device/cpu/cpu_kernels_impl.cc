@@ -34,14 +34,28 @@ OmpThreadsScope::~OmpThreadsScope() {
   if (saved_ > 0) omp_set_num_threads(saved_);
 }
 
-dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims) {
+dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memory::data_type type) {
   dnnl::memory::dims strides(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
-  return strided_desc(dims, strides);
+  return strided_desc(dims, strides, type);
 }
 
-dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
-  return DNNL_CHECK(dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides));
+dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides,
+                                dnnl::memory::data_type type) {
+  return DNNL_CHECK(dnnl::memory::desc(dims, type, strides));
+}
+
+dnnl::memory::data_type dnnl_type(DType dtype) {
+  FERRY_ASSERT(dtype == DType::kF32 || dtype == DType::kBF16, "a kernel stores fp32 or bf16");
+  return dtype == DType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+bool cpu_has_bf16() {
+  static const bool has = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return has;
 }
 
 std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& key,

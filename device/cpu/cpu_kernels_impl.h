@@ -157,9 +157,13 @@ struct CpuKernels::Impl {
   PlanCache plans;
 };
 
-// Plain (row-major) memory descriptors.
-dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims);
-dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides);
+// Plain (row-major) memory descriptors, fp32 unless `type` says otherwise.
+dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims,
+                              dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides,
+                                dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// oneDNN's type for a kernel's storage dtype (kF32 or kBF16).
+dnnl::memory::data_type dnnl_type(DType dtype);
 
 // A cached oneDNN matmul on the caller's layouts (any strides, no reorders), user scratchpad:
 // dst (..., rows, cols) = src (..., rows, inner) * weights (..., inner, cols) [+ bias (1, cols)],
@@ -240,5 +244,36 @@ void run(PlanCache& plans, const RopeQkvForward& a);
 void run(PlanCache& plans, const RopeQkvBackward& a);
 void run(PlanCache& plans, const SwigluForward& a);
 void run(PlanCache& plans, const SwigluBackward& a);
+
+// kernels_bf16.cc: the kernels that run in bf16 storage by widening to fp32 (Note [Widened bf16
+// kernels] there); convolution and linear are native bf16 in their own files.
+void run_widened(PlanCache& plans, const PoolForward& a);
+void run_widened(PlanCache& plans, const PoolBackward& a);
+void run_widened(PlanCache& plans, const AdaptiveAvgPoolForward& a);
+void run_widened(PlanCache& plans, const AdaptiveAvgPoolBackward& a);
+void run_widened(PlanCache& plans, const BatchNormForwardTraining& a);
+void run_widened(PlanCache& plans, const BatchNormForwardInference& a);
+void run_widened(PlanCache& plans, const BatchNormBackward& a);
+void run_widened(PlanCache& plans, const ReluForward& a);
+void run_widened(PlanCache& plans, const ReluBackward& a);
+void run_widened(PlanCache& plans, const AddForward& a);
+void run_widened(PlanCache& plans, const Accumulate& a);
+void run_widened(PlanCache& plans, const Fill& a);
+void run_widened(PlanCache& plans, const Scale& a);
+void run_widened(PlanCache& plans, const DropoutForward& a);
+void run_widened(PlanCache& plans, const DropoutBackward& a);
+void run_widened(PlanCache& plans, const SoftmaxCrossEntropyForward& a);
+void run_widened(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
+void run_widened(PlanCache& plans, const EmbeddingForward& a);
+void run_widened(PlanCache& plans, const EmbeddingBackward& a);
+void run_widened(PlanCache& plans, const LayerNormForward& a);
+void run_widened(PlanCache& plans, const LayerNormBackward& a);
+void run_widened(PlanCache& plans, const GeluForward& a);
+void run_widened(PlanCache& plans, const GeluBackward& a);
+void run_widened(PlanCache& plans, const AttentionForward& a);
+void run_widened(PlanCache& plans, const AttentionBackward& a);
+
+// Whether this CPU runs bf16 natively (avx512_bf16, as oneDNN detects it).
+bool cpu_has_bf16();
 
 }  // namespace ferry::cpu

@@ -1,6 +1,8 @@
 // Convolutions on oneDNN: forward, backward data, backward weights (with bias). Each primitive is
 // created once per geometry with format_tag::any, and the plain NCHW / (K, C/g, R, S) tensors
-// are reordered through the workspace when the chosen layout differs.
+// are reordered through the workspace when the chosen layout differs. In bf16 storage (Note
+// [Storage dtype of a kernel]) x, w, y, dx and dy are bf16 and bias, dw and dbias fp32; oneDNN
+// accumulates in fp32.
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/kernel_checks.h"
 
@@ -14,25 +16,27 @@ enum ConvPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
 
 struct ConvDescs {
   memory::desc src, weights, bias, dst;        // plain, the caller's layouts
+  memory::desc diff_weights;                   // plain, fp32 (the weight gradient)
   memory::desc src_any, weights_any, dst_any;  // format_tag::any
   memory::dims strides, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const ConvGeom& g) {
+ConvDescs conv_descs(const ConvGeom& g, DType dtype) {
   ConvDescs d;
   const memory::dims src{g.n, g.c, g.h, g.w};
   const memory::dims dst{g.n, g.k, g.out_h(), g.out_w()};
   const memory::dims weights =
       g.groups == 1 ? memory::dims{g.k, g.c, g.r, g.s}
                     : memory::dims{g.groups, g.k / g.groups, g.c / g.groups, g.r, g.s};
-  d.src = plain_desc(src);
-  d.dst = plain_desc(dst);
-  d.weights = plain_desc(weights);
+  const auto type = dnnl_type(dtype);
+  d.src = plain_desc(src, type);
+  d.dst = plain_desc(dst, type);
+  d.weights = plain_desc(weights, type);
+  d.diff_weights = plain_desc(weights);
   d.bias = plain_desc({g.k});
-  const auto f32 = memory::data_type::f32;
-  d.src_any = memory::desc(src, f32, Tag::any);
-  d.dst_any = memory::desc(dst, f32, Tag::any);
-  d.weights_any = memory::desc(weights, f32, Tag::any);
+  d.src_any = memory::desc(src, type, Tag::any);
+  d.dst_any = memory::desc(dst, type, Tag::any);
+  d.weights_any = memory::desc(weights, type, Tag::any);
   d.strides = {g.stride_h, g.stride_w};
   d.pad_l = {g.pad_h, g.pad_w};
   // oneDNN checks (h + pad_l + pad_r - r) / stride + 1 == out_h, which the symmetric padding of
@@ -53,15 +57,16 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool bi
   return Fwd::primitive_desc(desc, attr, cpu_engine());
 }
 
-PlanKey key(ConvPass pass, const ConvGeom& g, bool bias) {
+PlanKey key(ConvPass pass, const ConvGeom& g, bool bias, DType dtype) {
   return make_key({kernel_kind<ConvForward>(), pass, g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h,
-                   g.stride_w, g.pad_h, g.pad_w, g.groups, bias});
+                   g.stride_w, g.pad_h, g.pad_w, g.groups, bias, static_cast<int64_t>(dtype)});
 }
 
-std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGeom& g, bool bias) {
+std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGeom& g, bool bias,
+                                                  DType dtype) {
   check_conv_geom(g, "conv_forward");
-  return plans.plan<PrimitivePlan>(key(kForward, g, bias), [&] {
-    const ConvDescs d = conv_descs(g);
+  return plans.plan<PrimitivePlan>(key(kForward, g, bias, dtype), [&] {
+    const ConvDescs d = conv_descs(g, dtype);
     PrimitivePlan plan(/*user_scratchpad=*/true);
     auto pd = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
     plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
@@ -73,11 +78,12 @@ std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGe
   });
 }
 
-std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const ConvGeom& g) {
+std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const ConvGeom& g,
+                                                        DType dtype) {
   check_conv_geom(g, "conv_backward_data");
-  return plans.plan<PrimitivePlan>(key(kBackwardData, g, false), [&] {
+  return plans.plan<PrimitivePlan>(key(kBackwardData, g, false, dtype), [&] {
     using Bwd = dnnl::convolution_backward_data;
-    const ConvDescs d = conv_descs(g);
+    const ConvDescs d = conv_descs(g, dtype);
     PrimitivePlan plan(/*user_scratchpad=*/true);
     auto hint = DNNL_CHECK(forward_pd(d, false, plan.attr()));
     const Bwd::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any, d.dst_any,
@@ -92,22 +98,24 @@ std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const 
 }
 
 std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const ConvGeom& g,
-                                                           bool bias) {
+                                                           bool bias, DType dtype) {
   check_conv_geom(g, "conv_backward_weights");
-  return plans.plan<PrimitivePlan>(key(kBackwardWeights, g, bias), [&] {
+  return plans.plan<PrimitivePlan>(key(kBackwardWeights, g, bias, dtype), [&] {
     using Bwd = dnnl::convolution_backward_weights;
-    const ConvDescs d = conv_descs(g);
+    const ConvDescs d = conv_descs(g, dtype);
+    // The gradient is fp32 in either storage (its weights' layout chosen by oneDNN).
+    const memory::desc diff_weights_any(d.weights.dims(), memory::data_type::f32, Tag::any);
     PrimitivePlan plan(/*user_scratchpad=*/true);
     auto hint = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
-    const auto desc = bias
-                          ? Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
-                                      d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
-                          : Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any,
-                                      d.dst_any, d.strides, d.pad_l, d.pad_r);
+    const auto desc =
+        bias ? Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any, d.bias,
+                         d.dst_any, d.strides, d.pad_l, d.pad_r)
+             : Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any,
+                         d.dst_any, d.strides, d.pad_l, d.pad_r);
     auto pd = DNNL_CHECK(Bwd::primitive_desc(desc, plan.attr(), cpu_engine(), hint));
     plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
     plan.add(DNNL_ARG_DIFF_DST, false, d.dst, pd.diff_dst_desc());
-    plan.add(DNNL_ARG_DIFF_WEIGHTS, true, d.weights, pd.diff_weights_desc());
+    plan.add(DNNL_ARG_DIFF_WEIGHTS, true, d.diff_weights, pd.diff_weights_desc());
     if (bias) plan.add(DNNL_ARG_DIFF_BIAS, true, d.bias, pd.diff_bias_desc());
     plan.finish(DNNL_CHECK(Bwd(pd)), pd.scratchpad_desc());
     return plan;
@@ -117,20 +125,20 @@ std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, con
 }  // namespace
 
 uint64_t workspace(PlanCache& plans, const ConvForward& a) {
-  return forward_plan(plans, a.g, a.bias != nullptr)->workspace_bytes();
+  return forward_plan(plans, a.g, a.bias != nullptr, a.dtype)->workspace_bytes();
 }
 
 uint64_t workspace(PlanCache& plans, const ConvBackwardData& a) {
-  return backward_data_plan(plans, a.g)->workspace_bytes();
+  return backward_data_plan(plans, a.g, a.dtype)->workspace_bytes();
 }
 
 uint64_t workspace(PlanCache& plans, const ConvBackwardWeights& a) {
-  return backward_weights_plan(plans, a.g, a.dbias != nullptr)->workspace_bytes();
+  return backward_weights_plan(plans, a.g, a.dbias != nullptr, a.dtype)->workspace_bytes();
 }
 
 void run(PlanCache& plans, const ConvForward& a) {
   const bool bias = a.bias != nullptr;
-  forward_plan(plans, a.g, bias)
+  forward_plan(plans, a.g, bias, a.dtype)
       ->execute({{DNNL_ARG_SRC, a.x},
                  {DNNL_ARG_WEIGHTS, a.w},
                  {DNNL_ARG_BIAS, a.bias},
@@ -139,13 +147,13 @@ void run(PlanCache& plans, const ConvForward& a) {
 }
 
 void run(PlanCache& plans, const ConvBackwardData& a) {
-  backward_data_plan(plans, a.g)
+  backward_data_plan(plans, a.g, a.dtype)
       ->execute({{DNNL_ARG_DIFF_DST, a.dy}, {DNNL_ARG_WEIGHTS, a.w}, {DNNL_ARG_DIFF_SRC, a.dx}},
                 a.ws, "conv_backward_data");
 }
 
 void run(PlanCache& plans, const ConvBackwardWeights& a) {
-  backward_weights_plan(plans, a.g, a.dbias != nullptr)
+  backward_weights_plan(plans, a.g, a.dbias != nullptr, a.dtype)
       ->execute({{DNNL_ARG_SRC, a.x},
                  {DNNL_ARG_DIFF_DST, a.dy},
                  {DNNL_ARG_DIFF_WEIGHTS, a.dw},

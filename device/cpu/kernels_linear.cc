@@ -1,6 +1,10 @@
 // Fully connected layers on oneDNN matmul over the caller's row-major matrices (transposes are
 // strided views, no copies, for either weight layout); the bias gradient is a fixed-order column
-// sum.
+// sum. In bf16 storage (Note [Storage dtype of a kernel]) x, w, y, dx and dy are bf16 and bias,
+// dw and dbias fp32; oneDNN accumulates in fp32.
+#include <bit>
+
+#include "device/cpu/bf16_storage.h"
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
 #include "device/cpu/simd.h"
@@ -11,38 +15,47 @@ namespace {
 
 enum LinearPass : int64_t { kForward = 1, kBackwardData, kBackwardWeights };
 
-PlanKey key(LinearPass pass, const LinearGeom& g, bool bias) {
-  return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias, g.weight_in_out});
+PlanKey key(LinearPass pass, const LinearGeom& g, bool bias, DType dtype) {
+  return make_key({kernel_kind<LinearForward>(), pass, g.m, g.k, g.n, bias, g.weight_in_out,
+                   static_cast<int64_t>(dtype)});
 }
 
-std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g,
-                                                  bool bias) {
+std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const LinearGeom& g, bool bias,
+                                                  DType dtype) {
   check_linear_geom(g, "linear_forward");
-  const auto x = plain_desc({g.m, g.k});
+  const auto t = dnnl_type(dtype);
+  const auto x = plain_desc({g.m, g.k}, t);
   // w^T (K, N): Conv1D's w as stored, or nn.Linear's w (N, K) viewed transposed.
-  const auto w_t = g.weight_in_out ? plain_desc({g.k, g.n}) : strided_desc({g.k, g.n}, {1, g.k});
+  const auto w_t =
+      g.weight_in_out ? plain_desc({g.k, g.n}, t) : strided_desc({g.k, g.n}, {1, g.k}, t);
   const auto b = plain_desc({1, g.n});
-  const auto y = plain_desc({g.m, g.n});
-  return matmul_plan(plans, key(kForward, g, bias), x, w_t, bias ? &b : nullptr, y);
+  const auto y = plain_desc({g.m, g.n}, t);
+  return matmul_plan(plans, key(kForward, g, bias, dtype), x, w_t, bias ? &b : nullptr, y);
 }
 
-std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const LinearGeom& g) {
+std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const LinearGeom& g,
+                                                        DType dtype) {
   check_linear_geom(g, "linear_backward_data");
+  const auto t = dnnl_type(dtype);
   // w (N, K): nn.Linear's as stored, or Conv1D's (K, N) viewed transposed.
-  const auto w = g.weight_in_out ? strided_desc({g.n, g.k}, {1, g.n}) : plain_desc({g.n, g.k});
-  return matmul_plan(plans, key(kBackwardData, g, false), plain_desc({g.m, g.n}), w, nullptr,
-                     plain_desc({g.m, g.k}));
+  const auto w =
+      g.weight_in_out ? strided_desc({g.n, g.k}, {1, g.n}, t) : plain_desc({g.n, g.k}, t);
+  return matmul_plan(plans, key(kBackwardData, g, false, dtype), plain_desc({g.m, g.n}, t), w,
+                     nullptr, plain_desc({g.m, g.k}, t));
 }
 
-std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const LinearGeom& g) {
+// dw is fp32 in either storage.
+std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const LinearGeom& g,
+                                                           DType dtype) {
   check_linear_geom(g, "linear_backward_weights");
+  const auto t = dnnl_type(dtype);
+  const PlanKey k = key(kBackwardWeights, g, false, dtype);
   if (g.weight_in_out) {  // dw (K, N) = x^T dy, x (M, K) viewed as (K, M)
-    return matmul_plan(plans, key(kBackwardWeights, g, false), strided_desc({g.k, g.m}, {1, g.k}),
-                       plain_desc({g.m, g.n}), nullptr, plain_desc({g.k, g.n}));
+    return matmul_plan(plans, k, strided_desc({g.k, g.m}, {1, g.k}, t), plain_desc({g.m, g.n}, t),
+                       nullptr, plain_desc({g.k, g.n}));
   }
-  const auto dy_t = strided_desc({g.n, g.m}, {1, g.n});  // dy (M, N) viewed as (N, M)
-  return matmul_plan(plans, key(kBackwardWeights, g, false), dy_t, plain_desc({g.m, g.k}), nullptr,
-                     plain_desc({g.n, g.k}));
+  const auto dy_t = strided_desc({g.n, g.m}, {1, g.n}, t);  // dy (M, N) viewed as (N, M)
+  return matmul_plan(plans, k, dy_t, plain_desc({g.m, g.k}, t), nullptr, plain_desc({g.n, g.k}));
 }
 
 // out[j] = sum over rows i (in order) of dy[i * cols + j], for j in [begin, end).
@@ -56,22 +69,36 @@ FERRY_SIMD_CLONES void column_sums(const float* dy, int64_t rows, int64_t cols, 
   for (int64_t j = begin; j < end; ++j) out[j] = static_cast<float>(acc[j - begin]);
 }
 
+// column_sums over bf16 dy (its bits), the same order.
+FERRY_SIMD_CLONES void column_sums_bf16(const uint16_t* dy, int64_t rows, int64_t cols,
+                                        int64_t begin, int64_t end, double* acc, float* out) {
+  for (int64_t j = begin; j < end; ++j) acc[j - begin] = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint16_t* row = dy + i * cols;
+    for (int64_t j = begin; j < end; ++j) {
+      acc[j - begin] +=
+          static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(row[j]) << 16));
+    }
+  }
+  for (int64_t j = begin; j < end; ++j) out[j] = static_cast<float>(acc[j - begin]);
+}
+
 }  // namespace
 
 uint64_t workspace(PlanCache& plans, const LinearForward& a) {
-  return forward_plan(plans, a.g, a.bias != nullptr)->workspace_bytes();
+  return forward_plan(plans, a.g, a.bias != nullptr, a.dtype)->workspace_bytes();
 }
 
 uint64_t workspace(PlanCache& plans, const LinearBackwardData& a) {
-  return backward_data_plan(plans, a.g)->workspace_bytes();
+  return backward_data_plan(plans, a.g, a.dtype)->workspace_bytes();
 }
 
 uint64_t workspace(PlanCache& plans, const LinearBackwardWeights& a) {
-  return backward_weights_plan(plans, a.g)->workspace_bytes();
+  return backward_weights_plan(plans, a.g, a.dtype)->workspace_bytes();
 }
 
 void run(PlanCache& plans, const LinearForward& a) {
-  forward_plan(plans, a.g, a.bias != nullptr)
+  forward_plan(plans, a.g, a.bias != nullptr, a.dtype)
       ->execute({{DNNL_ARG_SRC, a.x},
                  {DNNL_ARG_WEIGHTS, a.w},
                  {DNNL_ARG_BIAS, a.bias},
@@ -80,7 +107,7 @@ void run(PlanCache& plans, const LinearForward& a) {
 }
 
 void run(PlanCache& plans, const LinearBackwardData& a) {
-  backward_data_plan(plans, a.g)
+  backward_data_plan(plans, a.g, a.dtype)
       ->execute({{DNNL_ARG_SRC, a.dy}, {DNNL_ARG_WEIGHTS, a.w}, {DNNL_ARG_DST, a.dx}}, a.ws,
                 "linear_backward_data");
 }
@@ -89,16 +116,21 @@ void run(PlanCache& plans, const LinearBackwardWeights& a) {
   const LinearGeom& g = a.g;
   const void* src = g.weight_in_out ? a.x : a.dy;
   const void* weights = g.weight_in_out ? a.dy : a.x;
-  backward_weights_plan(plans, g)->execute(
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, a.dw}}, a.ws,
-      "linear_backward_weights");
+  backward_weights_plan(plans, g, a.dtype)
+      ->execute({{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, a.dw}}, a.ws,
+                "linear_backward_weights");
   if (a.dbias == nullptr) return;
   constexpr int64_t kBlock = 256;  // columns per work item
   const int64_t blocks = (g.n + kBlock - 1) / kBlock;
   parallel_items(blocks, g.m * g.n, [&](int64_t b) {
     double acc[kBlock];
     const int64_t begin = b * kBlock;
-    column_sums(a.dy, g.m, g.n, begin, std::min(g.n, begin + kBlock), acc, a.dbias);
+    const int64_t end = std::min(g.n, begin + kBlock);
+    if (a.dtype == DType::kBF16) {
+      column_sums_bf16(bf16_bits(a.dy), g.m, g.n, begin, end, acc, a.dbias);
+    } else {
+      column_sums(a.dy, g.m, g.n, begin, end, acc, a.dbias);
+    }
   });
 }
 

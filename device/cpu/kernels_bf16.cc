@@ -1,0 +1,240 @@
+// The CPU kernels in bf16 storage that are not native oneDNN bf16 primitives: each widens its
+// bf16 operands (Note [Storage dtype of a kernel] in device/kernels.h) to fp32 buffers, runs the
+// fp32 kernel on them and narrows its bf16 outputs back: fp32 math on bf16 values, and the bits
+// of the fp32 kernel on the same (bf16-rounded) inputs, rounded once.
+#include <bit>
+#include <vector>
+
+#include "device/cpu/bf16_storage.h"
+#include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/parallel.h"
+#include "device/cpu/simd.h"
+#include "device/kernel_checks.h"
+
+namespace ferry::cpu {
+namespace {
+
+FERRY_SIMD_CLONES void widen_chunk(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(x[i]) << 16;
+    y[i] = std::bit_cast<float>(u);
+  }
+}
+
+FERRY_SIMD_CLONES void narrow_chunk(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    y[i] = static_cast<uint16_t>(nan ? ((u >> 16) | 0x40u) : rounded);
+  }
+}
+
+// Note [Widened bf16 kernels]
+// A widened kernel holds fp32 copies of its bf16 operands for the length of one launch, in
+// buffers kept per thread (grown, never shrunk) outside the planned arena: host memory the CPU
+// backend's device budget does not count, about twice the bf16 bytes of the kernel's operands.
+// The matmul-bound kernels (convolution, linear) are native bf16 and widen nothing; a native
+// bf16 loop for the others is a speed improvement that changes no interface.
+enum class Role { kIn, kOut, kInOut };
+
+struct Slot {
+  float** field;  // the operand's pointer field in the fp32 copy of the arguments
+  int64_t count;  // elements
+  Role role;
+};
+
+Slot in(const float*& field, int64_t count) {
+  return {const_cast<float**>(&field), count, Role::kIn};
+}
+Slot out(float*& field, int64_t count) { return {&field, count, Role::kOut}; }
+Slot inout(float*& field, int64_t count) { return {&field, count, Role::kInOut}; }
+
+std::vector<float>& buffer(size_t i) {
+  thread_local std::vector<std::vector<float>> buffers;
+  if (buffers.size() <= i) buffers.resize(i + 1);
+  return buffers[i];
+}
+
+// Runs the fp32 kernel on `fp32` (a copy of the arguments whose bf16 operands `slots` lists,
+// each a field of it) with fp32 buffers in their place, then narrows the outputs back.
+template <typename Args>
+void widened(PlanCache& plans, Args& fp32, std::initializer_list<Slot> slots) {
+  fp32.dtype = DType::kF32;
+  std::vector<float*> originals;
+  size_t i = 0;
+  for (const Slot& s : slots) {
+    float* original = *s.field;
+    originals.push_back(original);
+    if (original == nullptr || s.count <= 0) continue;
+    std::vector<float>& buf = buffer(i++);
+    if (buf.size() < static_cast<size_t>(s.count)) buf.resize(static_cast<size_t>(s.count));
+    if (s.role != Role::kOut) widen_bf16(bf16_bits(original), buf.data(), s.count);
+    *s.field = buf.data();
+  }
+  run(plans, fp32);
+  size_t k = 0;
+  for (const Slot& s : slots) {
+    float* original = originals[k++];
+    if (original == nullptr || s.count <= 0 || s.role == Role::kIn) continue;
+    narrow_to_bf16(*s.field, bf16_bits(original), s.count);
+  }
+}
+
+}  // namespace
+
+void widen_bf16(const uint16_t* x, float* y, int64_t n) {
+  parallel_chunks(n, kParallelGrain,
+                  [&](int64_t b, int64_t e) { widen_chunk(x + b, y + b, e - b); });
+}
+
+void narrow_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  parallel_chunks(n, kParallelGrain,
+                  [&](int64_t b, int64_t e) { narrow_chunk(x + b, y + b, e - b); });
+}
+
+void run_widened(PlanCache& p, const PoolForward& a) {
+  const PoolGeom& g = a.g;
+  PoolForward f = a;
+  widened(p, f, {in(f.x, g.n * g.c * g.h * g.w), out(f.y, g.n * g.c * g.out_h() * g.out_w())});
+}
+
+void run_widened(PlanCache& p, const PoolBackward& a) {
+  const PoolGeom& g = a.g;
+  const int64_t xs = g.n * g.c * g.h * g.w, ys = g.n * g.c * g.out_h() * g.out_w();
+  PoolBackward f = a;
+  widened(p, f, {in(f.x, xs), in(f.y, ys), in(f.dy, ys), out(f.dx, xs)});
+}
+
+void run_widened(PlanCache& p, const AdaptiveAvgPoolForward& a) {
+  AdaptiveAvgPoolForward f = a;
+  widened(p, f, {in(f.x, a.n * a.c * a.h * a.w), out(f.y, a.n * a.c * a.oh * a.ow)});
+}
+
+void run_widened(PlanCache& p, const AdaptiveAvgPoolBackward& a) {
+  AdaptiveAvgPoolBackward f = a;
+  widened(p, f, {in(f.dy, a.n * a.c * a.oh * a.ow), out(f.dx, a.n * a.c * a.h * a.w)});
+}
+
+void run_widened(PlanCache& p, const BatchNormForwardTraining& a) {
+  const int64_t n = a.g.n * a.g.c * a.g.hw;
+  BatchNormForwardTraining f = a;
+  widened(p, f, {in(f.x, n), out(f.y, n)});
+}
+
+void run_widened(PlanCache& p, const BatchNormForwardInference& a) {
+  const int64_t n = a.g.n * a.g.c * a.g.hw;
+  BatchNormForwardInference f = a;
+  widened(p, f, {in(f.x, n), out(f.y, n)});
+}
+
+void run_widened(PlanCache& p, const BatchNormBackward& a) {
+  const int64_t n = a.g.n * a.g.c * a.g.hw;
+  BatchNormBackward f = a;
+  widened(p, f, {in(f.x, n), in(f.dy, n), out(f.dx, n)});
+}
+
+void run_widened(PlanCache& p, const ReluForward& a) {
+  ReluForward f = a;
+  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const ReluBackward& a) {
+  ReluBackward f = a;
+  widened(p, f, {in(f.y, a.n), in(f.dy, a.n), out(f.dx, a.n)});
+}
+
+void run_widened(PlanCache& p, const AddForward& a) {
+  AddForward f = a;
+  widened(p, f, {in(f.a, a.n), in(f.b, a.n), out(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const Accumulate& a) {
+  Accumulate f = a;
+  widened(p, f, {in(f.x, a.n), inout(f.y, a.n)});
+}
+
+void run_widened(PlanCache&, const Fill& a) {
+  check_element_count(a.n, "fill");
+  // The value's bf16 bits (a NaN stays NaN: poison mode), written as they are.
+  const uint16_t bits = float_to_bf16(a.value).bits;
+  uint16_t* y = bf16_bits(a.y);
+  parallel_chunks(a.n, kParallelGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = bits;
+  });
+}
+
+void run_widened(PlanCache& p, const Scale& a) {
+  Scale f = a;
+  widened(p, f, {inout(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const DropoutForward& a) {
+  DropoutForward f = a;
+  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const DropoutBackward& a) {
+  DropoutBackward f = a;
+  widened(p, f, {in(f.dy, a.n), out(f.dx, a.n)});
+}
+
+void run_widened(PlanCache& p, const SoftmaxCrossEntropyForward& a) {
+  SoftmaxCrossEntropyForward f = a;
+  widened(p, f, {in(f.logits, a.n * a.k), out(f.probs, a.n * a.k)});
+}
+
+void run_widened(PlanCache& p, const SoftmaxCrossEntropyBackward& a) {
+  SoftmaxCrossEntropyBackward f = a;
+  widened(p, f, {in(f.probs, a.n * a.k), out(f.dlogits, a.n * a.k)});
+}
+
+void run_widened(PlanCache& p, const EmbeddingForward& a) {
+  EmbeddingForward f = a;
+  widened(p, f, {out(f.y, a.n * a.t * a.c)});
+}
+
+void run_widened(PlanCache& p, const EmbeddingBackward& a) {
+  EmbeddingBackward f = a;
+  widened(p, f, {in(f.dy, a.n * a.t * a.c)});
+}
+
+void run_widened(PlanCache& p, const LayerNormForward& a) {
+  const int64_t n = a.g.rows * a.g.c;
+  LayerNormForward f = a;
+  widened(p, f, {in(f.x, n), out(f.y, n)});
+}
+
+void run_widened(PlanCache& p, const LayerNormBackward& a) {
+  const int64_t n = a.g.rows * a.g.c;
+  LayerNormBackward f = a;
+  widened(p, f, {in(f.x, n), in(f.dy, n), out(f.dx, n)});
+}
+
+void run_widened(PlanCache& p, const GeluForward& a) {
+  GeluForward f = a;
+  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const GeluBackward& a) {
+  GeluBackward f = a;
+  widened(p, f, {in(f.x, a.n), in(f.dy, a.n), out(f.dx, a.n)});
+}
+
+void run_widened(PlanCache& p, const AttentionForward& a) {
+  const AttentionGeom& g = a.g;
+  AttentionForward f = a;
+  widened(p, f,
+          {in(f.qkv, g.n * g.t * 3 * g.c), out(f.y, g.n * g.t * g.c),
+           out(f.probs, g.n * g.heads * g.t * g.t)});
+}
+
+void run_widened(PlanCache& p, const AttentionBackward& a) {
+  const AttentionGeom& g = a.g;
+  AttentionBackward f = a;
+  widened(p, f,
+          {in(f.qkv, g.n * g.t * 3 * g.c), in(f.probs, g.n * g.heads * g.t * g.t),
+           in(f.dy, g.n * g.t * g.c), out(f.dqkv, g.n * g.t * 3 * g.c)});
+}
+
+}  // namespace ferry::cpu
