@@ -70,6 +70,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   log.print("memory   weights {}, gradients {}, optimizer {}, buffers {}",
             format_bytes(bytes.weights), format_bytes(bytes.gradients),
             format_bytes(bytes.optimizer), format_bytes(bytes.buffers));
+  if (!session.model_state_line().empty()) log.line(session.model_state_line());
   const OptimizerOptions& opt = session.optimizer().options();
   const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
                                  opt.decay, opt.weight_decay)
