@@ -197,5 +197,35 @@ TEST_F(Zero, FourRankZeroTwoHostCheckpointResumesOnTwoAndOneRank) {
   }
 }
 
+// `trainer plan --ranks N --json`: the device bytes of one rank, the host bytes beside them.
+TEST(ZeroPlan, RanksAndJsonFields) {
+  const std::string dir = scratch("zero_plan");
+  const auto plan = [&](const std::string& args) {
+    const Exit e =
+        run(trainer() + " plan " + std::string(FERRY_SOURCE_DIR) +
+            "/configs/gpt_text.yaml --json memory.measure=false run.dir=" + dir + " " + args);
+    EXPECT_EQ(e.code, 0) << e.output;
+    return nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  };
+  const nlohmann::json zero0 = plan("--ranks 4");
+  const nlohmann::json host = plan("--ranks 4 memory.zero=1 memory.optimizer=host");
+  const auto& p0 = zero0["policies"][0];
+  const auto& ph = host["policies"][0];
+  const uint64_t weights = p0["weights_bytes"];
+  EXPECT_EQ(p0["optimizer_bytes"].get<uint64_t>(), 2 * weights);  // AdamW, unsharded
+  EXPECT_EQ(ph["optimizer_bytes"].get<uint64_t>(), 0u);           // on the host
+  const uint64_t shard = host["model_state"]["shard_floats"].get<uint64_t>() * 4;
+  EXPECT_EQ(ph["weights_bytes"].get<uint64_t>(), 4 * shard);
+  EXPECT_EQ(ph["host_optimizer_bytes"].get<uint64_t>(), 2 * shard);
+  EXPECT_EQ(ph["host_weights_bytes"].get<uint64_t>(), shard);
+  EXPECT_EQ(host["model_state"]["chosen"], "zero 1 + host optimizer");
+  EXPECT_EQ(host["model_state"]["options"].size(), 6u);
+  EXPECT_EQ(plan("--ranks 4 memory.zero=auto memory.optimizer=auto")["model_state"]["chosen"],
+            "zero 0 + device optimizer");  // everything fits: no sharding, no offload
+  const nlohmann::json one = plan("memory.zero=2");
+  EXPECT_NE(one["model_state"]["note"].get<std::string>().find("changes nothing"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry::testing
