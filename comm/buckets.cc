@@ -81,9 +81,11 @@ void GradientBuckets::launch_ready() {
 void GradientBuckets::launch(size_t bucket, Stream& after) {
   launch_ns_[bucket] = detail::now_ns();
   for (const ByteRange& r : buckets_[bucket].ranges) {
-    float* data = block_ + r.offset / sizeof(float);
-    works_[bucket].push_back(
-        comm_.all_reduce_mean(data, static_cast<int64_t>(r.bytes / sizeof(float)), after));
+    const auto offset = static_cast<int64_t>(r.offset / sizeof(float));
+    const auto count = static_cast<int64_t>(r.bytes / sizeof(float));
+    works_[bucket].push_back(options_.reduce
+                                 ? options_.reduce(block_, offset, count, after)
+                                 : comm_.all_reduce_mean(block_ + offset, count, after));
     ++collectives_;
   }
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct BucketOptions {
   // How many times backward writes each parameter's gradient per step (a shared weight is
   // written once per use); empty: once each. A bucket is ready after the last write.
   std::vector<int> writes_per_param;
+  // The collective of one range of the block (floats from the block's start, and count); empty:
+  // all_reduce_mean. memory.zero 1 and 2 reduce-scatter instead (trainer/optim/model_state_step.h).
+  std::function<CommWork(float* block, int64_t offset, int64_t count, Stream& after)> reduce;
 };
 
 // The host-clock span of one bucket's all-reduce in the last step, for traces.

@@ -20,6 +20,16 @@ std::optional<CommSpan> CommWork::span() const {
   return CommSpan{start, end};
 }
 
+CommWork Communicator::reduce_scatter_mean(float*, std::span<const Part>, Stream&) {
+  throw UnsupportedError(fmt::format("the {} communicator has no reduce-scatter", backend_name()),
+                         "use memory.zero 0");
+}
+
+CommWork Communicator::all_gather(float*, std::span<const Part>, Stream&) {
+  throw UnsupportedError(fmt::format("the {} communicator has no all-gather", backend_name()),
+                         "use memory.zero 0");
+}
+
 std::string_view comm_backend_name(CommBackendChoice choice) {
   switch (choice) {
     case CommBackendChoice::kAuto:

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/ranks.h"
 #include "device/device.h"
@@ -74,6 +76,23 @@ class Communicator {
   // data[0, bytes) of rank `root` copied to every rank, in place, in device memory. Starts
   // after the work enqueued on `after` so far.
   virtual CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) = 0;
+
+  // Reduce-scatter (ZeRO), in place, in device memory: `parts` gives every rank's part of data,
+  // contiguous and in rank order (parts[r + 1].offset = parts[r].offset + parts[r].count, counts
+  // may be 0). Afterwards this rank's part holds the mean over ranks of that part (the same bits
+  // an all_reduce_mean of a two-rank job gives; with more ranks the summation order may differ
+  // from it), and the other parts are undefined. Starts after the work enqueued on `after`.
+  // The default throws UnsupportedError (a communicator that has no reduce-scatter).
+  struct Part {
+    int64_t offset = 0;  // floats from data
+    int64_t count = 0;
+  };
+  virtual CommWork reduce_scatter_mean(float* data, std::span<const Part> parts, Stream& after);
+
+  // All-gather, in place, in device memory: rank r's data[parts[r].offset, + parts[r].count) is
+  // copied to the same place on every rank (parts need not touch). Starts after the work
+  // enqueued on `after`. The default throws UnsupportedError.
+  virtual CommWork all_gather(float* data, std::span<const Part> parts, Stream& after);
 
   // data[0, bytes) of rank `root` copied to every rank, in place, in host memory (any host
   // memory, pinned or not; never device memory). Blocks the host until this rank holds the

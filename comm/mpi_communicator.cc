@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -160,6 +161,57 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  // In place: MPI_IN_PLACE takes the input from the parts' span and leaves this rank's result at
+  // its start, moved from there to the rank's own part.
+  CommWork reduce_scatter_mean(float* data, std::span<const Part> parts, Stream& after) override {
+    std::vector<int> counts = checked_counts(parts, /*contiguous=*/true);
+    float* base = data + parts.front().offset;
+    const Part mine = parts[static_cast<size_t>(ranks_.rank)];
+    const int ranks = ranks_.size;
+    return launch(after, [this, base, data, mine, ranks, counts = std::move(counts)] {
+      watched("reduce-scatter", [&] {
+        if (wait_ == MpiWait::kBlocking) {
+          MPI_CHECK(
+              MPI_Reduce_scatter(MPI_IN_PLACE, base, counts.data(), MPI_FLOAT, MPI_SUM, comm_));
+        } else {
+          MPI_Request request;
+          MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, base, counts.data(), MPI_FLOAT, MPI_SUM,
+                                        comm_, &request));
+          wait_request(request);
+        }
+      });
+      float* own = data + mine.offset;
+      if (mine.count > 0 && own != base) std::memmove(own, base, mine.count * sizeof(float));
+      // The same division as all_reduce_mean's.
+      if ((ranks & (ranks - 1)) == 0) {
+        const float inverse = 1.0f / static_cast<float>(ranks);
+        for (int64_t i = 0; i < mine.count; ++i) own[i] *= inverse;
+      } else {
+        const auto n = static_cast<float>(ranks);
+        for (int64_t i = 0; i < mine.count; ++i) own[i] /= n;
+      }
+    });
+  }
+
+  CommWork all_gather(float* data, std::span<const Part> parts, Stream& after) override {
+    std::vector<int> counts = checked_counts(parts, /*contiguous=*/false);
+    std::vector<int> displs;
+    for (const Part& p : parts) displs.push_back(static_cast<int>(p.offset));
+    return launch(after, [this, data, counts = std::move(counts), displs = std::move(displs)] {
+      watched("all-gather", [&] {
+        if (wait_ == MpiWait::kBlocking) {
+          MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
+                                   displs.data(), MPI_FLOAT, comm_));
+        } else {
+          MPI_Request request;
+          MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
+                                    displs.data(), MPI_FLOAT, comm_, &request));
+          wait_request(request);
+        }
+      });
+    });
+  }
+
   // A CPU device's memory is host memory: the device broadcast, on the comm thread (the only
   // one that calls MPI on comm_), serves any host buffer.
   void broadcast_host(void* data, uint64_t bytes, int root) override {
@@ -182,6 +234,24 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // One int count per rank (MPI's), checked: a part per rank, offsets and counts within int,
+  // and (reduce-scatter) each part starting where the one before ends.
+  std::vector<int> checked_counts(std::span<const Part> parts, bool contiguous) const {
+    FERRY_ASSERT(parts.size() == static_cast<size_t>(ranks_.size), "one part per rank");
+    std::vector<int> counts;
+    for (size_t r = 0; r < parts.size(); ++r) {
+      FERRY_ASSERT(parts[r].count >= 0 && parts[r].offset >= 0 &&
+                       parts[r].offset + parts[r].count <= INT32_MAX,
+                   "a part past MPI's int range");
+      if (contiguous && r > 0) {
+        FERRY_ASSERT(parts[r].offset == parts[r - 1].offset + parts[r - 1].count,
+                     "reduce_scatter_mean: parts must touch, in rank order");
+      }
+      counts.push_back(static_cast<int>(parts[r].count));
+    }
+    return counts;
+  }
+
   // Runs one MPI collective on the comm thread as collective number ++sequence_, under the
   // watchdog when there is one.
   template <typename Call>

@@ -225,6 +225,52 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // Equal parts at rank * count: ncclReduceScatter in place (its recvbuff is sendbuff + rank *
+  // count). Unequal parts: one ncclReduce to each part's owner, grouped, in place on the owner.
+  CommWork reduce_scatter_mean(float* data, std::span<const Part> parts, Stream& after) override {
+    FERRY_ASSERT(parts.size() == static_cast<size_t>(ranks_.size), "one part per rank");
+    const std::vector<Part> p(parts.begin(), parts.end());
+    return launch("reduce-scatter", after, [&](cudaStream_t stream) {
+      const Part& mine = p[static_cast<size_t>(ranks_.rank)];
+      if (equal_parts(p)) {
+        float* base = data + p.front().offset;
+        NCCL_CHECK(ncclReduceScatter(base, data + mine.offset, static_cast<size_t>(mine.count),
+                                     ncclFloat, ncclAvg, comm_, stream));
+        return;
+      }
+      NCCL_CHECK(ncclGroupStart());
+      for (size_t r = 0; r < p.size(); ++r) {
+        if (p[r].count == 0) continue;
+        float* at = data + p[r].offset;
+        NCCL_CHECK(ncclReduce(at, at, static_cast<size_t>(p[r].count), ncclFloat, ncclAvg,
+                              static_cast<int>(r), comm_, stream));
+      }
+      NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
+  // Equal touching parts: ncclAllGather in place; otherwise one ncclBroadcast per part, grouped.
+  CommWork all_gather(float* data, std::span<const Part> parts, Stream& after) override {
+    FERRY_ASSERT(parts.size() == static_cast<size_t>(ranks_.size), "one part per rank");
+    const std::vector<Part> p(parts.begin(), parts.end());
+    return launch("all-gather", after, [&](cudaStream_t stream) {
+      if (equal_parts(p)) {
+        const Part& mine = p[static_cast<size_t>(ranks_.rank)];
+        NCCL_CHECK(ncclAllGather(data + mine.offset, data + p.front().offset,
+                                 static_cast<size_t>(mine.count), ncclFloat, comm_, stream));
+        return;
+      }
+      NCCL_CHECK(ncclGroupStart());
+      for (size_t r = 0; r < p.size(); ++r) {
+        if (p[r].count == 0) continue;
+        float* at = data + p[r].offset;
+        NCCL_CHECK(ncclBroadcast(at, at, static_cast<size_t>(p[r].count), ncclFloat,
+                                 static_cast<int>(r), comm_, stream));
+      }
+      NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
   // NCCL moves device memory only; host bytes go over MPI, which this communicator holds
   // already (its unique id came that way), once the collectives issued before have completed.
   void broadcast_host(void* data, uint64_t bytes, int root) override {
@@ -251,6 +297,14 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Parts of one count each, every one starting where the one before ends.
+  static bool equal_parts(const std::vector<Part>& p) {
+    for (size_t r = 1; r < p.size(); ++r) {
+      if (p[r].count != p[0].count || p[r].offset != p[r - 1].offset + p[r - 1].count) return false;
+    }
+    return true;
+  }
+
   // MPI counts are int: longer host buffers go in pieces of this many bytes.
   static constexpr uint64_t kMaxMpiCount = uint64_t{1} << 30;
 

@@ -45,6 +45,10 @@ struct CostModel {
   double memory_gbps = 20;        // device memory bandwidth for memory-bound steps (GB/s)
   double link_gbps = 12;          // host<->device bandwidth per direction (GB/s)
   double step_overhead_s = 5e-6;  // launch cost of one step
+  // Bytes per second the host's optimizer update streams (weights, gradients, state; read and
+  // written), in GB/s: memory.optimizer host (Note [Model state per rank] in
+  // trainer/plan/model_state.h).
+  double host_update_gbps = 10;
 
   // Measured link rates per direction (GB/s); 0 = link_gbps.
   double link_gbps_to_host = 0;

@@ -10,15 +10,13 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from peer_setup import describe, peer_setup  # noqa: E402
+from peer_setup import describe, peer_setup, time_lm_steps  # noqa: E402
 
 
 def main():
@@ -41,19 +39,7 @@ def main():
     model = LlamaForCausalLM(config) if args.attn == "default" else LlamaForCausalLM._from_config(
         config, attn_implementation=args.attn)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, args.vocab, (args.batch, args.seq))
-    y = torch.randint(0, args.vocab, (args.batch, args.seq))
-    times = []
-    for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        logits = model(x).logits
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - start)
+    times = time_lm_steps(model, args.vocab, args.batch, args.seq, args.warmup, args.steps)
     print(json.dumps({"layers": args.layers, "width": args.width, "batch": args.batch,
                       "seq": args.seq, "threads": args.threads, "attn": args.attn,
                       "mean_s": sum(times) / len(times), "min_s": min(times),

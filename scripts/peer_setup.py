@@ -1,6 +1,7 @@
 """The benchmark peer's setup, printed by every PyTorch comparison script: torch's version and
 thread count, the BLAS library torch reaches (through libblas.so.3) with its threading layer and
-thread count. Invariant: it reports what is loaded in this process, never what should be.
+thread count; and the language-model step loop every Hugging Face peer times. Invariant: it
+reports what is loaded in this process, never what should be.
 """
 import os
 
@@ -48,3 +49,26 @@ def openblas_coretype():
     if "avx2" in flags:
         return "Haswell"
     return None
+
+
+def time_lm_steps(model, vocab, batch, seq, warmup, steps):
+    """Seconds of each timed AdamW step (after `warmup` untimed ones) of a causal LM on random
+    tokens: zero_grad, forward, cross-entropy, backward, step."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, vocab, (batch, seq))
+    y = torch.randint(0, vocab, (batch, seq))
+    times = []
+    for step in range(warmup + steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x).logits
+        loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return times

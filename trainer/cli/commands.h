@@ -21,6 +21,7 @@ struct PlanArgs {
   std::string policy;    // "" = memory.policy, "all" = every policy
   std::string hardware;  // a hardware profile's cost model instead of the config's
   int gpus = 0;          // ranks sharing the topology's links (0, not given: one per GPU)
+  int ranks = 1;         // data-parallel ranks the model state is planned for (memory.zero)
   bool max_batch = false;
   bool json = false;
   bool explain = false;  // list what fills the arena at each plan's fullest step

@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
       ->add_option("--gpus", plan.gpus,
                    "with topology.file: ranks sharing its links (default: one per GPU)")
       ->check(CLI::Range(1, 4096));
+  plan_cmd
+      ->add_option("--ranks", plan.ranks,
+                   "data-parallel ranks to plan the model state for (memory.zero), without "
+                   "launching them (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
   plan_cmd->add_flag("--max-batch", plan.max_batch,
                      "also find the largest batch whose plan fits memory.budget");
   plan_cmd->add_flag("--json", plan.json, "print JSON");

@@ -187,6 +187,52 @@ std::vector<ShapeRow> shape_rows(const Config& config, OfflinePlanner& planner) 
   return out;
 }
 
+const char* zero_text(ZeroStage z) {
+  return z == ZeroStage::k0 ? "0" : z == ZeroStage::k1 ? "1" : z == ZeroStage::k2 ? "2" : "auto";
+}
+const char* placement_text(OptimizerPlacement p) {
+  return p == OptimizerPlacement::kDevice ? "device"
+         : p == OptimizerPlacement::kHost ? "host"
+                                          : "auto";
+}
+
+// Every stage and placement weighed (Note [Model state per rank]), and the one the config gets.
+struct StateReport {
+  ModelStateDecision all;  // the six combinations
+  std::string chosen;      // describe() of the adopted one
+  std::string error;       // no allowed combination fits
+  std::string note;        // zero with one rank
+};
+
+StateReport weigh_states(const Config& config, OfflinePlanner& planner, int64_t batch) {
+  StateReport r;
+  r.all = planner.weigh_model_states(
+      config.memory.policy, batch,
+      model_state_candidates(ZeroStage::kAuto, OptimizerPlacement::kAuto));
+  try {
+    planner.resolve_model_state(config.memory.policy, batch);
+  } catch (const ConfigError& e) {
+    r.error = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+  }
+  r.chosen = describe(planner.model_state().choice);
+  if (planner.ranks() == 1 &&
+      (config.memory.zero == ZeroStage::k1 || config.memory.zero == ZeroStage::k2)) {
+    r.note = fmt::format(
+        "memory.zero {} on one rank changes nothing: every shard is the whole "
+        "block (plan for a job with --ranks N)",
+        zero_text(config.memory.zero));
+  }
+  return r;
+}
+
+nlohmann::json state_json(const ModelState& s) {
+  return {{"zero", zero_text(s.choice.zero)},     {"optimizer", placement_text(s.choice.optimizer)},
+          {"weights_bytes", s.weights},           {"gradients_bytes", s.gradients},
+          {"optimizer_bytes", s.optimizer},       {"host_optimizer_bytes", s.host_optimizer},
+          {"host_weights_bytes", s.host_weights}, {"host_gradients_bytes", s.host_gradients},
+          {"device_bytes", s.device_bytes()},     {"host_bytes", s.host_bytes()}};
+}
+
 }  // namespace
 
 int run_plan(const PlanArgs& args) {
@@ -231,6 +277,9 @@ int run_plan(const PlanArgs& args) {
   } else if (backend_traits(config.device.backend).real_gpus && args.hardware.empty()) {
     cost_source = "FLOP model (no GPU here: step times are estimates, not measurements)";
   }
+  planner.set_ranks(args.ranks);
+  const StateReport states = weigh_states(config, planner, batch);
+  const ModelState& state = planner.model_state();
   std::vector<Row> rows;
   for (MemoryPolicy policy : requested(args, config)) {
     Row row{policy};
@@ -266,6 +315,9 @@ int run_plan(const PlanArgs& args) {
           {"optimizer_bytes", r.plan.persistent.optimizer},
           {"buffers_bytes", r.plan.persistent.buffers},
           {"working_weights_bytes", r.plan.persistent.working_weights},
+          {"host_optimizer_bytes", state.host_optimizer},
+          {"host_weights_bytes", state.host_weights},
+          {"host_gradients_bytes", state.host_gradients},
           {"activation_bytes", r.plan.activation_bytes},
           {"activation_gradient_bytes", r.plan.gradient_bytes},
           {"workspace_bytes", r.plan.workspace_bytes},
@@ -290,6 +342,24 @@ int run_plan(const PlanArgs& args) {
                             {"fp32", by_dtype.f32},
                             {"other", by_dtype.other},
                             {"workspace", by_dtype.workspace}}}};
+    nlohmann::json options = nlohmann::json::array();
+    for (const ModelStateOption& o : states.all.options) {
+      nlohmann::json j = state_json(o.state);
+      j["fits"] = o.fits;
+      if (o.fits) j["predicted_step_s"] = o.step_seconds;
+      if (!o.fits) j["error"] = o.why_not;
+      options.push_back(std::move(j));
+    }
+    nlohmann::json ms = state_json(state);
+    ms["ranks"] = planner.ranks();
+    ms["requested"] = {{"zero", zero_text(config.memory.zero)},
+                       {"optimizer", placement_text(config.memory.optimizer)}};
+    ms["chosen"] = states.chosen;
+    ms["shard_floats"] = state.shard_floats;
+    ms["options"] = std::move(options);
+    if (!states.error.empty()) ms["error"] = states.error;
+    if (!states.note.empty()) ms["note"] = states.note;
+    out["model_state"] = std::move(ms);
     if (!shapes.empty()) {
       nlohmann::json js = nlohmann::json::array();
       for (const ShapeRow& r : shapes) {
@@ -328,7 +398,31 @@ int run_plan(const PlanArgs& args) {
   std::printf("precision: %s; the step's tensors: %s\n",
               std::string(to_string(config.device.precision)).c_str(),
               dtype_bytes_text(by_dtype).c_str());
-  std::printf("link: %s\n\n", link_why.c_str());
+  std::printf("link: %s\n", link_why.c_str());
+  std::printf(
+      "\nmodel state per rank, %d rank%s (memory.zero %s, memory.optimizer %s), policy %s:\n",
+      planner.ranks(), planner.ranks() == 1 ? "" : "s", zero_text(config.memory.zero),
+      placement_text(config.memory.optimizer),
+      std::string(policy_name(config.memory.policy)).c_str());
+  std::printf("  %-28s %12s %12s %12s %12s %12s %s\n", "stage + placement", "weights", "gradients",
+              "optimizer", "device", "host", "predicted step");
+  for (const ModelStateOption& o : states.all.options) {
+    const ModelState& s = o.state;
+    std::printf("  %-28s %12s %12s %12s %12s %12s %s\n", describe(s.choice).c_str(),
+                format_bytes(s.weights).c_str(), format_bytes(s.gradients).c_str(),
+                format_bytes(s.optimizer).c_str(), format_bytes(s.device_bytes()).c_str(),
+                format_bytes(s.host_bytes()).c_str(),
+                o.fits ? fmt::format("{:.3f}s", o.step_seconds).c_str() : "does not fit");
+  }
+  std::printf(
+      "chosen: %s%s\n", states.chosen.c_str(),
+      config.memory.zero == ZeroStage::kAuto || config.memory.optimizer == OptimizerPlacement::kAuto
+          ? " (auto: the least predicted step that fits; no sharding or offload unless "
+            "faster by 1%)"
+          : " (as configured)");
+  if (!states.note.empty()) std::printf("%s\n", states.note.c_str());
+  if (!states.error.empty()) std::printf("model state: %s\n", states.error.c_str());
+  std::printf("\n");
   std::printf("%-10s %12s %8s %12s %12s %12s %12s %12s %10s %s\n", "policy", "peak", "vs none",
               "activations", "act. grads", "workspace", "offload/step", "recompute", "max batch",
               "predicted step (stall)");

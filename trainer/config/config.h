@@ -139,8 +139,11 @@ struct MemoryConfig {
   // A batch whose input shape cannot be planned within the budget: error | skip.
   OversizeAction oversize = OversizeAction::kError;
   uint64_t host_limit = uint64_t{8} << 30;  // pinned host pool cap, bytes
-  double link_gbps = 0.0;                   // >= 0, planner's assumed link GB/s, 0 = device's
-  bool debug_poison = false;                // fill non-resident device space with NaN
+  // Model state per rank (Note [Model state per rank] in trainer/plan/model_state.h).
+  ZeroStage zero = ZeroStage::k0;
+  OptimizerPlacement optimizer = OptimizerPlacement::kDevice;
+  double link_gbps = 0.0;     // >= 0, planner's assumed link GB/s, 0 = device's
+  bool debug_poison = false;  // fill non-resident device space with NaN
   uint64_t workspace_limit = uint64_t{256} << 20;  // cuda: scratch bytes one kernel may use
   bool measure = true;  // time the model's kernels and the link at start; false = FLOP model
   // Share the device with the node's other ferry jobs: the budget is assigned (at most

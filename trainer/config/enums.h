@@ -56,6 +56,21 @@ struct EnumNames<OptimizerKind> {
       {{OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdamW, "adamw"}}};
 };
 template <>
+struct EnumNames<ZeroStage> {
+  static constexpr std::array<std::pair<ZeroStage, std::string_view>, 4> kNames{
+      {{ZeroStage::k0, "0"},
+       {ZeroStage::k1, "1"},
+       {ZeroStage::k2, "2"},
+       {ZeroStage::kAuto, "auto"}}};
+};
+template <>
+struct EnumNames<OptimizerPlacement> {
+  static constexpr std::array<std::pair<OptimizerPlacement, std::string_view>, 3> kNames{
+      {{OptimizerPlacement::kDevice, "device"},
+       {OptimizerPlacement::kHost, "host"},
+       {OptimizerPlacement::kAuto, "auto"}}};
+};
+template <>
 struct EnumNames<ScheduleKind> {
   static constexpr std::array<std::pair<ScheduleKind, std::string_view>, 3> kNames{
       {{ScheduleKind::kConstant, "constant"},

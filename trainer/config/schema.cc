@@ -350,7 +350,19 @@ std::vector<KeySpec> build_schema() {
              "A batch whose input shape no plan fits within memory.budget: error = the run ends "
              "before its step, naming the shape and the smallest budget; skip = the batch is "
              "dropped on every rank with a counted warning (log, summary.json)."),
-      size(FERRY_CONFIG_KEY(memory, host_limit), 0, "Cap of the pinned host pool for offloads."),
+      size(FERRY_CONFIG_KEY(memory, host_limit), 0,
+           "Cap of the pinned host pool for offloads (and the optimizer state under "
+           "memory.optimizer host)."),
+      choice(FERRY_CONFIG_KEY(memory, zero),
+             "Model state per data-parallel rank (ZeRO): 0 = every rank holds all of it; 1 = "
+             "each rank keeps 1/N of the optimizer state and updates its shard (gradients "
+             "reduce-scattered, parameters all-gathered); 2 = also 1/N of the gradients, "
+             "reduce-scattered bucket by bucket during backward; auto = the planner's choice "
+             "(the least predicted step that fits, no sharding when it fits)."),
+      choice(FERRY_CONFIG_KEY(memory, optimizer),
+             "Where the optimizer state lives and its update runs: device, host (host memory "
+             "within memory.host_limit, updated by the CPU), or auto = the planner's choice "
+             "(device when it fits)."),
       real(FERRY_CONFIG_KEY(memory, link_gbps), at_least(0),
            "Host<->device GB/s the planner assumes when costing offloads; 0 = measured "
            "(memory.measure) or the device's (cuda 12, cpu device.copy_gbps or 8)."),

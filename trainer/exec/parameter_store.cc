@@ -40,7 +40,7 @@ struct Layout {
   uint64_t param_bytes = 0, buffer_bytes = 0;
 };
 
-Layout layout(const Graph& graph) {
+Layout block_layout(const Graph& graph) {
   Layout l;
   l.param_bytes = cut(graph, graph.params(), l.params, l.param_by_name);
   l.buffer_bytes = cut(graph, graph.buffers(), l.buffers, l.buffer_by_name);
@@ -53,7 +53,7 @@ constexpr uint64_t kMetricsBytes = 256;
 
 PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots,
                                            bool accumulation, Precision precision) {
-  const Layout l = layout(graph);
+  const Layout l = block_layout(graph);
   PersistentBytes b;
   b.weights = l.param_bytes;
   // One bf16 element per fp32 weight element (the layout's padding included).
@@ -65,15 +65,29 @@ PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slo
 }
 
 ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
-                               bool accumulation)
-    : device_(device) {
-  Layout l = layout(graph);
+                               const StoreLayout& store_layout, bool accumulation)
+    : device_(device), layout_(store_layout) {
+  Layout l = block_layout(graph);
   params_ = std::move(l.params);
   buffers_ = std::move(l.buffers);
   param_by_name_ = std::move(l.param_by_name);
   buffer_by_name_ = std::move(l.buffer_by_name);
   param_block_bytes_ = l.param_bytes;
   buffer_block_bytes_ = l.buffer_bytes;
+  // Note [Model state per rank]: under sharding both blocks have ranks equal parts.
+  if (layout_.shard_floats > 0) {
+    param_block_bytes_ =
+        std::max<uint64_t>(param_block_bytes_, static_cast<uint64_t>(layout_.shard_floats) *
+                                                   layout_.ranks * sizeof(float));
+  }
+  const int64_t floats = param_floats();
+  update_begin_ = 0;
+  update_end_ = floats;
+  if (layout_.shard_optimizer && layout_.shard_floats > 0) {
+    update_begin_ = std::min<int64_t>(layout_.shard_floats * layout_.rank, floats);
+    update_end_ = std::min<int64_t>(update_begin_ + layout_.shard_floats, floats);
+  }
+  const auto unit = static_cast<uint64_t>(update_end_ - update_begin_) * sizeof(float);
   DeviceHeap& heap = device.memory();
   params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
   grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
@@ -81,10 +95,24 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
     accumulation_block_ = DeviceBuffer(heap, param_block_bytes_, "accumulated gradients");
   }
   for (int s = 0; s < optimizer_slots; ++s) {
-    optimizer_blocks_.emplace_back(heap, param_block_bytes_, fmt::format("optimizer state {}", s));
+    if (layout_.host_optimizer) {
+      host_state_.emplace_back(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+    } else {
+      optimizer_blocks_.emplace_back(heap, unit, fmt::format("optimizer state {}", s));
+    }
+  }
+  if (layout_.host_optimizer) {
+    host_params_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+    host_grads_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
   metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
+}
+
+uint64_t ParameterStore::host_bytes() const {
+  uint64_t b = (host_params_.size() + host_grads_.size()) * sizeof(float);
+  for (const auto& s : host_state_) b += s.size() * sizeof(float);
+  return b;
 }
 
 void* ParameterStore::address(const Graph& graph, TensorId id) const {
@@ -121,7 +149,7 @@ PersistentBytes ParameterStore::bytes() const {
   PersistentBytes b;
   b.weights = params_block_.bytes();
   b.gradients = grads_block_.bytes() + accumulation_block_.bytes();
-  for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();
+  for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();  // 0 on the host
   b.buffers = buffers_block_.bytes() + metrics_.bytes();
   return b;
 }
@@ -163,7 +191,7 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
   if (accumulation_block_.bytes() > 0) {
     write(accumulation_block_.data(), zeros.data(), zeros.size());
   }
-  for (auto& o : optimizer_blocks_) write(o.data(), zeros.data(), zeros.size());
+  for (auto& o : optimizer_blocks_) write(o.data(), zeros.data(), o.bytes());
 }
 
 std::vector<std::byte> ParameterStore::read_entry(const DeviceBuffer& block, const Entry& e) const {
@@ -183,7 +211,12 @@ std::vector<std::byte> ParameterStore::read_buffer(size_t i) const {
   return read_entry(buffers_block_, buffers_[i]);
 }
 std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const {
-  return read_entry(optimizer_blocks_[slot], params_[i]);
+  if (whole_optimizer_on_device()) return read_entry(optimizer_blocks_[slot], params_[i]);
+  FERRY_ASSERT(!image_.empty(), "read_optimizer of a sharded or host state without its image");
+  const Entry& e = params_[i];
+  std::vector<std::byte> out(e.desc.bytes());
+  std::memcpy(out.data(), image_[slot].data() + e.offset / sizeof(float), out.size());
+  return out;
 }
 void ParameterStore::write_param(size_t i, const void* data) {
   write_entry(params_block_, params_[i], data);
@@ -192,7 +225,29 @@ void ParameterStore::write_buffer(size_t i, const void* data) {
   write_entry(buffers_block_, buffers_[i], data);
 }
 void ParameterStore::write_optimizer(int slot, size_t i, const void* data) {
-  write_entry(optimizer_blocks_[slot], params_[i], data);
+  if (whole_optimizer_on_device()) return write_entry(optimizer_blocks_[slot], params_[i], data);
+  const int slots = optimizer_slots();
+  if (image_.empty()) image_.assign(slots, std::vector<float>(static_cast<size_t>(param_floats())));
+  const Entry& e = params_[i];
+  std::memcpy(image_[slot].data() + e.offset / sizeof(float), data, e.desc.bytes());
+}
+
+std::vector<float> ParameterStore::read_local_optimizer(int slot) const {
+  const auto n = static_cast<size_t>(update_end_ - update_begin_);
+  if (layout_.host_optimizer) return host_state_[slot];
+  std::vector<float> out(n);
+  const std::vector<std::byte> bytes = read(optimizer_blocks_[slot].data(), n * sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+void ParameterStore::write_local_optimizer(int slot, const float* data) {
+  const auto n = static_cast<size_t>(update_end_ - update_begin_);
+  if (layout_.host_optimizer) {
+    std::memcpy(host_state_[slot].data(), data, n * sizeof(float));
+  } else {
+    write(optimizer_blocks_[slot].data(), data, n * sizeof(float));
+  }
 }
 void ParameterStore::zero_grads() {
   const std::vector<std::byte> zeros(param_block_bytes_);

@@ -23,6 +23,17 @@ namespace ferry {
 // of the update's earlier micro-batches (Note [Accumulating micro-batches] in
 // trainer/session/accumulation.h); it counts as gradients in PersistentBytes.
 
+// How a rank holds the model state (Note [Model state per rank] in trainer/plan/model_state.h):
+// the parameter and gradient blocks padded to ranks * shard_floats, the optimizer state of the
+// rank's shard only, on the device or in host memory.
+struct StoreLayout {
+  int ranks = 1;
+  int rank = 0;
+  int64_t shard_floats = 0;      // > 0: blocks padded to ranks * shard_floats (zero 1 and 2)
+  bool shard_optimizer = false;  // the optimizer state holds the rank's shard only
+  bool host_optimizer = false;   // the optimizer state (and the update's copies) in host memory
+};
+
 class ParameterStore {
  public:
   struct Entry {
@@ -37,9 +48,10 @@ class ParameterStore {
                                     bool accumulation = false,
                                     Precision precision = Precision::kFp32);
 
-  // Allocates every block on `device` (throws OutOfMemoryError naming the block).
+  // Allocates every block on `device` (throws OutOfMemoryError naming the block); the host
+  // optimizer's blocks in host memory. `accumulation`: with the gradient accumulation block.
   ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
-                 bool accumulation = false);
+                 const StoreLayout& layout = {}, bool accumulation = false);
 
   const std::vector<Entry>& params() const { return params_; }
   const std::vector<Entry>& buffers() const { return buffers_; }
@@ -49,10 +61,30 @@ class ParameterStore {
   float* grad_block() const { return grads_block_.as<float>(); }
   // The gradient accumulation block (same layout as grad_block), or null without one.
   float* accumulation_block() const { return accumulation_block_.as<float>(); }
-  float* optimizer_block(int slot) const { return optimizer_blocks_[slot].as<float>(); }
+  // The optimizer state of the floats this rank updates, [update_begin(), update_end()) of the
+  // block: on the device, or in host memory under StoreLayout::host_optimizer.
+  float* optimizer_block(int slot) const {
+    return layout_.host_optimizer ? host_state_[slot].data() : optimizer_blocks_[slot].as<float>();
+  }
+  const StoreLayout& layout() const { return layout_; }
+  int64_t update_begin() const { return update_begin_; }
+  int64_t update_end() const { return update_end_; }
+  // Whether the optimizer state is the whole block's, on the device (read_optimizer and
+  // write_optimizer reach it directly); else through the optimizer image.
+  bool whole_optimizer_on_device() const {
+    return !layout_.shard_optimizer && !layout_.host_optimizer;
+  }
+  // memory.optimizer host: the host copies of this rank's weights and gradients the update works
+  // on (update_end() - update_begin() floats each).
+  float* host_params() { return host_params_.data(); }
+  float* host_grads() { return host_grads_.data(); }
+  // Host bytes of the model state (memory.optimizer host): state, weights and gradients.
+  uint64_t host_bytes() const;
   void* buffer_block() const { return buffers_block_.data(); }
   uint64_t buffer_block_bytes() const { return buffer_block_bytes_; }
-  int optimizer_slots() const { return static_cast<int>(optimizer_blocks_.size()); }
+  int optimizer_slots() const {
+    return static_cast<int>(layout_.host_optimizer ? host_state_.size() : optimizer_blocks_.size());
+  }
 
   // The device address of a parameter, buffer or metric of any graph of this model.
   void* address(const Graph& graph, TensorId id) const;
@@ -78,10 +110,25 @@ class ParameterStore {
   std::vector<std::byte> read_param(size_t i) const;
   std::vector<std::byte> read_grad(size_t i) const;
   std::vector<std::byte> read_buffer(size_t i) const;
+  // The optimizer state of parameter i, whole: from the device block, or (sharded or host state)
+  // from the optimizer image, which must then be set.
   std::vector<std::byte> read_optimizer(int slot, size_t i) const;
   void write_param(size_t i, const void* data);
   void write_buffer(size_t i, const void* data);
+  // Writes parameter i's whole optimizer state: into the device block, or (sharded or host
+  // state) into the optimizer image, created zeroed on first use; take_optimizer_image() then
+  // gives it to the caller, which keeps this rank's shard of it (set_local_optimizer).
   void write_optimizer(int slot, size_t i, const void* data);
+  // Note [One file for every shard]: the whole optimizer state as host floats, one vector of
+  // param_floats() per slot, assembled from every rank's shard by the session.
+  using OptimizerImage = std::vector<std::vector<float>>;
+  void set_optimizer_image(OptimizerImage image) { image_ = std::move(image); }
+  OptimizerImage take_optimizer_image() { return std::move(image_); }
+  bool has_optimizer_image() const { return !image_.empty(); }
+  // This rank's shard of the optimizer state as host floats (update_end() - update_begin() per
+  // slot), read or written. Synchronous.
+  std::vector<float> read_local_optimizer(int slot) const;
+  void write_local_optimizer(int slot, const float* data);
   void zero_grads();
 
  private:
@@ -102,6 +149,11 @@ class ParameterStore {
   DeviceBuffer grads_block_;
   DeviceBuffer accumulation_block_;  // optim.accumulate > 1 only
   std::vector<DeviceBuffer> optimizer_blocks_;
+  StoreLayout layout_;
+  int64_t update_begin_ = 0, update_end_ = 0;
+  mutable std::vector<std::vector<float>> host_state_;  // memory.optimizer host
+  std::vector<float> host_params_, host_grads_;
+  OptimizerImage image_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;
 };

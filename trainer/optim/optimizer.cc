@@ -8,6 +8,7 @@
 // in step. ClipByNorm reads the sum on the device: no host wait.
 #include "trainer/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ferry {
@@ -42,13 +43,42 @@ std::vector<DecayRun> decay_runs(const std::vector<ParameterStore::Entry>& param
   return runs;
 }
 
-void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, float lr) {
-  ++steps_;
-  launches_ = 0;
+const std::vector<DecayRun>& Optimizer::runs(const ParameterStore& store) {
   if (runs_of_ != &store) {
     runs_ = decay_runs(store.params(), store.param_floats(), options_.decay, options_.weight_decay);
     runs_of_ = &store;
   }
+  return runs_;
+}
+
+void Optimizer::step_range(Kernels& kernels, Stream& stream, const ParameterStore& store,
+                           const Range& range, float lr) {
+  ++steps_;
+  launches_ = 0;
+  for (const DecayRun& whole : runs(store)) {
+    const int64_t b = std::max(whole.begin, range.begin), e = std::min(whole.end, range.end);
+    if (b >= e) continue;
+    const int64_t n = e - b, at = b - range.begin;
+    const float wd = whole.decay ? options_.weight_decay : 0.0f;
+    if (options_.kind == OptimizerKind::kSgd) {
+      kernels.launch(
+          SgdUpdate{n, lr, options_.momentum, wd, options_.nesterov, range.param + at,
+                    range.grad + at, options_.momentum > 0 ? range.state[0] + at : nullptr},
+          stream);
+    } else {
+      kernels.launch(
+          AdamWUpdate{n, lr, options_.beta1, options_.beta2, options_.eps, wd, steps_,
+                      range.param + at, range.grad + at, range.state[0] + at, range.state[1] + at},
+          stream);
+    }
+    ++launches_;
+  }
+}
+
+void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, float lr) {
+  ++steps_;
+  launches_ = 0;
+  (void)runs(store);
   if (options_.clip_norm > 0) {
     // Note [Clipping after the all-reduce].
     const int64_t n = store.param_floats();

@@ -54,6 +54,19 @@ class Optimizer {
   // first the gradients' sum of squares into store.grad_sq_address() and the scaling by it. Call
   // after the gradients are final on `stream` (averaged over ranks: GradientBuckets::finish).
   void step(Kernels& kernels, Stream& stream, ParameterStore& store, float lr);
+  // The update of the floats [begin, end) of the parameter block only (ZeRO: the rank's shard),
+  // with the same decay runs cut to that range. `param`, `grad` and `state[slot]` point at
+  // element `begin`. No clipping here (the caller scales the gradients first). On the device,
+  // through `kernels`; host_step runs the same element math on the host (host_update.h).
+  struct Range {
+    int64_t begin = 0, end = 0;
+    float* param = nullptr;
+    const float* grad = nullptr;
+    float* state[2] = {nullptr, nullptr};
+  };
+  void step_range(Kernels& kernels, Stream& stream, const ParameterStore& store, const Range& r,
+                  float lr);
+  void host_step(const ParameterStore& store, const Range& r, float lr);
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   const OptimizerOptions& options() const { return options_; }
@@ -66,6 +79,8 @@ class Optimizer {
   OptimizerOptions options_;
   int64_t steps_ = 0;
   int launches_ = 0;
+  // The decay runs of `store`, cut once per store.
+  const std::vector<DecayRun>& runs(const ParameterStore& store);
   std::vector<DecayRun> runs_;  // of the store seen first (one store per optimizer)
   const ParameterStore* runs_of_ = nullptr;
 };

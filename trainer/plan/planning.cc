@@ -2,6 +2,8 @@
 #include "trainer/plan/planning.h"
 #include "trainer/configured/model.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/bytes.h"
@@ -21,10 +23,118 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   kernels_ = std::move(k.kernels);
   substitute_ = std::move(k.substitute);
   const Graph graph = build_configured_model(config, 1);
-  persistent_ = ParameterStore::plan_bytes(graph, optimizer_slots(optimizer_options(config)),
+  const int slots = optimizer_slots(optimizer_options(config));
+  persistent_ = ParameterStore::plan_bytes(graph, slots,
                                            /*accumulation=*/config.optim.accumulate > 1,
                                            config.device.precision);
+  inputs_.param_bytes = persistent_.weights;
+  inputs_.buffers = persistent_.buffers;
+  inputs_.slots = slots;
+  inputs_.bucket_bytes = static_cast<uint64_t>(config.comm.bucket_mb * 1048576.0);
+  for (TensorId id : graph.params()) {
+    inputs_.largest_param =
+        std::max<uint64_t>(inputs_.largest_param, (graph.tensor(id).desc.bytes() + 63) / 64 * 64);
+  }
   static_input_ = largest_input(config);
+  set_ranks(1);
+}
+
+void OfflinePlanner::set_ranks(int ranks) {
+  inputs_.ranks = std::max(ranks, 1);
+  ModelStateChoice c;
+  if (config_.memory.zero != ZeroStage::kAuto) c.zero = config_.memory.zero;
+  if (config_.memory.optimizer != OptimizerPlacement::kAuto) c.optimizer = config_.memory.optimizer;
+  set_model_state(c);
+}
+
+void OfflinePlanner::set_model_state(const ModelStateChoice& choice) {
+  state_ = ferry::model_state(inputs_, choice);
+  persistent_ = state_.persistent(inputs_.buffers);
+  static_.reset();
+}
+
+double OfflinePlanner::model_state_seconds(const ModelState& s) const {
+  // The collective's rate is taken as the host link's (the cost model has no network rate).
+  return ferry::model_state_seconds(s, inputs_.slots, cost_.link_gbps, cost_.link_gbps,
+                                    cost_.host_update_gbps);
+}
+
+ModelStateDecision OfflinePlanner::weigh_model_states(
+    MemoryPolicy policy, int64_t batch, const std::vector<ModelStateChoice>& candidates) {
+  const auto plan_with = [&](const PersistentBytes& p) {
+    PlanOptions o = options(policy, config_.memory.budget);
+    o.persistent = p;
+    return plan_memory(lowered(batch).tape, o);
+  };
+  return choose_model_state(inputs_, candidates, config_.memory.host_limit, plan_with,
+                            [this](const ModelState& s) { return model_state_seconds(s); });
+}
+
+ModelStateDecision OfflinePlanner::resolve_model_state(MemoryPolicy policy, int64_t batch) {
+  const std::vector<ModelStateChoice> candidates =
+      model_state_candidates(config_.memory.zero, config_.memory.optimizer);
+  const auto plan_with = [&](const PersistentBytes& p) {
+    PlanOptions o = options(policy, config_.memory.budget);
+    o.persistent = p;
+    return plan_memory(lowered(batch).tape, o);
+  };
+  ModelStateDecision d = weigh_model_states(policy, batch, candidates);
+  if (d.chosen >= 0) {
+    set_model_state(d.choice().state.choice);
+    return d;
+  }
+  // Nothing fits. Host memory short while the device would hold it: name both numbers.
+  for (const ModelStateOption& o : d.options) {
+    if (o.why_not.rfind("memory.host_limit", 0) == 0) {
+      bool device_fits = true;
+      try {
+        (void)plan_with(o.state.persistent(inputs_.buffers));
+      } catch (const ConfigError&) {
+        device_fits = false;
+      }
+      if (device_fits) {
+        throw ConfigError(o.why_not,
+                          fmt::format("raise memory.host_limit to at least {}",
+                                      format_bytes(o.state.host_bytes() + o.plan.host_bytes)));
+      }
+    }
+  }
+  // The smallest budget that fits with the least model state there is.
+  const ModelState least = ferry::model_state(
+      inputs_, {inputs_.ranks > 1 ? ZeroStage::k2 : ZeroStage::k0, OptimizerPlacement::kHost});
+  PlanOptions o = options(MemoryPolicy::kAuto, 0);
+  o.persistent = least.persistent(inputs_.buffers);
+  const Tape& tape = lowered(batch).tape;
+  uint64_t good = plan_memory(tape, o).peak_bytes();
+  uint64_t bad = plan_memory(tape, o).lower_bound - 1;
+  while (good - bad > (uint64_t{1} << 20)) {
+    const uint64_t mid = bad + (good - bad) / 2;
+    o.budget = mid;
+    try {
+      (void)plan_memory(tape, o);
+      good = mid;
+    } catch (const ConfigError&) {
+      bad = mid;
+    }
+  }
+  const bool tried_least =
+      std::find(candidates.begin(), candidates.end(), least.choice) != candidates.end();
+  if (!tried_least) {
+    throw BudgetError(
+        fmt::format("{} does not fit: {}", describe(d.options.back().state.choice),
+                    d.options.back().why_not),
+        fmt::format("memory.zero 2 with memory.optimizer host fits it in {} (or use auto); or "
+                    "raise memory.budget",
+                    format_bytes(good)));
+  }
+  throw BudgetError(
+      fmt::format("memory.budget {} is too small for {} at batch {} on {} rank{} even with "
+                  "memory.zero 2, memory.optimizer host and memory.policy auto: the smallest "
+                  "budget that fits is {}",
+                  format_bytes(config_.memory.budget), config_.model.name, batch, inputs_.ranks,
+                  inputs_.ranks == 1 ? "" : "s", format_bytes(good)),
+      fmt::format("raise memory.budget to at least {}, or lower data.batch_size",
+                  format_bytes(good)));
 }
 
 void OfflinePlanner::set_static_input(const Shape& input) {

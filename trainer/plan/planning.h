@@ -14,6 +14,7 @@
 #include "trainer/config/config.h"
 #include "trainer/configured/options.h"
 #include "trainer/exec/lower.h"
+#include "trainer/plan/model_state.h"
 
 namespace ferry {
 
@@ -55,6 +56,32 @@ class OfflinePlanner {
   }
   const CostModel& cost() const { return cost_; }
 
+  // Plans for a job of `ranks` data-parallel ranks (trainer plan --ranks; default 1): the model
+  // state per rank of memory.zero and memory.optimizer (Note [Model state per rank]).
+  void set_ranks(int ranks);
+  // Plan the model state training allocates on this build (ModelStateInputs::whole_gradients).
+  void set_whole_gradients(bool on) {
+    inputs_.whole_gradients = on;
+    set_ranks(inputs_.ranks);
+  }
+  int ranks() const { return inputs_.ranks; }
+  const ModelStateInputs& model_state_inputs() const { return inputs_; }
+  // The model state every later plan holds (persistent()); set_ranks resets it to the config's
+  // when memory.zero and memory.optimizer name one, else to zero 0 + device until resolved.
+  void set_model_state(const ModelStateChoice& choice);
+  const ModelState& model_state() const { return state_; }
+  // Weighs every combination memory.zero and memory.optimizer allow at `batch` under `policy`
+  // (auto's choice), adopts the chosen one, and returns the decision. When none fits: a
+  // BudgetError naming the smallest budget that fits with zero 2 and the host optimizer (or the
+  // host-limit line when only host memory is short).
+  ModelStateDecision resolve_model_state(MemoryPolicy policy, int64_t batch);
+  // choose_model_state over `candidates` with this planner's plans and cost model; adopts nothing.
+  ModelStateDecision weigh_model_states(MemoryPolicy policy, int64_t batch,
+                                        const std::vector<ModelStateChoice>& candidates);
+  // Seconds a step spends on model state beyond its memory plan (model_state_seconds with this
+  // planner's cost model).
+  double model_state_seconds(const ModelState& s) const;
+
   bool substituted() const { return !substitute_.empty(); }
   // What stands in for the backend's kernels, in words; empty when they answer themselves.
   const std::string& substitute() const { return substitute_; }
@@ -73,6 +100,8 @@ class OfflinePlanner {
   std::unique_ptr<Kernels> kernels_;
   std::string substitute_;
   PersistentBytes persistent_;
+  ModelStateInputs inputs_;
+  ModelState state_;
   CostModel cost_;
   std::map<int64_t, std::unique_ptr<Lowered>> tapes_;
   std::map<std::vector<int64_t>, std::unique_ptr<Lowered>> shaped_tapes_;

@@ -2,6 +2,9 @@
 #include "trainer/session/session.h"
 #include "trainer/configured/model.h"
 
+#include <fmt/format.h>
+
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/shm_names.h"
 #include "device/backend_traits.h"
@@ -10,6 +13,7 @@
 #include "trainer/configured/options.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/plan/assumed_link.h"
+#include "trainer/plan/planning.h"
 
 #include <algorithm>
 #include <array>
@@ -58,6 +62,48 @@ LinkPathOptions link_path(const Config& config, const RankInfo& ranks,
 }
 
 }  // namespace
+
+// Note [Model state per rank] (trainer/plan/model_state.h): the stage and placement, auto
+// resolved by the planner for this job's rank count with what this build allocates.
+StoreLayout Session::resolve_model_state(const Config& config, const RankInfo& ranks) {
+  model_state_ = {config.memory.zero, config.memory.optimizer};
+  const bool automatic = config.memory.zero == ZeroStage::kAuto ||
+                         config.memory.optimizer == OptimizerPlacement::kAuto;
+  OfflinePlanner planner(config);
+  planner.set_whole_gradients(true);
+  planner.set_ranks(ranks.size);
+  if (automatic) {
+    model_state_ = planner.resolve_model_state(config.memory.policy, config.data.batch_size)
+                       .choice()
+                       .state.choice;
+  }
+  const ModelState state = ferry::model_state(planner.model_state_inputs(), model_state_);
+  StoreLayout layout;
+  layout.ranks = ranks.size;
+  layout.rank = ranks.rank;
+  const bool sharded = model_state_.zero != ZeroStage::k0 && ranks.size > 1;
+  if (sharded) {
+    layout.shard_floats = static_cast<int64_t>(state.shard_floats);
+    layout.shard_optimizer = true;
+  }
+  layout.host_optimizer = model_state_.optimizer == OptimizerPlacement::kHost;
+  if (model_state_ != ModelStateChoice{} || automatic) {
+    model_state_line_ = fmt::format(
+        "state    {}{} on {} rank{}: per rank weights {}, gradients {}, optimizer {} on the "
+        "device, "
+        "{} on the host{}",
+        describe(model_state_), automatic ? " (auto)" : "", ranks.size, ranks.size == 1 ? "" : "s",
+        format_bytes(state.weights), format_bytes(state.gradients), format_bytes(state.optimizer),
+        format_bytes(state.host_bytes()),
+        model_state_.zero != ZeroStage::k0 && ranks.size == 1
+            ? "; memory.zero on one rank changes nothing (every shard is the whole block)"
+        : model_state_.zero == ZeroStage::k2
+            ? "; zero 2 keeps the whole gradient block on this build (backward writes gradients "
+              "in place)"
+            : "");
+  }
+  return layout;
+}
 
 Session::Session(const Config& config, const RankInfo& ranks, bool training,
                  std::optional<RankPlacement> placed)
@@ -109,8 +155,19 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   }
   const OptimizerOptions opt = optimizer_options(config);
   // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.
+  const StoreLayout layout = training ? resolve_model_state(config, ranks) : StoreLayout{};
+  // Accumulating into a shard (zero 2) or beside a host optimizer is not built yet: refused
+  // rather than left untested.
+  if (training && config.optim.accumulate > 1 &&
+      (layout.shard_optimizer || layout.host_optimizer)) {
+    throw ConfigError(
+        fmt::format(
+            "optim.accumulate {} with {} is not supported yet", config.optim.accumulate,
+            layout.host_optimizer ? "memory.optimizer host" : "a sharded memory.zero (1 or 2)"),
+        "use optim.accumulate: 1, or memory.zero: 0 with memory.optimizer: device");
+  }
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0,
-                                            training && config.optim.accumulate > 1);
+                                            layout, training && config.optim.accumulate > 1);
   store_->initialize(graph_, config.run.seed);
   if (!config.model.init_from.empty()) {
     load_weights(config.model.init_from, *store_,
@@ -211,7 +268,7 @@ std::vector<LinkUsage> Session::link_usage() const {
 }
 
 GradientBuckets& Session::buckets(const HostBatch& batch) {
-  if (buckets_) return *buckets_;
+  if (active_buckets_) return *active_buckets_;
   // Buckets follow the order backward writes gradients in, the same on every rank (and for
   // every input shape: the graph's order does not depend on it).
   const Program& program = batch.shape.rank() > 0 ? executor_->program(batch.shape, true)
@@ -237,13 +294,26 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
   std::vector<GradSlice> slices;
   for (const auto& e : store_->params())
     slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
-  buckets_ = std::make_unique<GradientBuckets>(*comm_, *device_, store_->grad_block(),
-                                               std::move(slices), options);
-  listener_ = std::make_unique<BucketListener>(buckets_.get());
+  const bool sharded = model_state_.zero != ZeroStage::k0 && ranks_.size > 1;
+  if (sharded || model_state_.optimizer == OptimizerPlacement::kHost) {
+    ModelStateStepOptions o;
+    o.shard = sharded;
+    o.reduce_in_backward = model_state_.zero == ZeroStage::k2;
+    o.host = model_state_.optimizer == OptimizerPlacement::kHost;
+    o.bucket_bytes = options.bucket_bytes;
+    state_step_ = std::make_unique<ModelStateStep>(*comm_, *device_, *store_, *optimizer_,
+                                                   std::move(slices), options, o);
+    active_buckets_ = &state_step_->buckets();
+  } else {
+    buckets_ = std::make_unique<GradientBuckets>(*comm_, *device_, store_->grad_block(),
+                                                 std::move(slices), options);
+    active_buckets_ = buckets_.get();
+  }
+  listener_ = std::make_unique<BucketListener>(active_buckets_);
   if (store_->accumulation_block()) {
     accumulation_ = std::make_unique<GradientAccumulation>(*device_, *store_, *listener_);
   }
-  return *buckets_;
+  return *active_buckets_;
 }
 
 void Session::forward_backward(const HostBatch& batch, uint64_t step, const MicroBatch& micro) {
@@ -263,12 +333,14 @@ void Session::forward_backward(const HostBatch& batch, uint64_t step, const Micr
 void Session::reduce_gradients() {
   FERRY_ASSERT(micro_.last(), "reduce_gradients before the update's last micro-batch");
   if (micro_.count > 1) accumulation_->fold_rest();
+  if (state_step_) return state_step_->reduce(device_->stream(StreamKind::kCompute));
   buckets_->finish(device_->stream(StreamKind::kCompute));
 }
 
 // After reduce_gradients, on the stream it ordered (Note [Clipping after the all-reduce] in
 // trainer/optim/optimizer.cc).
 void Session::update(float lr) {
+  if (state_step_) return state_step_->update(lr);
   optimizer_->step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
 }
 
@@ -277,7 +349,42 @@ const float* Session::grad_norm_sq() const {
 }
 
 std::vector<BucketSpan> Session::reduce_spans() const {
-  return buckets_ ? buckets_->spans() : std::vector<BucketSpan>{};
+  return active_buckets_ ? active_buckets_->spans() : std::vector<BucketSpan>{};
+}
+
+// Note [One file for every shard]
+// A checkpoint holds the whole optimizer state under today's names, whatever memory.zero and
+// memory.optimizer were: before a save, every rank broadcasts its shard (host broadcasts, so the
+// state never needs a whole-block buffer on a device) and each assembles the image, of which rank
+// 0 writes the file; on load every rank reads the whole file into the image and keeps its own
+// shard. So a run resumes under another rank count, stage or placement.
+void Session::gather_optimizer_state() {
+  if (store_->whole_optimizer_on_device()) return;
+  const int slots = store_->optimizer_slots();
+  const int64_t floats = store_->param_floats();
+  const int64_t shard = store_->layout().shard_optimizer ? store_->layout().shard_floats : floats;
+  ParameterStore::OptimizerImage image(static_cast<size_t>(slots),
+                                       std::vector<float>(static_cast<size_t>(floats)));
+  for (int s = 0; s < slots; ++s) {
+    const std::vector<float> mine = store_->read_local_optimizer(s);
+    const int owners = store_->layout().shard_optimizer ? ranks_.size : 1;
+    for (int r = 0; r < owners; ++r) {
+      const int64_t begin = std::min(r * shard, floats), end = std::min(begin + shard, floats);
+      float* at = image[static_cast<size_t>(s)].data() + begin;
+      if (r == ranks_.rank || owners == 1) std::copy(mine.begin(), mine.end(), at);
+      if (owners > 1 && end > begin)
+        comm_->broadcast_host(at, static_cast<uint64_t>(end - begin) * sizeof(float), r);
+    }
+  }
+  store_->set_optimizer_image(std::move(image));
+}
+
+void Session::scatter_optimizer_state() {
+  if (store_->whole_optimizer_on_device() || !store_->has_optimizer_image()) return;
+  const ParameterStore::OptimizerImage image = store_->take_optimizer_image();
+  for (int s = 0; s < store_->optimizer_slots(); ++s)
+    store_->write_local_optimizer(s, image[static_cast<size_t>(s)].data() + store_->update_begin());
+  if (state_step_) state_step_->weights_changed();
 }
 
 std::vector<std::string> Session::optimizer_slot_names() const {

@@ -17,8 +17,10 @@
 #include "trainer/exec/executor.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/model/graph.h"
+#include "trainer/optim/model_state_step.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/plan/device_profile.h"
+#include "trainer/plan/model_state.h"
 #include "trainer/session/accumulation.h"
 #include "trainer/session/rank_placement.h"
 
@@ -48,6 +50,18 @@ class Session {
   // The graph at the configured batch size (layer names, parameter list).
   const Graph& graph() const { return graph_; }
   std::vector<std::string> optimizer_slot_names() const;
+  // The model state this rank holds (memory.zero, memory.optimizer, auto resolved), and the
+  // banner's line about it (empty for zero 0 + device).
+  const ModelStateChoice& model_state() const { return model_state_; }
+  const std::string& model_state_line() const { return model_state_line_; }
+  // The sharded or host reduce-and-update, or null (zero 0 + device: GradientBuckets and
+  // Optimizer::step).
+  ModelStateStep* model_state_step() { return state_step_.get(); }
+  // Optimizer state of a sharded or host store: every rank's shard assembled into the store's
+  // optimizer image (collective: every rank calls it; before save_checkpoint), and after
+  // load_checkpoint this rank's shard taken from it.
+  void gather_optimizer_state();
+  void scatter_optimizer_state();
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
 
@@ -76,6 +90,8 @@ class Session {
 
  private:
   GradientBuckets& buckets(const HostBatch& batch);
+  // Sets model_state_ and its banner line; the store's layout for it.
+  StoreLayout resolve_model_state(const Config& config, const RankInfo& ranks);
   // The node's shared link ledger, one per topology for every job of this user: each rank
   // attaches it under its job's token (drawn by rank 0), creating it when it is the first
   // (Note [Link ledger lifetime]).
@@ -95,6 +111,10 @@ class Session {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ModelStateStep> state_step_;
+  GradientBuckets* active_buckets_ = nullptr;
+  ModelStateChoice model_state_;
+  std::string model_state_line_;
   std::unique_ptr<GradientListener> listener_;
   std::unique_ptr<GradientAccumulation> accumulation_;  // optim.accumulate > 1
   MicroBatch micro_;                                    // the current micro-batch

@@ -367,6 +367,7 @@ TrainingState resume(const Config& config, Session& session, RankLog& log, const
   TrainingState state{0, 0, 0, config.run.seed, config.model.name, shape};
   if (start.resume.empty()) return state;
   state = load_checkpoint(start.resume, session.store(), session.optimizer_slot_names(), shape);
+  session.scatter_optimizer_state();  // Note [One file for every shard] in session.cc
   if (!state.unchecked.empty()) {
     log.print("resume   {} records no {} (an older checkpoint): not checked", start.resume,
               fmt::join(state.unchecked, ", "));
@@ -489,7 +490,11 @@ TrainResult run(const Config& config, Session& session, RankLog& log, const RunS
     }
     if (traced) books.trace(step);
     if (logging) books.log(step, lr, input);
-    if (checkpointing && ranks.is_root()) save_step_checkpoint(config, session, loader, step, log);
+    if (checkpointing) {
+      session.gather_optimizer_state();  // Note [One file for every shard] (collective)
+      if (ranks.is_root()) save_step_checkpoint(config, session, loader, step, log);
+      (void)session.store().take_optimizer_image();
+    }
   }
   for (const std::string& w : dataset->take_warnings()) log.print("{}", w);
   if (dataset->skipped() > 0) {

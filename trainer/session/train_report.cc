@@ -77,6 +77,7 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
   log.print("dtypes   precision {}, all-reduce in {}; the step's tensors: {}",
             to_string(config.device.precision), to_string(config.comm.dtype),
             dtype_bytes_text(tape_dtype_bytes(plan.tape)));
+  if (!session.model_state_line().empty()) log.line(session.model_state_line());
   const OptimizerOptions& opt = session.optimizer().options();
   const size_t runs = decay_runs(session.store().params(), session.store().param_floats(),
                                  opt.decay, opt.weight_decay)

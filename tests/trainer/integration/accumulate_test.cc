@@ -252,5 +252,12 @@ TEST(Accumulate, ZeroOrNegativeIsRefusedWithExit2) {
   }
 }
 
+// Accumulating beside the host optimizer (or into a ZeRO shard) is not built: one line, exit 2.
+TEST(Accumulate, WithTheHostOptimizerIsRefusedWithExit2) {
+  const std::string dir = scratch("acc_host");
+  const Exit e = run(trainer() + lenet_args(dir) + " optim.accumulate=2 memory.optimizer=host");
+  expect_user_error(e, "optim.accumulate 2 with memory.optimizer host is not supported yet");
+}
+
 }  // namespace
 }  // namespace ferry::testing

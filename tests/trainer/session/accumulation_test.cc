@@ -35,7 +35,8 @@ class Accumulation : public ::testing::Test {
     options.memory = uint64_t{64} << 20;
     device_ = create_device(options);
     graph_ = build_model("lenet5", Shape{1, 3, 32, 32}, 10);
-    store_ = std::make_unique<ParameterStore>(*device_, graph_, 0, /*accumulation=*/true);
+    store_ =
+        std::make_unique<ParameterStore>(*device_, graph_, 0, StoreLayout{}, /*accumulation=*/true);
     store_->initialize(graph_, 1);
   }
 
@@ -161,7 +162,7 @@ TEST(ParameterStoreBytes, TheAccumulationBlockIsPlannedAsGradients) {
   DeviceOptions options;
   options.memory = uint64_t{64} << 20;
   auto device = create_device(options);
-  const ParameterStore store(*device, g, 1, /*accumulation=*/true);
+  const ParameterStore store(*device, g, 1, StoreLayout{}, /*accumulation=*/true);
   EXPECT_EQ(store.bytes().gradients, two.gradients) << "allocated as planned";
   EXPECT_NE(store.accumulation_block(), nullptr);
   EXPECT_EQ(ParameterStore(*device, g, 1).accumulation_block(), nullptr);
