@@ -209,10 +209,19 @@ StateReport weigh_states(const Config& config, OfflinePlanner& planner, int64_t 
   r.all = planner.weigh_model_states(
       config.memory.policy, batch,
       model_state_candidates(ZeroStage::kAuto, OptimizerPlacement::kAuto));
-  try {
-    planner.resolve_model_state(config.memory.policy, batch);
-  } catch (const ConfigError& e) {
-    r.error = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+  // When no combination fits, the smallest budget that would (a bisection of auto plans, minutes
+  // for a deep network) is training's refusal to name, not the plan table's.
+  if (r.all.chosen < 0) {
+    r.error = fmt::format(
+        "no memory.zero / memory.optimizer combination fits memory.budget under memory.policy "
+        "{} (trainer train names the smallest budget that fits)",
+        std::string(policy_name(config.memory.policy)));
+  } else {
+    try {
+      planner.resolve_model_state(config.memory.policy, batch);
+    } catch (const ConfigError& e) {
+      r.error = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+    }
   }
   r.chosen = describe(planner.model_state().choice);
   if (planner.ranks() == 1 &&

@@ -29,6 +29,9 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
                                            config.device.precision);
   inputs_.param_bytes = persistent_.weights;
   inputs_.buffers = persistent_.buffers;
+  // What the model state's formula leaves out: bf16's working weights and the accumulation block.
+  working_weights_ = persistent_.working_weights;
+  accumulation_bytes_ = persistent_.gradients - persistent_.weights;
   inputs_.slots = slots;
   inputs_.bucket_bytes = static_cast<uint64_t>(config.comm.bucket_mb * 1048576.0);
   for (TensorId id : graph.params()) {
@@ -50,6 +53,8 @@ void OfflinePlanner::set_ranks(int ranks) {
 void OfflinePlanner::set_model_state(const ModelStateChoice& choice) {
   state_ = ferry::model_state(inputs_, choice);
   persistent_ = state_.persistent(inputs_.buffers);
+  persistent_.working_weights = working_weights_;
+  persistent_.gradients += accumulation_bytes_;
   static_.reset();
 }
 
