@@ -23,8 +23,6 @@ namespace ferry {
 struct BucketOptions {
   uint64_t bucket_bytes = uint64_t{25} << 20;  // comm.bucket_mb (default 25 MiB)
   bool overlap = true;  // comm.overlap: false reduces every bucket in finish(), after backward
-  // comm.dtype: the format buckets cross the wire in (kBF16: summed into fp32 gradients).
-  DType wire_dtype = DType::kF32;
   // The order backward produces the gradients (a permutation of the parameters); empty: the
   // reverse of the table's order. Must be the same on every rank.
   std::vector<size_t> order;
@@ -34,6 +32,8 @@ struct BucketOptions {
   // The collective of one range of the block (floats from the block's start, and count); empty:
   // all_reduce_mean. memory.zero 1 and 2 reduce-scatter instead (trainer/optim/model_state_step.h).
   std::function<CommWork(float* block, int64_t offset, int64_t count, Stream& after)> reduce;
+  // comm.dtype: the format buckets cross the wire in (kBF16: summed into fp32 gradients).
+  DType wire_dtype = DType::kF32;
 };
 
 // The host-clock span of one bucket's all-reduce in the last step, for traces.
