@@ -320,11 +320,9 @@ void check_swiglu_forward(const SwigluForward& a) {
 void check_swiglu_backward(const SwigluBackward& a) {
   check_element_count(a.n, "swiglu_backward");
   if (a.n > 0) {
-    check_operands("swiglu_backward", {{"gate", a.gate},
-                                       {"up", a.up},
-                                       {"dy", a.dy},
-                                       {"dgate", a.dgate},
-                                       {"dup", a.dup}});
+    check_operands(
+        "swiglu_backward",
+        {{"gate", a.gate}, {"up", a.up}, {"dy", a.dy}, {"dgate", a.dgate}, {"dup", a.dup}});
   }
 }
 

@@ -441,7 +441,7 @@ std::string kernel_key(const KernelArgs& args) {
         } else if constexpr (std::is_same_v<T, RopeQkvForward> ||
                              std::is_same_v<T, RopeQkvBackward>) {
           k("n", a.g.n)("t", a.g.t)("heads", a.g.heads)("kv_heads", a.g.kv_heads)("d",
-                                                                                 a.g.head_dim);
+                                                                                  a.g.head_dim);
           if (a.segments != nullptr) k("segments", true);
         } else {
           k("n", a.n);

@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
   export_cmd->add_option("checkpoint", exp.checkpoint, "a checkpoint written by trainer train")
       ->required();
   export_cmd->add_option("out_dir", exp.out_dir, "the folder to write")->required();
-  export_cmd->add_option("--tokenizer", exp.tokenizer,
-                         "a folder whose tokenizer files (tokenizer.json, ...) to copy along (default: "
-                         "the model folder the run started from, when it holds tokenizer.json)");
+  export_cmd->add_option(
+      "--tokenizer", exp.tokenizer,
+      "a folder whose tokenizer files (tokenizer.json, ...) to copy along (default: "
+      "the model folder the run started from, when it holds tokenizer.json)");
 
   TrainArgs check;
   bool reference = false;

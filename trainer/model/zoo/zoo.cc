@@ -99,11 +99,12 @@ std::vector<Entry> make_registry() {
                    "LlamaForCausalLM"};
     r.push_back({std::move(info), nullptr});
   };
-  // name, layers, heads, width, vocab, context, dropout, fused attention, kv_heads, ffn, rope_theta,
-  // norm_eps, tied
+  // name, layers, heads, width, vocab, context, dropout, fused attention, kv_heads, ffn,
+  // rope_theta, norm_eps, tied
   llama("llama", "Llama (sizes: model.layers, model.kv_heads, model.ffn, ...)",
         {6, 6, 384, 32000, 2048, 0.0, true, 2, 1024, 10000.0, 1e-5, false});
-  llama("smollm-135m", "SmolLM-135M", {30, 9, 576, 49152, 2048, 0.0, true, 3, 1536, 10000.0, 1e-5, true});
+  llama("smollm-135m", "SmolLM-135M",
+        {30, 9, 576, 49152, 2048, 0.0, true, 3, 1536, 10000.0, 1e-5, true});
   llama("tinyllama-1.1b", "TinyLlama-1.1B",
         {22, 32, 2048, 32000, 2048, 0.0, true, 4, 5632, 10000.0, 1e-5, false});
   return r;
