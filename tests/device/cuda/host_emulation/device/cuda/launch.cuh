@@ -8,11 +8,12 @@
 #include <cuda_runtime_api.h>  // types only (cudaStream_t); nothing here calls the runtime
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -43,7 +44,38 @@ struct Dim3 {
 };
 inline Dim3 block_idx, block_dim, grid_dim;
 inline thread_local Dim3 thread_idx;
-inline std::unique_ptr<std::barrier<>> block_barrier;
+
+// Note [The emulated __syncthreads]
+// A barrier of one block's threads on a mutex and a condition variable, each phase counted by a
+// generation. Not std::barrier: GCC 12's libstdc++ builds it on atomic wait/notify, whose
+// waits can miss a notification (races fixed in later libstdc++), the suspected cause of the
+// emulated parity suite's rare hangs under load (a test of 0.8 s killed at 120 s).
+class BlockBarrier {
+ public:
+  explicit BlockBarrier(unsigned int threads) : threads_(threads) {}
+
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const unsigned long long generation = generation_;
+    if (++arrived_ == threads_) {
+      arrived_ = 0;
+      ++generation_;
+      lock.unlock();
+      woken_.notify_all();
+      return;
+    }
+    woken_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable woken_;
+  const unsigned int threads_;
+  unsigned int arrived_ = 0;
+  unsigned long long generation_ = 0;
+};
+
+inline std::unique_ptr<BlockBarrier> block_barrier;
 
 }  // namespace ferry::cuda::emulation
 
@@ -87,7 +119,7 @@ template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), unsigned int blocks, unsigned int threads,
                    cudaStream_t, Args... args) {
   const unsigned int t = std::min(threads, kEmulatedThreads);
-  emulation::block_barrier = std::make_unique<std::barrier<>>(t);
+  emulation::block_barrier = std::make_unique<emulation::BlockBarrier>(t);
   emulation::grid_dim.x = blocks;
   emulation::block_dim.x = t;
   for (unsigned int b = 0; b < blocks; ++b) {
