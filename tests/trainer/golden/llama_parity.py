@@ -29,6 +29,8 @@ import shutil
 import subprocess
 import sys
 
+from hf_common import close, mean_loss, run, windows, write_tokens
+
 SKIP = 77
 SEQ, BATCH, STEPS = 16, 4, 20
 LR, WD, CLIP = 3e-3, 0.1, 1.0
@@ -38,43 +40,6 @@ SHAPES = {
     "gqa": (2, 6, 2, 48, 80, False, 10000.0),
     "tied": (2, 4, 4, 64, 96, True, 500.0),
 }
-
-
-def write_tokens(path, tokens):
-    """llm.c's token file: 256 int32 (magic 20240520, version 1, count), then uint16 tokens."""
-    import numpy as np
-    header = np.zeros(256, dtype=np.int32)
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
-
-
-def windows(tokens, seq):
-    count = (len(tokens) - 1) // seq
-    return [(tokens[k * seq:k * seq + seq], tokens[k * seq + 1:k * seq + seq + 1])
-            for k in range(count)]
-
-
-def mean_loss(model, tokens, seq):
-    import torch
-    import torch.nn.functional as F
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for x, y in windows(tokens, seq):
-            logits = model(torch.tensor([x])).logits[0]
-            total += F.cross_entropy(logits.double(), torch.tensor(y), reduction="sum").item()
-            count += len(y)
-    return total / count
-
-
-def run(cmd, **kw):
-    print("+", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, check=True, **kw)
-
-
-def close(a, b, rtol):
-    return abs(a - b) <= rtol * max(abs(b), 1e-12)
 
 
 def llama_keys(shape):
