@@ -211,6 +211,7 @@ class NcclCommunicator final : public Communicator {
 
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
+    count_all_reduce_bytes(static_cast<uint64_t>(count) * sizeof(float));
     return launch("all-reduce", after, [&](cudaStream_t stream) {
       NCCL_CHECK(
           ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclAvg, comm_, stream));

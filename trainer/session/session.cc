@@ -295,6 +295,12 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
   for (const auto& e : store_->params())
     slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
   const bool sharded = model_state_.zero != ZeroStage::k0 && ranks_.size > 1;
+  if (sharded && options.wire_dtype != DType::kF32) {
+    throw ConfigError(fmt::format("comm.dtype: bf16 all-reduces in bf16, but memory.zero {} "
+                                  "reduce-scatters the gradients, which runs in fp32 only",
+                                  static_cast<int>(model_state_.zero)),
+                      "set comm.dtype=fp32, or memory.zero=0");
+  }
   if (sharded || model_state_.optimizer == OptimizerPlacement::kHost) {
     ModelStateStepOptions o;
     o.shard = sharded;
