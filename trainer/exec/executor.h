@@ -212,6 +212,11 @@ class Executor {
   void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed);
   void after_step(Program& p, int s);
   void poison(const Program& p, int tensor, const Residency& r);
+  // NaN-fills `bytes` at `ptr` as `dtype` elements (bf16 NaN in each half of a bf16 tensor).
+  void poison_bytes(void* ptr, uint64_t bytes, DType dtype);
+  // The batch's input as the graph's input tensor holds it: as given, or narrowed to bf16 into
+  // staged_input_ (Note [Which tensors are bf16] in trainer/model/precision.h).
+  const void* input_bytes(const HostBatch& batch, const TensorDesc& desc);
   Event& step_event();
 
   // Destroyed in reverse order, after ~Executor has synchronized the device: the programs
@@ -224,6 +229,7 @@ class Executor {
   DeviceBuffer arena_;
   std::function<void(uint64_t)> arena_listener_;
   std::unique_ptr<Event> upload_done_;
+  std::vector<uint16_t> staged_input_;  // a bf16 input's host bits, until upload_done_
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
   StepMetrics host_metrics_;

@@ -11,6 +11,7 @@
 #include "links/link_capacities.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/configured/options.h"
+#include "trainer/exec/step_kernels.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/plan/assumed_link.h"
 #include "trainer/plan/planning.h"
@@ -146,12 +147,17 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   d.arbiter = arbiter_;
   device_ = create_device(d);
   if (config.device.precision == Precision::kBf16) {
-    // The device accepted bf16 (create_device checked the CPU or GPU); the bf16 kernels and the
-    // fp32-master runtime are not in this build yet. Planning (trainer plan, simulate) works.
-    throw UnsupportedError(
-        "device.precision: bf16 training is not implemented yet (trainer plan "
-        "and trainer simulate plan bf16)",
-        "set device.precision=fp32 to train");
+    // The device accepted bf16 (create_device checked the CPU or GPU); each of the model's bf16
+    // steps must find its kernels in bf16 storage too, or the run stops here, before step 1.
+    const Lowered lowered = lower_graph(graph_, device_->kernels(), training);
+    const std::string missing = missing_bf16_kernel(graph_, lowered, device_->kernels());
+    if (!missing.empty()) {
+      throw UnsupportedError(
+          fmt::format("device.precision: bf16 needs a bf16 {} kernel for model '{}', which the "
+                      "{} backend does not have yet",
+                      missing, config.model.name, backend_name(d.backend)),
+          "set device.precision=fp32 for this model");
+    }
   }
   const OptimizerOptions opt = optimizer_options(config);
   // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.
@@ -167,7 +173,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
         "use optim.accumulate: 1, or memory.zero: 0 with memory.optimizer: device");
   }
   store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0,
-                                            layout, training && config.optim.accumulate > 1);
+                                            layout, training && config.optim.accumulate > 1,
+                                            config.device.precision);
   store_->initialize(graph_, config.run.seed);
   if (!config.model.init_from.empty()) {
     load_weights(config.model.init_from, *store_,
@@ -346,6 +353,8 @@ void Session::reduce_gradients() {
 // After reduce_gradients, on the stream it ordered (Note [Clipping after the all-reduce] in
 // trainer/optim/optimizer.cc).
 void Session::update(float lr) {
+  // Note [The bf16 working copy]: the next step narrows the updated weights once.
+  store_->mark_weights_changed();
   if (state_step_) return state_step_->update(lr);
   optimizer_->step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
 }
