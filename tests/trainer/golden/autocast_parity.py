@@ -68,9 +68,9 @@ def resnet_case(args, torch, np):
 
     ferry = ["model.name=resnet18_cifar", "data.source=cifar10", f"data.path={data}",
              f"data.batch_size={batch}"]
-    optim = (["optim.name=sgd", "optim.lr=0.05", "optim.momentum=0.9",
+    optim = (["optim.name=sgd", "optim.lr=0.01", "optim.momentum=0.9",
               "optim.weight_decay=5e-4", "optim.decay=all"],
-             lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4))
+             lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4))
     return model, batches, loss_of, ferry, optim, None
 
 
@@ -227,9 +227,12 @@ def main():
         c = cosine(ours, g)
         if c < worst:
             worst, worst_name = c, name
+        floor, c32 = cosine(g, fp32_grads[name]), cosine(ours, fp32_grads[name])
+        print(f"  {name}: cosine to autocast {c:.6f}, to fp32 {c32:.6f}; autocast to fp32 "
+              f"{floor:.6f}")
         if c < COSINE:
             failures.append(f"{name}: gradient cosine {c:.6f} < {COSINE} "
-                            f"(vs fp32's: {cosine(ours, fp32_grads[name]):.6f})")
+                            f"(to fp32's: {c32:.6f}; autocast's to fp32's: {floor:.6f})")
     print(f"gradients: {len(ref_grads)} tensors, lowest cosine {worst:.6f} ({worst_name})")
 
     # 3. Twenty steps of the run's optimizer.
