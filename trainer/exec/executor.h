@@ -195,6 +195,9 @@ class Executor {
   // `trace` (when its metrics are read). nullptr stops tracing.
   void set_trace(StepTrace* trace);
   const TransferStats& transfer_stats() const { return transfers_.stats(); }
+  // The transfer engine, which the host optimizer's copies share with the offloads (Note [Host
+  // copies on the links] in trainer/optim/model_state_step.h).
+  TransferEngine& transfers() { return transfers_; }
   // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
   // resolved: for spans measured on the host, such as all-reduces.
   double trace_time_us(int64_t steady_ns) const { return tracer_.time_us(steady_ns); }
