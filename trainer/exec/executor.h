@@ -76,6 +76,8 @@ namespace ferry {
 //     run_step binds the second stretch's address into the op's OpIo and calls its backward.
 //     The next training step offloads the tensor again; its copy is ordered after this fetch
 //     on the device, without a host wait.
+// memory.optimizer host's gradient and weight copies take steps 4-6 as well, through the same
+// engine and scheduler (Note [Host copies on the links] in trainer/optim/model_state_step.h).
 
 // One batch in pinned host memory, uploaded byte for byte into the graph's input and labels
 // tensors (their sizes come from the graph; Note [Sample layout] in trainer/data/dataset.h).
@@ -195,6 +197,9 @@ class Executor {
   // `trace` (when its metrics are read). nullptr stops tracing.
   void set_trace(StepTrace* trace);
   const TransferStats& transfer_stats() const { return transfers_.stats(); }
+  // The transfer engine, which the host optimizer's copies share with the offloads (Note [Host
+  // copies on the links] in trainer/optim/model_state_step.h).
+  TransferEngine& transfers() { return transfers_; }
   // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
   // resolved: for spans measured on the host, such as all-reduces.
   double trace_time_us(int64_t steady_ns) const { return tracer_.time_us(steady_ns); }

@@ -107,22 +107,22 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   }
   for (int s = 0; s < optimizer_slots; ++s) {
     if (layout_.host_optimizer) {
-      host_state_.emplace_back(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+      host_state_.emplace_back(device.pinned(), update_end_ - update_begin_);
     } else {
       optimizer_blocks_.emplace_back(heap, unit, fmt::format("optimizer state {}", s));
     }
   }
   if (layout_.host_optimizer) {
-    host_params_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
-    host_grads_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+    host_params_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
+    host_grads_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
   metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
 }
 
 uint64_t ParameterStore::host_bytes() const {
-  uint64_t b = (host_params_.size() + host_grads_.size()) * sizeof(float);
-  for (const auto& s : host_state_) b += s.size() * sizeof(float);
+  uint64_t b = host_params_.bytes() + host_grads_.bytes();
+  for (const auto& s : host_state_) b += s.bytes();
   return b;
 }
 
@@ -262,8 +262,11 @@ void ParameterStore::write_optimizer(int slot, size_t i, const void* data) {
 
 std::vector<float> ParameterStore::read_local_optimizer(int slot) const {
   const auto n = static_cast<size_t>(update_end_ - update_begin_);
-  if (layout_.host_optimizer) return host_state_[slot];
   std::vector<float> out(n);
+  if (layout_.host_optimizer) {
+    std::memcpy(out.data(), host_state_[slot].data(), n * sizeof(float));
+    return out;
+  }
   const std::vector<std::byte> bytes = read(optimizer_blocks_[slot].data(), n * sizeof(float));
   std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;

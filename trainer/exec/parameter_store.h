@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/pinned_floats.h"
 #include "prefetch/plan.h"
 #include "trainer/model/graph.h"
 
@@ -88,7 +89,10 @@ class ParameterStore {
     return !layout_.shard_optimizer && !layout_.host_optimizer;
   }
   // memory.optimizer host: the host copies of this rank's weights and gradients the update works
-  // on (update_end() - update_begin() floats each).
+  // on (update_end() - update_begin() floats each). They and the host state are pinned blocks of
+  // the device's PinnedAllocator, bound to the rank's NUMA node where the session places host
+  // memory (DeviceOptions::place_host_memory), so the optimizer's copies cross only the GPU's own
+  // link.
   float* host_params() { return host_params_.data(); }
   float* host_grads() { return host_grads_.data(); }
   // Host bytes of the model state (memory.optimizer host): state, weights and gradients.
@@ -177,8 +181,8 @@ class ParameterStore {
   std::vector<DeviceBuffer> optimizer_blocks_;
   StoreLayout layout_;
   int64_t update_begin_ = 0, update_end_ = 0;
-  mutable std::vector<std::vector<float>> host_state_;  // memory.optimizer host
-  std::vector<float> host_params_, host_grads_;
+  std::vector<PinnedFloats> host_state_;  // memory.optimizer host
+  PinnedFloats host_params_, host_grads_;
   OptimizerImage image_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;

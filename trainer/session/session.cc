@@ -36,6 +36,27 @@ class BucketListener : public GradientListener {
   GradientBuckets* buckets_;
 };
 
+// Note [Host copies on the links] (trainer/optim/model_state_step.h): per parameter, the planned
+// seconds from its gradient's last write to the tape's end, and from the tape's start to the
+// first forward step that reads it.
+void host_copy_deadlines(const Program& p, const ParameterStore& store, ModelStateStepOptions& o) {
+  const size_t n = store.params().size(), steps = p.plan.tape.steps.size();
+  const double total = p.planned_start[steps];
+  o.gradient_deadline_s.assign(n, 0.0);
+  o.weight_deadline_s.assign(n, total);
+  std::vector<bool> read(n, false);
+  for (size_t s = 0; s < steps; ++s) {
+    for (size_t i : p.grads_written[s]) o.gradient_deadline_s[i] = total - p.planned_start[s + 1];
+    if (p.plan.tape.steps[s].phase != StepPhase::kForward) continue;
+    for (int slot : p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])].params) {
+      if (!is_persistent_slot(slot)) continue;
+      const size_t i = store.param_index(p.graph, persistent_id(slot));
+      if (!read[i]) o.weight_deadline_s[i] = p.planned_start[s];
+      read[i] = true;
+    }
+  }
+}
+
 CommBackendChoice comm_choice(CommBackend b) {
   switch (b) {
     case CommBackend::kMpi:
@@ -314,6 +335,10 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
     o.reduce_in_backward = model_state_.zero == ZeroStage::k2;
     o.host = model_state_.optimizer == OptimizerPlacement::kHost;
     o.bucket_bytes = options.bucket_bytes;
+    if (o.host) {
+      o.transfers = &executor_->transfers();
+      host_copy_deadlines(program, *store_, o);
+    }
     state_step_ = std::make_unique<ModelStateStep>(*comm_, *device_, *store_, *optimizer_,
                                                    std::move(slices), options, o);
     active_buckets_ = &state_step_->buckets();

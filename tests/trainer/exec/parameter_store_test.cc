@@ -1,13 +1,17 @@
-// The parameter store's bf16 working copy (Note [The bf16 working copy]): every weight rounded to
-// bf16 at half its offset, made once per update by the executor's next step, planned bytes equal
-// to the bytes held; an fp32 store has none.
+// The parameter store: its bf16 working copy (Note [The bf16 working copy]), every weight rounded
+// to bf16 once per update, planned bytes equal to the bytes held; and memory.optimizer host's
+// pinned host blocks, each placed on the rank's NUMA node before its first touch and zeroed.
 #include "trainer/exec/parameter_store.h"
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "device/bf16.h"
+#include "device/device.h"
 #include "tests/trainer/golden/golden_net.h"
 #include "trainer/exec/executor.h"
 #include "trainer/model/precision.h"
@@ -98,6 +102,62 @@ TEST(ParameterStore, AnFp32StoreHasNoWorkingCopy) {
   EXPECT_EQ(store.working_address(graph, graph.params()[0]), nullptr);
   store.refresh_working_weights(device->stream(StreamKind::kCompute));
   EXPECT_EQ(store.working_refreshes(), 0u);
+}
+
+struct Placed {
+  std::vector<std::pair<const char*, uint64_t>> blocks;  // [addr, addr + bytes) placed
+  // Whether [p, p + bytes) lies inside one placed block.
+  bool holds(const void* p, uint64_t bytes) const {
+    const auto* a = static_cast<const char*>(p);
+    for (const auto& [b, n] : blocks)
+      if (a >= b && a + bytes <= b + n) return true;
+    return false;
+  }
+};
+
+TEST(ParameterStore, HostOptimizerStateIsPinnedAndPlacedBeforeFirstTouch) {
+  auto placed = std::make_shared<Placed>();
+  DeviceOptions o;
+  o.memory = 64 << 20;
+  o.place_host_memory = [placed](void* addr, uint64_t bytes) {
+    placed->blocks.emplace_back(static_cast<const char*>(addr), bytes);
+  };
+  auto device = create_device(o);
+  const Graph g = build_golden_net(4);
+  for (const bool sharded : {false, true}) {
+    placed->blocks.clear();
+    StoreLayout layout;
+    layout.host_optimizer = true;
+    if (sharded) {
+      const int64_t floats =
+          static_cast<int64_t>(ParameterStore::plan_bytes(g, 2).weights / sizeof(float));
+      layout.ranks = 2;
+      layout.rank = 1;
+      layout.shard_floats = (floats + 31) / 32 * 16;
+      layout.shard_optimizer = true;
+    }
+    {
+      ParameterStore store(*device, g, /*optimizer_slots=*/2, layout);
+      const int64_t n = store.update_end() - store.update_begin();
+      ASSERT_GT(n, 0);
+      const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+      EXPECT_EQ(store.host_bytes(), 4 * bytes) << "weights, gradients and two moments";
+      ASSERT_EQ(placed->blocks.size(), 4u) << "one placed pinned block each";
+      EXPECT_TRUE(placed->holds(store.host_params(), bytes));
+      EXPECT_TRUE(placed->holds(store.host_grads(), bytes));
+      for (int s = 0; s < 2; ++s) {
+        EXPECT_TRUE(placed->holds(store.optimizer_block(s), bytes)) << s;
+        const std::vector<float> state = store.read_local_optimizer(s);
+        ASSERT_EQ(static_cast<int64_t>(state.size()), n);
+        for (float v : state) ASSERT_EQ(v, 0.0f);
+      }
+      // Not on the device: the device block holds no optimizer state.
+      EXPECT_EQ(store.bytes().optimizer, 0u);
+      std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+      store.write_local_optimizer(1, ones.data());
+      EXPECT_EQ(store.read_local_optimizer(1), ones);
+    }
+  }
 }
 
 }  // namespace
