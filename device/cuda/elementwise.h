@@ -7,12 +7,16 @@
 
 #include <cstdint>
 
+#include "device/dtype.h"
+
 namespace ferry::cuda {
 
-// y[i] = value for i in [0, n). Throws LibraryError when the launch fails.
-void launch_fill(float* y, int64_t n, float value, cudaStream_t stream);
+// y[i] = value for i in [0, n), n elements of `dtype` (kF32 or kBF16: the value rounded once).
+// Throws LibraryError when the launch fails.
+void launch_fill(float* y, int64_t n, float value, DType dtype, cudaStream_t stream);
 
-// y[i] *= alpha for i in [0, n). Throws LibraryError when the launch fails.
-void launch_scale(float* y, int64_t n, float alpha, cudaStream_t stream);
+// y[i] *= alpha for i in [0, n), in fp32 math on elements of `dtype` (kF32 or kBF16). Throws
+// LibraryError when the launch fails.
+void launch_scale(float* y, int64_t n, float alpha, DType dtype, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -45,7 +45,7 @@ uint64_t ones_bytes(bool bias, int64_t rows) {
 // The vector of `rows` ones after cuBLAS's `blas` bytes of ws, filled on `stream`.
 const float* ones_after(const Workspace& ws, uint64_t blas, int64_t rows, cudaStream_t stream) {
   float* ones = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + blas);
-  launch_fill(ones, rows, 1.0f, stream);
+  launch_fill(ones, rows, 1.0f, DType::kF32, stream);
   return ones;
 }
 

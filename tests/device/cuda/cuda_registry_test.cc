@@ -84,6 +84,26 @@ TEST(CudaKernels, SupportsEveryKernelOnFloat32Only) {
   EXPECT_EQ(kernels.workspace_bytes(SoftmaxCrossEntropyForward{}), 0u);
 }
 
+// bf16 storage (Note [bf16 storage in the CUDA kernels]): the kernels with a dtype field that
+// have a bf16 variant say so; the rest (the optimizers, copies, the fused attention core) are
+// fp32 only, and a launch that asks one of those kernels for bf16 is refused by name.
+TEST(CudaKernels, SupportsBf16StorageWhereAKernelHasIt) {
+  cuda::CudaKernels kernels(0);
+  for (const KernelKind kind :
+       {kernel_kind<ReluForward>(), kernel_kind<AddForward>(), kernel_kind<Accumulate>(),
+        kernel_kind<Fill>(), kernel_kind<Scale>(), kernel_kind<DropoutBackward>(),
+        kernel_kind<PoolForward>(), kernel_kind<AdaptiveAvgPoolBackward>(),
+        kernel_kind<BatchNormForwardTraining>(), kernel_kind<BatchNormBackward>(),
+        kernel_kind<SoftmaxCrossEntropyForward>(), kernel_kind<SoftmaxCrossEntropyBackward>()}) {
+    EXPECT_TRUE(kernels.supports(kind, DType::kBF16)) << kernel_name(kind);
+  }
+  for (const KernelKind kind : {kernel_kind<CopyDevice>(), kernel_kind<SgdUpdate>(),
+                                kernel_kind<AdamWUpdate>(), kernel_kind<FlashAttentionForward>(),
+                                kernel_kind<SumOfSquares>(), kernel_kind<RmsNormForward>()}) {
+    EXPECT_FALSE(kernels.supports(kind, DType::kBF16)) << kernel_name(kind);
+  }
+}
+
 // Geometry is checked before any GPU is touched, with the CPU backend's messages.
 TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   cuda::CudaKernels kernels(0);
