@@ -73,12 +73,17 @@ template <typename T>
 constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T> || is_attention<T>;
 
 // The kernels that run in bf16 storage (Note [bf16 storage in the CUDA kernels] in storage.cuh).
+// Convolutions (Note [Convolutions in bf16] in conv_cudnn.cc), linear layers (Note [Linear layers
+// in bf16] in linear_cublas.cc) and the attention core (Note [Attention in bf16] in
+// attention_cublas.cc) take their bf16 paths in the library classes.
 template <typename T>
 constexpr bool runs_bf16 =
+    is_conv<T> || is_linear<T> || is_attention<T> ||
     is_one_of<T, PoolForward, PoolBackward, AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward,
               BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward, ReluForward,
               ReluBackward, AddForward, Accumulate, Fill, Scale, DropoutForward, DropoutBackward,
-              SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward>;
+              SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, EmbeddingForward,
+              EmbeddingBackward, LayerNormForward, LayerNormBackward, GeluForward, GeluBackward>;
 
 // The storage dtype a kernel's arguments ask for (kF32 for kernels without the field).
 template <typename T>

@@ -213,19 +213,21 @@ void run(const AdamWUpdate& a, cudaStream_t stream) {
 
 void run(const EmbeddingForward& a, cudaStream_t stream) {
   check_embedding_forward(a);
-  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.segments, a.wte, a.wpe, a.y, stream);
+  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.segments, a.wte, a.wpe, a.y,
+                           storage(a.dtype, "embedding_forward"), stream);
 }
 
 void run(const EmbeddingBackward& a, cudaStream_t stream) {
   check_embedding_backward(a);
   launch_embedding_backward(a.n, a.t, a.c, a.vocab, a.context, a.tokens, a.segments, a.dy, a.dwte,
-                            a.dwpe, a.accumulate_wte, stream);
+                            a.dwpe, a.accumulate_wte, storage(a.dtype, "embedding_backward"),
+                            stream);
 }
 
 void run(const LayerNormForward& a, cudaStream_t stream) {
   check_layer_norm_forward(a);
   launch_layer_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.gamma, a.beta, a.y, a.mean, a.rstd,
-                            stream);
+                            storage(a.dtype, "layer_norm_forward"), stream);
 }
 
 void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
@@ -238,17 +240,18 @@ void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch
   }
   check_layer_norm_backward(a);
   launch_layer_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.gamma, a.mean, a.rstd, a.dx, a.dgamma,
-                             a.dbeta, checked(scratch, "layer_norm_backward"), stream);
+                             a.dbeta, storage(a.dtype, "layer_norm_backward"),
+                             checked(scratch, "layer_norm_backward"), stream);
 }
 
 void run(const GeluForward& a, cudaStream_t stream) {
   check_gelu_forward(a);
-  launch_gelu_forward(a.n, a.x, a.y, stream);
+  launch_gelu_forward(a.n, a.x, a.y, storage(a.dtype, "gelu_forward"), stream);
 }
 
 void run(const GeluBackward& a, cudaStream_t stream) {
   check_gelu_backward(a);
-  launch_gelu_backward(a.n, a.x, a.dy, a.dx, stream);
+  launch_gelu_backward(a.n, a.x, a.dy, a.dx, storage(a.dtype, "gelu_backward"), stream);
 }
 
 void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch) {
