@@ -111,6 +111,19 @@ TEST(CudaKernels, SupportsBf16StorageExactlyWhereAKernelHasADtype) {
   EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));
 }
 
+// device.precision bf16 on the cuda backend needs compute capability 8.0 (bf16 tensor cores):
+// the rule create_cuda_device applies, as a pure function (no GPU here to refuse).
+TEST(CudaRegistry, Bf16IsRefusedBeforeComputeCapability8) {
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 0, "NVIDIA A100-SXM4-80GB"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 6, "NVIDIA RTX A6000"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(9, 0, "NVIDIA H100 PCIe"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(7, 0, "Tesla V100-SXM2-16GB"),
+            "device.precision: bf16 needs a GPU of compute capability 8.0 or newer (A100, H100), "
+            "but Tesla V100-SXM2-16GB is 7.0");
+  EXPECT_NE(cuda::bf16_gpu_gap(7, 5, "Tesla T4"), "");
+  EXPECT_NE(cuda::bf16_gpu_gap(6, 0, "Tesla P100"), "");
+}
+
 // Geometry is checked before any GPU is touched, with the CPU backend's messages.
 TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   cuda::CudaKernels kernels(0);
