@@ -3,8 +3,9 @@
 // inputs, which are exact in fp32: the GPU differs only by its fp32 accumulation order and the
 // roundings bf16 storage adds. Outputs in bf16 must be within 2 bf16 steps of the reference
 // (one rounding, plus the conv bias's second) or within one bf16 step of the largest |value|;
-// fp32 weight gradients within 2^-7 of the largest |value| (the conv's dw is rounded to bf16
-// once). Skips without a GPU, or on a GPU before compute capability 8.0.
+// the conv's fp32 dw (rounded to bf16 once) within one step relative plus one step of the
+// largest |value|; the other fp32 gradients within 1e-4 (fp32 summation orders). Skips without
+// a GPU, or on a GPU before compute capability 8.0.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -182,7 +183,7 @@ TEST_F(CudaBf16ConvLinear, ConvolutionsMatchTheFp32Reference) {
     EXPECT_TRUE(near(d.download_bf16(gy, ny), y, 2 * kStep, kStep, "y"));
     EXPECT_TRUE(near(d.download_bf16(gdx, nx), dx, kStep, kStep, "dx"));
     EXPECT_TRUE(near(d.download_f32(gdw, nw), dw, kStep, kStep, "dw"));
-    EXPECT_TRUE(near(d.download_f32(gdb, g.k), db, 1e-6, 1e-6, "dbias"));
+    EXPECT_TRUE(near(d.download_f32(gdb, g.k), db, 1e-4, 1e-4, "dbias"));
   }
 }
 
@@ -216,8 +217,8 @@ TEST_F(CudaBf16ConvLinear, LinearLayersMatchTheFp32Reference) {
     // One rounding each; dw and dbias are fp32 products of exact bf16 values.
     EXPECT_TRUE(near(d.download_bf16(gy, y.size()), y, kStep, kStep / 4, "y"));
     EXPECT_TRUE(near(d.download_bf16(gdx, dx.size()), dx, kStep, kStep / 4, "dx"));
-    EXPECT_TRUE(near(d.download_f32(gdw, dw.size()), dw, 1e-5, 1e-5, "dw"));
-    EXPECT_TRUE(near(d.download_f32(gdb, db.size()), db, 1e-5, 1e-5, "dbias"));
+    EXPECT_TRUE(near(d.download_f32(gdw, dw.size()), dw, 1e-4, 1e-4, "dw"));
+    EXPECT_TRUE(near(d.download_f32(gdb, db.size()), db, 1e-4, 1e-4, "dbias"));
   }
 }
 
