@@ -18,9 +18,11 @@
 #include "device/cpu/cpu_kernels.h"
 
 // Note [bf16 kernel timing runs]
-// Usage: bench_bf16_kernel_timing [threads=2] [reps=10] [linear|conv|all] [cpu]
+// Usage: bench_bf16_kernel_timing [threads=2] [reps=10] [linear|conv|all] [cpu|wall]
+//                                 [auto|native|widened]
 // With "cpu", times are the process's CPU time instead of wall time: with 1 thread on a busy
-// machine that is the kernel's own work, unaffected by time slicing.
+// machine that is the kernel's own work, unaffected by time slicing. The last argument picks how
+// bf16 products run (cpu::Bf16Products; Note [bf16 products in fp32] in device/cpu).
 // Each line gives one kernel's fp32 and bf16 wall times (ms) and bf16/fp32; below 1 is bf16
 // faster. The weights are the same buffer on every run, as they are between two updates of a
 // training step, so a kernel that keeps a converted copy of its weights per weight version
@@ -189,7 +191,11 @@ int main(int argc, char** argv) {
   const std::string which = argc > 3 ? argv[3] : "all";
   ferry::g_cpu_clock = argc > 4 && std::string(argv[4]) == "cpu";
   omp_set_num_threads(threads);
-  ferry::cpu::CpuKernels k(threads);
+  const std::string products = argc > 5 ? argv[5] : "auto";
+  using ferry::cpu::Bf16Products;
+  ferry::cpu::CpuKernels k(threads, products == "native"    ? Bf16Products::kNative
+                                    : products == "widened" ? Bf16Products::kWidened
+                                                            : Bf16Products::kAuto);
   if (!k.supports(ferry::kernel_kind<ferry::LinearForward>(), ferry::DType::kBF16)) {
     std::printf("this CPU has no avx512_bf16 (or oneDNN may not use it): nothing to compare\n");
     return 0;
