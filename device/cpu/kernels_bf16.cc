@@ -37,8 +37,9 @@ FERRY_SIMD_CLONES void narrow_chunk(const float* x, uint16_t* y, int64_t n) {
 // A widened kernel holds fp32 copies of its bf16 operands for the length of one launch, in
 // buffers kept per thread (grown, never shrunk) outside the planned arena: host memory the CPU
 // backend's device budget does not count, about twice the bf16 bytes of the kernel's operands.
-// The matmul-bound kernels (convolution, linear) are native bf16 and widen nothing; a native
-// bf16 loop for the others is a speed improvement that changes no interface.
+// The matmul-bound kernels (convolution, linear) widen through their workspace instead (Note
+// [bf16 products in fp32] in widened_matmul.cc); a native bf16 loop for the others is a speed
+// improvement that changes no interface.
 enum class Role { kIn, kOut, kInOut };
 
 struct Slot {
