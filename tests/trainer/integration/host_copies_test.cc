@@ -155,7 +155,7 @@ TEST(HostCopies, TheLinkLedgerHoldsTheOptimizersClaimsDuringAStep) {
       " run.steps=30 run.log_every=10 checkpoint.every=0 memory.measure=false memory.policy=none"
       " memory.optimizer=host topology.file=" +
       std::string(FERRY_SOURCE_DIR) +
-      "/configs/topologies/dgx1-like.yaml topology.emulation_scale=300 topology.chunk_mb=0.0625"
+      "/configs/topologies/dgx1-like.yaml topology.emulation_scale=3000 topology.chunk_mb=0.0625"
       " topology.scheduler=topology";
   std::future<Exit> job = std::async(std::launch::async, [&] { return run(command); });
   setenv("FERRY_LINK_LEDGER", links.base.c_str(), 1);
