@@ -3,7 +3,8 @@
 // going up on the "optimizer d2h" and "optimizer h2d" tracks, one copy down per bucket, every
 // float of the rank's range each way; and on a described server under the topology scheduler,
 // with no activation offloaded (memory.policy none), the node's link ledger holds the optimizer's
-// claims while the job runs, `trainer jobs` shows them, and the links carried its bytes.
+// claims while the job runs, `trainer jobs` shows them, and the links carried its bytes; and
+// sharing the copy streams with offloads changes no bit.
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -106,6 +107,35 @@ TEST(HostCopies, TheTraceHasTheOptimizerTracks) {
   EXPECT_TRUE(t["device-to-host"].spans.empty());
 }
 
+// The optimizer's copies share the copy streams with the activations' offloads and prefetches:
+// under zero 2 with the host optimizer on 2 ranks, every policy (memory.debug_poison: space not
+// resident is NaN) trains to the bits of `none`, with fifo and with the topology scheduler on a
+// described server.
+TEST(HostCopies, EveryPolicyUnderZeroTwoWithTheHostOptimizerEqualsNoneBitwise) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  const std::string topology =
+      " topology.file=" + std::string(FERRY_SOURCE_DIR) +
+      "/configs/topologies/dgx1-like.yaml topology.emulation_scale=50 topology.chunk_mb=0.0625"
+      " topology.scheduler=topology";
+  const auto train = [&](const std::string& dir, const std::string& extra) {
+    const Exit e = run(mpirun(2) + trainer() + " train " + quickstart() + " run.dir=" + dir +
+                       " run.steps=6 run.log_every=1 data.batch_size=8 memory.measure=false"
+                       " memory.zero=2 memory.optimizer=host memory.debug_poison=true"
+                       " comm.bucket_mb=0.05 checkpoint.every=6 checkpoint.dir=" +
+                       dir + "/ckpt " + extra);
+    EXPECT_EQ(e.code, 0) << extra << "\n" << e.output;
+    return dir + "/ckpt/step_6.safetensors";
+  };
+  const std::string none = train(scratch("host_copies_none"), "memory.policy=none");
+  int i = 0;
+  for (const std::string extra :
+       std::vector<std::string>{"memory.policy=vdnn-all", "memory.policy=vdnn-conv",
+                                "memory.policy=vdnn-all" + topology}) {
+    const std::string got = train(scratch("host_copies_policy_" + std::to_string(i++)), extra);
+    expect_same_parameters(got, none, 0);
+  }
+}
+
 // A private link ledger base, its blocks removed however the test ends (as shared_links_test).
 struct PrivateLinks {
   std::string base = "/ferrytest-hostcopy-" + std::to_string(::getpid());
@@ -125,7 +155,7 @@ TEST(HostCopies, TheLinkLedgerHoldsTheOptimizersClaimsDuringAStep) {
       " run.steps=30 run.log_every=10 checkpoint.every=0 memory.measure=false memory.policy=none"
       " memory.optimizer=host topology.file=" +
       std::string(FERRY_SOURCE_DIR) +
-      "/configs/topologies/dgx1-like.yaml topology.emulation_scale=300 topology.chunk_mb=0.0625"
+      "/configs/topologies/dgx1-like.yaml topology.emulation_scale=3000 topology.chunk_mb=0.0625"
       " topology.scheduler=topology";
   std::future<Exit> job = std::async(std::launch::async, [&] { return run(command); });
   setenv("FERRY_LINK_LEDGER", links.base.c_str(), 1);
