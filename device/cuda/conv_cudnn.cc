@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,11 +92,18 @@ DType storage(DType dtype, const char* what) {
   return dtype;
 }
 
-// The bf16 weight gradient's bytes after the algorithm's workspace (Note [Convolutions in bf16]).
+// The bf16 weight gradient's block after the algorithm's workspace (Note [Convolutions in bf16]):
+// it starts at the next 256-byte boundary, so its bytes plus that much slack.
+constexpr uint64_t kDwAlign = 256;
 uint64_t bf16_dw_bytes(const ConvGeom& g) {
-  constexpr uint64_t kAlign = 256;
   const auto bytes = static_cast<uint64_t>(g.k * (g.c / g.groups) * g.r * g.s) * 2;
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+  return kDwAlign + (bytes + kDwAlign - 1) / kDwAlign * kDwAlign;
+}
+
+// Where that block starts in `ws`, after `algo_bytes`.
+float* bf16_dw_block(const Workspace& ws, uint64_t algo_bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(ws.ptr) + algo_bytes;
+  return reinterpret_cast<float*>((at + kDwAlign - 1) / kDwAlign * kDwAlign);
 }
 
 const char* pass_name(int pass) {
@@ -465,7 +473,7 @@ void CudnnConv::launch(const ConvBackwardWeights& a, cudaStream_t stream) {
   const ConvPlan& p = launch_plan(Pass::kBackwardFilter, a.g, a.ws, stream, a.dtype);
   cudnnHandle_t h = handle();
   if (bf16(a.dtype)) {  // Note [Convolutions in bf16]: dw in bf16 after the workspace, widened
-    float* dw16 = reinterpret_cast<float*>(static_cast<char*>(a.ws.ptr) + p.workspace);
+    float* dw16 = bf16_dw_block(a.ws, p.workspace);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         h, &kOne, p.x.get(), a.x, p.y.get(), a.dy, p.conv.get(),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), p.workspace > 0 ? a.ws.ptr : nullptr,

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "device/cuda/launch.cuh"
 #include "device/cuda/storage.cuh"
 
@@ -48,6 +51,11 @@ __global__ void channel_sums_bf16_kernel(int64_t n, int64_t k, int64_t hw, const
   }
 }
 
+template <typename From, typename To>
+__global__ void convert_kernel(int64_t n, const From* x, To* y) {
+  FERRY_GRID_STRIDE(i, n) { y[i] = as_storage<To>(as_f32(x[i])); }
+}
+
 __global__ void widen_bf16_kernel(int64_t count, const Bf16* x, float* y) {
   FERRY_GRID_STRIDE(i, count) { y[i] = as_f32(x[i]); }
 }
@@ -67,6 +75,26 @@ void launch_channel_sums_bf16(int64_t n, int64_t k, int64_t hw, const float* dy,
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(k, kMaxBlocks));
   launch_kernel(channel_sums_bf16_kernel, blocks, kThreads, stream, n, k, hw, stored<Bf16>(dy),
                 dbias);
+}
+
+void launch_convert_floats(int64_t n, DType from, DType to, const void* x, void* y,
+                           cudaStream_t stream) {
+  const bool narrow = from == DType::kF32 && to == DType::kBF16;
+  const bool widen = from == DType::kBF16 && to == DType::kF32;
+  if (!narrow && !widen) {
+    throw UnsupportedError(fmt::format("convert_floats: {} to {} is not a conversion the CUDA "
+                                       "backend runs",
+                                       dtype_name(from), dtype_name(to)),
+                           "convert between F32 and BF16");
+  }
+  if (n <= 0) return;
+  if (narrow) {
+    launch_kernel(convert_kernel<float, Bf16>, grid_for(n), kThreads, stream, n,
+                  static_cast<const float*>(x), static_cast<Bf16*>(y));
+  } else {
+    launch_kernel(convert_kernel<Bf16, float>, grid_for(n), kThreads, stream, n,
+                  static_cast<const Bf16*>(x), static_cast<float*>(y));
+  }
 }
 
 void launch_widen_bf16(int64_t count, const float* x, float* y, cudaStream_t stream) {

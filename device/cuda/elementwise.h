@@ -41,4 +41,10 @@ void launch_channel_sums_bf16(int64_t n, int64_t k, int64_t hw, const float* dy,
 // y[i] = float(x[i]) for i < count, x bf16 (exact). Throws LibraryError when the launch fails.
 void launch_widen_bf16(int64_t count, const float* x, float* y, cudaStream_t stream);
 
+// y[i] = x[i] converted from `from` to `to` for i < n: fp32 to bf16 rounds with device/bf16.h's
+// float_to_bf16 (as the CPU backend narrows), bf16 to fp32 is exact. Any other pair throws
+// UnsupportedError naming both; n = 0 enqueues nothing.
+void launch_convert_floats(int64_t n, DType from, DType to, const void* x, void* y,
+                           cudaStream_t stream);
+
 }  // namespace ferry::cuda

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "device/cuda/elementwise.h"
 #include "device/cuda/transformer_ops.h"
 #include "device/kernels.h"
@@ -312,6 +313,37 @@ TEST_F(FERRY_BF16_TRANSFORMER_SUITE, BiasAndWidenStepsRoundOnce) {
   float* w = mem_.alloc<float>(count);
   cuda::launch_widen_bf16(static_cast<int64_t>(count), fp(mem_.upload(out)), w, nullptr);
   EXPECT_TRUE(bitwise(mem_.download(w, count), wide));
+}
+
+// fp32 <-> bf16 conversion (the bf16 working copy of the weights): narrowing rounds as the CPU
+// backend's float_to_bf16 on edge values (ties, subnormals, overflow to infinity, NaN payloads),
+// widening is exact, and any other pair is refused by name.
+TEST_F(FERRY_BF16_TRANSFORMER_SUITE, ConvertFloatsRoundsAsTheCpuBackend) {
+  if (!kEmulated) GTEST_SKIP() << "a direct launch: host emulation only";
+  std::mt19937 rng(207);
+  std::vector<float> x = random_floats(10000, rng, -3.0f, 3.0f);
+  for (const uint32_t bits : {0x3F808000u, 0x3F818000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu,
+                              0xFF7F8000u, 0x7F800000u, 0x7FA00001u, 0xFFC00000u, 0x80000000u}) {
+    x.push_back(bits_float(bits));
+  }
+  const auto n = static_cast<int64_t>(x.size());
+  uint16_t* narrow = mem_.alloc<uint16_t>(x.size());
+  cuda::launch_convert_floats(n, DType::kF32, kBf, mem_.upload(x), narrow, nullptr);
+  Bits want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = float_to_bf16(x[i]).bits;
+  const Bits got = mem_.download(narrow, x.size());
+  EXPECT_TRUE(bitwise(got, want));
+  float* wide = mem_.alloc<float>(x.size());
+  cuda::launch_convert_floats(n, kBf, DType::kF32, narrow, wide, nullptr);
+  const std::vector<float> back = mem_.download(wide, x.size());
+  std::vector<uint32_t> back_bits(x.size()), want_bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    back_bits[i] = float_bits(back[i]);
+    want_bits[i] = static_cast<uint32_t>(got[i]) << 16;
+  }
+  EXPECT_TRUE(bitwise(back_bits, want_bits));
+  EXPECT_THROW(cuda::launch_convert_floats(n, DType::kF32, DType::kF64, nullptr, nullptr, nullptr),
+               UnsupportedError);
 }
 
 }  // namespace
