@@ -572,9 +572,13 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       s.remaining[x.transfer] = 0;
       s.done[x.transfer] = true;
       s.queue[x.dir].pop_front();
-      const SimTransfer& t = in.ranks[static_cast<size_t>(x.rank)].transfers[x.transfer];
+      const SimRank& owner = in.ranks[static_cast<size_t>(x.rank)];
+      const SimTransfer& t = owner.transfers[x.transfer];
+      static constexpr const char* kNames[2][2] = {{"prefetch", "offload"},
+                                                   {"parameters", "gradients"}};
+      const bool state = x.transfer >= owner.model_state_transfers;
       span(3 * x.rank + 1 + x.dir, s.first_byte[x.transfer], now,
-           fmt::format("{} {}", t.to_host ? "offload" : "prefetch", t.bytes), false);
+           fmt::format("{} {}", kNames[state][t.to_host], t.bytes), false);
     }
     active = std::move(keep);
     if (bucket_running && !hops_left) end_bucket();

@@ -66,6 +66,9 @@ struct SimRank {
   std::vector<int> transfer_after_bucket;
   // Per bucket (or empty): this rank's transfer that must land before the bucket starts, -1 none.
   std::vector<int> bucket_after_transfer;
+  // Transfers from this index on are the model state's copies: the trace names them "gradients"
+  // and "parameters" instead of "offload" and "prefetch".
+  size_t model_state_transfers = SIZE_MAX;
 };
 
 // Note [All-reduce chunks on arbitrated links]

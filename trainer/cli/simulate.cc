@@ -158,11 +158,11 @@ int run_simulate(const SimulateArgs& args) {
     const ModelStateTraffic& t = rep.model_state;
     const ModelState& s = t.state;
     std::printf(
-        "model state: %s on %d ranks: per rank weights %s, gradients %s, optimizer %s on the "
+        "model state: %s on %d rank%s: per rank weights %s, gradients %s, optimizer %s on the "
         "device, %s on the host\n",
-        describe(s.choice).c_str(), t.job_ranks, format_bytes(s.weights).c_str(),
-        format_bytes(s.gradients).c_str(), format_bytes(s.optimizer).c_str(),
-        format_bytes(s.host_bytes()).c_str());
+        describe(s.choice).c_str(), t.job_ranks, t.job_ranks == 1 ? "" : "s",
+        format_bytes(s.weights).c_str(), format_bytes(s.gradients).c_str(),
+        format_bytes(s.optimizer).c_str(), format_bytes(s.host_bytes()).c_str());
     const auto b = [](double x) { return format_bytes(static_cast<uint64_t>(x)); };
     std::printf(
         "moved per rank and step: all-reduce %s, reduce-scatter %s, all-gather %s sent; "

@@ -21,6 +21,7 @@
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/configured/options.h"
 #include "trainer/exec/step_kernels.h"
+#include "trainer/plan/host_update_timing.h"
 
 namespace ferry {
 
@@ -144,6 +145,18 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
   if (links.contains("d2h")) p.link_gbps_to_host = link_rate(links["d2h"]);
   if (links.contains("h2d")) p.link_gbps_to_device = link_rate(links["h2d"]);
 
+  // The host update, once per optimizer kind and state (Note [A timed host update]).
+  if (options.host_update) {
+    const std::string key = fmt::format("{} slots", optimizer_slots(*options.host_update));
+    nlohmann::json& host = mine["host_update_gbps"];
+    if (!host.is_object()) host = nlohmann::json::object();
+    if (!host.contains(key) || !host[key].is_number()) {
+      host[key] = time_host_update(*options.host_update);
+      changed = true;
+    }
+    p.host_update_gbps = host[key].get<double>();
+  }
+
   // Per step: the sum of its launches, or the upload at the measured rate.
   auto steps = std::make_shared<MeasuredSteps>();
   steps->device = device.name();
@@ -189,6 +202,7 @@ void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& co
     calibrate_estimates(*measured, tape, cost);
     cost.measured = std::move(measured);
   }
+  if (profile.host_update_gbps > 0) cost.host_update_gbps = profile.host_update_gbps;
   if (keep_link) return;
   cost.link_gbps_to_host = profile.link_gbps_to_host;
   cost.link_gbps_to_device = profile.link_gbps_to_device;
@@ -204,6 +218,7 @@ std::string describe_profile(const DeviceProfile& p) {
     s += fmt::format(", link d2h {:.1f} GB/s h2d {:.1f} GB/s", p.link_gbps_to_host,
                      p.link_gbps_to_device);
   }
+  if (p.host_update_gbps > 0) s += fmt::format(", host update {:.1f} GB/s", p.host_update_gbps);
   s += fmt::format(", {:.2f}s", p.seconds);
   if (!p.cache_path.empty()) s += ", cache " + p.cache_path;
   return s;

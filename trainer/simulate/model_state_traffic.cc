@@ -91,6 +91,7 @@ ModelStateTraffic add_model_state_traffic(NodeSimInput& in, const ModelState& st
   for (SimRank& rank : in.ranks) {
     const int update = update_of(rank);
     rank.step_seconds[static_cast<size_t>(update)] = t.host_update_seconds;
+    rank.model_state_transfers = rank.transfers.size();
     rank.transfer_after_bucket.resize(rank.transfers.size(), -1);
     rank.bucket_after_transfer.assign(in.buckets.size(), -1);
     for (size_t k = 0; k < up.size(); ++k) {

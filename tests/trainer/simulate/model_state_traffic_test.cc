@@ -17,12 +17,16 @@
 namespace ferry {
 namespace {
 
-// Two ranks of 5 steps (load, 2 forward, backward, update) with 3 gradient buckets.
+// Two ranks of 5 steps (load, 2 forward, backward, update) with 3 gradient buckets, each GPU on
+// a link of its own (10 GB/s each way), the ring's hops between them.
 NodeSimInput node() {
   NodeSimInput in;
+  in.links = {{"G0", {10, 10, 1.0}}, {"G1", {10, 10, 1.0}}};
+  in.ring = {{{0}, {1}}, {{1}, {0}}};
   for (int r = 0; r < 2; ++r) {
     SimRank rank;
     rank.name = "GPU" + std::to_string(r);
+    rank.path = {r};
     rank.step_seconds = {0.001, 0.1, 0.1, 0.2, 0.002};
     rank.transfers = {{true, 1000, 1, 3}};  // an activation offload
     in.ranks.push_back(rank);
@@ -135,7 +139,18 @@ TEST(ModelStateTraffic, TheHostOptimizerMovesItsShardEachWayAndUpdatesOnTheHost)
     }
     for (size_t b = 5; b < in.buckets.size(); ++b) EXPECT_EQ(r.bucket_after_transfer[b], -1);
   }
-  EXPECT_EQ(simulate_node(in).step_seconds > 0, true);
+  // The trace names the model state's copies apart from the activations'.
+  in.trace = true;
+  int gradients = 0, parameters = 0, offloads = 0;
+  for (const SimSpan& span : simulate_node(in).spans) {
+    if (span.track != 1 && span.track != 2) continue;  // GPU0's copies
+    gradients += span.name.rfind("gradients ", 0) == 0;
+    parameters += span.name.rfind("parameters ", 0) == 0;
+    offloads += span.name.rfind("offload ", 0) == 0;
+  }
+  EXPECT_EQ(gradients, 3);   // one per reduce-scatter
+  EXPECT_EQ(parameters, 5);  // one per all-gather piece
+  EXPECT_EQ(offloads, 1);
 }
 
 TEST(ModelStateTraffic, ZeroZeroWithTheHostOptimizerMovesTheWholeBlock) {
