@@ -91,9 +91,9 @@ TEST(CliTrain, Bf16TrainsItsLossFallsAndEvalRunsInEitherPrecision) {
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << e.output;
 
   const auto eval = [&](const std::string& precision) {
-    const Exit x = run(trainer() + " eval " + quickstart() + " run.dir=" + dir.str() +
-                       " data.seed=1 data.samples=512 memory.measure=false device.precision=" +
-                       precision);
+    const Exit x =
+        run(trainer() + " eval " + quickstart() + " run.dir=" + dir.str() +
+            " data.seed=1 data.samples=512 memory.measure=false device.precision=" + precision);
     EXPECT_EQ(x.code, 0) << x.output;
     std::ifstream in(dir.str() + "/eval.json");
     return nlohmann::json::parse(in);
