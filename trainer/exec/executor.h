@@ -229,7 +229,7 @@ class Executor {
   DeviceBuffer arena_;
   std::function<void(uint64_t)> arena_listener_;
   std::unique_ptr<Event> upload_done_;
-  std::vector<uint16_t> staged_input_;  // a bf16 input's host bits, until upload_done_
+  std::vector<uint16_t> staged_input_;          // a bf16 input's host bits, until upload_done_
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
   StepMetrics host_metrics_;

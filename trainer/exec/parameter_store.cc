@@ -153,7 +153,8 @@ size_t ParameterStore::param_index(const Graph& graph, TensorId param) const {
 
 void* ParameterStore::working_address(const Graph& graph, TensorId param) const {
   if (!has_working_copy()) return nullptr;
-  return static_cast<std::byte*>(working_block_.data()) + params_[param_index(graph, param)].offset / 2;
+  return static_cast<std::byte*>(working_block_.data()) +
+         params_[param_index(graph, param)].offset / 2;
 }
 
 void ParameterStore::refresh_working_weights(Stream& stream) {

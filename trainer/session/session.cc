@@ -152,7 +152,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     const Lowered lowered = lower_graph(graph_, device_->kernels(), training);
     const std::string missing = missing_bf16_kernel(graph_, lowered, device_->kernels());
     if (!missing.empty()) {
-      throw UnsupportedError(
+      throw ConfigError(
           fmt::format("device.precision: bf16 needs a bf16 {} kernel for model '{}', which the "
                       "{} backend does not have yet",
                       missing, config.model.name, backend_name(d.backend)),

@@ -72,6 +72,8 @@ TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
   const Config base = small_config(GetParam(), 2);
   const TrainRun reference = train_steps(base, 10);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  // bf16: the working copy was made once per update (Note [The bf16 working copy]).
+  EXPECT_EQ(reference.working_refreshes, base.device.precision == Precision::kBf16 ? 10u : 0u);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
 
   expect_policies_train_alike(base, reference, offload_policy_variants());
@@ -135,6 +137,7 @@ void expect_gpt_policies_alike(AttentionKind attention, Precision precision = Pr
   base.device.precision = precision;
   const TrainRun reference = train_steps(base, 6);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  EXPECT_EQ(reference.working_refreshes, precision == Precision::kBf16 ? 6u : 0u);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
   // vdnn-conv moves nothing in a model without convolutions.
   std::vector<PolicyVariant> variants = offload_policy_variants();
