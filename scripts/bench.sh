@@ -30,8 +30,9 @@
 #      static equal split and against one after another: (a) real, CPU backend
 #      (scripts/bench_mix.py); (b) the same mix simulated on one H100 at ImageNet sizes at several
 #      GPU memories (trainer simulate --mix configs/simulate/mix-h100.yaml; scripts/bench_mix_sim.py)
-#  precision: fp32 against bf16 (issue 28): the plan table (bench_precision_plan) and simulated
-#      samples/s on h100-pcie5 and a100-pcie4 (scripts/bench_precision_simulate.py)
+#  precision: fp32 against bf16 (issue 28): the plan table (bench_precision_plan), simulated
+#      samples/s on h100-pcie5 and a100-pcie4 (scripts/bench_precision_simulate.py), and the CPU
+#      step at 2 threads: ferry bf16 / ferry fp32 / PyTorch CPU autocast bf16 (bench_peers.py --bf16)
 #  zero: model state per rank (issue 30): the largest GPT that `trainer plan --ranks 8` fits on
 #      8 GPUs of 16, 24 and 80 GiB under zero 0, 1, 2 and 2 + host optimizer, beside DeepSpeed's
 #      formula; the simulated tokens/s of each setting's largest model on a DGX-1-like node and on
@@ -111,6 +112,8 @@ if [[ $what == all || $what == precision ]]; then
   echo "== mixed precision (issue 28): plans and simulated steps, fp32 against bf16 =="
   build/bench_precision_plan
   scripts/bench_precision_simulate.py --trainer build/trainer
+  echo "== mixed precision (issue 28): CPU step, 2 threads, ferry bf16 / ferry fp32 / PyTorch CPU autocast bf16, resnet18_cifar b64 and GPT 6x384 b8x256 (load average $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_peers.py --bf16 --threads 2 --reps 3 --out "$out/bf16_peers"
 fi
 
 if [[ $what == all || $what == zero ]]; then

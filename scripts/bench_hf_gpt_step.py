@@ -25,6 +25,8 @@ def main():
                          ("context", 1024), ("batch", 4), ("seq", 256), ("steps", 5),
                          ("warmup", 2), ("threads", os.cpu_count())):
         p.add_argument(f"--{key}", type=int, default=default)
+    p.add_argument("--autocast", action="store_true",
+                   help='torch.autocast("cpu", dtype=torch.bfloat16): the bf16 peer')
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -35,11 +37,12 @@ def main():
                         embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(config)
     model.train()
-    times = time_lm_steps(model, args.vocab, args.batch, args.seq, args.warmup, args.steps)
+    times = time_lm_steps(model, args.vocab, args.batch, args.seq, args.warmup, args.steps,
+                          autocast=args.autocast)
     print(json.dumps({"layers": args.layers, "width": args.width, "batch": args.batch,
                       "seq": args.seq, "threads": args.threads, "mean_s": sum(times) / len(times),
                       "min_s": min(times), "torch": torch.__version__,
-                      "peer": setup}))
+                      "autocast": args.autocast, "peer": setup}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ machine's load (uptime) beside it: CNNs (bench_step_time vs bench_pytorch_step.p
 peer's setup (torch, BLAS, threading), each run and a Markdown table of medians. Invariant: every figure printed was measured in this
 invocation; nothing is copied from an earlier run.
 
-Usage: scripts/bench_peers.py [--threads 2] [--reps 3] [--only cnn|gpt|llama] [--out DIR]
+With --bf16 (issue 28): ferry device.precision=bf16 against ferry fp32 and against PyTorch CPU
+autocast bf16 (the same peer scripts with --autocast), for resnet18_cifar batch 64 and the GPT
+6 x 384 at batch 8 x 256; the three arms interleaved, each run with its load.
+
+Usage: scripts/bench_peers.py [--threads 2] [--reps 3] [--only cnn|gpt|llama] [--bf16] [--out DIR]
 """
 import argparse
 import json
@@ -45,6 +49,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", choices=["cnn", "gpt", "llama"])
     ap.add_argument("--out", default="/tmp/ferry_bench_peers")
+    ap.add_argument("--bf16", action="store_true",
+                    help="ferry bf16 vs ferry fp32 vs PyTorch CPU autocast bf16 "
+                         "(resnet18_cifar, GPT 6 x 384)")
     ap.add_argument("--coretype", default="auto",
                     help="OPENBLAS_CORETYPE for the peer: auto (from the CPU's flags, "
                          "peer_setup.openblas_coretype), none, or a name")
@@ -114,6 +121,8 @@ def main():
                            "--heads", str(heads), "--width", str(width), "--batch", str(batch),
                            "--seq", "256", "--threads", str(t), "--steps", "2", "--warmup",
                            "1"]))
+    if args.bf16:
+        return bf16_arms(args, cases, peer_env)
     rows = []
     setup = None
     for label, ours_cmd, peer_cmd in cases:
@@ -138,6 +147,39 @@ def main():
     for label, o, p, ours, peer in rows:
         print(f"| {label} | {o:.3f} | {p:.3f} | {o / p:.3f} | "
               f"{', '.join(f'{x:.3f}' for x in ours)}; {', '.join(f'{x:.3f}' for x in peer)} |")
+
+
+def bf16_arms(args, cases, peer_env):
+    """Issue 28's CPU step: per case, ferry fp32, ferry bf16 (device.precision=bf16) and the peer
+    under torch.autocast("cpu", dtype=torch.bfloat16), interleaved rep by rep."""
+    wanted = ("resnet18_cifar, batch 64", "gpt 6 x 384, batch 8 x 256")
+    rows, setup = [], None
+    for label, ours_cmd, peer_cmd in (c for c in cases if c[0] in wanted):
+        fp32, bf16, peer = [], [], []
+        for rep in range(args.reps):
+            l0 = load()
+            o, _ = run_json(ours_cmd, "json ")
+            l1 = load()
+            b, _ = run_json(ours_cmd[:2] + ["device.precision=bf16"] + ours_cmd[2:], "json ")
+            l2 = load()
+            p, _ = run_json(peer_cmd + ["--autocast"], env=peer_env)
+            l3 = load()
+            setup = setup or p.get("peer")
+            fp32.append(o[0]["mean_s"])
+            bf16.append(b[0]["mean_s"])
+            peer.append(p["mean_s"])
+            print(f"{label} rep {rep + 1}: ferry fp32 {fp32[-1]:.3f} s (load {l0} -> {l1}), "
+                  f"ferry bf16 {bf16[-1]:.3f} s (-> {l2}), autocast bf16 {peer[-1]:.3f} s "
+                  f"(-> {l3})", flush=True)
+        rows.append((label, [statistics.median(x) for x in (fp32, bf16, peer)]))
+    if setup:
+        print(f"peer: torch {setup['torch']} ({setup['torch_threads']} threads), BLAS "
+              f"{setup['blas']}, {setup['blas_threading']} threading, {setup['blas_threads']} "
+              f"threads, autocast bf16")
+    print("\n| model | ferry fp32 s | ferry bf16 s | autocast bf16 s | bf16 / fp32 | "
+          "ferry bf16 / autocast |\n|---|---|---|---|---|---|")
+    for label, (f, b, p) in rows:
+        print(f"| {label} | {f:.3f} | {b:.3f} | {p:.3f} | {b / f:.3f} | {b / p:.3f} |")
 
 
 if __name__ == "__main__":

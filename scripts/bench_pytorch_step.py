@@ -3,6 +3,7 @@
 it), SGD with momentum, synthetic data, the same thread count. Prints the mean step time.
 
 Usage: /usr/bin/python3 scripts/bench_pytorch_step.py MODEL BATCH [--threads N] [--steps N]
+       [--autocast]  (bf16 CPU autocast, the peer of device.precision bf16)
 """
 import argparse
 import json
@@ -27,6 +28,8 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--autocast", action="store_true",
+                   help='torch.autocast("cpu", dtype=torch.bfloat16): the bf16 peer')
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -42,7 +45,9 @@ def main():
     for step in range(args.warmup + args.steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
         loss.backward()
         opt.step()
         if step >= args.warmup:
@@ -50,7 +55,7 @@ def main():
     mean = sum(times) / len(times)
     print(json.dumps({"model": args.model, "batch": args.batch, "threads": args.threads,
                       "mean_s": mean, "min_s": min(times), "torch": torch.__version__,
-                      "peer": setup}))
+                      "autocast": args.autocast, "peer": setup}))
 
 
 if __name__ == "__main__":

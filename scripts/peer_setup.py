@@ -51,7 +51,7 @@ def openblas_coretype():
     return None
 
 
-def time_lm_steps(model, vocab, batch, seq, warmup, steps):
+def time_lm_steps(model, vocab, batch, seq, warmup, steps, autocast=False):
     """Seconds of each timed AdamW step (after `warmup` untimed ones) of a causal LM on random
     tokens: zero_grad, forward, cross-entropy, backward, step."""
     import time
@@ -65,8 +65,9 @@ def time_lm_steps(model, vocab, batch, seq, warmup, steps):
     for step in range(warmup + steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(x).logits
-        loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(x).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
         loss.backward()
         opt.step()
         if step >= warmup:

@@ -137,6 +137,23 @@ inline std::map<std::string, std::vector<float>> parameters(const std::string& p
 }
 
 // max |a - b| / max(|b|) over each tensor is within `rel`; bitwise when rel == 0.
+// The largest, over the tensors, of max |a - b| / max |b| (expect_same_parameters' measure).
+inline double max_relative_difference(const std::string& a, const std::string& b) {
+  const auto pa = parameters(a);
+  const auto pb = parameters(b);
+  double worst = 0;
+  for (const auto& [name, va] : pa) {
+    const auto& vb = pb.at(name);
+    double scale = 1e-12, err = 0;
+    for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(vb[i])));
+      err = std::max(err, static_cast<double>(std::fabs(va[i] - vb[i])));
+    }
+    worst = std::max(worst, err / scale);
+  }
+  return worst;
+}
+
 inline void expect_same_parameters(const std::string& a, const std::string& b, double rel) {
   const auto pa = parameters(a);
   const auto pb = parameters(b);

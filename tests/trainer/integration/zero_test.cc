@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device/cpu/bf16_support.h"
 #include "tests/trainer/integration/run_util.h"
 
 namespace ferry::testing {
@@ -130,6 +131,20 @@ TEST_F(Zero, TwoRanksCnnBitwiseEqualZeroZero) {
               summary(base)["device_peak_bytes"].get<uint64_t>())
         << state << ": less model state on the device";
   }
+}
+
+// comm.dtype bf16 all-reduces in bf16; zero 1 and 2 reduce-scatter in fp32: refused in one line
+// (exit 2), never run with the wire dtype ignored.
+TEST_F(Zero, ABf16WireWithShardedGradientsIsRefused) {
+  if (!cpu::bf16_gap_here().empty()) GTEST_SKIP() << cpu::bf16_gap_here();
+  const std::string dir = scratch("zero_bf16_wire");
+  const Exit e = run(mpirun(2) + trainer() + cnn(dir, 2) +
+                     " data.batch_size=8 memory.zero=1 device.precision=bf16 comm.dtype=bf16");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_NE(e.output.find("comm.dtype: bf16 all-reduces in bf16, but memory.zero 1 "
+                          "reduce-scatters the gradients, which runs in fp32 only"),
+            std::string::npos)
+      << e.output;
 }
 
 TEST_F(Zero, GptAtTwoAndFourRanksEqualZeroZero) {
