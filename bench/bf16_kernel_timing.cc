@@ -24,13 +24,12 @@
 // With "cpu", times are the process's CPU time instead of wall time: with 1 thread on a busy
 // machine that is the kernel's own work, unaffected by time slicing. The last argument picks how
 // bf16 products run (cpu::Bf16Products; Note [bf16 products in fp32] in device/cpu).
-// Each line gives one kernel's fp32 and bf16 wall times (ms) and bf16/fp32; below 1 is bf16
-// faster. The weights are the same buffer on every run, as they are between two updates of a
-// training step, so a kernel that keeps a converted copy of its weights per weight version
-// (Note [Cached bf16 weights] in device/cpu) pays the conversion once, in the warm-up. The
-// "+update" column times the forward when the weights are rewritten before every run (the
-// first use after an update), the rewrite itself not counted. The machine's load is printed
-// before and after: on a shared machine the ratios are the figures to read, not the times.
+// Each line gives one kernel's fp32 and bf16 times (ms) and bf16/fp32; below 1 is bf16 faster.
+// The weights are the same buffer on every run, as between two updates of a training step; the
+// "+update" column times the forward with the weights rewritten before every run (the first use
+// after an update; the rewrite not counted), which differs only for a kernel that caches
+// something per weight version. The machine's load is printed before and after: on a shared
+// machine the ratios are the figures to read, not the times.
 
 namespace ferry {
 namespace {
