@@ -321,6 +321,10 @@ void run_widened(PlanCache& plans, const GeluForward& a);
 void run_widened(PlanCache& plans, const GeluBackward& a);
 void run_widened(PlanCache& plans, const AttentionForward& a);
 void run_widened(PlanCache& plans, const AttentionBackward& a);
+void run_widened(PlanCache& plans, const FlashAttentionForward& a);
+void run_widened(PlanCache& plans, const FlashAttentionBackward& a);
+// ConvertFloats (fp32 <-> bf16 in either direction; no dtype field).
+void run(PlanCache& plans, const ConvertFloats& a);
 
 // Whether this CPU runs bf16 natively (avx512_bf16, as oneDNN detects it).
 bool cpu_has_bf16();

@@ -61,6 +61,9 @@ struct Program {
   // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
   std::vector<void*> persistent;
   std::vector<float*> grads;
+  // By TensorId: each parameter's bf16 working copy (Note [The bf16 working copy] in
+  // parameter_store.h); empty in fp32.
+  std::vector<void*> working;
   // The input tensor's shape, (N, sample...): what the program is keyed by.
   Shape input;
   // Measured while steps run (the executor's thread only): one past the highest arena byte the

@@ -84,15 +84,6 @@ std::string profile_device_key(const Device& device, double link_gbps) {
 DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& lowered,
                              const std::optional<KernelArgs>& update,
                              const ProfileOptions& options) {
-  // A bf16 tape (Note [Which tensors are bf16]) times bf16 kernels. The CPU kernels run bf16
-  // (supports(kind, kBF16)), but the ops still launch them with dtype kF32 (OpIo carries no
-  // dtype yet), so timing now would time fp32 kernels over half-sized tensors: refused.
-  const bool bf16 = std::any_of(lowered.tape.tensors.begin(), lowered.tape.tensors.end(),
-                                [](const TapeTensor& t) { return t.dtype == DType::kBF16; });
-  if (bf16)
-    throw UnsupportedError(
-        "device.precision: bf16 kernels cannot be timed yet: the ops do not launch bf16 kernels",
-        "plan with the FLOP model (memory.measure=false, or trainer plan --no-measure)");
   const auto start = std::chrono::steady_clock::now();
   DeviceProfile p;
   p.cache_path = options.cache_path;

@@ -84,6 +84,46 @@ TEST(CudaKernels, SupportsEveryKernelOnFloat32Only) {
   EXPECT_EQ(kernels.workspace_bytes(SoftmaxCrossEntropyForward{}), 0u);
 }
 
+// bf16 storage (Note [bf16 storage in the CUDA kernels]): exactly the kernels with a dtype field
+// (Note [Storage dtype of a kernel]) run in bf16, as on the CPU backend; the rest (the
+// optimizers, copies, gradient clipping, the fused attention core, the Llama kernels) are fp32
+// only.
+template <size_t I>
+constexpr bool has_dtype_field() {
+  return requires(std::variant_alternative_t<I, KernelArgs> a) { a.dtype; };
+}
+
+TEST(CudaKernels, SupportsBf16StorageExactlyWhereAKernelHasADtype) {
+  cuda::CudaKernels kernels(0);
+  std::vector<bool> has(std::variant_size_v<KernelArgs>);
+  [&]<size_t... I>(std::index_sequence<I...>) { ((has[I] = has_dtype_field<I>()), ...); }
+  (std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
+  int bf16_kinds = 0;
+  for (KernelKind kind = 0; kind < std::variant_size_v<KernelArgs>; ++kind) {
+    EXPECT_EQ(kernels.supports(kind, DType::kBF16), has[kind]) << kernel_name(kind);
+    bf16_kinds += has[kind] ? 1 : 0;
+  }
+  EXPECT_EQ(bf16_kinds, 31);  // the Note's list; a kernel given a dtype field must be added
+  EXPECT_TRUE(kernels.supports(kernel_kind<ConvBackwardWeights>(), DType::kBF16));
+  EXPECT_TRUE(kernels.supports(kernel_kind<AttentionBackward>(), DType::kBF16));
+  EXPECT_FALSE(kernels.supports(kernel_kind<FlashAttentionForward>(), DType::kBF16));
+  EXPECT_FALSE(kernels.supports(kernel_kind<AdamWUpdate>(), DType::kBF16));
+  EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));
+}
+
+// device.precision bf16 on the cuda backend needs compute capability 8.0 (bf16 tensor cores):
+// the rule create_cuda_device applies, as a pure function (no GPU here to refuse).
+TEST(CudaRegistry, Bf16IsRefusedBeforeComputeCapability8) {
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 0, "NVIDIA A100-SXM4-80GB"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 6, "NVIDIA RTX A6000"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(9, 0, "NVIDIA H100 PCIe"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(7, 0, "Tesla V100-SXM2-16GB"),
+            "device.precision: bf16 needs a GPU of compute capability 8.0 or newer (A100, H100), "
+            "but Tesla V100-SXM2-16GB is 7.0");
+  EXPECT_NE(cuda::bf16_gpu_gap(7, 5, "Tesla T4"), "");
+  EXPECT_NE(cuda::bf16_gpu_gap(6, 0, "Tesla P100"), "");
+}
+
 // Geometry is checked before any GPU is touched, with the CPU backend's messages.
 TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   cuda::CudaKernels kernels(0);
