@@ -59,6 +59,7 @@ int64_t row_stride(const memory::desc& user) { return strides_of(user)[0]; }
 
 int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols) {
   const int64_t row_bytes = 4 * (inner + cols);
+  if (row_bytes == 0) return rows;
   int64_t r = std::max<int64_t>(kWidenedChunkBytes / row_bytes, 64);
   r = r / 32 * 32;
   return std::min(rows, r);
@@ -69,7 +70,9 @@ WidenedMatmul::WidenedMatmul(const memory::desc& a, const memory::desc& b, const
     : a_(a), b_(b), c_(c), has_bias_(bias != nullptr) {
   using dt = memory::data_type;
   const int64_t rows = a.dims()[0], inner = a.dims()[1], cols = b.dims()[1];
-  chunk_rows_ = widened_chunk_rows(rows, inner, cols);
+  // Only staged rows count: an fp32 C (backward weights' dw) is written in place.
+  chunk_rows_ = widened_chunk_rows(rows, a.data_type() == dt::f32 ? 0 : inner,
+                                   c.data_type() == dt::f32 ? 0 : cols);
   a_elem_ = static_cast<int64_t>(memory::data_type_size(a.data_type()));
   c_elem_ = static_cast<int64_t>(memory::data_type_size(c.data_type()));
   // B whole, fp32 with the user's strides.
