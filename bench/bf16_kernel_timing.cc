@@ -1,6 +1,7 @@
 // bench_bf16_kernel_timing: fp32 against bf16 storage for the CPU backend's matmul-bound kernels
 // (linear on GPT shapes, convolution on resnet18_cifar's layers at batch 64), forward and both
 // backward passes, best of several runs after a warm-up. Prints only; asserts nothing.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -23,13 +24,12 @@
 // With "cpu", times are the process's CPU time instead of wall time: with 1 thread on a busy
 // machine that is the kernel's own work, unaffected by time slicing. The last argument picks how
 // bf16 products run (cpu::Bf16Products; Note [bf16 products in fp32] in device/cpu).
-// Each line gives one kernel's fp32 and bf16 wall times (ms) and bf16/fp32; below 1 is bf16
-// faster. The weights are the same buffer on every run, as they are between two updates of a
-// training step, so a kernel that keeps a converted copy of its weights per weight version
-// (Note [Cached bf16 weights] in device/cpu) pays the conversion once, in the warm-up. The
-// "+update" column times the forward when the weights are rewritten before every run (the
-// first use after an update), the rewrite itself not counted. The machine's load is printed
-// before and after: on a shared machine the ratios are the figures to read, not the times.
+// Each line gives one kernel's fp32 and bf16 times (ms) and bf16/fp32; below 1 is bf16 faster.
+// The weights are the same buffer on every run, as between two updates of a training step; the
+// "+update" column times the forward with the weights rewritten before every run (the first use
+// after an update; the rewrite not counted), which differs only for a kernel that caches
+// something per weight version. The machine's load is printed before and after: on a shared
+// machine the ratios are the figures to read, not the times.
 
 namespace ferry {
 namespace {
@@ -147,6 +147,40 @@ Times time_conv(cpu::CpuKernels& k, const ConvGeom& g, DType dtype) {
   return t;
 }
 
+// Instructions per ns of 512-bit VFMADD231PS (32 flops) and VDPBF16PS (64 flops), on 12
+// independent accumulators: the peak rates oneDNN's fp32 and native bf16 kernels build on.
+__attribute__((target("avx512f,avx512bf16"))) void instruction_rates() {
+  constexpr int64_t kIters = 20'000'000;
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(1.0001f), b = _mm512_set1_ps(0.9999f);
+  const __m512bh ab = (__m512bh)_mm512_set1_epi16(0x3f80);
+  g_cpu_clock = true;
+  const double t0 = now_ms();
+  for (int64_t i = 0; i < kIters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_fmadd_ps(a, b, acc[j]);
+  }
+  const double t1 = now_ms();
+  for (int64_t i = 0; i < kIters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], ab, ab);
+  }
+  const double t2 = now_ms();
+  float sink = 0.0f;
+  alignas(64) float lanes[16];
+  for (int i = 0; i < 12; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    sink += lanes[0];
+  }
+  const double n = 12.0 * kIters;
+  std::printf(
+      "one core, CPU time: vfmadd231ps zmm %.2f/ns (%.0f GFLOP/s), vdpbf16ps zmm %.2f/ns (%.0f "
+      "GFLOP/s)%s\n",
+      n / (t1 - t0) * 1e-6, 32 * n / (t1 - t0) * 1e-6, n / (t2 - t1) * 1e-6,
+      64 * n / (t2 - t1) * 1e-6, sink == 0.0f ? " " : "");
+}
+
 void linears(cpu::CpuKernels& k) {
   // A 6 x 384 GPT at 8 x 256 tokens: qkv, MLP up, MLP down, in both weight layouts (GPT-2's
   // Conv1D (K, N) and nn.Linear's (N, K), as Llama stores it).
@@ -202,6 +236,9 @@ int main(int argc, char** argv) {
   }
   std::printf("threads %d, best of %d, %s ms: fp32 bf16 bf16/fp32; load %s\n", threads,
               ferry::g_reps, ferry::g_cpu_clock ? "process CPU" : "wall", ferry::loadavg().c_str());
+  const bool cpu_clock = ferry::g_cpu_clock;
+  ferry::instruction_rates();
+  ferry::g_cpu_clock = cpu_clock;
   if (which != "conv") ferry::linears(k);
   if (which != "linear") ferry::convs(k);
   std::printf("load %s\n", ferry::loadavg().c_str());

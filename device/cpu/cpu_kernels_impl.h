@@ -211,9 +211,10 @@ class WidenedMatmul {
 // fp32 staging bytes of one chunk's A and C rows the chunking aims at (a cache-sized block, so
 // the narrowing reads C's rows while they are warm).
 inline constexpr int64_t kWidenedChunkBytes = int64_t{1} << 20;
-// Rows per chunk: kWidenedChunkBytes of staged rows, at least 64 and a multiple of 32, at most
-// `rows`.
-int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols);
+// Rows per chunk: the larger of kWidenedChunkBytes and `b_bytes` (B's fp32 bytes) of staged rows
+// (`inner` fp32 elements of A and `cols` of C per row, 0 for an operand that is fp32 already),
+// at least 64 and a multiple of 32, at most `rows`.
+int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols, int64_t b_bytes);
 
 // The cached WidenedMatmul for `key`.
 std::shared_ptr<const WidenedMatmul> widened_matmul_plan(PlanCache& plans, const PlanKey& key,

@@ -23,8 +23,8 @@ namespace ferry::cpu {
 //    its activations anyway), staged in the workspace as the fp32 kernel's are.
 //  - Linear: WidenedMatmul widens B (the weights, or an activation in backward weights) whole,
 //    then A's rows in chunks of about kWidenedChunkBytes, and narrows C's rows from a chunk-sized
-//    fp32 buffer while they are in cache: the workspace stays bounded (a GPT-2 LM head stages 64
-//    rows, not 1.6 GB of logits) whatever the row count.
+//    fp32 buffer: the workspace stays bounded by about twice B's fp32 bytes (a GPT-2 LM head at
+//    8 x 1024 tokens stages 0.3 GB, not 1.6 GB of logits) whatever the row count.
 // Each output is then the fp32 kernel's result on the bf16 inputs rounded once to bf16, bitwise
 // (widened_matmul_test.cc checks it, chunked and whole): the widened kernels' rule (Note
 // [Widened bf16 kernels] in kernels_bf16.cc). oneDNN's narrowing treats fp32 subnormal results
@@ -57,9 +57,13 @@ int64_t row_stride(const memory::desc& user) { return strides_of(user)[0]; }
 
 }  // namespace
 
-int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols) {
+int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols, int64_t b_bytes) {
   const int64_t row_bytes = 4 * (inner + cols);
-  int64_t r = std::max<int64_t>(kWidenedChunkBytes / row_bytes, 64);
+  if (row_bytes == 0) return rows;
+  // Every chunk reads all of B: chunks staging at least B's bytes keep those reads a fraction
+  // of the work (a GPT LM head's 77 MB of widened weights read 6 times, not 32).
+  const int64_t target = std::max(kWidenedChunkBytes, b_bytes);
+  int64_t r = std::max<int64_t>(target / row_bytes, 64);
   r = r / 32 * 32;
   return std::min(rows, r);
 }
@@ -69,7 +73,9 @@ WidenedMatmul::WidenedMatmul(const memory::desc& a, const memory::desc& b, const
     : a_(a), b_(b), c_(c), has_bias_(bias != nullptr) {
   using dt = memory::data_type;
   const int64_t rows = a.dims()[0], inner = a.dims()[1], cols = b.dims()[1];
-  chunk_rows_ = widened_chunk_rows(rows, inner, cols);
+  // Only staged rows count: an fp32 C (backward weights' dw) is written in place.
+  chunk_rows_ = widened_chunk_rows(rows, a.data_type() == dt::f32 ? 0 : inner,
+                                   c.data_type() == dt::f32 ? 0 : cols, 4 * inner * cols);
   a_elem_ = static_cast<int64_t>(memory::data_type_size(a.data_type()));
   c_elem_ = static_cast<int64_t>(memory::data_type_size(c.data_type()));
   // B whole, fp32 with the user's strides.

@@ -75,8 +75,8 @@ void expect_rounded_fp32(const Bf16& widened, const Bf16& native, const std::vec
 
 TEST_F(WidenedBf16, LinearIsTheFp32KernelOnTheBf16ValuesRoundedOnce) {
   // The 600-row shapes run in several row chunks (and a shorter last one) in every pass.
-  ASSERT_LT(cpu::widened_chunk_rows(600, 48, 1000), 600);
-  ASSERT_LT(cpu::widened_chunk_rows(1000, 600, 48), 1000);
+  ASSERT_LT(cpu::widened_chunk_rows(600, 48, 1000, 4 * 48 * 1000), 600);
+  ASSERT_LT(cpu::widened_chunk_rows(1000, 600, 0, 4 * 600 * 48), 1000);  // fp32 dw
   uint32_t seed = 10;
   for (const LinearGeom& g : {LinearGeom{5, 33, 17}, LinearGeom{64, 96, 40, true},
                               LinearGeom{600, 48, 1000}, LinearGeom{600, 48, 1000, true}}) {
@@ -179,10 +179,12 @@ TEST_F(WidenedBf16, StagingOfAWideOutputIsBoundedByTheChunk) {
   // A GPT-2 LM head over 8 x 1024 tokens: widening the whole (M, V) logits would stage 1.6 GB.
   const LinearGeom g{8192, 768, 50257};
   const uint64_t whole = static_cast<uint64_t>(g.m) * g.n * 4;
-  const int64_t rows = cpu::widened_chunk_rows(g.m, g.k, g.n);
-  EXPECT_EQ(rows, 64);
-  // The widened weights, one chunk of x and y, and oneDNN's scratchpad.
-  const uint64_t chunk = static_cast<uint64_t>(g.k) * g.n * 4 + rows * (g.k + g.n) * 4;
+  const uint64_t b_bytes = static_cast<uint64_t>(g.k) * g.n * 4;  // the widened weights
+  const int64_t rows = cpu::widened_chunk_rows(g.m, g.k, g.n, static_cast<int64_t>(b_bytes));
+  EXPECT_LT(rows, g.m);
+  // The widened weights, one chunk of x and y (at most B's bytes), and oneDNN's scratchpad.
+  const uint64_t chunk = b_bytes + rows * (g.k + g.n) * 4;
+  EXPECT_LE(rows * (g.k + g.n) * 4, static_cast<int64_t>(b_bytes));
   const uint64_t bytes = widened.kernels().workspace_bytes(
       LinearForward{g, nullptr, nullptr, nullptr, nullptr, {}, DType::kBF16});
   EXPECT_GE(bytes, chunk);
