@@ -5,6 +5,7 @@
 // same parameter bits.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "comm/communicator.h"
 #include "device/device.h"
 #include "trainer/exec/parameter_store.h"
+#include "trainer/exec/program.h"
+#include "trainer/optim/gradient_staging.h"
 #include "trainer/optim/optimizer.h"
 
 namespace ferry {
@@ -28,7 +31,11 @@ namespace ferry {
 // host memory, the host updates its fp32 copy of the rank's weights and the state there (one
 // host wait per step, for the copy), and the weights are copied back before the all-gather.
 // Gradient bits equal all_reduce_mean's on two ranks (a + b either way); with more ranks MPI may
-// sum in another order (Note [Model state per rank] says what the tests hold).
+// sum in another order (Note [Model state per rank] says what the tests hold). zero 2 with a
+// staging area (ParameterStore::staged) keeps no whole gradient block: Note [Gradients through a
+// staging ring] in gradient_staging.h; under optim.accumulate it reduce-scatters every
+// micro-batch and sums them in the shard (DeepSpeed's choice: N reductions per update, no
+// whole-block accumulation buffer).
 
 struct ModelStateStepOptions {
   bool shard = false;              // zero 1 or 2 on several ranks
@@ -45,18 +52,37 @@ class ModelStateStep {
                  const ModelStateStepOptions& options);
 
   GradientBuckets& buckets() { return *buckets_; }
+  // Whether backward writes into the staging area (zero 2 without a whole gradient block).
+  bool staged() const { return store_.staged(); }
+  // Before a backward pass (staged): `first` is the update's first micro-batch, whose reduced
+  // parts replace the shard's gradients; later ones add to them.
+  void begin_backward(bool first);
+  // The executor's hooks (GradientListener) for staged gradients: the waits before step `step`
+  // reuses staging bytes, and where parameter `param`'s gradient is written.
+  void before_step(const Program& program, int step);
+  float* gradient_address(const Program& program, size_t param);
+  // The staging layout of `program` (planned on first use).
+  const StagingPlan& staging_plan(const Program& program) { return staged_for(program).plan; }
   // The reductions not launched during backward, and compute ordered after all of them.
   void reduce(Stream& compute);
   // Clipping, the shard's update (device or host), the all-gather; compute waits for it.
   void update(float lr);
   // The host copy of the weights no longer matches the device's (a checkpoint was loaded).
   void weights_changed() { host_weights_current_ = false; }
-  // Collectives of the last step: reductions (one per bucket range) and all-gathers.
+  // Collectives of the last update: reductions (one per bucket range, per micro-batch when
+  // staged) and all-gathers.
   int64_t reductions() const { return reductions_; }
   int64_t gathers() const { return gathers_; }
 
  private:
+  struct Staged {
+    StagingPlan plan;
+    std::byte* base = nullptr;  // the store's staging area, or a grown one
+  };
   CommWork reduce_range(float* block, int64_t offset, int64_t count, Stream& after);
+  // Staged: the range's reduce-scatter in the staging area and this rank's part into the shard.
+  CommWork reduce_staged(int64_t offset, int64_t count, Stream& after);
+  const Staged& staged_for(const Program& program);
   void clip(Stream& compute);
 
   Communicator& comm_;
@@ -68,6 +94,17 @@ class ModelStateStep {
   int64_t shard_ = 0;  // S (floats); the whole block unsharded
   bool host_weights_current_ = false;
   int64_t reductions_ = 0, gathers_ = 0;
+  // Staged gradients: plans by program, the one of the backward running, each range's bucket
+  // and index by its first float in the gradient block, and per bucket the event of its last
+  // shard copy (compute waits for it before reusing the bucket's bytes).
+  std::map<const Program*, Staged> plans_;
+  const Staged* plan_ = nullptr;
+  std::vector<DeviceBuffer> grown_;  // areas for layouts past the planned one
+  std::map<int64_t, std::pair<size_t, size_t>> range_at_;
+  std::vector<std::unique_ptr<Event>> copied_;
+  std::vector<uint8_t> launched_;  // buckets reduced in this backward
+  bool first_micro_ = true;
+  bool grew_ = false;
 };
 
 }  // namespace ferry
