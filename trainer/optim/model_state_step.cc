@@ -26,6 +26,9 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
     };
     buckets.overlap = buckets.overlap && options_.reduce_in_backward;
   }
+  pieces_ = {shard_,
+             std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float))),
+             ranks};
   FERRY_ASSERT(!store.staged() || (options_.shard && buckets.overlap),
                "staged gradients need zero 2's reduce-scatter during backward");
   buckets_ = std::make_unique<GradientBuckets>(
@@ -89,7 +92,49 @@ void ModelStateStep::begin_backward(bool first) {
   plan_ = nullptr;
 }
 
+// Note [Parameters gathered for the next forward] in gather_order.h.
+const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& program) {
+  auto it = gather_plans_.find(&program);
+  if (it != gather_plans_.end()) return it->second;
+  const auto& steps = program.plan.tape.steps;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> reads(steps.size());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].phase != StepPhase::kForward && steps[s].phase != StepPhase::kRecompute) continue;
+    for (int slot : program.lowered.bindings[program.plan.origin[s]].params) {
+      const int32_t p = program.param_index[persistent_id(slot)];
+      if (p < 0) continue;
+      const auto& e = store_.params()[static_cast<size_t>(p)];
+      const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
+      reads[s].emplace_back(begin, begin + e.desc.shape.numel());
+    }
+  }
+  Gathers g;
+  g.read = pieces_read(pieces_, reads);
+  g.order = ferry::gather_order(pieces_.count(), g.read);
+  return gather_plans_.emplace(&program, std::move(g)).first->second;
+}
+
+void ModelStateStep::settle(Stream& compute) {
+  for (size_t k = 0; k < waiting_.size(); ++k) {
+    if (waiting_[k]) gathering_[k].order_before(compute);
+    waiting_[k] = 0;
+  }
+}
+
 void ModelStateStep::before_step(const Program& program, int step) {
+  last_program_ = &program;
+  if (std::find(waiting_.begin(), waiting_.end(), 1) != waiting_.end()) {
+    Stream& compute = device_.stream(StreamKind::kCompute);
+    const StepPhase phase = program.plan.tape.steps[static_cast<size_t>(step)].phase;
+    if (phase == StepPhase::kForward || phase == StepPhase::kRecompute) {
+      for (size_t k : gathers_for(program).read[static_cast<size_t>(step)]) {
+        if (waiting_[k]) gathering_[k].order_before(compute);
+        waiting_[k] = 0;
+      }
+    } else if (phase != StepPhase::kLoad) {
+      settle(compute);
+    }
+  }
   if (!store_.staged()) return;
   if (plan_ == nullptr) plan_ = &staged_for(program);
   Stream& compute = device_.stream(StreamKind::kCompute);
@@ -187,6 +232,7 @@ void ModelStateStep::clip(Stream& compute) {
 
 void ModelStateStep::update(float lr) {
   Stream& compute = device_.stream(StreamKind::kCompute);
+  settle(compute);  // the last update's pieces (already waited for by the backward in between)
   clip(compute);
   const int64_t begin = store_.update_begin(), end = store_.update_end();
   const uint64_t bytes = static_cast<uint64_t>(end - begin) * sizeof(float);
@@ -210,19 +256,25 @@ void ModelStateStep::update(float lr) {
   }
   gathers_ = 0;
   if (!options_.shard) return;
-  // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard.
+  // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard, the next
+  // forward's first pieces first; compute waits per piece (before_step) or for all (settle).
   const int ranks = comm_.ranks().size;
-  const int64_t piece =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float)));
-  std::vector<CommWork> works;
-  for (int64_t at = 0; at < shard_; at += piece) {
-    const int64_t count = std::min(piece, shard_ - at);
+  const size_t pieces = pieces_.count();
+  std::vector<size_t> order(pieces);
+  for (size_t k = 0; k < pieces; ++k) order[k] = k;
+  if (last_program_) order = gathers_for(*last_program_).order;
+  gathering_.assign(pieces, CommWork{});
+  waiting_.assign(pieces, 0);
+  for (size_t k : order) {
+    const auto at = static_cast<int64_t>(k) * pieces_.piece;
+    const int64_t count = std::min(pieces_.piece, shard_ - at);
     std::vector<Communicator::Part> parts;
     for (int r = 0; r < ranks; ++r) parts.push_back({r * shard_ + at, count});
-    works.push_back(comm_.all_gather(store_.param_block(), parts, compute));
+    gathering_[k] = comm_.all_gather(store_.param_block(), parts, compute);
+    waiting_[k] = 1;
     ++gathers_;
   }
-  for (const CommWork& w : works) w.order_before(compute);
+  gather_order_ = std::move(order);
 }
 
 }  // namespace ferry

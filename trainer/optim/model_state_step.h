@@ -14,6 +14,7 @@
 #include "device/device.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/exec/program.h"
+#include "trainer/optim/gather_order.h"
 #include "trainer/optim/gradient_staging.h"
 #include "trainer/optim/optimizer.h"
 
@@ -27,13 +28,14 @@ namespace ferry {
 // of them after backward. The optimizer updates [rank * S, rank * S + S) only; with clipping the
 // norm is the all-reduced sum of every shard's sum of squares. Then the parameters are
 // all-gathered in pieces of comm.bucket_mb per shard, and compute waits for them before the next
-// forward. memory.optimizer host: after the reduction the rank's gradient floats are copied to
-// host memory, the host updates its fp32 copy of the rank's weights and the state there (one
-// host wait per step, for the copy), and the weights are copied back before the all-gather.
-// Gradient bits equal all_reduce_mean's on two ranks (a + b either way); with more ranks MPI may
-// sum in another order (Note [Model state per rank] says what the tests hold). zero 2 with a
-// staging area (ParameterStore::staged) keeps no whole gradient block: Note [Gradients through a
-// staging ring] in gradient_staging.h; under optim.accumulate it reduce-scatters every
+// forward (in the order and with the per-piece waits of Note [Parameters gathered for the next
+// forward] in gather_order.h). memory.optimizer host: after the reduction the rank's gradient
+// floats are copied to host memory, the host updates its fp32 copy of the rank's weights and the
+// state there (one host wait per step, for the copy), and the weights are copied back before the
+// all-gather. Gradient bits equal all_reduce_mean's on two ranks (a + b either way); with more
+// ranks MPI may sum in another order (Note [Model state per rank] says what the tests hold). zero 2
+// with a staging area (ParameterStore::staged) keeps no whole gradient block: Note [Gradients
+// through a staging ring] in gradient_staging.h; under optim.accumulate it reduce-scatters every
 // micro-batch and sums them in the shard (DeepSpeed's choice: N reductions per update, no
 // whole-block accumulation buffer).
 
@@ -57,10 +59,16 @@ class ModelStateStep {
   // Before a backward pass (staged): `first` is the update's first micro-batch, whose reduced
   // parts replace the shard's gradients; later ones add to them.
   void begin_backward(bool first);
-  // The executor's hooks (GradientListener) for staged gradients: the waits before step `step`
-  // reuses staging bytes, and where parameter `param`'s gradient is written.
+  // The executor's hooks (GradientListener): before step `step`, the waits for the parameter
+  // pieces it reads (or, not a forward step, for every piece still gathering) and for staging
+  // bytes it reuses; and where parameter `param`'s gradient is written (null: not staged).
   void before_step(const Program& program, int step);
   float* gradient_address(const Program& program, size_t param);
+  // Orders `compute` after every parameter piece still being gathered (before anything but the
+  // next forward reads parameters: checkpoints).
+  void settle(Stream& compute);
+  // The pieces of the last all-gather in the order they were issued.
+  const std::vector<size_t>& gather_order() const { return gather_order_; }
   // The staging layout of `program` (planned on first use).
   const StagingPlan& staging_plan(const Program& program) { return staged_for(program).plan; }
   // The reductions not launched during backward, and compute ordered after all of them.
@@ -83,6 +91,12 @@ class ModelStateStep {
   // Staged: the range's reduce-scatter in the staging area and this rank's part into the shard.
   CommWork reduce_staged(int64_t offset, int64_t count, Stream& after);
   const Staged& staged_for(const Program& program);
+  // Per step of `program`, the pieces it reads, and the order to gather them in.
+  struct Gathers {
+    std::vector<std::vector<size_t>> read;
+    std::vector<size_t> order;
+  };
+  const Gathers& gathers_for(const Program& program);
   void clip(Stream& compute);
 
   Communicator& comm_;
@@ -100,6 +114,14 @@ class ModelStateStep {
   std::map<const Program*, Staged> plans_;
   const Staged* plan_ = nullptr;
   std::vector<DeviceBuffer> grown_;  // areas for layouts past the planned one
+  // The parameter all-gather: its pieces, each one's work while compute has not been ordered
+  // after it, the program of the last backward (the next forward's, most likely).
+  GatherPieces pieces_;
+  std::map<const Program*, Gathers> gather_plans_;
+  std::vector<CommWork> gathering_;
+  std::vector<uint8_t> waiting_;
+  std::vector<size_t> gather_order_;
+  const Program* last_program_ = nullptr;
   std::map<int64_t, std::pair<size_t, size_t>> range_at_;
   std::vector<std::unique_ptr<Event>> copied_;
   std::vector<uint8_t> launched_;  // buckets reduced in this backward

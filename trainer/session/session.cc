@@ -25,8 +25,9 @@ namespace ferry {
 
 namespace {
 
-// Tells the gradient buckets what backward has written; under zero 2's staged gradients, also
-// where backward writes them and when it may reuse staging bytes (ModelStateStep).
+// Tells the gradient buckets what backward has written; with a ModelStateStep, also when a step
+// must wait for the parameters' all-gather and, under zero 2's staged gradients, where backward
+// writes them and when it may reuse staging bytes.
 class BucketListener : public GradientListener {
  public:
   BucketListener(GradientBuckets* buckets, ModelStateStep* staged)
@@ -317,8 +318,7 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
                                                  std::move(slices), options);
     active_buckets_ = buckets_.get();
   }
-  ModelStateStep* staged = state_step_ && state_step_->staged() ? state_step_.get() : nullptr;
-  listener_ = std::make_unique<BucketListener>(active_buckets_, staged);
+  listener_ = std::make_unique<BucketListener>(active_buckets_, state_step_.get());
   if (store_->accumulation_block()) {
     accumulation_ = std::make_unique<GradientAccumulation>(*device_, *store_, *listener_);
   }
@@ -373,6 +373,8 @@ std::vector<BucketSpan> Session::reduce_spans() const {
 // 0 writes the file; on load every rank reads the whole file into the image and keeps its own
 // shard. So a run resumes under another rank count, stage or placement.
 void Session::gather_optimizer_state() {
+  // The checkpoint reads the parameters: after every piece of their all-gather.
+  if (state_step_) state_step_->settle(device_->stream(StreamKind::kCompute));
   if (store_->whole_optimizer_on_device()) return;
   const int slots = store_->optimizer_slots();
   const int64_t floats = store_->param_floats();
