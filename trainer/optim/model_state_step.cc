@@ -49,7 +49,8 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
 // Note [Gradients through a staging ring] in gradient_staging.h.
 const ModelStateStep::Staged& ModelStateStep::staged_for(const Program& program) {
   auto it = plans_.find(&program);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end() && it->second.origin == program.plan.origin) return it->second;
+  if (it != plans_.end()) plans_.erase(it);
   const GradientBuckets& b = *buckets_;
   std::vector<size_t> bucket_of(store_.params().size());
   std::vector<GradSlice> slices;
@@ -67,7 +68,7 @@ const ModelStateStep::Staged& ModelStateStep::staged_for(const Program& program)
   in.overlap = b.options().overlap;
   in.capacity = store_.staging_bytes();
   in.slot_bytes = store_.staging_slot_bytes();
-  Staged staged{plan_staging(in), store_.staging()};
+  Staged staged{plan_staging(in), store_.staging(), program.plan.origin};
   if (staged.plan.bytes > store_.staging_bytes()) {
     // The layout does not fit the planned area: an area of its own, past the plan.
     fmt::print(stderr,
@@ -95,7 +96,8 @@ void ModelStateStep::begin_backward(bool first) {
 // Note [Parameters gathered for the next forward] in gather_order.h.
 const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& program) {
   auto it = gather_plans_.find(&program);
-  if (it != gather_plans_.end()) return it->second;
+  if (it != gather_plans_.end() && it->second.origin == program.plan.origin) return it->second;
+  if (it != gather_plans_.end()) gather_plans_.erase(it);
   const auto& steps = program.plan.tape.steps;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> reads(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -111,6 +113,7 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
   Gathers g;
   g.read = pieces_read(pieces_, reads);
   g.order = ferry::gather_order(pieces_.count(), g.read);
+  g.origin = program.plan.origin;
   return gather_plans_.emplace(&program, std::move(g)).first->second;
 }
 

@@ -86,6 +86,7 @@ class ModelStateStep {
   struct Staged {
     StagingPlan plan;
     std::byte* base = nullptr;  // the store's staging area, or a grown one
+    std::vector<int> origin;    // the program's plan.origin: a program at a reused address differs
   };
   CommWork reduce_range(float* block, int64_t offset, int64_t count, Stream& after);
   // Staged: the range's reduce-scatter in the staging area and this rank's part into the shard.
@@ -95,6 +96,7 @@ class ModelStateStep {
   struct Gathers {
     std::vector<std::vector<size_t>> read;
     std::vector<size_t> order;
+    std::vector<int> origin;
   };
   const Gathers& gathers_for(const Program& program);
   void clip(Stream& compute);
