@@ -22,6 +22,15 @@ GradientBuckets::GradientBuckets(Communicator& comm, Device& device, float* grad
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t p : buckets_[b].params) bucket_of_[p] = b;
   }
+  if (options_.wire_dtype != DType::kF32 && options_.reduce) {
+    throw UnsupportedError(
+        fmt::format("comm.dtype: {} all-reduces, but these buckets reduce-scatter (memory.zero 1 "
+                    "or 2), which runs in fp32 only",
+                    dtype_name(options_.wire_dtype)),
+        "set comm.dtype=fp32, or memory.zero=0");
+  }
+  FERRY_ASSERT(options_.wire_dtype == DType::kF32 || options_.wire_dtype == DType::kBF16,
+               "a bucket's wire dtype is fp32 or bf16");
   if (options_.writes_per_param.empty()) {
     expected_.assign(params_.size(), 1);
   } else {
@@ -83,9 +92,13 @@ void GradientBuckets::launch(size_t bucket, Stream& after) {
   for (const ByteRange& r : buckets_[bucket].ranges) {
     const auto offset = static_cast<int64_t>(r.offset / sizeof(float));
     const auto count = static_cast<int64_t>(r.bytes / sizeof(float));
-    works_[bucket].push_back(options_.reduce
-                                 ? options_.reduce(block_, offset, count, after)
-                                 : comm_.all_reduce_mean(block_ + offset, count, after));
+    if (options_.reduce) {
+      works_[bucket].push_back(options_.reduce(block_, offset, count, after));
+    } else if (options_.wire_dtype == DType::kBF16) {
+      works_[bucket].push_back(comm_.all_reduce_mean_bf16(block_ + offset, count, after));
+    } else {
+      works_[bucket].push_back(comm_.all_reduce_mean(block_ + offset, count, after));
+    }
     ++collectives_;
   }
 }
@@ -100,11 +113,15 @@ void GradientBuckets::finish(Stream& compute) {
   ++reductions_;
 }
 
+uint64_t GradientBuckets::wire_bytes(uint64_t fp32_bytes) const {
+  return fp32_bytes / sizeof(float) * dtype_size(options_.wire_dtype);
+}
+
 std::vector<BucketSpan> GradientBuckets::spans() const {
   std::vector<BucketSpan> out;
   for (size_t b = 0; b < next_; ++b) {
     if (works_[b].empty()) continue;
-    BucketSpan s{b, buckets_[b].bytes, launch_ns_[b], INT64_MAX, INT64_MIN};
+    BucketSpan s{b, wire_bytes(buckets_[b].bytes), launch_ns_[b], INT64_MAX, INT64_MIN};
     bool measured = true;
     for (const CommWork& w : works_[b]) {
       w.wait();

@@ -32,14 +32,16 @@ struct BucketOptions {
   // The collective of one range of the block (floats from the block's start, and count); empty:
   // all_reduce_mean. memory.zero 1 and 2 reduce-scatter instead (trainer/optim/model_state_step.h).
   std::function<CommWork(float* block, int64_t offset, int64_t count, Stream& after)> reduce;
-  // comm.dtype: the format buckets cross the wire in (kBF16: summed into fp32 gradients).
+  // comm.dtype: the format buckets cross the wire in. kBF16: all_reduce_mean_bf16, the bf16 sum
+  // widened into the fp32 gradients (Note [A bf16 all-reduce] in comm/bf16_wire.h); not with
+  // `reduce` (the constructor throws UnsupportedError).
   DType wire_dtype = DType::kF32;
 };
 
 // The host-clock span of one bucket's all-reduce in the last step, for traces.
 struct BucketSpan {
   size_t bucket = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;     // on the wire: the bucket's fp32 bytes, halved under comm.dtype bf16
   int64_t launch_ns = 0;  // when the host enqueued it (steady_clock ns, see CommSpan)
   int64_t start_ns = 0;   // when the collective started on the comm stream
   int64_t end_ns = 0;     // when it ended
@@ -89,6 +91,7 @@ class GradientBuckets {
 
  private:
   void launch(size_t bucket, Stream& after);
+  uint64_t wire_bytes(uint64_t fp32_bytes) const;  // a range's bytes in options_.wire_dtype
   void launch_ready();
 
   Communicator& comm_;

@@ -20,6 +20,11 @@ std::optional<CommSpan> CommWork::span() const {
   return CommSpan{start, end};
 }
 
+CommWork Communicator::all_reduce_mean_bf16(float*, int64_t, Stream&) {
+  throw UnsupportedError(fmt::format("the {} communicator has no bf16 all-reduce", backend_name()),
+                         "set comm.dtype=fp32");
+}
+
 CommWork Communicator::reduce_scatter_mean(float*, std::span<const Part>, Stream&) {
   throw UnsupportedError(fmt::format("the {} communicator has no reduce-scatter", backend_name()),
                          "use memory.zero 0");

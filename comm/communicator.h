@@ -73,6 +73,18 @@ class Communicator {
   // every rank. Every rank must issue the same collectives in the same order.
   virtual CommWork all_reduce_mean(float* data, int64_t count, Stream& after) = 0;
 
+  // comm.dtype bf16: as all_reduce_mean, but data crosses the wire as bf16. data[0, count) is
+  // narrowed to bf16 (round to nearest even) into the communicator's wire buffer, summed over
+  // ranks in bf16 (fp32 adds, one rounding per pairwise combine), and the sum is widened back
+  // into data and divided by the rank count in fp32 (Note [A bf16 all-reduce] in
+  // comm/bf16_wire.h gives the rounding users get). Bitwise equal on every rank. One rank: data
+  // is left as it is (nothing crosses a wire). The default throws UnsupportedError.
+  virtual CommWork all_reduce_mean_bf16(float* data, int64_t count, Stream& after);
+
+  // Payload bytes this rank has handed to all-reduce collectives since construction (count times
+  // the wire element's size; not the algorithm's traffic). 0 for one rank, which sends nothing.
+  uint64_t all_reduce_bytes() const { return all_reduce_bytes_.load(std::memory_order_relaxed); }
+
   // data[0, bytes) of rank `root` copied to every rank, in place, in device memory. Starts
   // after the work enqueued on `after` so far.
   virtual CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) = 0;
@@ -104,6 +116,14 @@ class Communicator {
   // Blocks the host until every rank has entered the barrier. Ordered after the collectives
   // this communicator has issued before (they run first on the comm stream).
   virtual void barrier() = 0;
+
+ protected:
+  void count_all_reduce_bytes(uint64_t bytes) {
+    all_reduce_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t> all_reduce_bytes_{0};
 };
 
 enum class CommBackendChoice { kAuto, kMpi, kNccl };

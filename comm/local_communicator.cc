@@ -21,6 +21,12 @@ class LocalCommunicator final : public Communicator {
     return CommWork();
   }
 
+  // Nothing crosses a wire, so nothing is narrowed (Note [A bf16 all-reduce]).
+  CommWork all_reduce_mean_bf16(float*, int64_t count, Stream&) override {
+    FERRY_ASSERT(count >= 0, "all_reduce_mean_bf16: negative count");
+    return CommWork();
+  }
+
   CommWork broadcast(void* data, uint64_t bytes, int root, Stream& after) override {
     check_root(root);
     return CommWork();

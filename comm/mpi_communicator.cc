@@ -10,11 +10,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "comm/backends.h"
+#include "comm/bf16_wire.h"
 #include "comm/collective_watchdog.h"
 #include "comm/fault.h"
 #include "comm/mpi_arrivals.h"
@@ -63,6 +65,11 @@ void wait_request(MPI_Request& request) {
   }
 }
 
+// The user MPI_Op of the bf16 all-reduce: inout <- bf16 sum of in and inout, 16-bit words.
+void sum_bf16_words(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum_bf16(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len);
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(Device& device, const RankInfo& ranks, MpiWait wait, double timeout_s)
@@ -86,6 +93,7 @@ class MpiCommunicator final : public Communicator {
     // A communicator of our own: our collectives never match anyone else's on MPI_COMM_WORLD.
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Op_create(&sum_bf16_words, /*commute=*/1, &sum_bf16_));
     if (watchdog_) {
       arrivals_ = std::make_unique<MpiArrivals>(comm_);
       watchdog_->end();
@@ -101,6 +109,7 @@ class MpiCommunicator final : public Communicator {
     watchdog_.reset();
     if (mpi_active()) {
       arrivals_.reset();  // collective, as the communicator's destruction
+      MPI_Op_free(&sum_bf16_);
       MPI_Comm_free(&comm_);
     }
   }
@@ -111,6 +120,7 @@ class MpiCommunicator final : public Communicator {
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
     const int ranks = ranks_.size;
+    count_all_reduce_bytes(static_cast<uint64_t>(count) * sizeof(float));
     return launch(after, [this, data, count, ranks] {
       for (int64_t offset = 0; offset < count; offset += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, count - offset));
@@ -125,15 +135,36 @@ class MpiCommunicator final : public Communicator {
           }
         });
       }
-      // Every rank holds the same sum bits, so every rank gets the same quotient bits. For a
-      // power-of-two rank count x * (1/n) is exactly x / n, and cheaper.
-      if ((ranks & (ranks - 1)) == 0) {
-        const float inverse = 1.0f / static_cast<float>(ranks);
-        for (int64_t i = 0; i < count; ++i) data[i] *= inverse;
-      } else {
-        const auto n = static_cast<float>(ranks);
-        for (int64_t i = 0; i < count; ++i) data[i] /= n;
+      // Every rank holds the same sum bits, so every rank gets the same quotient bits.
+      divide_by_ranks(data, count, ranks);
+    });
+  }
+
+  // Note [A bf16 all-reduce] in comm/bf16_wire.h: the 16-bit words go to MPI as MPI_UINT16_T
+  // with a user op that sums them as bf16. wire_ is used by the comm thread only.
+  CommWork all_reduce_mean_bf16(float* data, int64_t count, Stream& after) override {
+    FERRY_ASSERT(count >= 0, "all_reduce_mean_bf16: negative count");
+    const int ranks = ranks_.size;
+    count_all_reduce_bytes(static_cast<uint64_t>(count) * sizeof(uint16_t));
+    return launch(after, [this, data, count, ranks] {
+      if (wire_.size() < static_cast<size_t>(count)) wire_.resize(static_cast<size_t>(count));
+      uint16_t* wire = wire_.data();
+      narrow_to_bf16(data, wire, count);
+      for (int64_t offset = 0; offset < count; offset += kMaxCount) {
+        const int n = static_cast<int>(std::min(kMaxCount, count - offset));
+        watched("all-reduce", [&] {
+          if (wait_ == MpiWait::kBlocking) {
+            MPI_CHECK(
+                MPI_Allreduce(MPI_IN_PLACE, wire + offset, n, MPI_UINT16_T, sum_bf16_, comm_));
+          } else {
+            MPI_Request request;
+            MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, wire + offset, n, MPI_UINT16_T, sum_bf16_, comm_,
+                                     &request));
+            wait_request(request);
+          }
+        });
       }
+      widen_mean(wire, data, count, ranks);
     });
   }
 
@@ -182,14 +213,7 @@ class MpiCommunicator final : public Communicator {
       });
       float* own = data + mine.offset;
       if (mine.count > 0 && own != base) std::memmove(own, base, mine.count * sizeof(float));
-      // The same division as all_reduce_mean's.
-      if ((ranks & (ranks - 1)) == 0) {
-        const float inverse = 1.0f / static_cast<float>(ranks);
-        for (int64_t i = 0; i < mine.count; ++i) own[i] *= inverse;
-      } else {
-        const auto n = static_cast<float>(ranks);
-        for (int64_t i = 0; i < mine.count; ++i) own[i] /= n;
-      }
+      divide_by_ranks(own, mine.count, ranks);  // the same division as all_reduce_mean's
     });
   }
 
@@ -364,7 +388,9 @@ class MpiCommunicator final : public Communicator {
   MpiWait wait_;
   cpu::CpuStream* stream_ = nullptr;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int64_t sequence_ = 0;  // collectives issued so far; comm thread only
+  MPI_Op sum_bf16_ = MPI_OP_NULL;  // sum_bf16_words
+  std::vector<uint16_t> wire_;     // comm.dtype bf16's wire buffer; comm thread only
+  int64_t sequence_ = 0;           // collectives issued so far; comm thread only
   std::unique_ptr<MpiArrivals> arrivals_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // null: comm.timeout_s is 0
   // The late ranks in words; set by the watchdog's thread only. Before the communicator exists

@@ -24,6 +24,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
 #include "device/event_recycler.h"
+#include "device/kernels.h"
 
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0), "ncclAvg needs NCCL 2.10 or newer");
 
@@ -123,7 +124,8 @@ bool stream_idle(cudaStream_t stream) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Device& device, const RankInfo& ranks, double timeout_s) : ranks_(ranks) {
+  NcclCommunicator(Device& device, const RankInfo& ranks, double timeout_s)
+      : device_(device), ranks_(ranks) {
     if (device.backend() != Backend::kCuda) {
       throw UnsupportedError(
           fmt::format("the nccl communicator needs a cuda device, got {}", device.name()),
@@ -197,7 +199,8 @@ class NcclCommunicator final : public Communicator {
     }
     if (!clean) watchdog_->abort("the communicator was destroyed during a failure");
     const bool aborted = watchdog_->aborted();
-    watchdog_->stop();  // never asks comm_ again
+    watchdog_->stop();                                             // never asks comm_ again
+    if (wire_ != nullptr && !aborted) CUDA_WARN(cudaFree(wire_));  // the stream has drained
     if (aborted) return;
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) {
@@ -211,9 +214,34 @@ class NcclCommunicator final : public Communicator {
 
   CommWork all_reduce_mean(float* data, int64_t count, Stream& after) override {
     FERRY_ASSERT(count >= 0, "all_reduce_mean: negative count");
+    count_all_reduce_bytes(static_cast<uint64_t>(count) * sizeof(float));
     return launch("all-reduce", after, [&](cudaStream_t stream) {
       NCCL_CHECK(
           ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclAvg, comm_, stream));
+    });
+  }
+
+  // Note [A bf16 all-reduce] in comm/bf16_wire.h: narrowed into wire_ and widened back by the
+  // device's ConvertFloats kernel on the comm stream, summed with ncclBfloat16 (ncclSum: ncclAvg
+  // would scale each rank's bf16 input first, one more rounding), divided by the rank count in
+  // fp32 (Scale: times 1/ranks, exact for a power of two).
+  CommWork all_reduce_mean_bf16(float* data, int64_t count, Stream& after) override {
+    FERRY_ASSERT(count >= 0, "all_reduce_mean_bf16: negative count");
+    if (!device_.kernels().supports(kernel_kind<ConvertFloats>(), DType::kF32)) {
+      throw UnsupportedError(
+          "comm.dtype: bf16 on nccl needs the cuda backend's ConvertFloats kernel (fp32 <-> bf16), "
+          "which this build lacks",
+          "set comm.dtype=fp32");
+    }
+    count_all_reduce_bytes(static_cast<uint64_t>(count) * sizeof(uint16_t));
+    reserve_wire(count);
+    return launch("all-reduce", after, [&](cudaStream_t stream) {
+      Kernels& k = device_.kernels();
+      k.launch(ConvertFloats{count, DType::kF32, DType::kBF16, data, wire_}, *stream_);
+      NCCL_CHECK(ncclAllReduce(wire_, wire_, static_cast<size_t>(count), ncclBfloat16, ncclSum,
+                               comm_, stream));
+      k.launch(ConvertFloats{count, DType::kBF16, DType::kF32, wire_, data}, *stream_);
+      k.launch(Scale{count, 1.0f / static_cast<float>(ranks_.size), data}, *stream_);
     });
   }
 
@@ -305,6 +333,19 @@ class NcclCommunicator final : public Communicator {
     return true;
   }
 
+  // Grows the bf16 wire buffer to `count` elements once the comm stream has drained (the
+  // collectives before may still read the old one). Buckets keep their sizes, so this happens in
+  // the first step only.
+  void reserve_wire(int64_t count) {
+    if (count <= wire_count_) return;
+    cuda::use_device(ordinal_);
+    watchdog_->wait([this] { return stream_idle(stream_->handle()); }, "growing the bf16 wire");
+    if (wire_ != nullptr) CUDA_CHECK(cudaFree(wire_));
+    wire_ = nullptr;
+    CUDA_CHECK(cudaMalloc(&wire_, static_cast<size_t>(count) * sizeof(uint16_t)));
+    wire_count_ = count;
+  }
+
   // MPI counts are int: longer host buffers go in pieces of this many bytes.
   static constexpr uint64_t kMaxMpiCount = uint64_t{1} << 30;
 
@@ -350,8 +391,11 @@ class NcclCommunicator final : public Communicator {
     owned.release();  // the callback deletes it
   }
 
+  Device& device_;
   RankInfo ranks_;
   cuda::CudaStream* stream_ = nullptr;
+  void* wire_ = nullptr;  // comm.dtype bf16's wire buffer (cudaMalloc, outside the heap)
+  int64_t wire_count_ = 0;
   int ordinal_ = 0;
   ncclComm_t comm_ = nullptr;
   std::shared_ptr<AsyncErrorWatchdog>

@@ -368,6 +368,9 @@ void bind_operands(Operands& o, KernelArgs& args) {
           o.bind<float>(a.dy, a.n);
           o.bind<float>(a.dgate, a.n);
           o.bind<float>(a.dup, a.n);
+        } else if constexpr (std::is_same_v<T, ConvertFloats>) {
+          o.bind<float>(a.x, a.n);  // fp32-sized: room for either direction
+          o.bind<float>(a.y, a.n);
         } else {
           static_assert(sizeof(T) == 0, "a kernel without scratch operands");
         }
@@ -445,6 +448,10 @@ std::string kernel_key(const KernelArgs& args) {
           if (a.segments != nullptr) k("segments", true);
         } else {
           k("n", a.n);
+        }
+        // bf16 storage is another kernel (fp32 keys stay as they were).
+        if constexpr (requires { a.dtype; }) {
+          if (a.dtype == DType::kBF16) k("bf16", true);
         }
       },
       args);

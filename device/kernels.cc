@@ -47,7 +47,8 @@ std::string_view kernel_name(KernelKind kind) {
                                                 "rope_qkv_forward",
                                                 "rope_qkv_backward",
                                                 "swiglu_forward",
-                                                "swiglu_backward"};
+                                                "swiglu_backward",
+                                                "convert_floats"};
   static_assert(std::size(kNames) == std::variant_size_v<KernelArgs>);
   return kind < std::size(kNames) ? kNames[kind] : "unknown";
 }

@@ -35,8 +35,9 @@ struct Workspace {
 //    gradients are fp32. Layer norm: x, y, dy, dx; gamma, beta, mean, rstd and gradients fp32.
 //  - softmax cross-entropy: logits, probs, dlogits; loss is fp32.
 //  - embedding: y and dy; wte, wpe (the fp32 master weights), dwte, dwpe are fp32.
-//  - attention: qkv, y, probs, dy, dqkv.
-// Kernels without the field (copy, the optimizers, gradient clipping) are fp32 (copy: bytes).
+//  - attention: qkv, y, probs, dy, dqkv. Fused attention: qkv, y, dy, dqkv; lse is fp32.
+// Kernels without the field (copy, the optimizers, gradient clipping) are fp32 (copy: bytes;
+// ConvertFloats: its own from and to).
 // Kernels::supports(kind, DType::kBF16) says whether a backend runs a kind in bf16 storage.
 
 // ---- convolution -------------------------------------------------------------------------
@@ -511,6 +512,7 @@ struct FlashAttentionForward {
   float* y = nullptr;                 // (N, T, C), or null (a recompute of lse alone)
   float* lse = nullptr;               // (N, heads, T), or null (a recompute of y alone)
   const int32_t* segments = nullptr;  // (N, T) or null
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
 };
 
 // Gradients of FlashAttentionForward in training: dqkv (N, T, 3C), overwritten. Reads qkv, y,
@@ -524,6 +526,20 @@ struct FlashAttentionBackward {
   const float* dy = nullptr;  // (N, T, C)
   float* dqkv = nullptr;
   const int32_t* segments = nullptr;  // (N, T) or null, as the forward's
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel]
+};
+
+// ---- conversion ------------------------------------------------------------------------------
+
+// y[i] = x[i] converted from `from` to `to` (kF32 or kBF16; device/bf16.h's float_to_bf16 to
+// narrow, exact to widen), for i < n. Makes the bf16 working copy of the weights once per update
+// (Note [The bf16 working copy] in trainer/exec/parameter_store.h).
+struct ConvertFloats {
+  int64_t n = 0;
+  DType from = DType::kF32;
+  DType to = DType::kBF16;
+  const void* x = nullptr;
+  void* y = nullptr;
 };
 
 // ---- the launch interface ----------------------------------------------------------------------
@@ -538,7 +554,8 @@ using KernelArgs =
                  EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
                  GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
                  ClipByNorm, FlashAttentionForward, FlashAttentionBackward, RmsNormForward,
-                 RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward>;
+                 RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward,
+                 ConvertFloats>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

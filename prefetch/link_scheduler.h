@@ -20,6 +20,11 @@ namespace ferry {
 // the deadline that travels with the copy to the device's copy arbiter (device/copy_deadline.h).
 // `fifo` issues every copy at once in request order: the copy streams alone serialise them.
 
+// What a copy carries: an activation (an offload or prefetch of the plan) or the host
+// optimizer's model state (gradients down, updated weights up: Note [Host copies on the links]
+// in trainer/optim/model_state_step.h). Both cross the same links under the same scheduler.
+enum class TransferPurpose { kActivation, kOptimizer };
+
 struct TransferRequest {
   TransferDirection direction = TransferDirection::kToHost;
   std::string tensor;
@@ -28,6 +33,7 @@ struct TransferRequest {
   // Planned seconds from the copy's issue to the start of deadline_step (0: none known). The
   // topology scheduler orders chunks of the node's ranks by this deadline.
   double deadline_s = 0;
+  TransferPurpose purpose = TransferPurpose::kActivation;
 };
 
 class LinkScheduler {

@@ -1,6 +1,8 @@
 // Issuing copies through the scheduler and the residency state machine.
 #include "prefetch/transfer_engine.h"
 
+#include "common/error.h"
+
 namespace ferry {
 
 TransferEngine::TransferEngine(Device& device, std::unique_ptr<LinkScheduler> scheduler)
@@ -8,9 +10,14 @@ TransferEngine::TransferEngine(Device& device, std::unique_ptr<LinkScheduler> sc
 
 Event* TransferEngine::begin(const TransferRequest& request, Stream& stream, Event& ready) {
   scheduler_->before_copy(request, stream);
-  ++stats_.transfers;
-  (request.direction == TransferDirection::kToHost ? stats_.to_host_bytes
-                                                   : stats_.to_device_bytes) += request.bytes;
+  const bool to_host = request.direction == TransferDirection::kToHost;
+  if (request.purpose == TransferPurpose::kOptimizer) {
+    ++stats_.optimizer_copies;
+    (to_host ? stats_.optimizer_to_host_bytes : stats_.optimizer_to_device_bytes) += request.bytes;
+  } else {
+    ++stats_.transfers;
+    (to_host ? stats_.to_host_bytes : stats_.to_device_bytes) += request.bytes;
+  }
   if (!tracing_) return nullptr;
   TracedTransfer traced{request, device_.create_timing_event(), device_.create_timing_event()};
   stream.wait(ready);  // so the start mark is the copy's start, not its wait's
@@ -44,6 +51,20 @@ void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& r
   Event* traced_end = begin(request, h2d, ready);
   tensor.prefetch(device_ptr, h2d, ready, scheduler_->deadline(request));
   end(request, h2d, traced_end);
+}
+
+void TransferEngine::copy(const TransferRequest& request, void* dst, const void* src, Event& ready,
+                          Event& done) {
+  FERRY_ASSERT(request.purpose == TransferPurpose::kOptimizer,
+               "TransferEngine::copy carries model state; activations go through offload/prefetch");
+  Stream& stream =
+      device_.stream(request.direction == TransferDirection::kToHost ? StreamKind::kDeviceToHost
+                                                                     : StreamKind::kHostToDevice);
+  stream.wait(ready);
+  Event* traced_end = begin(request, stream, ready);
+  device_.copy_async(dst, src, request.bytes, stream, scheduler_->deadline(request));
+  stream.record(done);
+  end(request, stream, traced_end);
 }
 
 }  // namespace ferry

@@ -18,12 +18,17 @@ namespace ferry {
 // stream) and prefetches (host -> device, on the host-to-device stream) through the residency
 // state machine, asking a LinkScheduler around each copy and for the deadline the copy carries
 // to the device, and keeps per-step totals and, when tracing, each copy's start and end events
-// (Note [Life of an offloaded activation] in trainer/exec/executor.h, steps 4 and 7).
+// (Note [Life of an offloaded activation] in trainer/exec/executor.h, steps 4 and 7). The host
+// optimizer's copies (TransferPurpose::kOptimizer) take the same way without a residency state
+// machine: copy() (Note [Host copies on the links] in trainer/optim/model_state_step.h).
 
 struct TransferStats {
-  uint64_t to_host_bytes = 0;
+  uint64_t to_host_bytes = 0;  // activations
   uint64_t to_device_bytes = 0;
   uint64_t transfers = 0;
+  uint64_t optimizer_to_host_bytes = 0;    // the host optimizer's gradients
+  uint64_t optimizer_to_device_bytes = 0;  // and updated weights
+  uint64_t optimizer_copies = 0;
 };
 
 // A traced copy: its request and the timing events around it on its stream.
@@ -45,6 +50,11 @@ class TransferEngine {
   // Copies `tensor` back to `device_ptr` once `ready` has fired (the space is free).
   void prefetch(ResidentTensor& tensor, void* device_ptr, Event& ready, int deadline_step,
                 double deadline_s = 0);
+
+  // A copy of model state (request.purpose kOptimizer): request.bytes from `src` to `dst` on the
+  // copy stream of request.direction once `ready` has fired, with the scheduler's hooks and
+  // deadline, the totals and the trace marks of any other copy; `done` is recorded after it.
+  void copy(const TransferRequest& request, void* dst, const void* src, Event& ready, Event& done);
 
   const TransferStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -32,8 +32,13 @@
 #      GPU memories (trainer simulate --mix configs/simulate/mix-h100.yaml; scripts/bench_mix_sim.py)
 #  precision: fp32 against bf16 (issue 28): the plan table (bench_precision_plan) and simulated
 #      samples/s on h100-pcie5 and a100-pcie4 (scripts/bench_precision_simulate.py)
-# Usage: scripts/bench.sh [all|pytorch|plan|precision|offload|comm|imagefolder|topology|aware|
-#                          shapes|hosts|share|documents|mix]
+#  zero: model state per rank (issue 30): the largest GPT that `trainer plan --ranks 8` fits on
+#      8 GPUs of 16, 24 and 80 GiB under zero 0, 1, 2 and 2 + host optimizer, beside DeepSpeed's
+#      formula; the simulated tokens/s of each setting's largest model on a DGX-1-like node and on
+#      8 H100s, fifo against topology, the host optimizer against the device
+#      (scripts/bench_model_state.py; planner and simulator only, about 10 minutes on 2 cores)
+# Usage: scripts/bench.sh [all|pytorch|plan|precision|zero|offload|comm|imagefolder|topology|
+#                          aware|shapes|hosts|share|documents|mix]
 #        (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,6 +111,11 @@ if [[ $what == all || $what == precision ]]; then
   echo "== mixed precision (issue 28): plans and simulated steps, fp32 against bf16 =="
   build/bench_precision_plan
   scripts/bench_precision_simulate.py --trainer build/trainer
+fi
+
+if [[ $what == all || $what == zero ]]; then
+  echo "== model state per rank (issue 30): largest model that fits, simulated tokens/s (load $(cut -d' ' -f1-3 /proc/loadavg)) =="
+  /usr/bin/python3 scripts/bench_model_state.py --trainer build/trainer
 fi
 
 if [[ $what == all || $what == offload ]]; then

@@ -83,6 +83,7 @@ gtest() {  # label, binary, cap, [--per-test], [gtest filter]
   fi
   local name
   name=$(basename "$bin")
+  [[ $filter != "*" ]] && name=$name.$(printf '%s' "$filter" | tr -c 'A-Za-z0-9' '_')
   local t0=$SECONDS limit
   limit=$(allow "$cap")
   if ((limit == 0)); then
@@ -164,6 +165,14 @@ gtest "cuda device" build/tests/cuda_device_test 60
 gtest "conv algorithm cache" build/tests/cuda_algorithm_cache_test 20
 gtest "op parity (cuDNN conv, cuBLAS linear)" build/tests/cuda_conv_linear_test 120
 gtest "op parity (other kernels)" build/tests/cuda_kernel_parity_test 60
+# bf16 storage (docs/precision.md, "On a GPU"): cuDNN/cuBLAS bf16 products and the bf16 .cu
+# kernels against the CPU backend, one row each (the full binaries below run them again).
+gtest "bf16: cuDNN conv, cuBLAS linear" build/tests/cuda_conv_linear_test 60 "" \
+  "CudaBf16ConvLinear.*"
+gtest "bf16: op parity (other kernels)" build/tests/cuda_kernel_parity_test 60 "" \
+  "CudaBf16ParityTest.*"
+gtest "bf16: transformer kernels, cuBLAS attention" build/tests/cuda_transformer_parity_test 60 "" \
+  "CudaBf16TransformerParityTest.*"
 gtest "training on the GPU" build/tests/cuda_training_test 200 --per-test
 gtest "nccl" build/tests/comm_nccl_test 60
 # memory.share: two trainer processes on GPU 0, each with device.memory of 60% of it (mapped on

@@ -95,7 +95,8 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   const std::string where = file.string();
   const yaml::Reader rd(where);
   const YAML::Node root = yaml::parse(text.str(), where);
-  rd.check_keys(root, {"name", "gpu", "device_memory", "compute", "link", "network"}, "profile");
+  rd.check_keys(root, {"name", "gpu", "device_memory", "compute", "link", "network", "host"},
+                "profile");
   HardwareProfile p;
   p.source = where;
   p.name = root["name"] ? rd.string(root["name"], "name") : file.stem().string();
@@ -174,6 +175,12 @@ HardwareProfile load_hardware_profile(const std::string& name_or_file, const std
   p.nominal_gbps = l["nominal_gbps"] ? rd.link_gbps(l["nominal_gbps"], "link.nominal_gbps")
                                      : std::max(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
   p.cost.link_gbps = std::min(p.gpu_link.to_host_gbps, p.gpu_link.to_device_gbps);
+  // memory.optimizer host: what one GPU's share of the host streams through its update.
+  if (const YAML::Node h = root["host"]) {
+    rd.check_keys(h, {"update_gbps"}, "host");
+    p.cost.host_update_gbps =
+        need(h, "update_gbps", "host", kMinMemoryGbps, kMaxMemoryGbps, "GB/s");
+  }
   if (const YAML::Node net = root["network"]) {
     rd.check_keys(net, {"nic_gbps"}, "network");
     if (net["nic_gbps"]) p.nic_gbps = rd.link_gbps(net["nic_gbps"], "network.nic_gbps");

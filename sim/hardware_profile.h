@@ -19,7 +19,10 @@ struct HardwareProfile {
   std::string gpu;     // "NVIDIA H100 80GB HBM3"
   std::string source;  // the file it was read from
   uint64_t device_memory = 0;
-  CostModel cost;             // link_gbps: the slower direction of the GPU's own link
+  // link_gbps: the slower direction of the GPU's own link; host_update_gbps: host.update_gbps,
+  // the bytes per second one GPU's share of the host's CPUs streams through the optimizer's
+  // update under memory.optimizer host (CostModel's default when the file states none).
+  CostModel cost;
   LinkCapacity gpu_link;      // the GPU's own host link as measured (GB/s per direction)
   bool duplex_given = false;  // the file states link.duplex_factor (else gpu_link has 1.0)
   double nominal_gbps = 0;    // that link's raw rate per direction

@@ -33,9 +33,12 @@ struct RankState {
   std::vector<double> prefix;  // prefix sums of step times
   std::vector<std::vector<size_t>> issued_after, waited_before;
   std::vector<bool> issued, done;
-  std::vector<double> remaining;   // bytes of each transfer still to move
-  std::vector<double> first_byte;  // when each transfer started moving
-  std::deque<size_t> queue[2];     // issued, not done, per direction; head is the active one
+  std::vector<bool> held;                         // waits for its bucket to end
+  std::vector<std::vector<size_t>> after_bucket;  // per bucket: the transfers its end issues
+  std::vector<size_t> buckets_before;             // per step: buckets done before it starts
+  std::vector<double> remaining;                  // bytes of each transfer still to move
+  std::vector<double> first_byte;                 // when each transfer started moving
+  std::deque<size_t> queue[2];  // issued, not done, per direction; head is the active one
   bool chunk_active[2] = {false, false};
   bool finished = false;
   double finish_time = 0;
@@ -87,19 +90,7 @@ struct RingPosition {
 NodeSimResult simulate_node(const NodeSimInput& in) {
   const size_t n_links = in.links.size();
   const size_t n_ranks = in.ranks.size();
-  for (const SimRank& r : in.ranks) {
-    for (int l : r.path) {
-      if (l < 0 || static_cast<size_t>(l) >= n_links)
-        throw std::invalid_argument(
-            fmt::format("{}: path names link {} of {}", r.name, l, n_links));
-    }
-  }
-  for (const SimHop& h : in.ring) {
-    for (const auto* part : {&h.up, &h.down, &h.then_up, &h.then_down})
-      for (int l : *part)
-        if (l < 0 || static_cast<size_t>(l) >= n_links)
-          throw std::invalid_argument(fmt::format("ring hop names link {} of {}", l, n_links));
-  }
+  check_indices(in);
   const auto capacity = [&](int l, int dir) {
     const LinkCapacity& c = in.links[static_cast<size_t>(l)].capacity;
     return dir == 0 ? c.to_host_gbps : c.to_device_gbps;
@@ -114,6 +105,10 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
 
   std::vector<LinkCapacity> caps(n_links);
   for (size_t l = 0; l < n_links; ++l) caps[l] = in.links[l].capacity;
+
+  const size_t job_ranks = in.job_ranks > 0 ? static_cast<size_t>(in.job_ranks) : n_ranks;
+  const bool reduce = job_ranks > 1 && !in.ring.empty();
+  const size_t n_buckets = in.buckets.size();
 
   NodeSimResult res;
   res.ranks.resize(n_ranks);
@@ -132,10 +127,18 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     s.done.assign(nt, false);
     s.remaining.resize(nt);
     s.first_byte.assign(nt, -1);
+    s.held.assign(nt, false);
+    s.after_bucket.resize(n_buckets);
     for (size_t i = 0; i < nt; ++i) {
       const SimTransfer& t = rank.transfers[i];
-      const int after = std::clamp(t.issue_after, -1, static_cast<int>(steps) - 1);
-      s.issued_after[static_cast<size_t>(after + 1)].push_back(i);
+      const int bucket = rank.transfer_after_bucket.empty() ? -1 : rank.transfer_after_bucket[i];
+      if (reduce && bucket >= 0) {  // Note [Model state on the node]: its bucket issues it
+        s.held[i] = true;
+        s.after_bucket[static_cast<size_t>(bucket)].push_back(i);
+      } else {
+        const int after = std::clamp(t.issue_after, -1, static_cast<int>(steps) - 1);
+        s.issued_after[static_cast<size_t>(after + 1)].push_back(i);
+      }
       if (t.wait_before >= 0 && static_cast<size_t>(t.wait_before) < steps)
         s.waited_before[static_cast<size_t>(t.wait_before)].push_back(i);
       s.remaining[i] = static_cast<double>(t.bytes);
@@ -148,8 +151,6 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     }
     res.ranks[r].compute_seconds = s.prefix[steps];
   }
-  const size_t job_ranks = in.job_ranks > 0 ? static_cast<size_t>(in.job_ranks) : n_ranks;
-  const bool reduce = job_ranks > 1 && !in.ring.empty();
   if (reduce) {
     if (in.ring.size() % n_ranks != 0)
       throw std::invalid_argument(
@@ -166,6 +167,11 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   const double ring_ranks = static_cast<double>(job_ranks);
   const double channels = reduce ? static_cast<double>(in.ring.size() / n_ranks) : 1.0;
   const double hop_share = reduce ? 2.0 * (ring_ranks - 1) / ring_ranks / channels : 0.0;
+  // A reduce-scatter or an all-gather sends (R-1)/R (Note [Model state on the node]).
+  const double half_share = reduce ? (ring_ranks - 1) / ring_ranks / channels : 0.0;
+  const auto share = [&](const SimBucket& b) {
+    return b.collective == SimCollective::kAllReduce ? hop_share : half_share;
+  };
   std::vector<RingPosition> positions(reduce ? n_ranks : 0);
   for (size_t h = 0; reduce && h < in.ring.size(); ++h) {
     RingPosition& p = positions[h % n_ranks];
@@ -186,7 +192,7 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   std::vector<double> hop_bytes_after(in.buckets.size() + 1, 0.0);
   for (size_t b = in.buckets.size(); b-- > 0;)
     hop_bytes_after[b] =
-        hop_bytes_after[b + 1] + hop_share * static_cast<double>(in.buckets[b].bytes);
+        hop_bytes_after[b + 1] + share(in.buckets[b]) * static_cast<double>(in.buckets[b].bytes);
   size_t next_bucket = 0;
   bool bucket_running = false;
   const auto buckets_done = [&] { return !reduce || next_bucket == in.buckets.size(); };
@@ -215,6 +221,29 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   const auto update_step = [&](size_t r) {
     const int steps = static_cast<int>(in.ranks[r].step_seconds.size());
     return in.update_step >= 0 && in.update_step < steps ? in.update_step : steps - 1;
+  };
+  const auto need_step = [&](size_t r, const SimBucket& b) {
+    return b.needed_before >= 0 ? b.needed_before : update_step(r);
+  };
+  for (size_t r = 0; r < n_ranks; ++r) {
+    st[r].buckets_before.assign(in.ranks[r].step_seconds.size(), 0);
+    for (size_t b = 0; b < n_buckets; ++b) {
+      const int w = need_step(r, in.buckets[b]);
+      if (w >= 0 && static_cast<size_t>(w) < st[r].buckets_before.size())
+        st[r].buckets_before[static_cast<size_t>(w)] = b + 1;
+    }
+  }
+  // A bucket has ended on every rank: the copies waiting for it go (Note [Model state on the
+  // node]).
+  const auto end_bucket = [&] {
+    for (size_t r = 0; r < n_ranks; ++r) {
+      for (size_t i : st[r].after_bucket[next_bucket]) {
+        st[r].held[i] = false;
+        issue(r, i);
+      }
+    }
+    bucket_running = false;
+    ++next_bucket;
   };
   // When rank r's compute will start step w at the earliest (now if it has passed it; +inf when
   // w is no step: nothing waits).
@@ -258,13 +287,14 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         }
         bool ready = true;
         for (size_t i : s.waited_before[static_cast<size_t>(s.next_step)]) {
-          if (!s.issued[i]) {
+          if (!s.issued[i] && !s.held[i]) {
             issue(r, i);  // issued and waited for at the same point
             changed = true;
           }
           ready = ready && s.done[i];
         }
-        if (s.next_step == update_step(r)) ready = ready && buckets_done();
+        if (reduce)
+          ready = ready && next_bucket >= s.buckets_before[static_cast<size_t>(s.next_step)];
         if (!ready) {
           if (s.waiting_since < 0) s.waiting_since = now;
           continue;
@@ -327,9 +357,14 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     if (reduce && !bucket_running && next_bucket < in.buckets.size()) {
       const SimBucket& b = in.buckets[next_bucket];
       bool ready = true;
-      for (size_t r = 0; r < n_ranks; ++r) ready = ready && st[r].next_step > b.ready_after;
+      for (size_t r = 0; r < n_ranks; ++r) {
+        ready = ready && st[r].next_step > b.ready_after;
+        const auto& waits = in.ranks[r].bucket_after_transfer;
+        const int t = waits.empty() ? -1 : waits[next_bucket];
+        ready = ready && (t < 0 || st[r].done[static_cast<size_t>(t)]);
+      }
       if (ready) {
-        const double bytes = hop_share * static_cast<double>(b.bytes);
+        const double bytes = share(b) * static_cast<double>(b.bytes);
         for (size_t h = 0; h < in.ring.size(); ++h) {
           if (in.topology_scheduler)
             positions[h % n_ranks].left = bytes;  // claimed in chunks below
@@ -337,13 +372,15 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
             active.push_back({true, static_cast<int>(h), 0, 0, bytes, 0});
         }
         bucket_running = true;
-        res.allreduce_bytes += bytes * channels;
+        (b.collective == SimCollective::kAllReduce       ? res.allreduce_bytes
+         : b.collective == SimCollective::kReduceScatter ? res.reduce_scatter_bytes
+                                                         : res.all_gather_bytes) +=
+            bytes * channels;
         if (bytes <= 0) {
           active.erase(
               std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.hop; }),
               active.end());
-          bucket_running = false;
-          ++next_bucket;
+          end_bucket();
           continue;
         }
       }
@@ -355,9 +392,17 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
     // buckets', time to cross its narrowest link alone (Note [All-reduce chunks on arbitrated
     // links]).
     if (in.topology_scheduler && bucket_running) {
-      double deadline = kInf;
-      for (size_t r = 0; r < n_ranks; ++r)
-        deadline = std::min(deadline, reach_step(r, update_step(r)));
+      // Each run of buckets one step waits for (the update; the first forward for all-gathers)
+      // has that step's start as its deadline: (deadline, the run's last bucket).
+      std::vector<std::pair<double, size_t>> due;
+      for (size_t b = next_bucket; b < n_buckets; ++b) {
+        if (b + 1 < n_buckets && in.buckets[b + 1].needed_before == in.buckets[b].needed_before)
+          continue;
+        double deadline = kInf;
+        for (size_t r = 0; r < n_ranks; ++r)
+          deadline = std::min(deadline, reach_step(r, need_step(r, in.buckets[b])));
+        due.emplace_back(deadline, b);
+      }
       for (size_t q = 0; q < positions.size(); ++q) {
         RingPosition& p = positions[q];
         if (p.chunks_active > 0 || p.left <= 0) continue;
@@ -369,12 +414,16 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
         c.rank = static_cast<int>(q);
         c.links = p.arbitrated.links;
         c.link_directions = p.arbitrated.link_directions;
-        const double rest =
-            (p.left + hop_bytes_after[next_bucket + 1]) * static_cast<double>(p.hops.size());
-        c.slack_s =
-            deadline == kInf || p.max_rate == kInf
-                ? 1e30
-                : chunk_latest_start(deadline, static_cast<uint64_t>(rest), p.max_rate * 1e9) - now;
+        double latest = kInf;
+        for (const auto& [deadline, last] : due) {
+          if (deadline == kInf || p.max_rate == kInf) continue;
+          const double rest =
+              (p.left + (hop_bytes_after[next_bucket + 1] - hop_bytes_after[last + 1])) *
+              static_cast<double>(p.hops.size());
+          latest = std::min(
+              latest, chunk_latest_start(deadline, static_cast<uint64_t>(rest), p.max_rate * 1e9));
+        }
+        c.slack_s = latest == kInf ? 1e30 : latest - now;
         c.seq = p.claim_seq;
         c.reserve = true;  // Note [Claims that need several links at once]
         claims.push_back(std::move(c));
@@ -523,15 +572,16 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
       s.remaining[x.transfer] = 0;
       s.done[x.transfer] = true;
       s.queue[x.dir].pop_front();
-      const SimTransfer& t = in.ranks[static_cast<size_t>(x.rank)].transfers[x.transfer];
+      const SimRank& owner = in.ranks[static_cast<size_t>(x.rank)];
+      const SimTransfer& t = owner.transfers[x.transfer];
+      static constexpr const char* kNames[2][2] = {{"prefetch", "offload"},
+                                                   {"parameters", "gradients"}};
+      const bool state = x.transfer >= owner.model_state_transfers;
       span(3 * x.rank + 1 + x.dir, s.first_byte[x.transfer], now,
-           fmt::format("{} {}", t.to_host ? "offload" : "prefetch", t.bytes), false);
+           fmt::format("{} {}", kNames[state][t.to_host], t.bytes), false);
     }
     active = std::move(keep);
-    if (bucket_running && !hops_left) {
-      bucket_running = false;
-      ++next_bucket;
-    }
+    if (bucket_running && !hops_left) end_bucket();
   }
 
   double stall = 0;
@@ -542,46 +592,6 @@ NodeSimResult simulate_node(const NodeSimInput& in) {
   }
   res.stall_seconds = n_ranks ? stall / static_cast<double>(n_ranks) : 0;
   return res;
-}
-
-std::string chrome_trace(const NodeSimInput& in, const NodeSimResult& res) {
-  std::string out = "{\"traceEvents\":[\n";
-  bool first = true;
-  const auto add = [&](const std::string& e) {
-    out += first ? "" : ",\n";
-    out += e;
-    first = false;
-  };
-  const int link_pid = static_cast<int>(in.ranks.size());
-  for (size_t r = 0; r < in.ranks.size(); ++r) {
-    add(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"{}"}}}})", r,
-                    in.ranks[r].name));
-    static constexpr const char* kThreads[] = {"compute", "to host", "to device"};
-    for (int t = 0; t < 3; ++t)
-      add(fmt::format(
-          R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", r, t,
-          kThreads[t]));
-  }
-  add(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"links"}}}})",
-                  link_pid));
-  for (const SimSpan& s : res.spans) {
-    add(fmt::format(
-        R"({{"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"name":"{}","cat":"{}"}})",
-        s.track / 3, s.track % 3, s.begin * 1e6, (s.end - s.begin) * 1e6, s.name,
-        s.stall ? "stall" : (s.track % 3 == 0 ? "compute" : "copy")));
-  }
-  std::vector<std::pair<double, double>> last(in.links.size(), {-1, -1});
-  for (const SimLinkSample& s : res.samples) {
-    auto& l = last[static_cast<size_t>(s.link)];
-    if (l.first == s.to_host_gbps && l.second == s.to_device_gbps) continue;
-    l = {s.to_host_gbps, s.to_device_gbps};
-    add(fmt::format(
-        R"({{"ph":"C","pid":{},"ts":{:.3f},"name":"{}","args":{{"to_host_gbps":{:.4f},"to_device_gbps":{:.4f}}}}})",
-        link_pid, s.at * 1e6, in.links[static_cast<size_t>(s.link)].name, s.to_host_gbps,
-        s.to_device_gbps));
-  }
-  out += "\n],\"displayTimeUnit\":\"ms\"}\n";
-  return out;
 }
 
 }  // namespace ferry

@@ -16,11 +16,31 @@
 
 namespace ferry {
 
-// One gradient bucket: ready on every rank once compute has finished step `ready_after`.
+// What a bucket's ring does: an all-reduce sends 2(R-1)/R of its bytes over every hop, a
+// reduce-scatter or an all-gather (R-1)/R (Note [Model state on the node]).
+enum class SimCollective : uint8_t { kAllReduce, kReduceScatter, kAllGather };
+
+// One bucket of a collective: ready on every rank once compute has finished step `ready_after`
+// (-1: at once) and each rank's SimRank::bucket_after_transfer copy has landed.
 struct SimBucket {
   uint64_t bytes = 0;
   int ready_after = 0;
+  SimCollective collective = SimCollective::kAllReduce;
+  int needed_before = -1;  // the step that waits for it; -1: the update step
 };
+
+// Note [Model state on the node]
+// memory.zero and memory.optimizer (trainer/plan/model_state.h) put the model state's traffic on
+// the node's links. Zero 1 and 2 reduce-scatter the gradient buckets (zero 2 as backward
+// produces them, zero 1 after backward) and all-gather the updated parameters: buckets of
+// kReduceScatter, needed by the update, and of kAllGather, ready at once and needed by the first
+// forward step. A one-step simulation is one period of the steady state: the all-gather of the
+// previous update opens it, the update closes it. memory.optimizer host adds per rank its shard's
+// gradients to host after each bucket's reduction (transfers issued by the bucket:
+// SimRank::transfer_after_bucket), the update on the host (the update step's time), and the
+// shard's parameters back to the device at the start, each all-gather bucket waiting for its
+// piece (SimRank::bucket_after_transfer). Those copies queue with the activations' on the rank's
+// streams and cross the same links under fifo and topology; buckets run one at a time, in order.
 
 // A ring all-reduce hop from one rank to the next: `up` links carry it towards the host
 // (kToHost), `down` links away from it (kToDevice). A hop that leaves the node (Note [Rings
@@ -41,6 +61,14 @@ struct SimRank {
   std::vector<SimTransfer> transfers;   // issued in this order per direction
   std::vector<int> path;                // links a host<->device copy crosses
   std::vector<int> marks;               // steps whose end time is recorded (increasing)
+  // Per transfer (or empty): the bucket whose collective issues it when it ends, -1 none (Note
+  // [Model state on the node]); with one rank, no bucket runs and issue_after issues it.
+  std::vector<int> transfer_after_bucket;
+  // Per bucket (or empty): this rank's transfer that must land before the bucket starts, -1 none.
+  std::vector<int> bucket_after_transfer;
+  // Transfers from this index on are the model state's copies: the trace names them "gradients"
+  // and "parameters" instead of "offload" and "prefetch".
+  size_t model_state_transfers = SIZE_MAX;
 };
 
 // Note [All-reduce chunks on arbitrated links]
@@ -65,7 +93,7 @@ struct SimRank {
 struct NodeSimInput {
   std::vector<NamedLink> links;
   std::vector<SimRank> ranks;
-  std::vector<SimBucket> buckets;  // in launch order; all-reduced when ranks.size() > 1
+  std::vector<SimBucket> buckets;  // in launch order; run when the job has several ranks
   // Hop c*n + r: rank r to rank r+1 (mod n) in channel c; empty: no traffic. Each of the
   // ring.size() / n channels carries an equal share of every bucket (NCCL's rings).
   std::vector<SimHop> ring;
@@ -114,18 +142,22 @@ struct SimRankStats {
 };
 
 struct NodeSimResult {
-  double step_seconds = 0;     // the slowest rank, all-reduce included
-  double stall_seconds = 0;    // the mean over ranks
-  double allreduce_bytes = 0;  // per rank sent
+  double step_seconds = 0;                                // the slowest rank, all-reduce included
+  double stall_seconds = 0;                               // the mean over ranks
+  double allreduce_bytes = 0;                             // per rank sent
+  double reduce_scatter_bytes = 0, all_gather_bytes = 0;  // per rank sent
   std::vector<SimRankStats> ranks;
   std::vector<SimLinkStats> links;
   std::vector<SimSpan> spans;
   std::vector<SimLinkSample> samples;
 };
 
-// Runs one step. Throws std::invalid_argument on a path or hop naming no link, or on a link
-// with a non-positive capacity that some flow crosses.
+// Runs one step. Throws std::invalid_argument on a path or hop naming no link, a model-state
+// dependency naming no transfer or bucket, or a link with a non-positive capacity that some
+// flow crosses.
 NodeSimResult simulate_node(const NodeSimInput& input);
+// The index checks simulate_node makes first (std::invalid_argument naming what is missing).
+void check_indices(const NodeSimInput& input);
 
 // A Chrome trace (JSON text): one process per GPU with compute and copy threads, one counter
 // track per link with its GB/s per direction.

@@ -47,7 +47,10 @@ void dispatch(PlanCache& plans, const Args& a) {
 
 }  // namespace
 
-CpuKernels::CpuKernels(int threads) : impl_(std::make_unique<Impl>(threads)) {}
+CpuKernels::CpuKernels(int threads, Bf16Products bf16_products)
+    : impl_(std::make_unique<Impl>(threads,
+                                   bf16_products == Bf16Products::kWidened ||
+                                       (bf16_products == Bf16Products::kAuto && !cpu_has_amx()))) {}
 CpuKernels::~CpuKernels() = default;
 
 bool CpuKernels::supports(KernelKind kind, DType dtype) const {

@@ -8,11 +8,16 @@
 
 namespace ferry::cpu {
 
+// How bf16 convolutions and linear layers multiply (Note [bf16 products in fp32] in
+// device/cpu/widened_matmul.cc): oneDNN's bf16 primitives, or its fp32 primitives on the bf16
+// values widened; kAuto picks native only where oneDNN uses AMX.
+enum class Bf16Products { kAuto, kNative, kWidened };
+
 class CpuKernels : public Kernels {
  public:
   // `threads`: the OpenMP thread count every kernel runs with (oneDNN fixes its partitioning
   // from it when a primitive is created, so results do not depend on the calling thread).
-  explicit CpuKernels(int threads);
+  explicit CpuKernels(int threads, Bf16Products bf16_products = Bf16Products::kAuto);
   ~CpuKernels() override;
 
   bool supports(KernelKind kind, DType dtype) const override;

@@ -58,6 +58,11 @@ bool cpu_has_bf16() {
   return has;
 }
 
+bool cpu_has_amx() {
+  static const bool has = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return has;
+}
+
 std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey& key,
                                                  const dnnl::memory::desc& src,
                                                  const dnnl::memory::desc& weights,

@@ -123,8 +123,12 @@ struct PlanKeyHash {
 // The primitive plans of one CpuKernels, by key.
 class PlanCache {
  public:
-  explicit PlanCache(int threads) : threads_(threads) {}
+  // `widen_bf16_products`: Note [bf16 products in fp32] (widened_matmul.cc).
+  explicit PlanCache(int threads, bool widen_bf16_products = false)
+      : threads_(threads), widen_bf16_products_(widen_bf16_products) {}
   int threads() const { return threads_; }
+  // Whether bf16 convolutions and linear layers run as fp32 primitives on widened operands.
+  bool widen_bf16_products() const { return widen_bf16_products_; }
 
   // The cached plan for `key`, made by `make()` on first use (under this backend's thread
   // count). Safe to call from any thread.
@@ -148,12 +152,13 @@ class PlanCache {
 
  private:
   int threads_;
+  bool widen_bf16_products_;
   std::mutex mu_;
   std::unordered_map<PlanKey, std::shared_ptr<const void>, PlanKeyHash> cache_;
 };
 
 struct CpuKernels::Impl {
-  explicit Impl(int threads) : plans(threads) {}
+  Impl(int threads, bool widen_bf16_products) : plans(threads, widen_bf16_products) {}
   PlanCache plans;
 };
 
@@ -173,6 +178,49 @@ std::shared_ptr<const PrimitivePlan> matmul_plan(PlanCache& plans, const PlanKey
                                                  const dnnl::memory::desc& weights,
                                                  const dnnl::memory::desc* bias,
                                                  const dnnl::memory::desc& dst);
+
+// C (rows, cols) = A (rows, inner) * B (inner, cols) [+ bias (1, cols), fp32] where A, B or C
+// may be bf16: fp32 oneDNN matmuls on A's rows in chunks of widened_chunk_rows(), each bf16
+// operand widened (A's chunk, B whole) and C's chunk narrowed through the workspace (Note [bf16
+// products in fp32] in widened_matmul.cc). Layout: [scratchpad | B | A chunk | C chunk].
+class WidenedMatmul {
+ public:
+  WidenedMatmul(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                const dnnl::memory::desc* bias, const dnnl::memory::desc& c,
+                const dnnl::primitive_attr& attr);
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  void execute(const void* a, const void* b, const void* bias, void* c, const Workspace& ws,
+               std::string_view what) const;
+
+ private:
+  struct Chunk {
+    int64_t rows = 0;
+    dnnl::memory::desc a_user, a32, c_user, c32;
+    std::optional<dnnl::reorder> a_widen, c_narrow;
+    dnnl::primitive matmul;
+  };
+  dnnl::memory::desc a_, b_, b32_, bias_, c_;
+  bool has_bias_;
+  int64_t chunk_rows_ = 0, a_elem_ = 0, c_elem_ = 0;
+  std::optional<dnnl::reorder> b_widen_;
+  std::vector<Chunk> chunks_;  // the full chunk, then the shorter last one if any
+  uint64_t scratchpad_bytes_ = 0, b_offset_ = 0, a_offset_ = 0, c_offset_ = 0;
+  uint64_t workspace_bytes_ = 0;
+};
+
+// fp32 staging bytes of one chunk's A and C rows the chunking aims at (a cache-sized block, so
+// the narrowing reads C's rows while they are warm).
+inline constexpr int64_t kWidenedChunkBytes = int64_t{1} << 20;
+// Rows per chunk: kWidenedChunkBytes of staged rows, at least 64 and a multiple of 32, at most
+// `rows`.
+int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols);
+
+// The cached WidenedMatmul for `key`.
+std::shared_ptr<const WidenedMatmul> widened_matmul_plan(PlanCache& plans, const PlanKey& key,
+                                                         const dnnl::memory::desc& a,
+                                                         const dnnl::memory::desc& b,
+                                                         const dnnl::memory::desc* bias,
+                                                         const dnnl::memory::desc& c);
 
 // ---- the kernel families (kernels_*.cc) -------------------------------------------------------
 // workspace(): bytes of args.ws the kernel needs; run(): runs it now on the calling thread.
@@ -246,7 +294,8 @@ void run(PlanCache& plans, const SwigluForward& a);
 void run(PlanCache& plans, const SwigluBackward& a);
 
 // kernels_bf16.cc: the kernels that run in bf16 storage by widening to fp32 (Note [Widened bf16
-// kernels] there); convolution and linear are native bf16 in their own files.
+// kernels] there); convolution and linear widen through their workspace in their own files
+// (Note [bf16 products in fp32] in widened_matmul.cc).
 void run_widened(PlanCache& plans, const PoolForward& a);
 void run_widened(PlanCache& plans, const PoolBackward& a);
 void run_widened(PlanCache& plans, const AdaptiveAvgPoolForward& a);
@@ -272,8 +321,14 @@ void run_widened(PlanCache& plans, const GeluForward& a);
 void run_widened(PlanCache& plans, const GeluBackward& a);
 void run_widened(PlanCache& plans, const AttentionForward& a);
 void run_widened(PlanCache& plans, const AttentionBackward& a);
+void run_widened(PlanCache& plans, const FlashAttentionForward& a);
+void run_widened(PlanCache& plans, const FlashAttentionBackward& a);
+// ConvertFloats (fp32 <-> bf16 in either direction; no dtype field).
+void run(PlanCache& plans, const ConvertFloats& a);
 
 // Whether this CPU runs bf16 natively (avx512_bf16, as oneDNN detects it).
 bool cpu_has_bf16();
+// Whether oneDNN runs bf16 products on AMX tiles here.
+bool cpu_has_amx();
 
 }  // namespace ferry::cpu

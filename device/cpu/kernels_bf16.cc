@@ -5,6 +5,9 @@
 #include <bit>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "device/cpu/bf16_storage.h"
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/cpu/parallel.h"
@@ -34,8 +37,9 @@ FERRY_SIMD_CLONES void narrow_chunk(const float* x, uint16_t* y, int64_t n) {
 // A widened kernel holds fp32 copies of its bf16 operands for the length of one launch, in
 // buffers kept per thread (grown, never shrunk) outside the planned arena: host memory the CPU
 // backend's device budget does not count, about twice the bf16 bytes of the kernel's operands.
-// The matmul-bound kernels (convolution, linear) are native bf16 and widen nothing; a native
-// bf16 loop for the others is a speed improvement that changes no interface.
+// The matmul-bound kernels (convolution, linear) widen through their workspace instead (Note
+// [bf16 products in fp32] in widened_matmul.cc); a native bf16 loop for the others is a speed
+// improvement that changes no interface.
 enum class Role { kIn, kOut, kInOut };
 
 struct Slot {
@@ -235,6 +239,38 @@ void run_widened(PlanCache& p, const AttentionBackward& a) {
   widened(p, f,
           {in(f.qkv, g.n * g.t * 3 * g.c), in(f.probs, g.n * g.heads * g.t * g.t),
            in(f.dy, g.n * g.t * g.c), out(f.dqkv, g.n * g.t * 3 * g.c)});
+}
+
+// lse stays fp32 (a statistic: Note [Which tensors are bf16]); qkv, y, dy and dqkv are bf16.
+void run_widened(PlanCache& p, const FlashAttentionForward& a) {
+  const AttentionGeom& g = a.g;
+  FlashAttentionForward f = a;
+  widened(p, f, {in(f.qkv, g.n * g.t * 3 * g.c), out(f.y, g.n * g.t * g.c)});
+}
+
+void run_widened(PlanCache& p, const FlashAttentionBackward& a) {
+  const AttentionGeom& g = a.g;
+  FlashAttentionBackward f = a;
+  widened(p, f,
+          {in(f.qkv, g.n * g.t * 3 * g.c), in(f.y, g.n * g.t * g.c), in(f.dy, g.n * g.t * g.c),
+           out(f.dqkv, g.n * g.t * 3 * g.c)});
+}
+
+void run(PlanCache&, const ConvertFloats& a) {
+  check_element_count(a.n, "convert_floats");
+  const bool narrow = a.from == DType::kF32 && a.to == DType::kBF16;
+  const bool widen = a.from == DType::kBF16 && a.to == DType::kF32;
+  if (!narrow && !widen) {
+    throw UnsupportedError(
+        fmt::format("convert_floats: {} to {} is not a conversion the CPU backend runs",
+                    dtype_name(a.from), dtype_name(a.to)),
+        "convert between f32 and bf16");
+  }
+  if (narrow) {
+    narrow_to_bf16(static_cast<const float*>(a.x), static_cast<uint16_t*>(a.y), a.n);
+  } else {
+    widen_bf16(static_cast<const uint16_t*>(a.x), static_cast<float*>(a.y), a.n);
+  }
 }
 
 }  // namespace ferry::cpu

@@ -1,8 +1,8 @@
 // Convolutions on oneDNN: forward, backward data, backward weights (with bias). Each primitive is
 // created once per geometry with format_tag::any, and the plain NCHW / (K, C/g, R, S) tensors
 // are reordered through the workspace when the chosen layout differs. In bf16 storage (Note
-// [Storage dtype of a kernel]) x, w, y, dx and dy are bf16 and bias, dw and dbias fp32; oneDNN
-// accumulates in fp32.
+// [Storage dtype of a kernel]) x, w, y, dx and dy are bf16 and bias, dw and dbias fp32,
+// multiplied in fp32 (Note [bf16 products in fp32] in widened_matmul.cc).
 #include "device/cpu/cpu_kernels_impl.h"
 #include "device/kernel_checks.h"
 
@@ -21,7 +21,9 @@ struct ConvDescs {
   memory::dims strides, pad_l, pad_r;
 };
 
-ConvDescs conv_descs(const ConvGeom& g, DType dtype) {
+// `widened`: the primitive's own layouts fp32 (Note [bf16 products in fp32] in
+// widened_matmul.cc), the plan's reorders widening and narrowing.
+ConvDescs conv_descs(const ConvGeom& g, DType dtype, bool widened) {
   ConvDescs d;
   const memory::dims src{g.n, g.c, g.h, g.w};
   const memory::dims dst{g.n, g.k, g.out_h(), g.out_w()};
@@ -34,9 +36,10 @@ ConvDescs conv_descs(const ConvGeom& g, DType dtype) {
   d.weights = plain_desc(weights, type);
   d.diff_weights = plain_desc(weights);
   d.bias = plain_desc({g.k});
-  d.src_any = memory::desc(src, type, Tag::any);
-  d.dst_any = memory::desc(dst, type, Tag::any);
-  d.weights_any = memory::desc(weights, type, Tag::any);
+  const auto inner = widened ? memory::data_type::f32 : type;
+  d.src_any = memory::desc(src, inner, Tag::any);
+  d.dst_any = memory::desc(dst, inner, Tag::any);
+  d.weights_any = memory::desc(weights, inner, Tag::any);
   d.strides = {g.stride_h, g.stride_w};
   d.pad_l = {g.pad_h, g.pad_w};
   // oneDNN checks (h + pad_l + pad_r - r) / stride + 1 == out_h, which the symmetric padding of
@@ -57,16 +60,22 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, bool bi
   return Fwd::primitive_desc(desc, attr, cpu_engine());
 }
 
-PlanKey key(ConvPass pass, const ConvGeom& g, bool bias, DType dtype) {
+bool widened(const PlanCache& plans, DType dtype) {
+  return dtype == DType::kBF16 && plans.widen_bf16_products();
+}
+
+// The dtype and whether widened share the key's last integer (16 at most).
+PlanKey key(ConvPass pass, const ConvGeom& g, bool bias, DType dtype, bool widened) {
   return make_key({kernel_kind<ConvForward>(), pass, g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride_h,
-                   g.stride_w, g.pad_h, g.pad_w, g.groups, bias, static_cast<int64_t>(dtype)});
+                   g.stride_w, g.pad_h, g.pad_w, g.groups, bias,
+                   static_cast<int64_t>(dtype) * 2 + widened});
 }
 
 std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGeom& g, bool bias,
                                                   DType dtype) {
   check_conv_geom(g, "conv_forward");
-  return plans.plan<PrimitivePlan>(key(kForward, g, bias, dtype), [&] {
-    const ConvDescs d = conv_descs(g, dtype);
+  return plans.plan<PrimitivePlan>(key(kForward, g, bias, dtype, widened(plans, dtype)), [&] {
+    const ConvDescs d = conv_descs(g, dtype, widened(plans, dtype));
     PrimitivePlan plan(/*user_scratchpad=*/true);
     auto pd = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
     plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
@@ -81,9 +90,9 @@ std::shared_ptr<const PrimitivePlan> forward_plan(PlanCache& plans, const ConvGe
 std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const ConvGeom& g,
                                                         DType dtype) {
   check_conv_geom(g, "conv_backward_data");
-  return plans.plan<PrimitivePlan>(key(kBackwardData, g, false, dtype), [&] {
+  return plans.plan<PrimitivePlan>(key(kBackwardData, g, false, dtype, widened(plans, dtype)), [&] {
     using Bwd = dnnl::convolution_backward_data;
-    const ConvDescs d = conv_descs(g, dtype);
+    const ConvDescs d = conv_descs(g, dtype, widened(plans, dtype));
     PrimitivePlan plan(/*user_scratchpad=*/true);
     auto hint = DNNL_CHECK(forward_pd(d, false, plan.attr()));
     const Bwd::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.weights_any, d.dst_any,
@@ -100,26 +109,27 @@ std::shared_ptr<const PrimitivePlan> backward_data_plan(PlanCache& plans, const 
 std::shared_ptr<const PrimitivePlan> backward_weights_plan(PlanCache& plans, const ConvGeom& g,
                                                            bool bias, DType dtype) {
   check_conv_geom(g, "conv_backward_weights");
-  return plans.plan<PrimitivePlan>(key(kBackwardWeights, g, bias, dtype), [&] {
-    using Bwd = dnnl::convolution_backward_weights;
-    const ConvDescs d = conv_descs(g, dtype);
-    // The gradient is fp32 in either storage (its weights' layout chosen by oneDNN).
-    const memory::desc diff_weights_any(d.weights.dims(), memory::data_type::f32, Tag::any);
-    PrimitivePlan plan(/*user_scratchpad=*/true);
-    auto hint = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
-    const auto desc =
-        bias ? Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any, d.bias,
-                         d.dst_any, d.strides, d.pad_l, d.pad_r)
-             : Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any,
-                         d.dst_any, d.strides, d.pad_l, d.pad_r);
-    auto pd = DNNL_CHECK(Bwd::primitive_desc(desc, plan.attr(), cpu_engine(), hint));
-    plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
-    plan.add(DNNL_ARG_DIFF_DST, false, d.dst, pd.diff_dst_desc());
-    plan.add(DNNL_ARG_DIFF_WEIGHTS, true, d.diff_weights, pd.diff_weights_desc());
-    if (bias) plan.add(DNNL_ARG_DIFF_BIAS, true, d.bias, pd.diff_bias_desc());
-    plan.finish(DNNL_CHECK(Bwd(pd)), pd.scratchpad_desc());
-    return plan;
-  });
+  return plans.plan<PrimitivePlan>(
+      key(kBackwardWeights, g, bias, dtype, widened(plans, dtype)), [&] {
+        using Bwd = dnnl::convolution_backward_weights;
+        const ConvDescs d = conv_descs(g, dtype, widened(plans, dtype));
+        // The gradient is fp32 in either storage (its weights' layout chosen by oneDNN).
+        const memory::desc diff_weights_any(d.weights.dims(), memory::data_type::f32, Tag::any);
+        PrimitivePlan plan(/*user_scratchpad=*/true);
+        auto hint = DNNL_CHECK(forward_pd(d, bias, plan.attr()));
+        const auto desc =
+            bias ? Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any,
+                             d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
+                 : Bwd::desc(dnnl::algorithm::convolution_direct, d.src_any, diff_weights_any,
+                             d.dst_any, d.strides, d.pad_l, d.pad_r);
+        auto pd = DNNL_CHECK(Bwd::primitive_desc(desc, plan.attr(), cpu_engine(), hint));
+        plan.add(DNNL_ARG_SRC, false, d.src, pd.src_desc());
+        plan.add(DNNL_ARG_DIFF_DST, false, d.dst, pd.diff_dst_desc());
+        plan.add(DNNL_ARG_DIFF_WEIGHTS, true, d.diff_weights, pd.diff_weights_desc());
+        if (bias) plan.add(DNNL_ARG_DIFF_BIAS, true, d.bias, pd.diff_bias_desc());
+        plan.finish(DNNL_CHECK(Bwd(pd)), pd.scratchpad_desc());
+        return plan;
+      });
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ namespace ferry::cuda {
 // mean nothing there), and a line that does not parse is skipped.
 struct ConvAlgorithmKey {
   int ordinal = 0;  // the GPU, in this process's CUDA enumeration
-  int pass = 0;     // forward, backward data, backward filter
+  int pass = 0;     // forward, backward data, backward filter; + 3 in bf16 (conv_pass_key)
   // n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, groups
   std::array<int64_t, 12> geometry{};
   bool conv_tf32 = true;

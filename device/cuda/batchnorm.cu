@@ -3,11 +3,14 @@
 // it to scratch, and a per-channel kernel adds the chunks in order (Note [Deterministic
 // multi-block reductions] in kernel_ops.h): the same bits on every run and for every grid, and
 // the CPU backend's bits, since it sums in the same order (Note [Batch norm's summation order]).
+// x, y, dy and dx in fp32 or bf16 storage, statistics fp32 (Note [bf16 storage in the CUDA
+// kernels]).
 #include <algorithm>
 
 #include "device/batch_norm_order.h"
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
+#include "device/cuda/storage.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -70,10 +73,11 @@ enum class BnSums { kValue, kSquaredDeviation, kGradient };
 // Partial sums of every chunk of every channel into part_a (and part_b for kGradient). The mean
 // is mean_d[c], or save_mean[c] when mean_d is null. Blocks take chunks grid-stride; the order
 // inside a chunk depends on kBnLanes only (threads loop over lanes when there are fewer).
+template <typename S>
 __global__ void __launch_bounds__(kBnLanes)
-    bn_chunk_sums_kernel(BatchNormShape s, BnSplit split, BnSums what, const float* x,
-                         const float* dy, const double* mean_d, const float* save_mean,
-                         double* part_a, double* part_b) {
+    bn_chunk_sums_kernel(BatchNormShape s, BnSplit split, BnSums what, const S* x, const S* dy,
+                         const double* mean_d, const float* save_mean, double* part_a,
+                         double* part_b) {
   __shared__ double lane_a[kBnLanes];
   __shared__ double lane_b[kBnLanes];
   const int64_t count = s.n * s.hw, stride = s.c * s.hw;
@@ -82,8 +86,8 @@ __global__ void __launch_bounds__(kBnLanes)
     const int64_t c = u / split.chunks;
     const int64_t begin = (u % split.chunks) * split.len;
     const int64_t end = begin + split.len < count ? begin + split.len : count;
-    const float* xc = x + c * s.hw;
-    const float* dyc = dy == nullptr ? nullptr : dy + c * s.hw;
+    const S* xc = x + c * s.hw;
+    const S* dyc = dy == nullptr ? nullptr : dy + c * s.hw;
     double mean = 0.0;
     if (mean_d != nullptr) mean = mean_d[c];
     if (save_mean != nullptr) mean = static_cast<double>(save_mean[c]);
@@ -92,14 +96,14 @@ __global__ void __launch_bounds__(kBnLanes)
       for (int64_t e = begin + l; e < end; e += kBnLanes) {
         const int64_t at = channel_offset(e, s.hw, stride);
         if (what == BnSums::kValue) {
-          a += static_cast<double>(xc[at]);
+          a += static_cast<double>(as_f32(xc[at]));
         } else if (what == BnSums::kSquaredDeviation) {
-          const double d = static_cast<double>(xc[at]) - mean;
+          const double d = static_cast<double>(as_f32(xc[at])) - mean;
           a += d * d;
         } else {
-          const double g = static_cast<double>(dyc[at]);
+          const double g = static_cast<double>(as_f32(dyc[at]));
           a += g;
-          b += g * (static_cast<double>(xc[at]) - mean);
+          b += g * (static_cast<double>(as_f32(xc[at])) - mean);
         }
       }
       lane_a[l] = a;
@@ -163,28 +167,30 @@ __global__ void bn_forward_stats_kernel(BatchNormShape s, BnSplit split, float m
   }
 }
 
-__global__ void bn_normalize_kernel(BatchNormShape s, bool narrow, const float* x,
-                                    const double* mean_f, const double* scale, const double* shift,
-                                    float* y) {
+template <typename S>
+__global__ void bn_normalize_kernel(BatchNormShape s, bool narrow, const S* x, const double* mean_f,
+                                    const double* scale, const double* shift, S* y) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
     const int64_t c = channel_of(q, s, narrow);
-    y[q] = (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(scale[c]) +
-           static_cast<float>(shift[c]);
+    y[q] = as_storage<S>((as_f32(x[q]) - static_cast<float>(mean_f[c])) *
+                             static_cast<float>(scale[c]) +
+                         static_cast<float>(shift[c]));
   }
 }
 
-__global__ void bn_forward_inference_kernel(BatchNormShape s, bool narrow, const float* x,
+template <typename S>
+__global__ void bn_forward_inference_kernel(BatchNormShape s, bool narrow, const S* x,
                                             const float* gamma, const float* beta,
                                             const float* running_mean, const float* running_var,
-                                            float* y) {
+                                            S* y) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
     const int64_t c = channel_of(q, s, narrow);
     const double invstd =
         1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(s.eps));
     const float scale = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
-    y[q] = (x[q] - running_mean[c]) * scale + beta[c];
+    y[q] = as_storage<S>((as_f32(x[q]) - running_mean[c]) * scale + beta[c]);
   }
 }
 
@@ -208,15 +214,17 @@ __global__ void bn_backward_stats_kernel(BatchNormShape s, BnSplit split, const 
   }
 }
 
-__global__ void bn_grad_input_kernel(BatchNormShape s, bool narrow, const float* x, const float* dy,
+template <typename S>
+__global__ void bn_grad_input_kernel(BatchNormShape s, bool narrow, const S* x, const S* dy,
                                      const double* k1, const double* mean_f, const double* mean_dy,
-                                     const double* k2, float* dx) {
+                                     const double* k2, S* dx) {
   const int64_t total = s.n * s.c * s.hw;
   FERRY_GRID_STRIDE(q, total) {
     const int64_t c = channel_of(q, s, narrow);
-    dx[q] = (dy[q] - static_cast<float>(mean_dy[c]) -
-             (x[q] - static_cast<float>(mean_f[c])) * static_cast<float>(k2[c])) *
-            static_cast<float>(k1[c]);
+    dx[q] =
+        as_storage<S>((as_f32(dy[q]) - static_cast<float>(mean_dy[c]) -
+                       (as_f32(x[q]) - static_cast<float>(mean_f[c])) * static_cast<float>(k2[c])) *
+                      static_cast<float>(k1[c]));
   }
 }
 
@@ -225,49 +233,62 @@ __global__ void bn_grad_input_kernel(BatchNormShape s, bool narrow, const float*
 void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum, const float* x,
                                         const float* gamma, const float* beta, float* y,
                                         float* running_mean, float* running_var, float* save_mean,
-                                        float* save_var, const ReductionScratch& scratch,
-                                        cudaStream_t stream) {
+                                        float* save_var, DType dtype,
+                                        const ReductionScratch& scratch, cudaStream_t stream) {
   const BnSplit split = bn_split(s.n * s.hw, s.c);
   const BnScratch w = bn_scratch(scratch);
   const unsigned int blocks = bn_grid(s.c * split.chunks, scratch.sm_count);
   const double* no_mean = nullptr;
   const float* no_floats = nullptr;
-  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kValue, x,
-                no_floats, no_mean, no_floats, w.part_a, w.part_b);
-  launch_kernel(bn_mean_kernel, grid_for(s.c), kThreads, stream, s, split, w.part_a, w.stat[0]);
-  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kSquaredDeviation,
-                x, no_floats, w.stat[0], no_floats, w.part_a, w.part_b);
-  launch_kernel(bn_forward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, momentum, gamma,
-                beta, w.part_a, w.stat[0], running_mean, running_var, save_mean, save_var,
-                w.stat[1], w.stat[2], w.stat[3]);
-  launch_kernel(bn_normalize_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
-                narrow_tensor(s), x, w.stat[1], w.stat[2], w.stat[3], y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const S* no_values = nullptr;
+    launch_kernel(bn_chunk_sums_kernel<S>, blocks, kBnLanes, stream, s, split, BnSums::kValue,
+                  stored<S>(x), no_values, no_mean, no_floats, w.part_a, w.part_b);
+    launch_kernel(bn_mean_kernel, grid_for(s.c), kThreads, stream, s, split, w.part_a, w.stat[0]);
+    launch_kernel(bn_chunk_sums_kernel<S>, blocks, kBnLanes, stream, s, split,
+                  BnSums::kSquaredDeviation, stored<S>(x), no_values, w.stat[0], no_floats,
+                  w.part_a, w.part_b);
+    launch_kernel(bn_forward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, momentum,
+                  gamma, beta, w.part_a, w.stat[0], running_mean, running_var, save_mean, save_var,
+                  w.stat[1], w.stat[2], w.stat[3]);
+    launch_kernel(bn_normalize_kernel<S>, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                  narrow_tensor(s), stored<S>(x), w.stat[1], w.stat[2], w.stat[3], stored<S>(y));
+  });
 }
 
 void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
                                          const float* gamma, const float* beta,
                                          const float* running_mean, const float* running_var,
-                                         float* y, cudaStream_t stream) {
+                                         float* y, DType dtype, cudaStream_t stream) {
   const int64_t total = s.n * s.c * s.hw;
-  launch_kernel(bn_forward_inference_kernel, grid_for(total), kThreads, stream, s, narrow_tensor(s),
-                x, gamma, beta, running_mean, running_var, y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(bn_forward_inference_kernel<S>, grid_for(total), kThreads, stream, s,
+                  narrow_tensor(s), stored<S>(x), gamma, beta, running_mean, running_var,
+                  stored<S>(y));
+  });
 }
 
 void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
                                 const float* gamma, const float* save_mean, const float* save_var,
-                                float* dx, float* dgamma, float* dbeta,
+                                float* dx, float* dgamma, float* dbeta, DType dtype,
                                 const ReductionScratch& scratch, cudaStream_t stream) {
   const BnSplit split = bn_split(s.n * s.hw, s.c);
   const BnScratch w = bn_scratch(scratch);
   const unsigned int blocks = bn_grid(s.c * split.chunks, scratch.sm_count);
   const double* no_mean = nullptr;
-  launch_kernel(bn_chunk_sums_kernel, blocks, kBnLanes, stream, s, split, BnSums::kGradient, x, dy,
-                no_mean, save_mean, w.part_a, w.part_b);
-  launch_kernel(bn_backward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, gamma,
-                save_mean, save_var, w.part_a, w.part_b, dgamma, dbeta, w.stat[0], w.stat[1],
-                w.stat[2], w.stat[3]);
-  launch_kernel(bn_grad_input_kernel, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
-                narrow_tensor(s), x, dy, w.stat[0], w.stat[1], w.stat[2], w.stat[3], dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(bn_chunk_sums_kernel<S>, blocks, kBnLanes, stream, s, split, BnSums::kGradient,
+                  stored<S>(x), stored<S>(dy), no_mean, save_mean, w.part_a, w.part_b);
+    launch_kernel(bn_backward_stats_kernel, grid_for(s.c), kThreads, stream, s, split, gamma,
+                  save_mean, save_var, w.part_a, w.part_b, dgamma, dbeta, w.stat[0], w.stat[1],
+                  w.stat[2], w.stat[3]);
+    launch_kernel(bn_grad_input_kernel<S>, grid_for(s.n * s.c * s.hw), kThreads, stream, s,
+                  narrow_tensor(s), stored<S>(x), stored<S>(dy), w.stat[0], w.stat[1], w.stat[2],
+                  w.stat[3], stored<S>(dx));
+  });
 }
 
 }  // namespace ferry::cuda

@@ -20,7 +20,13 @@ struct cudnnContext;
 
 namespace ferry::cuda {
 
-struct ConvPlan;  // descriptors, algorithm and workspace of one (pass, geometry)
+struct ConvPlan;  // descriptors, algorithm and workspace of one (pass, geometry, dtype)
+
+// The pass of an algorithm cache key (ConvAlgorithmKey::pass): the fp32 pass (0 forward, 1
+// backward data, 2 backward filter), plus 3 in bf16 storage, whose algorithms are other ones.
+constexpr int conv_pass_key(int pass, DType dtype) {
+  return dtype == DType::kBF16 ? pass + 3 : pass;
+}
 
 // Note [Choosing convolution algorithms]
 // The first query of a geometry in the process (workspace_bytes, or a launch that was never
@@ -58,12 +64,16 @@ class CudnnConv {
 
  private:
   enum class Pass : int { kForward, kBackwardData, kBackwardFilter };
-  // The cached plan of (pass, g); chosen now under `limit` bytes of workspace if new.
-  const ConvPlan& plan(Pass pass, const ConvGeom& g, uint64_t limit);
-  // The plan a launch of (pass, g) with `ws` runs, the handle bound to `stream`. A geometry never
-  // sized chooses within ws; UnsupportedError when ws is smaller than the plan's workspace.
+  // The cached plan of (pass, g, dtype); chosen now under `limit` bytes of workspace if new.
+  const ConvPlan& plan(Pass pass, const ConvGeom& g, uint64_t limit, DType dtype);
+  // The plan a launch of (pass, g, dtype) with `ws` runs, the handle bound to `stream`. A
+  // geometry never sized chooses within ws; UnsupportedError when ws is smaller than the plan's
+  // workspace plus extra_bytes.
   const ConvPlan& launch_plan(Pass pass, const ConvGeom& g, const Workspace& ws,
-                              cudaStream_t stream);
+                              cudaStream_t stream, DType dtype);
+  // Workspace a pass needs after its algorithm's (bf16's weight gradient: Note [Convolutions in
+  // bf16] in conv_cudnn.cc).
+  static uint64_t extra_bytes(Pass pass, const ConvGeom& g, DType dtype);
   cudnnContext* handle();  // created at first use, on options_.ordinal's GPU
 
   DeviceOptions options_;

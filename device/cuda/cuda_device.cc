@@ -48,6 +48,14 @@ std::vector<std::string> pci_bus_ids() {
   return ids;
 }
 
+std::string bf16_gpu_gap(int major, int minor, std::string_view name) {
+  if (major >= 8) return {};
+  return fmt::format(
+      "device.precision: bf16 needs a GPU of compute capability 8.0 or newer "
+      "(A100, H100), but {} is {}.{}",
+      name, major, minor);
+}
+
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   const int count = device_count();
   if (options.ordinal < 0 || options.ordinal >= count) {
@@ -58,11 +66,8 @@ std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options) {
   if (options.precision == Precision::kBf16) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, options.ordinal));
-    if (prop.major < 8)
-      throw ConfigError(fmt::format("device.precision: bf16 needs a GPU of compute capability 8.0 "
-                                    "or newer (A100, H100), but {} is {}.{}",
-                                    static_cast<const char*>(prop.name), prop.major, prop.minor),
-                        "set device.precision=fp32 on this GPU");
+    const std::string gap = bf16_gpu_gap(prop.major, prop.minor, prop.name);
+    if (!gap.empty()) throw ConfigError(gap, "set device.precision=fp32 on this GPU");
   }
   return std::make_unique<CudaDevice>(options);
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/cuda/cuda_gated_copy.h"
@@ -25,8 +26,14 @@ int device_count();
 // cudaDeviceGetPCIBusId of each device, by ordinal; empty when there is none.
 std::vector<std::string> pci_bus_ids();
 
+// "" when a GPU of compute capability major.minor runs device.precision bf16 (8.0 and newer:
+// tensor-core bf16, cuDNN's and cuBLAS's bf16 paths); otherwise the one-line reason naming the
+// GPU `name` and its capability, for the ConfigError create_cuda_device throws.
+std::string bf16_gpu_gap(int major, int minor, std::string_view name);
+
 // A CudaDevice for options.ordinal. Throws UnsupportedError when that GPU is not present,
-// OutOfMemoryError when device.memory bytes cannot be reserved on it.
+// OutOfMemoryError when device.memory bytes cannot be reserved on it, and ConfigError (exit 2)
+// for device.precision bf16 on a GPU bf16_gpu_gap refuses.
 std::unique_ptr<Device> create_cuda_device(const DeviceOptions& options);
 
 // The CUDA kernels of GPU options.ordinal, without creating the device (for planning).

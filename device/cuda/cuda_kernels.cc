@@ -1,7 +1,8 @@
 // CUDA kernel dispatch: convolutions to conv_cudnn, linear layers to linear_cublas, the attention
 // core to attention_cublas, and every
 // kernel with a run() overload in cuda_ops.h to that overload (the table below is derived from
-// those overloads); any other kernel is refused with an UnsupportedError that names it.
+// those overloads); any other kernel is refused with an UnsupportedError that names it, and so is
+// a kernel asked for bf16 storage that this backend runs in fp32 only.
 #include "device/cuda/cuda_kernels.h"
 
 #include <array>
@@ -20,7 +21,12 @@ namespace ferry::cuda {
 
 namespace {
 
-[[noreturn]] void throw_unsupported(const KernelArgs& args) {
+[[noreturn]] void throw_unsupported(const KernelArgs& args, DType dtype = DType::kF32) {
+  if (dtype != DType::kF32) {
+    throw UnsupportedError(fmt::format("the CUDA backend has no {} kernel in {} storage",
+                                       kernel_name(args), dtype_name(dtype)),
+                           "set device.precision=fp32, or device.backend=cpu");
+  }
   throw UnsupportedError(fmt::format("the CUDA backend has no {} kernel", kernel_name(args)),
                          "set device.backend=cpu to run this model's kernels on the CPU");
 }
@@ -66,12 +72,42 @@ concept Reducing = requires(const T& args, cudaStream_t stream, const ReductionS
 template <typename T>
 constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T> || is_attention<T>;
 
+// The kernels that run in bf16 storage (Note [bf16 storage in the CUDA kernels] in storage.cuh).
+// Convolutions (Note [Convolutions in bf16] in conv_cudnn.cc), linear layers (Note [Linear layers
+// in bf16] in linear_cublas.cc) and the attention core (Note [Attention in bf16] in
+// attention_cublas.cc) take their bf16 paths in the library classes.
+template <typename T>
+constexpr bool runs_bf16 =
+    is_conv<T> || is_linear<T> || is_attention<T> ||
+    is_one_of<T, PoolForward, PoolBackward, AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward,
+              BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward, ReluForward,
+              ReluBackward, AddForward, Accumulate, Fill, Scale, DropoutForward, DropoutBackward,
+              SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, EmbeddingForward,
+              EmbeddingBackward, LayerNormForward, LayerNormBackward, GeluForward, GeluBackward>;
+
+// The storage dtype a kernel's arguments ask for (kF32 for kernels without the field).
+template <typename T>
+DType dtype_of(const T& args) {
+  if constexpr (requires { args.dtype; }) {
+    return args.dtype;
+  } else {
+    return DType::kF32;
+  }
+}
+
 // The kernel table: kRuns[kernel_kind<T>()] says whether T runs on this backend.
 template <size_t... I>
 constexpr std::array<bool, sizeof...(I)> runs_table(std::index_sequence<I...>) {
   return {runs<std::variant_alternative_t<I, KernelArgs>>...};
 }
 constexpr auto kRuns = runs_table(std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
+
+template <size_t... I>
+constexpr std::array<bool, sizeof...(I)> runs_bf16_table(std::index_sequence<I...>) {
+  return {runs_bf16<std::variant_alternative_t<I, KernelArgs>>...};
+}
+constexpr auto kRunsBf16 =
+    runs_bf16_table(std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
 
 }  // namespace
 
@@ -86,11 +122,14 @@ CudaKernels::CudaKernels(int ordinal) : CudaKernels(ordinal_options(ordinal)) {}
 CudaKernels::~CudaKernels() = default;
 
 bool CudaKernels::supports(KernelKind kind, DType dtype) const {
-  return dtype == DType::kF32 && kind < kRuns.size() && kRuns[kind];
+  if (kind >= kRuns.size() || !kRuns[kind]) return false;
+  if (dtype == DType::kF32) return true;
+  return dtype == DType::kBF16 && kRunsBf16[kind];
 }
 
 uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
-  if (!supports(args.index(), DType::kF32)) throw_unsupported(args);
+  const DType dtype = std::visit([](const auto& a) { return dtype_of(a); }, args);
+  if (!supports(args.index(), dtype)) throw_unsupported(args, dtype);
   return std::visit(
       [this](const auto& a) -> uint64_t {
         using T = std::decay_t<decltype(a)>;
@@ -105,6 +144,8 @@ uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
 }
 
 void CudaKernels::launch(const KernelArgs& args, Stream& stream) {
+  const DType dtype = std::visit([](const auto& a) { return dtype_of(a); }, args);
+  if (dtype != DType::kF32 && !supports(args.index(), dtype)) throw_unsupported(args, dtype);
   std::visit(
       [&](const auto& a) {
         using T = std::decay_t<decltype(a)>;

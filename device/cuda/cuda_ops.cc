@@ -72,27 +72,40 @@ BatchNormShape bn_reduce_shape(const BatchNormGeom& g, const char* what) {
   return bn_shape(g, what);
 }
 
+// The storage dtype of a kernel's bf16-eligible operands: kF32 or kBF16 (Note [Storage dtype of
+// a kernel] in device/kernels.h); anything else is refused by name.
+DType storage(DType dtype, const char* what) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    throw UnsupportedError(
+        fmt::format("{}: the CUDA kernels store {} as fp32 or bf16 only", what, dtype_name(dtype)),
+        "set device.precision to fp32 or bf16");
+  }
+  return dtype;
+}
+
 }  // namespace
 
 void run(const PoolForward& a, cudaStream_t stream) {
   check_pool_geom(a.g, "pool_forward");
-  launch_pool_forward(pool_shape(a.g), a.x, a.y, stream);
+  launch_pool_forward(pool_shape(a.g), a.x, a.y, storage(a.dtype, "pool_forward"), stream);
 }
 
 void run(const PoolBackward& a, cudaStream_t stream) {
   check_pool_geom(a.g, "pool_backward");
   FERRY_ASSERT(a.g.kind != PoolKind::kMax || a.x != nullptr, "max pool backward needs x");
-  launch_pool_backward(pool_shape(a.g), a.x, a.dy, a.dx, stream);
+  launch_pool_backward(pool_shape(a.g), a.x, a.dy, a.dx, storage(a.dtype, "pool_backward"), stream);
 }
 
 void run(const AdaptiveAvgPoolForward& a, cudaStream_t stream) {
   check_adaptive_avg_pool(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_forward");
-  launch_adaptive_avg_pool_forward(a.n * a.c, a.h, a.w, a.oh, a.ow, a.x, a.y, stream);
+  launch_adaptive_avg_pool_forward(a.n * a.c, a.h, a.w, a.oh, a.ow, a.x, a.y,
+                                   storage(a.dtype, "adaptive_avg_pool_forward"), stream);
 }
 
 void run(const AdaptiveAvgPoolBackward& a, cudaStream_t stream) {
   check_adaptive_avg_pool(a.n, a.c, a.h, a.w, a.oh, a.ow, "adaptive_avg_pool_backward");
-  launch_adaptive_avg_pool_backward(a.n * a.c, a.h, a.w, a.oh, a.ow, a.dy, a.dx, stream);
+  launch_adaptive_avg_pool_backward(a.n * a.c, a.h, a.w, a.oh, a.ow, a.dy, a.dx,
+                                    storage(a.dtype, "adaptive_avg_pool_backward"), stream);
 }
 
 void run(const BatchNormForwardTraining& a, cudaStream_t stream, const ReductionScratch& scratch) {
@@ -100,6 +113,7 @@ void run(const BatchNormForwardTraining& a, cudaStream_t stream, const Reduction
   const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_forward_training");
   launch_batch_norm_forward_training(s, a.momentum, a.x, a.gamma, a.beta, a.y, a.running_mean,
                                      a.running_var, a.save_mean, a.save_var,
+                                     storage(a.dtype, "batch_norm_forward_training"),
                                      checked(scratch, "batch_norm_forward_training"), stream);
 }
 
@@ -107,34 +121,35 @@ void run(const BatchNormForwardInference& a, cudaStream_t stream) {
   check_batch_norm_geom(a.g, "batch_norm_forward_inference");
   const BatchNormShape s = bn_shape(a.g, "batch_norm_forward_inference");
   launch_batch_norm_forward_inference(s, a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.y,
-                                      stream);
+                                      storage(a.dtype, "batch_norm_forward_inference"), stream);
 }
 
 void run(const BatchNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
   check_batch_norm_geom(a.g, "batch_norm_backward");
   const BatchNormShape s = bn_reduce_shape(a.g, "batch_norm_backward");
   launch_batch_norm_backward(s, a.x, a.dy, a.gamma, a.save_mean, a.save_var, a.dx, a.dgamma,
-                             a.dbeta, checked(scratch, "batch_norm_backward"), stream);
+                             a.dbeta, storage(a.dtype, "batch_norm_backward"),
+                             checked(scratch, "batch_norm_backward"), stream);
 }
 
 void run(const ReluForward& a, cudaStream_t stream) {
   check_element_count(a.n, "relu_forward");
-  launch_relu_forward(a.n, a.x, a.y, stream);
+  launch_relu_forward(a.n, a.x, a.y, storage(a.dtype, "relu_forward"), stream);
 }
 
 void run(const ReluBackward& a, cudaStream_t stream) {
   check_element_count(a.n, "relu_backward");
-  launch_relu_backward(a.n, a.y, a.dy, a.dx, stream);
+  launch_relu_backward(a.n, a.y, a.dy, a.dx, storage(a.dtype, "relu_backward"), stream);
 }
 
 void run(const AddForward& a, cudaStream_t stream) {
   check_element_count(a.n, "add_forward");
-  launch_add(a.n, a.a, a.b, a.y, stream);
+  launch_add(a.n, a.a, a.b, a.y, storage(a.dtype, "add_forward"), stream);
 }
 
 void run(const Accumulate& a, cudaStream_t stream) {
   check_element_count(a.n, "accumulate");
-  launch_accumulate(a.n, a.x, a.y, stream);
+  launch_accumulate(a.n, a.x, a.y, storage(a.dtype, "accumulate"), stream);
 }
 
 void run(const CopyDevice& a, cudaStream_t stream) {
@@ -144,22 +159,24 @@ void run(const CopyDevice& a, cudaStream_t stream) {
 
 void run(const Fill& a, cudaStream_t stream) {
   check_element_count(a.n, "fill");
-  launch_fill(a.y, a.n, a.value, stream);
+  launch_fill(a.y, a.n, a.value, storage(a.dtype, "fill"), stream);
 }
 
 void run(const Scale& a, cudaStream_t stream) {
   check_element_count(a.n, "scale");
-  launch_scale(a.y, a.n, a.alpha, stream);
+  launch_scale(a.y, a.n, a.alpha, storage(a.dtype, "scale"), stream);
 }
 
 void run(const DropoutForward& a, cudaStream_t stream) {
   check_dropout_forward(a);
-  launch_dropout_forward(a.n, a.p, a.seed, a.offset, a.x, a.y, a.mask, stream);
+  launch_dropout_forward(a.n, a.p, a.seed, a.offset, a.x, a.y, a.mask,
+                         storage(a.dtype, "dropout_forward"), stream);
 }
 
 void run(const DropoutBackward& a, cudaStream_t stream) {
   check_element_count(a.n, "dropout_backward");
-  launch_dropout_backward(a.n, a.p, a.dy, a.mask, a.dx, stream);
+  launch_dropout_backward(a.n, a.p, a.dy, a.mask, a.dx, storage(a.dtype, "dropout_backward"),
+                          stream);
 }
 
 void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream,
@@ -168,6 +185,7 @@ void run(const SoftmaxCrossEntropyForward& a, cudaStream_t stream,
   launch_softmax_cross_entropy_forward(
       a.n, a.k, a.logits, a.labels, a.loss, a.probs, a.correct,
       loss_divisor(a.divisor, a.n, "softmax_cross_entropy_forward"),
+      storage(a.dtype, "softmax_cross_entropy_forward"),
       checked(scratch, "softmax_cross_entropy_forward"), stream);
 }
 
@@ -175,7 +193,8 @@ void run(const SoftmaxCrossEntropyBackward& a, cudaStream_t stream) {
   check_softmax_cross_entropy(a.n, a.k, "softmax_cross_entropy_backward");
   const float factor =
       a.scale / static_cast<float>(loss_divisor(a.divisor, a.n, "softmax_cross_entropy_backward"));
-  launch_softmax_cross_entropy_backward(a.n, a.k, factor, a.probs, a.labels, a.dlogits, stream);
+  launch_softmax_cross_entropy_backward(a.n, a.k, factor, a.probs, a.labels, a.dlogits,
+                                        storage(a.dtype, "softmax_cross_entropy_backward"), stream);
 }
 
 void run(const SgdUpdate& a, cudaStream_t stream) {
@@ -194,19 +213,21 @@ void run(const AdamWUpdate& a, cudaStream_t stream) {
 
 void run(const EmbeddingForward& a, cudaStream_t stream) {
   check_embedding_forward(a);
-  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.segments, a.wte, a.wpe, a.y, stream);
+  launch_embedding_forward(a.n, a.t, a.c, a.tokens, a.segments, a.wte, a.wpe, a.y,
+                           storage(a.dtype, "embedding_forward"), stream);
 }
 
 void run(const EmbeddingBackward& a, cudaStream_t stream) {
   check_embedding_backward(a);
   launch_embedding_backward(a.n, a.t, a.c, a.vocab, a.context, a.tokens, a.segments, a.dy, a.dwte,
-                            a.dwpe, a.accumulate_wte, stream);
+                            a.dwpe, a.accumulate_wte, storage(a.dtype, "embedding_backward"),
+                            stream);
 }
 
 void run(const LayerNormForward& a, cudaStream_t stream) {
   check_layer_norm_forward(a);
   launch_layer_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.gamma, a.beta, a.y, a.mean, a.rstd,
-                            stream);
+                            storage(a.dtype, "layer_norm_forward"), stream);
 }
 
 void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
@@ -219,17 +240,18 @@ void run(const LayerNormBackward& a, cudaStream_t stream, const ReductionScratch
   }
   check_layer_norm_backward(a);
   launch_layer_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.gamma, a.mean, a.rstd, a.dx, a.dgamma,
-                             a.dbeta, checked(scratch, "layer_norm_backward"), stream);
+                             a.dbeta, storage(a.dtype, "layer_norm_backward"),
+                             checked(scratch, "layer_norm_backward"), stream);
 }
 
 void run(const GeluForward& a, cudaStream_t stream) {
   check_gelu_forward(a);
-  launch_gelu_forward(a.n, a.x, a.y, stream);
+  launch_gelu_forward(a.n, a.x, a.y, storage(a.dtype, "gelu_forward"), stream);
 }
 
 void run(const GeluBackward& a, cudaStream_t stream) {
   check_gelu_backward(a);
-  launch_gelu_backward(a.n, a.x, a.dy, a.dx, stream);
+  launch_gelu_backward(a.n, a.x, a.dy, a.dx, storage(a.dtype, "gelu_backward"), stream);
 }
 
 void run(const SumOfSquares& a, cudaStream_t stream, const ReductionScratch& scratch) {

@@ -9,7 +9,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cuda/elementwise.h"
 #include "device/cuda/kernel_ops.h"
+#include "device/kernel_checks.h"
 #include "device/kernels.h"
 
 namespace ferry::cuda {
@@ -53,5 +55,22 @@ void run(const RopeQkvForward& a, cudaStream_t stream);
 void run(const RopeQkvBackward& a, cudaStream_t stream);
 void run(const SwigluForward& a, cudaStream_t stream);
 void run(const SwigluBackward& a, cudaStream_t stream);
+
+// The fp32 <-> bf16 conversion (the bf16 working copy of the weights, a bf16 wire): any kernel
+// struct shaped as ConvertFloats (n, from, to, x, y). A template because the struct arrives with
+// the bf16 runtime (device/kernels.h on its branch): until then nothing matches, and afterwards
+// it runs with no further change here; a plain overload can replace it then.
+template <typename T>
+requires requires(const T& a) {
+  a.n;
+  a.from;
+  a.to;
+  a.x;
+  a.y;
+}
+void run(const T& a, cudaStream_t stream) {
+  check_element_count(a.n, "convert_floats");
+  launch_convert_floats(a.n, a.from, a.to, a.x, a.y, stream);
+}
 
 }  // namespace ferry::cuda

@@ -1,7 +1,9 @@
 // Host entry points of the CUDA kernels in pool.cu, batchnorm.cu, activation.cu, loss.cu and
 // optim.cu. Each enqueues its kernels on `stream` and returns: no host synchronisation, no
 // float atomics (every reduction has a fixed order, so results are the same bits run to run).
-// Arguments are checked by the caller (cuda_ops.cc); this header stays C++17 for nvcc.
+// Arguments are checked by the caller (cuda_ops.cc); this header stays C++17 for nvcc. A `dtype`
+// parameter is the storage of the kernel's bf16-eligible float operands (Note [Storage dtype of a
+// kernel] in device/kernels.h; Note [bf16 storage in the CUDA kernels] in storage.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +12,7 @@
 
 #include "device/adamw_scalars.h"
 #include "device/batch_norm_order.h"
+#include "device/dtype.h"
 
 namespace ferry::cuda {
 
@@ -52,17 +55,19 @@ struct PoolShape {
 };
 
 // x (planes, H, W) -> y (planes, OH, OW).
-void launch_pool_forward(const PoolShape& s, const float* x, float* y, cudaStream_t stream);
+void launch_pool_forward(const PoolShape& s, const float* x, float* y, DType dtype,
+                         cudaStream_t stream);
 // Overwrites dx (planes, H, W) from dy (planes, OH, OW); x is read for max pooling only.
 void launch_pool_backward(const PoolShape& s, const float* x, const float* dy, float* dx,
-                          cudaStream_t stream);
+                          DType dtype, cudaStream_t stream);
 
 // x (planes, H, W) -> y (planes, OH, OW), PyTorch's adaptive cells.
 void launch_adaptive_avg_pool_forward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                                      const float* x, float* y, cudaStream_t stream);
+                                      const float* x, float* y, DType dtype, cudaStream_t stream);
 // Overwrites dx (planes, H, W).
 void launch_adaptive_avg_pool_backward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                                       const float* dy, float* dx, cudaStream_t stream);
+                                       const float* dy, float* dx, DType dtype,
+                                       cudaStream_t stream);
 
 // ---- batch normalisation (batchnorm.cu) ------------------------------------------------------
 
@@ -76,30 +81,31 @@ struct BatchNormShape {
 void launch_batch_norm_forward_training(const BatchNormShape& s, float momentum, const float* x,
                                         const float* gamma, const float* beta, float* y,
                                         float* running_mean, float* running_var, float* save_mean,
-                                        float* save_var, const ReductionScratch& scratch,
-                                        cudaStream_t stream);
+                                        float* save_var, DType dtype,
+                                        const ReductionScratch& scratch, cudaStream_t stream);
 void launch_batch_norm_forward_inference(const BatchNormShape& s, const float* x,
                                          const float* gamma, const float* beta,
                                          const float* running_mean, const float* running_var,
-                                         float* y, cudaStream_t stream);
+                                         float* y, DType dtype, cudaStream_t stream);
 // Several blocks per channel through `scratch`, as the forward; s.c <= kReductionChannels.
 void launch_batch_norm_backward(const BatchNormShape& s, const float* x, const float* dy,
                                 const float* gamma, const float* save_mean, const float* save_var,
-                                float* dx, float* dgamma, float* dbeta,
+                                float* dx, float* dgamma, float* dbeta, DType dtype,
                                 const ReductionScratch& scratch, cudaStream_t stream);
 
 // ---- elementwise (activation.cu) ------------------------------------------------------------
 
-void launch_relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
-void launch_relu_backward(int64_t n, const float* y, const float* dy, float* dx,
+void launch_relu_forward(int64_t n, const float* x, float* y, DType dtype, cudaStream_t stream);
+void launch_relu_backward(int64_t n, const float* y, const float* dy, float* dx, DType dtype,
                           cudaStream_t stream);
-void launch_add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
-void launch_accumulate(int64_t n, const float* x, float* y, cudaStream_t stream);
+void launch_add(int64_t n, const float* a, const float* b, float* y, DType dtype,
+                cudaStream_t stream);
+void launch_accumulate(int64_t n, const float* x, float* y, DType dtype, cudaStream_t stream);
 // Inverted dropout with device/counter_rng.h's stream, so the mask equals the CPU backend's.
 void launch_dropout_forward(int64_t n, float p, uint64_t seed, uint64_t offset, const float* x,
-                            float* y, uint8_t* mask, cudaStream_t stream);
+                            float* y, uint8_t* mask, DType dtype, cudaStream_t stream);
 void launch_dropout_backward(int64_t n, float p, const float* dy, const uint8_t* mask, float* dx,
-                             cudaStream_t stream);
+                             DType dtype, cudaStream_t stream);
 
 // ---- loss (loss.cu) ------------------------------------------------------------------------
 
@@ -110,12 +116,12 @@ void launch_dropout_backward(int64_t n, float p, const float* dy, const uint8_t*
 // NaN probabilities), since the device cannot throw; the loss then reads NaN.
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, double divisor,
+                                          int32_t* correct, double divisor, DType dtype,
                                           const ReductionScratch& scratch, cudaStream_t stream);
 // dlogits = (probs - onehot) * factor, factor = scale / divisor; exactly 0 on a row with a
 // negative label. A row with a label >= K gets NaN.
 void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,
-                                           const int32_t* labels, float* dlogits,
+                                           const int32_t* labels, float* dlogits, DType dtype,
                                            cudaStream_t stream);
 
 // ---- optimizers (optim.cu) -------------------------------------------------------------------

@@ -2,9 +2,12 @@
 // precision (as the CPU backend); each row's loss and hit go to scratch, and one thread adds them
 // in row order, as the CPU backend does, so the loss is the same bits on every run and for every
 // grid (Note [Deterministic multi-block reductions] in kernel_ops.h) and nothing waits on the
-// host. Backward: one thread per logit.
+// host. Backward: one thread per logit. Logits, probabilities and their gradient in fp32 or bf16
+// storage, the softmax, log-sum-exp and loss in double and fp32 (Note [bf16 storage in the CUDA
+// kernels]).
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
+#include "device/cuda/storage.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -14,29 +17,32 @@ constexpr int kLossRowsPerBlock = 32;
 
 // Rows [first, first + rows) of the batch: probabilities, and each row's loss and hit (1 or 0)
 // into row_loss[r] and row_hit[r] for row first + r.
+template <typename S>
 __global__ void __launch_bounds__(kLossRowsPerBlock)
-    xent_rows_kernel(int64_t first, int64_t rows, int64_t k, const float* logits,
-                     const int32_t* labels, float* probs, double* row_loss, double* row_hit) {
+    xent_rows_kernel(int64_t first, int64_t rows, int64_t k, const S* logits, const int32_t* labels,
+                     S* probs, double* row_loss, double* row_hit) {
   const double nan = __longlong_as_double(0x7ff8000000000000ll);
   FERRY_GRID_STRIDE(r, rows) {
     const int64_t i = first + r;
-    const float* z = logits + i * k;
+    const S* z = logits + i * k;
     const int32_t label = labels[i];
     const bool valid = label < k;  // a negative label: padding, which adds exactly 0
     const bool labelled = label >= 0;
     int64_t argmax = 0;
     for (int64_t j = 1; j < k; ++j) {
-      if (z[j] > z[argmax]) argmax = j;
+      if (as_f32(z[j]) > as_f32(z[argmax])) argmax = j;
     }
-    const double top = z[argmax];
+    const double top = as_f32(z[argmax]);
     double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum += exp(static_cast<double>(z[j]) - top);
+    for (int64_t j = 0; j < k; ++j) sum += exp(static_cast<double>(as_f32(z[j])) - top);
     const double lse = valid ? top + log(sum) : nan;
     if (probs != nullptr) {
-      float* p = probs + i * k;
-      for (int64_t j = 0; j < k; ++j) p[j] = static_cast<float>(exp(z[j] - lse));
+      S* p = probs + i * k;
+      for (int64_t j = 0; j < k; ++j) {
+        p[j] = as_storage<S>(static_cast<float>(exp(as_f32(z[j]) - lse)));
+      }
     }
-    row_loss[r] = !valid ? nan : labelled ? lse - static_cast<double>(z[label]) : 0.0;
+    row_loss[r] = !valid ? nan : labelled ? lse - static_cast<double>(as_f32(z[label])) : 0.0;
     row_hit[r] = valid && labelled && argmax == label ? 1.0 : 0.0;
   }
 }
@@ -62,21 +68,22 @@ __global__ void xent_total_kernel(int64_t first, int64_t rows, int64_t n, double
   }
 }
 
-__global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const float* probs,
-                                     const int32_t* labels, float* dlogits) {
+template <typename S>
+__global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const S* probs,
+                                     const int32_t* labels, S* dlogits) {
   const float nan = __int_as_float(0x7fc00000);
   FERRY_GRID_STRIDE(q, n * k) {
     const int64_t i = q / k, j = q % k;
     const int32_t label = labels[i];
     if (label >= k) {
-      dlogits[q] = nan;
+      dlogits[q] = as_storage<S>(nan);
       continue;
     }
     if (label < 0) {  // padding: exactly no gradient
-      dlogits[q] = 0.0f;
+      dlogits[q] = as_storage<S>(0.0f);
       continue;
     }
-    dlogits[q] = (probs[q] - (j == label ? 1.0f : 0.0f)) * factor;
+    dlogits[q] = as_storage<S>((as_f32(probs[q]) - (j == label ? 1.0f : 0.0f)) * factor);
   }
 }
 
@@ -84,7 +91,7 @@ __global__ void xent_backward_kernel(int64_t n, int64_t k, float factor, const f
 
 void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* logits,
                                           const int32_t* labels, float* loss, float* probs,
-                                          int32_t* correct, double divisor,
+                                          int32_t* correct, double divisor, DType dtype,
                                           const ReductionScratch& scratch, cudaStream_t stream) {
   double* row_loss = scratch.ptr;
   double* row_hit = scratch.ptr + kReductionPartials;
@@ -94,18 +101,24 @@ void launch_softmax_cross_entropy_forward(int64_t n, int64_t k, const float* log
     const int64_t rows = n - first < kReductionPartials ? n - first : kReductionPartials;
     const auto blocks =
         static_cast<unsigned int>((rows + kLossRowsPerBlock - 1) / kLossRowsPerBlock);
-    launch_kernel(xent_rows_kernel, blocks, kLossRowsPerBlock, stream, first, rows, k, logits,
-                  labels, probs, row_loss, row_hit);
+    with_storage(dtype, [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      launch_kernel(xent_rows_kernel<S>, blocks, kLossRowsPerBlock, stream, first, rows, k,
+                    stored<S>(logits), labels, stored<S>(probs), row_loss, row_hit);
+    });
     launch_kernel(xent_total_kernel, 1, 1, stream, first, rows, n, divisor, row_loss, row_hit,
                   running, loss, correct);
   }
 }
 
 void launch_softmax_cross_entropy_backward(int64_t n, int64_t k, float factor, const float* probs,
-                                           const int32_t* labels, float* dlogits,
+                                           const int32_t* labels, float* dlogits, DType dtype,
                                            cudaStream_t stream) {
-  launch_kernel(xent_backward_kernel, grid_for(n * k), kThreads, stream, n, k, factor, probs,
-                labels, dlogits);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(xent_backward_kernel<S>, grid_for(n * k), kThreads, stream, n, k, factor,
+                  stored<S>(probs), labels, stored<S>(dlogits));
+  });
 }
 
 }  // namespace ferry::cuda

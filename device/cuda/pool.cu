@@ -1,8 +1,10 @@
 // Max, average and adaptive average pooling. Forward: one thread per output. Backward: one
 // thread per input element gathering from the windows that contain it, in output row-major
-// order, so overlapping windows never race and the sum order equals the CPU backend's.
+// order, so overlapping windows never race and the sum order equals the CPU backend's. fp32 or
+// bf16 storage (Note [bf16 storage in the CUDA kernels]).
 #include "device/cuda/kernel_ops.h"
 #include "device/cuda/launch.cuh"
+#include "device/cuda/storage.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -24,12 +26,13 @@ __device__ bool replaces(float v, float best) { return v > best || v != v; }
 
 // The first maximum of window (rows, cols) of plane x in row-major order, NaN winning; returns
 // its flat index in the plane (the window's first element when every value is -inf).
-__device__ int64_t first_max(const float* x, int64_t w, Span rows, Span cols, float* value) {
+template <typename S>
+__device__ int64_t first_max(const S* x, int64_t w, Span rows, Span cols, float* value) {
   float best = -__int_as_float(0x7f800000);  // -inf
   int64_t at = rows.start * w + cols.start;
   for (int64_t ih = rows.start; ih < rows.end; ++ih) {
     for (int64_t iw = cols.start; iw < cols.end; ++iw) {
-      const float v = x[ih * w + iw];
+      const float v = as_f32(x[ih * w + iw]);
       if (replaces(v, best)) {
         best = v;
         at = ih * w + iw;
@@ -46,24 +49,25 @@ __device__ float avg_divisor(bool include_pad, Span rows, Span cols) {
   return static_cast<float>(count);
 }
 
-__global__ void pool_forward_kernel(PoolShape s, const float* x, float* y) {
+template <typename S>
+__global__ void pool_forward_kernel(PoolShape s, const S* x, S* y) {
   const int64_t total = s.planes * s.oh * s.ow;
   FERRY_GRID_STRIDE(q, total) {
     const int64_t plane = q / (s.oh * s.ow);
     const int64_t i = (q / s.ow) % s.oh, j = q % s.ow;
     const Span rows = span(i, s.h, s.kh, s.stride_h, s.pad_h);
     const Span cols = span(j, s.w, s.kw, s.stride_w, s.pad_w);
-    const float* xp = x + plane * s.h * s.w;
+    const S* xp = x + plane * s.h * s.w;
     if (s.max) {
       float best;
       first_max(xp, s.w, rows, cols, &best);
-      y[q] = best;
+      y[q] = as_storage<S>(best);
     } else {
       float sum = 0.0f;
       for (int64_t ih = rows.start; ih < rows.end; ++ih) {
-        for (int64_t iw = cols.start; iw < cols.end; ++iw) sum += xp[ih * s.w + iw];
+        for (int64_t iw = cols.start; iw < cols.end; ++iw) sum += as_f32(xp[ih * s.w + iw]);
       }
-      y[q] = sum / avg_divisor(s.count_include_pad, rows, cols);
+      y[q] = as_storage<S>(sum / avg_divisor(s.count_include_pad, rows, cols));
     }
   }
 }
@@ -76,14 +80,15 @@ __device__ void covering(int64_t at, int64_t k, int64_t s, int64_t p, int64_t ou
   *hi = min((at + p) / s, out - 1);
 }
 
-__global__ void pool_backward_kernel(PoolShape s, const float* x, const float* dy, float* dx) {
+template <typename S>
+__global__ void pool_backward_kernel(PoolShape s, const S* x, const S* dy, S* dx) {
   const int64_t total = s.planes * s.h * s.w;
   FERRY_GRID_STRIDE(e, total) {
     const int64_t plane = e / (s.h * s.w);
     const int64_t ih = (e / s.w) % s.h, iw = e % s.w;
     const int64_t self = ih * s.w + iw;
-    const float* xp = x == nullptr ? nullptr : x + plane * s.h * s.w;
-    const float* dyp = dy + plane * s.oh * s.ow;
+    const S* xp = x == nullptr ? nullptr : x + plane * s.h * s.w;
+    const S* dyp = dy + plane * s.oh * s.ow;
     int64_t i0, i1, j0, j1;
     covering(ih, s.kh, s.stride_h, s.pad_h, s.oh, &i0, &i1);
     covering(iw, s.kw, s.stride_w, s.pad_w, s.ow, &j0, &j1);
@@ -94,13 +99,13 @@ __global__ void pool_backward_kernel(PoolShape s, const float* x, const float* d
         const Span cols = span(j, s.w, s.kw, s.stride_w, s.pad_w);
         if (s.max) {
           float best;
-          if (first_max(xp, s.w, rows, cols, &best) == self) acc += dyp[i * s.ow + j];
+          if (first_max(xp, s.w, rows, cols, &best) == self) acc += as_f32(dyp[i * s.ow + j]);
         } else {
-          acc += dyp[i * s.ow + j] / avg_divisor(s.count_include_pad, rows, cols);
+          acc += as_f32(dyp[i * s.ow + j]) / avg_divisor(s.count_include_pad, rows, cols);
         }
       }
     }
-    dx[e] = acc;
+    dx[e] = as_storage<S>(acc);
   }
 }
 
@@ -110,19 +115,20 @@ __device__ int64_t cell_end(int64_t o, int64_t in, int64_t out) {
   return ((o + 1) * in + out - 1) / out;
 }
 
+template <typename S>
 __global__ void adaptive_forward_kernel(int64_t planes, int64_t h, int64_t w, int64_t oh,
-                                        int64_t ow, const float* x, float* y) {
+                                        int64_t ow, const S* x, S* y) {
   FERRY_GRID_STRIDE(q, planes * oh * ow) {
     const int64_t plane = q / (oh * ow);
     const int64_t i = (q / ow) % oh, j = q % ow;
     const int64_t h0 = cell_start(i, h, oh), h1 = cell_end(i, h, oh);
     const int64_t w0 = cell_start(j, w, ow), w1 = cell_end(j, w, ow);
-    const float* xp = x + plane * h * w;
+    const S* xp = x + plane * h * w;
     float sum = 0.0f;
     for (int64_t ih = h0; ih < h1; ++ih) {
-      for (int64_t iw = w0; iw < w1; ++iw) sum += xp[ih * w + iw];
+      for (int64_t iw = w0; iw < w1; ++iw) sum += as_f32(xp[ih * w + iw]);
     }
-    y[q] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
+    y[q] = as_storage<S>(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
   }
 }
 
@@ -133,12 +139,13 @@ __device__ void cells_holding(int64_t at, int64_t in, int64_t out, int64_t* lo, 
   *hi = min(((at + 1) * out - 1) / in + 1, out - 1);
 }
 
+template <typename S>
 __global__ void adaptive_backward_kernel(int64_t planes, int64_t h, int64_t w, int64_t oh,
-                                         int64_t ow, const float* dy, float* dx) {
+                                         int64_t ow, const S* dy, S* dx) {
   FERRY_GRID_STRIDE(e, planes * h * w) {
     const int64_t plane = e / (h * w);
     const int64_t ih = (e / w) % h, iw = e % w;
-    const float* dyp = dy + plane * oh * ow;
+    const S* dyp = dy + plane * oh * ow;
     int64_t i0, i1, j0, j1;
     cells_holding(ih, h, oh, &i0, &i1);
     cells_holding(iw, w, ow, &j0, &j1);
@@ -149,42 +156,58 @@ __global__ void adaptive_backward_kernel(int64_t planes, int64_t h, int64_t w, i
       for (int64_t j = j0; j <= j1; ++j) {
         const int64_t w0 = cell_start(j, w, ow), w1 = cell_end(j, w, ow);
         if (iw < w0 || iw >= w1) continue;
-        acc += dyp[i * ow + j] / static_cast<float>((h1 - h0) * (w1 - w0));
+        acc += as_f32(dyp[i * ow + j]) / static_cast<float>((h1 - h0) * (w1 - w0));
       }
     }
-    dx[e] = acc;
+    dx[e] = as_storage<S>(acc);
   }
 }
 
 }  // namespace
 
-void launch_pool_forward(const PoolShape& s, const float* x, float* y, cudaStream_t stream) {
+void launch_pool_forward(const PoolShape& s, const float* x, float* y, DType dtype,
+                         cudaStream_t stream) {
   const int64_t total = s.planes * s.oh * s.ow;
   if (total <= 0) return;
-  launch_kernel(pool_forward_kernel, grid_for(total), kThreads, stream, s, x, y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(pool_forward_kernel<S>, grid_for(total), kThreads, stream, s, stored<S>(x),
+                  stored<S>(y));
+  });
 }
 
 void launch_pool_backward(const PoolShape& s, const float* x, const float* dy, float* dx,
-                          cudaStream_t stream) {
+                          DType dtype, cudaStream_t stream) {
   const int64_t total = s.planes * s.h * s.w;
   if (total <= 0) return;
-  launch_kernel(pool_backward_kernel, grid_for(total), kThreads, stream, s, x, dy, dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(pool_backward_kernel<S>, grid_for(total), kThreads, stream, s, stored<S>(x),
+                  stored<S>(dy), stored<S>(dx));
+  });
 }
 
 void launch_adaptive_avg_pool_forward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                                      const float* x, float* y, cudaStream_t stream) {
+                                      const float* x, float* y, DType dtype, cudaStream_t stream) {
   const int64_t total = planes * oh * ow;
   if (total <= 0) return;
-  launch_kernel(adaptive_forward_kernel, grid_for(total), kThreads, stream, planes, h, w, oh, ow, x,
-                y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(adaptive_forward_kernel<S>, grid_for(total), kThreads, stream, planes, h, w, oh,
+                  ow, stored<S>(x), stored<S>(y));
+  });
 }
 
 void launch_adaptive_avg_pool_backward(int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                                       const float* dy, float* dx, cudaStream_t stream) {
+                                       const float* dy, float* dx, DType dtype,
+                                       cudaStream_t stream) {
   const int64_t total = planes * h * w;
   if (total <= 0) return;
-  launch_kernel(adaptive_backward_kernel, grid_for(total), kThreads, stream, planes, h, w, oh, ow,
-                dy, dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(adaptive_backward_kernel<S>, grid_for(total), kThreads, stream, planes, h, w, oh,
+                  ow, stored<S>(dy), stored<S>(dx));
+  });
 }
 
 }  // namespace ferry::cuda

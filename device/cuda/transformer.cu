@@ -2,11 +2,14 @@
 // and the gradient-clipping reductions. No float atomics: each output is written by one thread
 // in an order fixed by the shape (Note [Embedding backward without atomics] in
 // transformer_ops.h; Note [Deterministic multi-block reductions] in kernel_ops.h), so the bits
-// are the same on every run, for every grid, and in the host emulation.
+// are the same on every run, for every grid, and in the host emulation. Activations and their
+// gradients in fp32 or bf16 storage; weights, statistics and weight gradients fp32 (Note [bf16
+// storage in the CUDA kernels]).
 #include <algorithm>
 
 #include "device/cuda/lane_total.cuh"
 #include "device/cuda/launch.cuh"
+#include "device/cuda/storage.cuh"
 #include "device/cuda/transformer_ops.h"
 
 namespace ferry::cuda {
@@ -20,13 +23,15 @@ __device__ int64_t position_of(const int32_t* segments, int64_t row, int64_t t) 
   return segments == nullptr ? row % t : row % t - segments[row];
 }
 
+template <typename S>
 __global__ void embedding_forward_kernel(int64_t rows, int64_t t, int64_t c, const int32_t* tokens,
                                          const int32_t* segments, const float* wte,
-                                         const float* wpe, float* y) {
+                                         const float* wpe, S* y) {
   FERRY_GRID_STRIDE(q, rows * c) {
     const int64_t row = q / c, col = q % c;
     const float token = wte[static_cast<int64_t>(tokens[row]) * c + col];
-    y[q] = wpe == nullptr ? token : token + wpe[position_of(segments, row, t) * c + col];
+    y[q] = as_storage<S>(wpe == nullptr ? token
+                                        : token + wpe[position_of(segments, row, t) * c + col]);
   }
 }
 
@@ -40,8 +45,9 @@ constexpr int64_t kTokenTile = 256;
 // Note [Embedding backward without atomics]: row v of dwte belongs to block v % gridDim.x.
 // Token k's row is tokens[k]; with `segments` (the position table's walk, `t` its positions per
 // row) it is instead token k's position, k % t - segments[k].
+template <typename S>
 __global__ void embedding_table_grad_kernel(int64_t count, int64_t c, const int32_t* tokens,
-                                            const int32_t* segments, int64_t t, const float* dy,
+                                            const int32_t* segments, int64_t t, const S* dy,
                                             float* dwte) {
   __shared__ int32_t tile[kTokenTile];
   for (int64_t first = 0; first < count; first += kTokenTile) {
@@ -56,19 +62,20 @@ __global__ void embedding_table_grad_kernel(int64_t count, int64_t c, const int3
       const auto v = static_cast<uint32_t>(tile[k]);
       if (v % gridDim.x != blockIdx.x) continue;  // the same branch for the whole block
       float* row = dwte + static_cast<int64_t>(v) * c;
-      const float* g = dy + (first + k) * c;
-      for (int64_t col = threadIdx.x; col < c; col += blockDim.x) row[col] += g[col];
+      const S* g = dy + (first + k) * c;
+      for (int64_t col = threadIdx.x; col < c; col += blockDim.x) row[col] += as_f32(g[col]);
     }
   }
 }
 
+template <typename S>
 __global__ void embedding_wpe_grad_kernel(int64_t n, int64_t t, int64_t c, int64_t context,
-                                          const float* dy, float* dwpe) {
+                                          const S* dy, float* dwpe) {
   FERRY_GRID_STRIDE(q, context * c) {
     const int64_t pos = q / c, col = q % c;
     float sum = 0.0f;
     if (pos < t) {
-      for (int64_t b = 0; b < n; ++b) sum += dy[(b * t + pos) * c + col];
+      for (int64_t b = 0; b < n; ++b) sum += as_f32(dy[(b * t + pos) * c + col]);
     }
     dwpe[q] = sum;
   }
@@ -82,23 +89,23 @@ constexpr int kLnLanes = 32;
 // Rows of layer norm's backward column sums are cut into chunks of at least this many rows.
 constexpr int64_t kLnMinChunkRows = 16;
 
+template <typename S>
 __global__ void __launch_bounds__(kLnLanes)
-    layer_norm_forward_kernel(int64_t rows, int64_t c, float eps, const float* x,
-                              const float* gamma, const float* beta, float* y, float* mean_out,
-                              float* rstd_out) {
+    layer_norm_forward_kernel(int64_t rows, int64_t c, float eps, const S* x, const float* gamma,
+                              const float* beta, S* y, float* mean_out, float* rstd_out) {
   __shared__ double lanes[kLnLanes];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * c;
+    const S* xr = x + r * c;
     for (int l = static_cast<int>(threadIdx.x); l < kLnLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
-      for (int64_t j = l; j < c; j += kLnLanes) a += static_cast<double>(xr[j]);
+      for (int64_t j = l; j < c; j += kLnLanes) a += static_cast<double>(as_f32(xr[j]));
       lanes[l] = a;
     }
     const double mean = lane_total<kLnLanes>(lanes) / static_cast<double>(c);
     for (int l = static_cast<int>(threadIdx.x); l < kLnLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
       for (int64_t j = l; j < c; j += kLnLanes) {
-        const double d = static_cast<double>(xr[j]) - mean;
+        const double d = static_cast<double>(as_f32(xr[j])) - mean;
         a += d * d;
       }
       lanes[l] = a;
@@ -106,9 +113,9 @@ __global__ void __launch_bounds__(kLnLanes)
     const double var = lane_total<kLnLanes>(lanes) / static_cast<double>(c);
     const float mf = static_cast<float>(mean);
     const float rf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
-    float* yr = y + r * c;
+    S* yr = y + r * c;
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-      yr[j] = (xr[j] - mf) * rf * gamma[j] + beta[j];
+      yr[j] = as_storage<S>((as_f32(xr[j]) - mf) * rf * gamma[j] + beta[j]);
     }
     if (threadIdx.x == 0) {
       mean_out[r] = mf;
@@ -134,18 +141,20 @@ LnSplit ln_split(int64_t rows, int64_t c) {
 
 // Partial (chunk, column) sums of dy * xhat (part_a, dgamma) and dy (part_b, dbeta), slot
 // chunk * c + column; rows of a chunk in increasing order.
-__global__ void layer_norm_column_sums_kernel(int64_t rows, int64_t c, LnSplit split,
-                                              const float* x, const float* dy, const float* mean,
-                                              const float* rstd, double* part_a, double* part_b) {
+template <typename S>
+__global__ void layer_norm_column_sums_kernel(int64_t rows, int64_t c, LnSplit split, const S* x,
+                                              const S* dy, const float* mean, const float* rstd,
+                                              double* part_a, double* part_b) {
   FERRY_GRID_STRIDE(u, split.chunks * c) {
     const int64_t chunk = u / c, col = u % c;
     const int64_t begin = chunk * split.len;
     const int64_t end = begin + split.len < rows ? begin + split.len : rows;
     double a = 0.0, b = 0.0;
     for (int64_t r = begin; r < end; ++r) {
-      const double g = static_cast<double>(dy[r * c + col]);
-      const double xhat = (static_cast<double>(x[r * c + col]) - static_cast<double>(mean[r])) *
-                          static_cast<double>(rstd[r]);
+      const double g = static_cast<double>(as_f32(dy[r * c + col]));
+      const double xhat =
+          (static_cast<double>(as_f32(x[r * c + col])) - static_cast<double>(mean[r])) *
+          static_cast<double>(rstd[r]);
       a += g * xhat;
       b += g;
     }
@@ -169,22 +178,22 @@ __global__ void layer_norm_column_totals_kernel(int64_t c, LnSplit split, const 
 
 // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma. Each thread reads
 // dy[j] before it writes dx[j], and no thread reads dy after the row's sums: dx may equal dy.
+template <typename S>
 __global__ void __launch_bounds__(kLnLanes)
-    layer_norm_grad_input_kernel(int64_t rows, int64_t c, const float* x, const float* dy,
-                                 const float* gamma, const float* mean, const float* rstd,
-                                 float* dx) {
+    layer_norm_grad_input_kernel(int64_t rows, int64_t c, const S* x, const S* dy,
+                                 const float* gamma, const float* mean, const float* rstd, S* dx) {
   __shared__ double lanes_a[kLnLanes];
   __shared__ double lanes_b[kLnLanes];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * c;
-    const float* dyr = dy + r * c;
+    const S* xr = x + r * c;
+    const S* dyr = dy + r * c;
     const float mf = mean[r], rf = rstd[r];
     for (int l = static_cast<int>(threadIdx.x); l < kLnLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0, b = 0.0;
       for (int64_t j = l; j < c; j += kLnLanes) {
-        const double dxhat = static_cast<double>(dyr[j]) * static_cast<double>(gamma[j]);
+        const double dxhat = static_cast<double>(as_f32(dyr[j])) * static_cast<double>(gamma[j]);
         a += dxhat;
-        b += dxhat * ((static_cast<double>(xr[j]) - mf) * rf);
+        b += dxhat * ((static_cast<double>(as_f32(xr[j])) - mf) * rf);
       }
       lanes_a[l] = a;
       lanes_b[l] = b;
@@ -193,11 +202,11 @@ __global__ void __launch_bounds__(kLnLanes)
     const double sum_a = lane_total<kLnLanes>(lanes_a);
     const float mean_dxhat = static_cast<float>(sum_a / static_cast<double>(c));
     const float mean_dxhat_xhat = static_cast<float>(sum_b / static_cast<double>(c));
-    float* dxr = dx + r * c;
+    S* dxr = dx + r * c;
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-      const float xhat = (xr[j] - mf) * rf;
-      const float dxhat = dyr[j] * gamma[j];
-      dxr[j] = rf * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+      const float xhat = (as_f32(xr[j]) - mf) * rf;
+      const float dxhat = as_f32(dyr[j]) * gamma[j];
+      dxr[j] = as_storage<S>(rf * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
     }
     __syncthreads();  // the row is written before the next row's lanes (dx may alias dy)
   }
@@ -208,17 +217,19 @@ __global__ void __launch_bounds__(kLnLanes)
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
 
-__global__ void gelu_kernel(int64_t n, const float* x, float* y) {
+template <typename S>
+__global__ void gelu_kernel(int64_t n, const S* x, S* y) {
   FERRY_GRID_STRIDE(i, n) {
-    const float v = x[i];
+    const float v = as_f32(x[i]);
     const float inner = kGeluBeta * (v + kGeluKappa * (v * v * v));
-    y[i] = 0.5f * v * (1.0f + tanh(inner));
+    y[i] = as_storage<S>(0.5f * v * (1.0f + tanh(inner)));
   }
 }
 
-__global__ void gelu_grad_kernel(int64_t n, const float* x, const float* dy, float* dx) {
+template <typename S>
+__global__ void gelu_grad_kernel(int64_t n, const S* x, const S* dy, S* dx) {
   FERRY_GRID_STRIDE(i, n) {
-    const float v = x[i];
+    const float v = as_f32(x[i]);
     const float v_sq = v * v;
     const float inner = kGeluBeta * (v + kGeluKappa * (v_sq * v));
     const float tanh_inner = tanh(inner);
@@ -228,7 +239,7 @@ __global__ void gelu_grad_kernel(int64_t n, const float* x, const float* dy, flo
     const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
     const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * v_sq);
     const float right_derivative = left * tanh_derivative * inner_derivative;
-    dx[i] = dy[i] * (left_derivative + right_derivative);
+    dx[i] = as_storage<S>(as_f32(dy[i]) * (left_derivative + right_derivative));
   }
 }
 
@@ -298,71 +309,91 @@ __global__ void clip_by_norm_kernel(int64_t n, float max_norm, const float* sum_
 
 void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* tokens,
                               const int32_t* segments, const float* wte, const float* wpe, float* y,
-                              cudaStream_t stream) {
+                              DType dtype, cudaStream_t stream) {
   const int64_t total = n * t * c;
   if (total <= 0) return;
-  launch_kernel(embedding_forward_kernel, grid_for(total), kThreads, stream, n * t, t, c, tokens,
-                segments, wte, wpe, y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(embedding_forward_kernel<S>, grid_for(total), kThreads, stream, n * t, t, c,
+                  tokens, segments, wte, wpe, stored<S>(y));
+  });
 }
 
 void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
                                const int32_t* tokens, const int32_t* segments, const float* dy,
-                               float* dwte, float* dwpe, bool accumulate, cudaStream_t stream) {
+                               float* dwte, float* dwpe, bool accumulate, DType dtype,
+                               cudaStream_t stream) {
   if (!accumulate)
     launch_kernel(zero_kernel, grid_for(vocab * c), kThreads, stream, vocab * c, dwte);
-  const auto owners = static_cast<unsigned int>(std::min<int64_t>(vocab, kMaxBlocks));
-  launch_kernel(embedding_table_grad_kernel, owners, kThreads, stream, n * t, c, tokens,
-                static_cast<const int32_t*>(nullptr), t, dy, dwte);
-  if (dwpe == nullptr) return;  // no position table (Llama)
-  if (segments == nullptr) {
-    launch_kernel(embedding_wpe_grad_kernel, grid_for(context * c), kThreads, stream, n, t, c,
-                  context, dy, dwpe);
-    return;
-  }
-  // Packed documents: a position's rows are scattered, so dwpe is walked in token order as dwte.
-  launch_kernel(zero_kernel, grid_for(context * c), kThreads, stream, context * c, dwpe);
-  const auto position_owners = static_cast<unsigned int>(std::min<int64_t>(t, kMaxBlocks));
-  launch_kernel(embedding_table_grad_kernel, position_owners, kThreads, stream, n * t, c, tokens,
-                segments, t, dy, dwpe);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const auto owners = static_cast<unsigned int>(std::min<int64_t>(vocab, kMaxBlocks));
+    launch_kernel(embedding_table_grad_kernel<S>, owners, kThreads, stream, n * t, c, tokens,
+                  static_cast<const int32_t*>(nullptr), t, stored<S>(dy), dwte);
+    if (dwpe == nullptr) return;  // no position table (Llama)
+    if (segments == nullptr) {
+      launch_kernel(embedding_wpe_grad_kernel<S>, grid_for(context * c), kThreads, stream, n, t, c,
+                    context, stored<S>(dy), dwpe);
+      return;
+    }
+    // Packed documents: a position's rows are scattered, so dwpe is walked in token order as dwte.
+    launch_kernel(zero_kernel, grid_for(context * c), kThreads, stream, context * c, dwpe);
+    const auto position_owners = static_cast<unsigned int>(std::min<int64_t>(t, kMaxBlocks));
+    launch_kernel(embedding_table_grad_kernel<S>, position_owners, kThreads, stream, n * t, c,
+                  tokens, segments, t, stored<S>(dy), dwpe);
+  });
 }
 
 void launch_layer_norm_forward(int64_t rows, int64_t c, float eps, const float* x,
                                const float* gamma, const float* beta, float* y, float* mean,
-                               float* rstd, cudaStream_t stream) {
+                               float* rstd, DType dtype, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
-  launch_kernel(layer_norm_forward_kernel, blocks, kLnLanes, stream, rows, c, eps, x, gamma, beta,
-                y, mean, rstd);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(layer_norm_forward_kernel<S>, blocks, kLnLanes, stream, rows, c, eps,
+                  stored<S>(x), gamma, beta, stored<S>(y), mean, rstd);
+  });
 }
 
 void launch_layer_norm_backward(int64_t rows, int64_t c, const float* x, const float* dy,
                                 const float* gamma, const float* mean, const float* rstd, float* dx,
-                                float* dgamma, float* dbeta, const ReductionScratch& scratch,
-                                cudaStream_t stream) {
+                                float* dgamma, float* dbeta, DType dtype,
+                                const ReductionScratch& scratch, cudaStream_t stream) {
   const LnSplit split = ln_split(rows, c);
   double* part_a = scratch.ptr;
   double* part_b = scratch.ptr + kReductionPartials;
-  // The column sums first: they read dy, which dx may overwrite.
-  if (split.chunks > 0) {
-    launch_kernel(layer_norm_column_sums_kernel, grid_for(split.chunks * c), kThreads, stream, rows,
-                  c, split, x, dy, mean, rstd, part_a, part_b);
-  }
-  launch_kernel(layer_norm_column_totals_kernel, grid_for(c), kThreads, stream, c, split, part_a,
-                part_b, dgamma, dbeta);
-  if (rows == 0) return;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
-  launch_kernel(layer_norm_grad_input_kernel, blocks, kLnLanes, stream, rows, c, x, dy, gamma, mean,
-                rstd, dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    // The column sums first: they read dy, which dx may overwrite.
+    if (split.chunks > 0) {
+      launch_kernel(layer_norm_column_sums_kernel<S>, grid_for(split.chunks * c), kThreads, stream,
+                    rows, c, split, stored<S>(x), stored<S>(dy), mean, rstd, part_a, part_b);
+    }
+    launch_kernel(layer_norm_column_totals_kernel, grid_for(c), kThreads, stream, c, split, part_a,
+                  part_b, dgamma, dbeta);
+    if (rows == 0) return;
+    const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
+    launch_kernel(layer_norm_grad_input_kernel<S>, blocks, kLnLanes, stream, rows, c, stored<S>(x),
+                  stored<S>(dy), gamma, mean, rstd, stored<S>(dx));
+  });
 }
 
-void launch_gelu_forward(int64_t n, const float* x, float* y, cudaStream_t stream) {
+void launch_gelu_forward(int64_t n, const float* x, float* y, DType dtype, cudaStream_t stream) {
   if (n <= 0) return;
-  launch_kernel(gelu_kernel, grid_for(n), kThreads, stream, n, x, y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(gelu_kernel<S>, grid_for(n), kThreads, stream, n, stored<S>(x), stored<S>(y));
+  });
 }
 
-void launch_gelu_backward(int64_t n, const float* x, const float* dy, float* dx,
+void launch_gelu_backward(int64_t n, const float* x, const float* dy, float* dx, DType dtype,
                           cudaStream_t stream) {
   if (n <= 0) return;
-  launch_kernel(gelu_grad_kernel, grid_for(n), kThreads, stream, n, x, dy, dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(gelu_grad_kernel<S>, grid_for(n), kThreads, stream, n, stored<S>(x),
+                  stored<S>(dy), stored<S>(dx));
+  });
 }
 
 void launch_sum_of_squares(int64_t n, const float* x, float* out, const ReductionScratch& scratch,

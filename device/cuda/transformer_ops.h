@@ -20,7 +20,7 @@ namespace ferry::cuda {
 // per output element; a null wpe (Llama) adds nothing, and a null dwpe is not written.
 void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* tokens,
                               const int32_t* segments, const float* wte, const float* wpe, float* y,
-                              cudaStream_t stream);
+                              DType dtype, cudaStream_t stream);
 
 // Note [Embedding backward without atomics]
 // dwte: unless `accumulate`, dwte is zeroed first. Then vocabulary row v belongs to block
@@ -33,7 +33,8 @@ void launch_embedding_forward(int64_t n, int64_t t, int64_t c, const int32_t* to
 // same (n, t) order.
 void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, int64_t context,
                                const int32_t* tokens, const int32_t* segments, const float* dy,
-                               float* dwte, float* dwpe, bool accumulate, cudaStream_t stream);
+                               float* dwte, float* dwpe, bool accumulate, DType dtype,
+                               cudaStream_t stream);
 
 // ---- layer norm (transformer.cu) -------------------------------------------------------------
 
@@ -41,7 +42,7 @@ void launch_embedding_backward(int64_t n, int64_t t, int64_t c, int64_t vocab, i
 // logical lanes and a fixed tree, so the order depends on C only.
 void launch_layer_norm_forward(int64_t rows, int64_t c, float eps, const float* x,
                                const float* gamma, const float* beta, float* y, float* mean,
-                               float* rstd, cudaStream_t stream);
+                               float* rstd, DType dtype, cudaStream_t stream);
 
 // The most columns layer norm's backward reduces through the scratch (one partial per column
 // and row chunk); wider rows are refused.
@@ -53,14 +54,14 @@ constexpr int64_t kLayerNormMaxColumns = kReductionPartials;
 // so dx may equal dy. c <= kLayerNormMaxColumns.
 void launch_layer_norm_backward(int64_t rows, int64_t c, const float* x, const float* dy,
                                 const float* gamma, const float* mean, const float* rstd, float* dx,
-                                float* dgamma, float* dbeta, const ReductionScratch& scratch,
-                                cudaStream_t stream);
+                                float* dgamma, float* dbeta, DType dtype,
+                                const ReductionScratch& scratch, cudaStream_t stream);
 
 // ---- GELU, tanh approximation (transformer.cu) -----------------------------------------------
 
-void launch_gelu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
+void launch_gelu_forward(int64_t n, const float* x, float* y, DType dtype, cudaStream_t stream);
 // dx may equal dy.
-void launch_gelu_backward(int64_t n, const float* x, const float* dy, float* dx,
+void launch_gelu_backward(int64_t n, const float* x, const float* dy, float* dx, DType dtype,
                           cudaStream_t stream);
 
 // ---- gradient clipping (transformer.cu) ------------------------------------------------------
@@ -86,14 +87,29 @@ void launch_clip_by_norm(int64_t n, float max_norm, const float* sum_sq, float* 
 void launch_attention_softmax(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
                               float p, uint64_t seed, float* probs, float* dropped, uint8_t* mask,
                               cudaStream_t stream);
-// dropped = mask ? probs / (1 - p) : 0 (the forward's P', rebuilt for dV).
+// The same from fp32 `scores` (overwritten: the exponentials are staged there) into `probs` and
+// `dropped` of `dtype` (kBF16: rounded once from the fp32 softmax); kF32 with scores == probs is
+// the in-place form above.
+void launch_attention_softmax(int64_t rows, int64_t t, int64_t heads, const int32_t* segments,
+                              float p, uint64_t seed, float* scores, float* probs, float* dropped,
+                              uint8_t* mask, DType dtype, cudaStream_t stream);
+// dropped = mask ? probs / (1 - p) : 0 (the forward's P', rebuilt for dV): fp32, or both of
+// `dtype`.
 void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
                                     float* dropped, cudaStream_t stream);
+void launch_attention_dropout_apply(int64_t count, float p, const float* probs, const uint8_t* mask,
+                                    float* dropped, DType dtype, cudaStream_t stream);
 // In place on `dprobs`: dP' -> dS = P (dP - rowsum(dP P)), dP = DropoutBackward(dP') when p > 0
 // (mask may be null otherwise); masked entries 0. The 1/sqrt(D) is left to the products.
 void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
                                        const int32_t* segments, float p, const float* probs,
                                        const uint8_t* mask, float* dprobs, cudaStream_t stream);
+// The same with `probs` and dS (written to `dscores`) of `dtype`; dP' in `dprobs` stays fp32.
+// kF32 with dscores == dprobs is the in-place form above.
+void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
+                                       const int32_t* segments, float p, const float* probs,
+                                       const uint8_t* mask, float* dprobs, float* dscores,
+                                       DType dtype, cudaStream_t stream);
 
 // ---- fused attention core (flash_attention.cu) ------------------------------------------------
 

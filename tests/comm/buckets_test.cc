@@ -11,6 +11,7 @@
 
 #include "comm/buckets.h"
 #include "comm/communicator.h"
+#include "common/error.h"
 #include "device/cpu/cpu_stream.h"
 #include "device/device.h"
 
@@ -46,11 +47,16 @@ class HalvingCommunicator : public Communicator {
     comm.record(*done);
     return CommWork(done, span);
   }
+  // comm.dtype bf16: recorded apart, so a test sees which collective the buckets chose.
+  CommWork all_reduce_mean_bf16(float* data, int64_t count, Stream& after) override {
+    bf16_launches.push_back({static_cast<uint64_t>(data - block_) * sizeof(float), count});
+    return {};
+  }
   CommWork broadcast(void*, uint64_t, int, Stream&) override { return {}; }
   void broadcast_host(void*, uint64_t, int) override {}
   void barrier() override {}
 
-  std::vector<Launch> launches;
+  std::vector<Launch> launches, bf16_launches;
   int delay_ms = 0;
 
  private:
@@ -221,6 +227,31 @@ TEST_F(BucketsTest, MissingGradientsAreReducedInFinish) {
   EXPECT_EQ(buckets.overlapped_buckets(), 0u) << "both launched by finish()";
   EXPECT_EQ(buckets.reductions(), 1u);
   EXPECT_EQ(buckets.collectives(), 2u);
+}
+
+// comm.dtype bf16: every range goes to the bf16 all-reduce, none to the fp32 one, each byte once.
+TEST_F(BucketsTest, ABf16WireSendsEveryRangeThroughTheBf16AllReduce) {
+  const auto params = packed(6, 400);
+  BucketOptions options{1000, true, {}, {}};
+  options.wire_dtype = DType::kBF16;
+  GradientBuckets buckets(comm_, *device_, grads(), params, options);
+  for (size_t p = 6; p-- > 0;) buckets.mark_ready(p);
+  buckets.finish(compute());
+  compute().synchronize();
+  EXPECT_TRUE(comm_.launches.empty());
+  ASSERT_EQ(comm_.bf16_launches.size(), buckets.collectives());
+  int64_t floats = 0;
+  for (const Launch& l : comm_.bf16_launches) floats += l.count;
+  EXPECT_EQ(floats, 6 * 400 / 4);
+}
+
+// memory.zero 1 and 2 reduce-scatter in fp32: a bf16 wire with them is refused, not ignored.
+TEST_F(BucketsTest, ABf16WireWithAReduceScatterIsRefused) {
+  BucketOptions options{1000, true, {}, {}};
+  options.wire_dtype = DType::kBF16;
+  options.reduce = [](float*, int64_t, int64_t, Stream&) { return CommWork(); };
+  EXPECT_THROW(GradientBuckets(comm_, *device_, grads(), packed(2, 400), options),
+               UnsupportedError);
 }
 
 TEST(BucketsLocal, OneRankLeavesGradientsAsTheyAreAndMeasuresNothing) {

@@ -83,6 +83,10 @@ TEST(LocalCommunicator, CollectivesAreCompleteAndChangeNothing) {
   work.wait();
   for (int i = 0; i < 64; ++i) ASSERT_EQ(data[i], 0.1f * static_cast<float>(i));
   EXPECT_FALSE(work.span().has_value());
+  // comm.dtype bf16: one rank has no wire, so nothing is narrowed (0.1 is no bf16 value).
+  EXPECT_TRUE(comm->all_reduce_mean_bf16(data, 64, compute).ready());
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(data[i], 0.1f * static_cast<float>(i));
+  EXPECT_EQ(comm->all_reduce_bytes(), 0u);
   EXPECT_TRUE(comm->broadcast(data, 256, 0, compute).ready());
   EXPECT_THROW(comm->broadcast(data, 256, 1, compute), UnsupportedError);
   char name[16] = "ledger-name";

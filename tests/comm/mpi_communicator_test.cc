@@ -19,6 +19,7 @@
 #include "comm/backends.h"
 #include "comm/buckets.h"
 #include "comm/communicator.h"
+#include "device/bf16.h"
 #include "device/cpu/cpu_stream.h"
 #include "device/device.h"
 #include "tests/comm/mpi_test_env.h"
@@ -173,6 +174,65 @@ TEST_F(MpiCommTest, TheNonblockingVariantGivesTheMeanBitwiseEqualOnEveryRank) {
   nonblocking->barrier();
 }
 
+// Note [A bf16 all-reduce]'s bound on n ranks' bf16 sum, relative to the sum of |b_i|.
+double bf16_sum_bound(int ranks) { return std::pow(1.0 + 0x1p-8 + 0x1p-23, ranks - 1) - 1.0; }
+
+// A gradient of varied magnitude (2^-12 .. 2^7) with every fp32 mantissa bit in use.
+float varied_grad(int rank, uint64_t element) {
+  return std::ldexp(grad_value(rank, 5, element), static_cast<int>(element % 20) - 12);
+}
+
+// comm.dtype bf16: the mean is the bf16 sum of the ranks' bf16 gradients within the stated
+// bound (exactly bf16(b_0 + b_1) / 2 at 2 ranks), the same bits on every rank, a bf16 sum on the
+// wire (mean times ranks is a bf16 value), and half fp32's bytes counted.
+TEST_F(MpiCommTest, Bf16AllReduceIsTheBf16SumWithinItsBoundAndHalvesTheBytes) {
+  auto nonblocking =
+      detail::make_mpi_communicator(*device_, test_ranks(), detail::MpiWait::kNonblocking);
+  for (Communicator* comm : {comm_.get(), nonblocking.get()}) {
+    for (int64_t n : {int64_t{1}, int64_t{4099}, int64_t{(1 << 20) + 3}}) {
+      float* data = alloc_floats(n, "data");
+      float* fp32 = alloc_floats(n, "fp32");
+      for (int64_t i = 0; i < n; ++i) {
+        data[i] = fp32[i] = varied_grad(rank(), static_cast<uint64_t>(i));
+      }
+      const uint64_t before = comm->all_reduce_bytes();
+      comm->all_reduce_mean_bf16(data, n, compute()).wait();
+      EXPECT_EQ(comm->all_reduce_bytes() - before, static_cast<uint64_t>(n) * 2) << n;
+      comm->all_reduce_mean(fp32, n, compute()).wait();
+      EXPECT_EQ(comm->all_reduce_bytes() - before, static_cast<uint64_t>(n) * 6) << n;
+      int64_t outside = 0, not_bf16 = 0, unlike_fp32 = 0;
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double sum = 0, magnitude = 0;
+        float pair = 0;  // 2 ranks: the one combine
+        for (int r = 0; r < size(); ++r) {
+          const float b = round_to_bf16(varied_grad(r, static_cast<uint64_t>(i)));
+          sum += b;
+          magnitude += std::abs(b);
+          pair += b;
+        }
+        const double err = std::abs(static_cast<double>(data[i]) * size() - sum);
+        // n = 3: the fp32 division rounds once more.
+        const double bound = bf16_sum_bound(size()) * magnitude + 0x1p-23 * std::abs(sum);
+        if (err > bound) ++outside;
+        worst = std::max(worst, magnitude > 0 ? err / magnitude : 0.0);
+        const float times_ranks = data[i] * static_cast<float>(size());
+        if ((size() & (size() - 1)) == 0 && round_to_bf16(times_ranks) != times_ranks) ++not_bf16;
+        if (size() == 2 && data[i] != round_to_bf16(pair) * 0.5f) ++not_bf16;
+        if (data[i] != fp32[i]) ++unlike_fp32;
+      }
+      EXPECT_EQ(outside, 0) << "count " << n << ", worst relative error " << worst
+                            << " against the bound " << bf16_sum_bound(size());
+      EXPECT_EQ(not_bf16, 0) << n;
+      if (n > 1) {
+        EXPECT_GT(unlike_fp32, n / 2) << "the bf16 all-reduce rounded little: was it narrowed?";
+      }
+      EXPECT_TRUE(same_on_all_ranks(data, static_cast<size_t>(n) * sizeof(float))) << n;
+    }
+    comm->barrier();
+  }
+}
+
 TEST_F(MpiCommTest, CollectivesRunInIssueOrder) {
   const int64_t n = 1 << 16;
   float* a = alloc_floats(n, "a");
@@ -308,15 +368,19 @@ struct StepResult {
   size_t launched_before_finish = 0;
   int64_t last_write_ns = 0;
   int64_t finish_ns = 0;
+  uint64_t wire_bytes_before = 0;  // the communicator's all_reduce_bytes() before finish()
+  uint64_t wire_bytes = 0;         // all-reduce payload bytes of the step (overlap on: part)
 };
 
 // Two steps of a fake backward (3 ms per gradient) through GradientBuckets.
 class BucketsMpiTest : public MpiCommTest {
  protected:
-  std::vector<StepResult> run(bool overlap, const FakeModel& m) {
+  std::vector<StepResult> run(bool overlap, const FakeModel& m, DType wire = DType::kF32) {
     float* block = alloc_floats(static_cast<int64_t>(m.block_bytes / 4), "gradients");
     std::fill(block, block + m.block_bytes / 4, 0.0f);
-    GradientBuckets buckets(*comm_, *device_, block, m.slices, {128 << 10, overlap, {}, {}});
+    BucketOptions options{128 << 10, overlap, {}, {}};
+    options.wire_dtype = wire;
+    GradientBuckets buckets(*comm_, *device_, block, m.slices, options);
     std::vector<StepResult> results;
     for (int step = 0; step < 2; ++step) {
       StepResult r;
@@ -336,12 +400,14 @@ class BucketsMpiTest : public MpiCommTest {
         buckets.mark_ready(p);
       }
       r.launched_before_finish = buckets.launched();
+      r.wire_bytes_before = comm_->all_reduce_bytes();
       r.finish_ns = now_ns();
       buckets.finish(compute());
       r.block.resize(m.block_bytes / 4);
       compute().enqueue([&r, block] { std::copy(block, block + r.block.size(), r.block.begin()); });
       compute().synchronize();
       r.spans = buckets.spans();
+      r.wire_bytes = comm_->all_reduce_bytes() - r.wire_bytes_before;
       r.last_write_ns = last_write;
       results.push_back(std::move(r));
     }
@@ -389,6 +455,48 @@ TEST_F(BucketsMpiTest, OverlapOnAndOffGiveTheSameMeanOnEveryRank) {
     uint64_t bytes = 0;
     for (const auto& s : a.spans) bytes += s.bytes;
     EXPECT_EQ(bytes, m.block_bytes);
+  }
+}
+
+// comm.dtype bf16 through the buckets: overlap on and off give the same bits on every rank,
+// within the bf16 bound of the mean, with half the fp32 bytes on the wire (spans and counted).
+TEST_F(BucketsMpiTest, ABf16WireHalvesTheBytesAndGivesTheBf16MeanOnEveryRank) {
+  const FakeModel m = fake_model();
+  const auto on = run(true, m, DType::kBF16);
+  const auto off = run(false, m, DType::kBF16);
+  const auto fp32 = run(false, m);
+  for (int step = 0; step < 2; ++step) {
+    const auto& a = on[static_cast<size_t>(step)];
+    const auto& b = off[static_cast<size_t>(step)];
+    EXPECT_EQ(std::memcmp(a.block.data(), b.block.data(), a.block.size() * 4), 0) << step;
+    EXPECT_TRUE(same_on_all_ranks(a.block.data(), a.block.size() * 4)) << step;
+    int64_t outside = 0;
+    for (size_t p = 0; p < m.slices.size(); ++p) {
+      const uint64_t first = m.slices[p].offset / 4;
+      for (uint64_t i = 0; i < m.slices[p].bytes / 4; ++i) {
+        double sum = 0, magnitude = 0;
+        if (i < m.slices[p].bytes / 4 - (p == 2 || p == 11 ? 1 : 0)) {
+          for (int r = 0; r < size(); ++r) {
+            const float v = round_to_bf16(grad_value(r, step, first + i));
+            sum += v;
+            magnitude += std::abs(v);
+          }
+        }
+        const double err = std::abs(static_cast<double>(a.block[first + i]) * size() - sum);
+        if (err > bf16_sum_bound(size()) * magnitude + 0x1p-23 * std::abs(sum)) ++outside;
+      }
+    }
+    EXPECT_EQ(outside, 0) << step;
+    EXPECT_NE(std::memcmp(a.block.data(), fp32[static_cast<size_t>(step)].block.data(),
+                          a.block.size() * 4),
+              0)
+        << "a bf16 wire gave fp32's bits";
+    // Half the bytes: every bucket's span, and what the communicator handed to MPI.
+    uint64_t span_bytes = 0;
+    for (const auto& s : b.spans) span_bytes += s.bytes;
+    EXPECT_EQ(span_bytes, m.block_bytes / 2) << step;
+    EXPECT_EQ(b.wire_bytes, m.block_bytes / 2) << step;
+    EXPECT_EQ(fp32[static_cast<size_t>(step)].wire_bytes, m.block_bytes) << step;
   }
 }
 

@@ -1,6 +1,7 @@
 // The transfer engine: copies go through the link scheduler's hooks in request order, totals
 // are kept, traced copies carry start and end events that bracket the copy, and each copy hands
-// the scheduler's deadline to the device's copy arbiter with the copy itself.
+// the scheduler's deadline to the device's copy arbiter with the copy itself; the host
+// optimizer's copies (TransferEngine::copy) take the same hooks, deadline and trace, counted apart.
 #include "prefetch/transfer_engine.h"
 
 #include <cstring>
@@ -143,6 +144,72 @@ TEST(TransferEngine, EachCopyCarriesItsSchedulersDeadlineToTheArbiter) {
   EXPECT_TRUE(seen[2].scheduled);
   EXPECT_DOUBLE_EQ(seen[2].deadline_s, 1.5);
   device->pinned().deallocate(host, kBytes);
+}
+
+// Note [Host copies on the links]: a model-state copy waits for its ready event, goes through the
+// scheduler's hooks with its deadline to the arbiter, is counted apart from the activations, is
+// traced with its purpose, and records its done event after the bytes have moved.
+TEST(TransferEngine, OptimizerCopiesTakeTheSameHooksDeadlineAndTrace) {
+  auto recorder = std::make_shared<DeadlineRecorder>();
+  DeviceOptions o;
+  o.memory = 1 << 20;
+  auto device = create_device(o);
+  constexpr uint64_t kBytes = 8192;
+  auto* grads = static_cast<float*>(device->memory().allocate(kBytes, "gradients"));
+  auto* weights = static_cast<float*>(device->memory().allocate(kBytes, "weights"));
+  for (uint64_t i = 0; i < kBytes / 4; ++i) grads[i] = static_cast<float>(i);
+  auto* host = static_cast<float*>(device->pinned().allocate(kBytes));
+  std::vector<std::string> log;
+  TransferEngine engine(*device, std::make_unique<RecordingScheduler>(&log));
+  engine.set_tracing(true);
+  auto ready = device->create_event();
+  auto down = device->create_event();
+  auto up = device->create_event();
+  Stream& compute = device->stream(StreamKind::kCompute);
+  compute.record(*ready);
+  const TransferRequest d2h{TransferDirection::kToHost, "gradients w", kBytes, -1, 0.5,
+                            TransferPurpose::kOptimizer};
+  engine.copy(d2h, host, grads, *ready, *down);
+  down->synchronize();
+  for (uint64_t i = 0; i < kBytes / 4; ++i) ASSERT_EQ(host[i], static_cast<float>(i));
+  host[3] = -1.0f;
+  const TransferRequest h2d{TransferDirection::kToDevice, "weights w", kBytes, -1, 0.25,
+                            TransferPurpose::kOptimizer};
+  engine.copy(h2d, weights, host, *down, *up);
+  compute.wait(*up);
+  compute.synchronize();
+  EXPECT_EQ(weights[3], -1.0f);
+  EXPECT_EQ(weights[4], 4.0f);
+  EXPECT_EQ(log, (std::vector<std::string>{"before gradients w d2h", "after gradients w",
+                                           "before weights w h2d", "after weights w"}));
+  EXPECT_EQ(engine.stats().optimizer_to_host_bytes, kBytes);
+  EXPECT_EQ(engine.stats().optimizer_to_device_bytes, kBytes);
+  EXPECT_EQ(engine.stats().optimizer_copies, 2u);
+  EXPECT_EQ(engine.stats().transfers, 0u) << "activation totals stay the plan's";
+  EXPECT_EQ(engine.stats().to_host_bytes, 0u);
+  const auto traced = engine.take_traced();
+  ASSERT_EQ(traced.size(), 2u);
+  EXPECT_EQ(traced[0].request.purpose, TransferPurpose::kOptimizer);
+  EXPECT_EQ(traced[1].request.direction, TransferDirection::kToDevice);
+  device->pinned().deallocate(host, kBytes);
+
+  // Under a scheduling scheduler the copy carries its deadline to the device's arbiter.
+  o.arbiter = recorder;
+  auto paced = create_device(o);
+  void* a = paced->memory().allocate(kBytes, "a");
+  void* pinned = paced->pinned().allocate(kBytes);
+  TransferEngine scheduled(*paced, std::make_unique<StretchingScheduler>());
+  auto r2 = paced->create_event();
+  auto d2 = paced->create_event();
+  paced->stream(StreamKind::kCompute).record(*r2);
+  scheduled.copy(h2d, a, pinned, *r2, *d2);
+  paced->synchronize();
+  const auto seen = recorder->seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].to_device);
+  EXPECT_TRUE(seen[0].scheduled);
+  EXPECT_DOUBLE_EQ(seen[0].deadline_s, 0.75);
+  paced->pinned().deallocate(pinned, kBytes);
 }
 
 }  // namespace

@@ -33,7 +33,9 @@ const std::string kGood =
     "  to_host_gbps: 55\n"
     "  to_device_gbps: 49\n"
     "  duplex_factor: 0.84\n"
-    "  nominal_gbps: 63\n";
+    "  nominal_gbps: 63\n"
+    "host:\n"
+    "  update_gbps: 57\n";
 
 // `text` as a profile file in `dir`.
 std::string profile_file(const testing::TempDir& dir, const std::string& text,
@@ -99,6 +101,8 @@ TEST(HardwareProfile, RatesOutsideTheirRangesAreRefused) {
   expect_refused(with("device_memory", "device_memory: 1KiB"),
                  "device_memory must be in [256MiB, 16TiB], got 1KiB");
   expect_refused(with("default_tflops", "  default_tflops: nan"), "compute.default_tflops");
+  expect_refused(with("update_gbps", "  update_gbps: 0.5"),
+                 "host.update_gbps must be in [1, 100000] GB/s, got 0.5");
 }
 
 TEST(HardwareProfile, RepeatedKeysAreRefused) {
@@ -156,6 +160,7 @@ TEST(HardwareProfile, EveryKeyOfAFileReachesTheProfile) {
   EXPECT_DOUBLE_EQ(p.cost.link_gbps, 49);
   EXPECT_EQ(p.cost.link_gbps_to_host, 0);
   EXPECT_EQ(p.cost.link_gbps_to_device, 0);
+  EXPECT_DOUBLE_EQ(p.cost.host_update_gbps, 57);
 }
 
 TEST(HardwareProfile, OptionalKeysTakeTheirDefaults) {
@@ -171,6 +176,7 @@ TEST(HardwareProfile, OptionalKeysTakeTheirDefaults) {
   EXPECT_TRUE(p.cost.op_flops.empty());
   EXPECT_TRUE(p.cost.op_memory_gbps.empty());
   EXPECT_DOUBLE_EQ(p.cost.step_overhead_s, CostModel{}.step_overhead_s);
+  EXPECT_DOUBLE_EQ(p.cost.host_update_gbps, CostModel{}.host_update_gbps);
   EXPECT_FALSE(p.duplex_given);
   EXPECT_DOUBLE_EQ(p.gpu_link.duplex_factor, 1.0) << "full duplex unless the file says";
   EXPECT_DOUBLE_EQ(p.nominal_gbps, 25) << "the faster direction";

@@ -111,6 +111,9 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
   po.device_key = profile_device_key(*device, d.cpu.link_gbps);
   const auto params = static_cast<int64_t>(planner.persistent().weights / sizeof(float));
+  // memory.optimizer host or auto: the host update is weighed, so time it too.
+  if (config.memory.optimizer != OptimizerPlacement::kDevice)
+    po.host_update = optimizer_options(config);
   DeviceProfile profile =
       measure_device(*device, graph, lowered, update_kernel(config, params), po);
   CostModel cost = planner.cost();

@@ -22,6 +22,28 @@ namespace ferry {
 
 namespace {
 
+// Note [Model state on the node] (sim/node_sim.h): absent under zero 0 with the optimizer on the
+// device, so those reports read as before.
+nlohmann::json state_json(const ModelStateTraffic& t, const NodeSimResult& res) {
+  const ModelState& s = t.state;
+  const char* zero = s.choice.zero == ZeroStage::k0   ? "0"
+                     : s.choice.zero == ZeroStage::k1 ? "1"
+                                                      : "2";
+  return {{"zero", zero},
+          {"optimizer", s.choice.optimizer == OptimizerPlacement::kHost ? "host" : "device"},
+          {"ranks", t.job_ranks},
+          {"weights_bytes", s.weights},
+          {"gradients_bytes", s.gradients},
+          {"optimizer_bytes", s.optimizer},
+          {"host_bytes", s.host_bytes()},
+          {"allreduce_bytes", res.allreduce_bytes},
+          {"reduce_scatter_bytes", res.reduce_scatter_bytes},
+          {"all_gather_bytes", res.all_gather_bytes},
+          {"to_host_bytes", t.to_host_bytes},
+          {"to_device_bytes", t.to_device_bytes},
+          {"host_update_s", t.host_update_seconds}};
+}
+
 double utilisation(const NamedLink& l, const SimLinkStats& s, double seconds) {
   if (seconds <= 0) return 0;
   const double out = s.to_host_bytes / (l.capacity.to_host_gbps * 1e9 * seconds);
@@ -101,6 +123,7 @@ int run_simulate(const SimulateArgs& args) {
                           {"ranks", ranks},
                           {"links", links}};
     if (rep.nodes > 1) out["nodes"] = rep.nodes;  // gpus is per node
+    if (rep.model_state.active()) out["model_state"] = state_json(rep.model_state, res);
     // Note [Simulating a shape schedule]: the figures above are its means.
     nlohmann::json shapes = nlohmann::json::array();
     for (const ShapeSimulation& sim : rep.shapes) {
@@ -131,6 +154,23 @@ int run_simulate(const SimulateArgs& args) {
               format_bytes(config.memory.budget).c_str(), rep.scheduler.c_str());
   std::printf("precision %s, all-reduce in %s; the step's tensors: %s\n", rep.precision.c_str(),
               rep.comm_dtype.c_str(), dtype_bytes_text(rep.tensor_bytes).c_str());
+  if (rep.model_state.active()) {
+    const ModelStateTraffic& t = rep.model_state;
+    const ModelState& s = t.state;
+    std::printf(
+        "model state: %s on %d rank%s: per rank weights %s, gradients %s, optimizer %s on the "
+        "device, %s on the host\n",
+        describe(s.choice).c_str(), t.job_ranks, t.job_ranks == 1 ? "" : "s",
+        format_bytes(s.weights).c_str(), format_bytes(s.gradients).c_str(),
+        format_bytes(s.optimizer).c_str(), format_bytes(s.host_bytes()).c_str());
+    const auto b = [](double x) { return format_bytes(static_cast<uint64_t>(x)); };
+    std::printf(
+        "moved per rank and step: all-reduce %s, reduce-scatter %s, all-gather %s sent; "
+        "gradients to host %s, parameters to device %s; host update %.4f s\n",
+        b(res.allreduce_bytes).c_str(), b(res.reduce_scatter_bytes).c_str(),
+        b(res.all_gather_bytes).c_str(), format_bytes(t.to_host_bytes).c_str(),
+        format_bytes(t.to_device_bytes).c_str(), t.host_update_seconds);
+  }
   const bool several = rep.shapes.size() > 1;
   std::printf(
       "plan (GPU 0): peak %s, offload %s per step, recompute %.3g GF; planner alone: %.4f s%s\n",

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/bf16.h"
 #include "device/counter_rng.h"
 #include "prefetch/arena.h"
 
@@ -75,11 +76,30 @@ void Executor::ensure_arena(uint64_t bytes) {
   if (arena_listener_) arena_listener_(device_.memory().held_after(size, arena_.data()));
   arena_.reset();
   arena_ = DeviceBuffer(device_.memory(), size, "activation arena");
-  if (options_.poison) {
-    device_.kernels().launch(
-        Fill{static_cast<int64_t>(arena_.bytes() / sizeof(float)), NAN, arena_.as<float>()},
-        device_.stream(StreamKind::kCompute));
-  }
+  // Under bf16 each 16-bit half holds a bf16 NaN, so the words are fp32 NaNs too.
+  if (options_.poison)
+    poison_bytes(arena_.data(), arena_.bytes(),
+                 store_.has_working_copy() ? DType::kBF16 : DType::kF32);
+}
+
+void Executor::poison_bytes(void* ptr, uint64_t bytes, DType dtype) {
+  const bool bf16 = dtype == DType::kBF16;  // anything else (a workspace's bytes) as fp32
+  const auto n = static_cast<int64_t>(bytes / (bf16 ? dtype_size(dtype) : sizeof(float)));
+  if (n == 0) return;
+  Fill fill{n, NAN, static_cast<float*>(ptr)};
+  fill.dtype = bf16 ? DType::kBF16 : DType::kF32;
+  device_.kernels().launch(fill, device_.stream(StreamKind::kCompute));
+}
+
+const void* Executor::input_bytes(const HostBatch& batch, const TensorDesc& desc) {
+  if (desc.dtype != DType::kBF16) return batch.input;
+  // The previous upload read staged_input_: it has long finished by the next step's load.
+  upload_done_->synchronize();
+  const auto n = static_cast<size_t>(desc.shape.numel());
+  staged_input_.resize(n);
+  const auto* x = static_cast<const float*>(batch.input);
+  for (size_t i = 0; i < n; ++i) staged_input_[i] = float_to_bf16(x[i]).bits;
+  return staged_input_.data();
 }
 
 void* Executor::tensor_address(const Program& p, int t, int step) const {
@@ -122,6 +142,8 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
   for (auto& [t, slot] : p.offloads) slot.residency->poll();
   last_ = &p;
   next_event_ = 0;
+  // Note [The bf16 working copy]: made once per update, before the first step that reads it.
+  store_.refresh_working_weights(device_.stream(StreamKind::kCompute));
   const uint64_t step_seed = counter_hash(options_.seed, step);
   std::vector<uint64_t> occupancy;
   if (tracer_.active()) {
@@ -150,11 +172,8 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
 }
 
 void Executor::poison(const Program& p, int t, const Residency& r) {
-  const int64_t n = static_cast<int64_t>(p.plan.tape.tensors[t].bytes / sizeof(float));
-  if (n == 0) return;
-  device_.kernels().launch(
-      Fill{n, NAN, reinterpret_cast<float*>(static_cast<std::byte*>(arena_.data()) + r.offset)},
-      device_.stream(StreamKind::kCompute));
+  const TapeTensor& tensor = p.plan.tape.tensors[t];
+  poison_bytes(static_cast<std::byte*>(arena_.data()) + r.offset, tensor.bytes, tensor.dtype);
 }
 
 double Executor::deadline_s(const Program& p, int issued_before, int deadline_step) {
@@ -225,8 +244,9 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
       compute.record(arena_free);
       h2d.wait(arena_free);
       const Graph& g = p.graph;
-      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s), batch.input,
-                         g.tensor(g.input()).desc.bytes(), h2d);
+      const TensorDesc& input = g.tensor(g.input()).desc;
+      device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s),
+                         input_bytes(batch, input), input.bytes(), h2d);
       device_.copy_async(tensor_address(p, p.lowered.tape_of[g.labels()], s), batch.labels,
                          g.tensor(g.labels()).desc.bytes(), h2d);
       if (g.segments() != kNoTensor) {
@@ -239,10 +259,10 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
       return;
     }
     case StepPhase::kAccumulate: {
-      const int64_t n =
-          static_cast<int64_t>(p.plan.tape.tensors[b.accumulate_into].bytes / sizeof(float));
+      const TapeTensor& into = p.plan.tape.tensors[b.accumulate_into];
+      const int64_t n = static_cast<int64_t>(into.bytes / dtype_size(into.dtype));
       k.launch(Accumulate{n, static_cast<const float*>(tensor_address(p, b.accumulate_from, s)),
-                          static_cast<float*>(tensor_address(p, b.accumulate_into, s))},
+                          static_cast<float*>(tensor_address(p, b.accumulate_into, s)), into.dtype},
                compute);
       return;
     }
@@ -269,6 +289,12 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
     io.outputs.push_back(rebuilt ? slot_address(p, out, s) : nullptr);
   }
   fill(b.params, io.params);
+  io.working.clear();
+  if (!p.working.empty()) {
+    for (int slot : b.params)
+      io.working.push_back(is_persistent_slot(slot) ? p.working[persistent_id(slot)] : nullptr);
+  }
+  io.dtype = b.dtype;
   fill(b.buffers, io.buffers);
   if (!recompute) fill(b.aux, io.aux);  // a recompute writes scratch, not saved state
   io.training = p.lowered.training;

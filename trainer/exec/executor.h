@@ -76,6 +76,8 @@ namespace ferry {
 //     run_step binds the second stretch's address into the op's OpIo and calls its backward.
 //     The next training step offloads the tensor again; its copy is ordered after this fetch
 //     on the device, without a host wait.
+// memory.optimizer host's gradient and weight copies take steps 4-6 as well, through the same
+// engine and scheduler (Note [Host copies on the links] in trainer/optim/model_state_step.h).
 
 // One batch in pinned host memory, uploaded byte for byte into the graph's input and labels
 // tensors (their sizes come from the graph; Note [Sample layout] in trainer/data/dataset.h).
@@ -200,6 +202,9 @@ class Executor {
   // `trace` (when its metrics are read). nullptr stops tracing.
   void set_trace(StepTrace* trace);
   const TransferStats& transfer_stats() const { return transfers_.stats(); }
+  // The transfer engine, which the host optimizer's copies share with the offloads (Note [Host
+  // copies on the links] in trainer/optim/model_state_step.h).
+  TransferEngine& transfers() { return transfers_; }
   // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
   // resolved: for spans measured on the host, such as all-reduces.
   double trace_time_us(int64_t steady_ns) const { return tracer_.time_us(steady_ns); }
@@ -218,6 +223,11 @@ class Executor {
                 GradientListener* listener);
   void after_step(Program& p, int s);
   void poison(const Program& p, int tensor, const Residency& r);
+  // NaN-fills `bytes` at `ptr` as `dtype` elements (bf16 NaN in each half of a bf16 tensor).
+  void poison_bytes(void* ptr, uint64_t bytes, DType dtype);
+  // The batch's input as the graph's input tensor holds it: as given, or narrowed to bf16 into
+  // staged_input_ (Note [Which tensors are bf16] in trainer/model/precision.h).
+  const void* input_bytes(const HostBatch& batch, const TensorDesc& desc);
   Event& step_event();
 
   // Destroyed in reverse order, after ~Executor has synchronized the device: the programs
@@ -230,6 +240,7 @@ class Executor {
   DeviceBuffer arena_;
   std::function<void(uint64_t)> arena_listener_;
   std::unique_ptr<Event> upload_done_;
+  std::vector<uint16_t> staged_input_;  // a bf16 input's host bits, until upload_done_
   std::vector<std::unique_ptr<Event>> events_;  // recycled per-step events
   size_t next_event_ = 0;
   StepMetrics host_metrics_;

@@ -89,8 +89,8 @@ class Lowering {
     out_.bindings.push_back(std::move(binding));
   }
 
-  int workspace(const Node& node, Pass pass) {
-    const uint64_t bytes = node.op->workspace_bytes(k_, pass, out_.training);
+  int workspace(const Node& node, Pass pass, DType dtype) {
+    const uint64_t bytes = node.op->workspace_bytes(k_, pass, out_.training, dtype);
     if (bytes == 0) return -1;
     return add_tensor(fmt::format("{}.{}_ws", node.name, pass == Pass::kForward ? "fwd" : "bwd"),
                       bytes, TapeTensorKind::kWorkspace, DType::kU8);
@@ -127,7 +127,8 @@ class Lowering {
     b.params = slots(node.params);
     b.buffers = slots(node.buffers);
     b.aux = slots(node.aux);
-    b.workspace = workspace(node, Pass::kForward);
+    b.dtype = node_dtype(g_, n);
+    b.workspace = workspace(node, Pass::kForward, b.dtype);
     for (int s : b.inputs)
       if (s >= 0) step.reads.push_back(s);
     for (int s : b.outputs)
@@ -197,7 +198,8 @@ class Lowering {
         accumulate.emplace_back(partial, g);
       }
     }
-    b.workspace = workspace(node, Pass::kBackward);
+    b.dtype = node_dtype(g_, n);
+    b.workspace = workspace(node, Pass::kBackward, b.dtype);
     if (b.workspace >= 0) step.writes.push_back(b.workspace);
     for (const auto& [i, o] : node.op->inplace(Pass::kBackward)) {
       const int dy = b.grad_outputs[i], dx = b.grad_inputs[o];
@@ -228,7 +230,24 @@ class Lowering {
   std::vector<bool> requires_grad_;
 };
 
+bool floating(DType t) { return t == DType::kF32 || t == DType::kBF16; }
+
 }  // namespace
+
+DType node_dtype(const Graph& graph, int n) {
+  const Node& node = graph.nodes()[static_cast<size_t>(n)];
+  for (TensorId o : node.outputs) {
+    const TensorInfo& t = graph.tensor(o);
+    if (t.role == TensorRole::kActivation && floating(t.desc.dtype)) return t.desc.dtype;
+  }
+  for (TensorId i : node.inputs) {
+    const TensorInfo& t = graph.tensor(i);
+    if ((t.role == TensorRole::kActivation || t.role == TensorRole::kInput) &&
+        floating(t.desc.dtype))
+      return t.desc.dtype;
+  }
+  return DType::kF32;
+}
 
 Lowered lower_graph(const Graph& graph, Kernels& kernels, bool training) {
   return Lowering(graph, kernels, training).run();

@@ -32,6 +32,8 @@ struct StepBinding {
   std::vector<int> inputs, outputs, params, buffers, aux;
   std::vector<int> grad_outputs, grad_inputs, grad_params;
   int workspace = -1;
+  // The node's storage dtype, OpIo::dtype (node_dtype).
+  DType dtype = DType::kF32;
   // kAccumulate: tape tensor `accumulate_from` is added into `accumulate_into`.
   int accumulate_from = -1, accumulate_into = -1;
 };
@@ -47,6 +49,11 @@ struct Lowered {
   std::vector<int> tape_of;           // graph TensorId -> tape tensor, -1 when persistent
   bool training = true;
 };
+
+// The storage dtype of node `n`'s kernels (Note [Storage dtype of a kernel] in
+// device/kernels.h): its first floating activation output's, else its first floating input's
+// (the loss reads bf16 logits and writes fp32 metrics), else fp32.
+DType node_dtype(const Graph& graph, int n);
 
 // Lowers `graph`. training=false gives a forward-only tape (evaluation).
 Lowered lower_graph(const Graph& graph, Kernels& kernels, bool training);

@@ -49,6 +49,13 @@ Layout block_layout(const Graph& graph) {
 
 constexpr uint64_t kMetricsBytes = 256;
 
+// The bf16 working copy of a parameter block of `param_bytes` (Note [The bf16 working copy]):
+// one bf16 element per fp32 element, in whole heap granules.
+uint64_t working_bytes(uint64_t param_bytes) {
+  const uint64_t g = DeviceHeap::kAlignment;
+  return (param_bytes / 2 + g - 1) / g * g;
+}
+
 }  // namespace
 
 PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots,
@@ -57,7 +64,7 @@ PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slo
   PersistentBytes b;
   b.weights = l.param_bytes;
   // One bf16 element per fp32 weight element (the layout's padding included).
-  if (precision == Precision::kBf16) b.working_weights = l.param_bytes / 2;
+  if (precision == Precision::kBf16) b.working_weights = working_bytes(l.param_bytes);
   b.gradients = l.param_bytes * (accumulation ? 2 : 1);
   b.optimizer = l.param_bytes * static_cast<uint64_t>(optimizer_slots);
   b.buffers = l.buffer_bytes + kMetricsBytes;
@@ -65,7 +72,8 @@ PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slo
 }
 
 ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
-                               const StoreLayout& store_layout, bool accumulation)
+                               const StoreLayout& store_layout, bool accumulation,
+                               Precision precision)
     : device_(device), layout_(store_layout) {
   Layout l = block_layout(graph);
   params_ = std::move(l.params);
@@ -90,6 +98,9 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   const auto unit = static_cast<uint64_t>(update_end_ - update_begin_) * sizeof(float);
   DeviceHeap& heap = device.memory();
   params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
+  if (precision == Precision::kBf16) {
+    working_block_ = DeviceBuffer(heap, working_bytes(param_block_bytes_), "bf16 working weights");
+  }
   if (layout_.staging_bytes > 0) {
     FERRY_ASSERT(layout_.shard_optimizer && layout_.shard_floats > 0 && !accumulation,
                  "staged gradients are zero 2's: sharded, accumulating in the shard");
@@ -103,22 +114,22 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   }
   for (int s = 0; s < optimizer_slots; ++s) {
     if (layout_.host_optimizer) {
-      host_state_.emplace_back(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+      host_state_.emplace_back(device.pinned(), update_end_ - update_begin_);
     } else {
       optimizer_blocks_.emplace_back(heap, unit, fmt::format("optimizer state {}", s));
     }
   }
   if (layout_.host_optimizer) {
-    host_params_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
-    host_grads_.assign(static_cast<size_t>(update_end_ - update_begin_), 0.0f);
+    host_params_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
+    host_grads_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
   metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
 }
 
 uint64_t ParameterStore::host_bytes() const {
-  uint64_t b = (host_params_.size() + host_grads_.size()) * sizeof(float);
-  for (const auto& s : host_state_) b += s.size() * sizeof(float);
+  uint64_t b = host_params_.bytes() + host_grads_.bytes();
+  for (const auto& s : host_state_) b += s.bytes();
   return b;
 }
 
@@ -147,6 +158,21 @@ size_t ParameterStore::param_index(const Graph& graph, TensorId param) const {
   return it->second;
 }
 
+void* ParameterStore::working_address(const Graph& graph, TensorId param) const {
+  if (!has_working_copy()) return nullptr;
+  return static_cast<std::byte*>(working_block_.data()) +
+         params_[param_index(graph, param)].offset / 2;
+}
+
+void ParameterStore::refresh_working_weights(Stream& stream) {
+  if (!has_working_copy() || !working_stale_) return;
+  device_.kernels().launch(ConvertFloats{param_floats(), DType::kF32, DType::kBF16,
+                                         params_block_.data(), working_block_.data()},
+                           stream);
+  working_stale_ = false;
+  ++working_refreshes_;
+}
+
 float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
   if (staged()) return nullptr;
   return reinterpret_cast<float*>(static_cast<std::byte*>(grads_block_.data()) +
@@ -156,6 +182,7 @@ float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
 PersistentBytes ParameterStore::bytes() const {
   PersistentBytes b;
   b.weights = params_block_.bytes();
+  b.working_weights = working_block_.bytes();
   b.gradients = grads_block_.bytes() + staging_.bytes() + accumulation_block_.bytes();
   for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();  // 0 on the host
   b.buffers = buffers_block_.bytes() + metrics_.bytes();
@@ -185,6 +212,7 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
                std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
   }
   write(params_block_.data(), host.data(), host.size());
+  mark_weights_changed();
   std::vector<std::byte> buffers(buffer_block_bytes_);
   for (TensorId id : graph.buffers()) {
     const Entry& e = buffers_[buffer_by_name_.at(graph.tensor(id).name)];
@@ -233,6 +261,7 @@ std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const 
 }
 void ParameterStore::write_param(size_t i, const void* data) {
   write_entry(params_block_, params_[i], data);
+  mark_weights_changed();
 }
 void ParameterStore::write_buffer(size_t i, const void* data) {
   write_entry(buffers_block_, buffers_[i], data);
@@ -247,8 +276,11 @@ void ParameterStore::write_optimizer(int slot, size_t i, const void* data) {
 
 std::vector<float> ParameterStore::read_local_optimizer(int slot) const {
   const auto n = static_cast<size_t>(update_end_ - update_begin_);
-  if (layout_.host_optimizer) return host_state_[slot];
   std::vector<float> out(n);
+  if (layout_.host_optimizer) {
+    std::memcpy(out.data(), host_state_[slot].data(), n * sizeof(float));
+    return out;
+  }
   const std::vector<std::byte> bytes = read(optimizer_blocks_[slot].data(), n * sizeof(float));
   std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;

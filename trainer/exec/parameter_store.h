@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/pinned_floats.h"
 #include "prefetch/plan.h"
 #include "trainer/model/graph.h"
 
@@ -22,6 +23,17 @@ namespace ferry {
 // accumulation (optim.accumulate > 1) a second gradient block of the same layout holds the sum
 // of the update's earlier micro-batches (Note [Accumulating micro-batches] in
 // trainer/session/accumulation.h); it counts as gradients in PersistentBytes.
+
+// Note [The bf16 working copy]
+// Under device.precision bf16 the store holds, beside the fp32 master weights, one bf16 copy of
+// the whole parameter block (apex O2's and Megatron's model weights): element i of the copy is
+// element i of the parameter block rounded to nearest even (ConvertFloats), so parameter p's
+// copy starts at half its byte offset, padding included (zeros). Convolutions and linear layers
+// (the tied LM head too) read their weights from it (OpIo::working); every other op reads the
+// fp32 weights. It is made by one launch, once per update: every write of the parameters (the
+// optimizer's update, initialize, write_param, a broadcast) marks it stale
+// (mark_weights_changed), and the executor refreshes it before the next step that reads it
+// (refresh_working_weights), on the compute stream, so the step's kernels run after it.
 
 // How a rank holds the model state (Note [Model state per rank] in trainer/plan/model_state.h):
 // the parameter and gradient blocks padded to ranks * shard_floats, the optimizer state of the
@@ -55,8 +67,10 @@ class ParameterStore {
 
   // Allocates every block on `device` (throws OutOfMemoryError naming the block); the host
   // optimizer's blocks in host memory. `accumulation`: with the gradient accumulation block.
+  // `precision` bf16: with the bf16 working copy (Note [The bf16 working copy]).
   ParameterStore(Device& device, const Graph& graph, int optimizer_slots,
-                 const StoreLayout& layout = {}, bool accumulation = false);
+                 const StoreLayout& layout = {}, bool accumulation = false,
+                 Precision precision = Precision::kFp32);
 
   const std::vector<Entry>& params() const { return params_; }
   const std::vector<Entry>& buffers() const { return buffers_; }
@@ -91,7 +105,10 @@ class ParameterStore {
     return !layout_.shard_optimizer && !layout_.host_optimizer;
   }
   // memory.optimizer host: the host copies of this rank's weights and gradients the update works
-  // on (update_end() - update_begin() floats each).
+  // on (update_end() - update_begin() floats each). They and the host state are pinned blocks of
+  // the device's PinnedAllocator, bound to the rank's NUMA node where the session places host
+  // memory (DeviceOptions::place_host_memory), so the optimizer's copies cross only the GPU's own
+  // link.
   float* host_params() { return host_params_.data(); }
   float* host_grads() { return host_grads_.data(); }
   // Host bytes of the model state (memory.optimizer host): state, weights and gradients.
@@ -104,6 +121,16 @@ class ParameterStore {
 
   // The device address of a parameter, buffer or metric of any graph of this model.
   void* address(const Graph& graph, TensorId id) const;
+  // The bf16 working copy of a parameter (Note [The bf16 working copy]), or null in fp32.
+  void* working_address(const Graph& graph, TensorId param) const;
+  bool has_working_copy() const { return working_block_.bytes() > 0; }
+  // The parameters changed: the working copy is stale until the next refresh.
+  void mark_weights_changed() { working_stale_ = true; }
+  // Narrows the parameter block into the working copy on `stream` if it is stale (no-op in
+  // fp32, and when nothing changed since the last refresh).
+  void refresh_working_weights(Stream& stream);
+  // How many times refresh_working_weights narrowed the weights (once per update).
+  uint64_t working_refreshes() const { return working_refreshes_; }
   // The device address of a parameter's gradient (null when gradients are staged).
   float* grad_address(const Graph& graph, TensorId param) const;
   // Index into params() of a graph's parameter.
@@ -162,14 +189,17 @@ class ParameterStore {
   uint64_t param_block_bytes_ = 0;
   uint64_t buffer_block_bytes_ = 0;
   DeviceBuffer params_block_;
+  DeviceBuffer working_block_;  // device.precision bf16 only
+  bool working_stale_ = true;
+  uint64_t working_refreshes_ = 0;
   DeviceBuffer grads_block_;
   DeviceBuffer accumulation_block_;  // optim.accumulate > 1 only
   DeviceBuffer staging_;             // zero 2's staged gradients only
   std::vector<DeviceBuffer> optimizer_blocks_;
   StoreLayout layout_;
   int64_t update_begin_ = 0, update_end_ = 0;
-  mutable std::vector<std::vector<float>> host_state_;  // memory.optimizer host
-  std::vector<float> host_params_, host_grads_;
+  std::vector<PinnedFloats> host_state_;  // memory.optimizer host
+  PinnedFloats host_params_, host_grads_;
   OptimizerImage image_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;

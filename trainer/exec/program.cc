@@ -253,6 +253,12 @@ void ProgramCache::index_plan(Program& p) {
     p.grads[param] = store_.grad_address(p.graph, param);
     p.param_index[param] = static_cast<int32_t>(store_.param_index(p.graph, param));
   }
+  p.working.clear();
+  if (store_.has_working_copy()) {
+    p.working.assign(p.graph.tensors().size(), nullptr);
+    for (TensorId param : p.graph.params())
+      p.working[param] = store_.working_address(p.graph, param);
+  }
   // The host bytes the offloads need are known now: check them before any step runs.
   const HostPoolStats pool = host_pool_.stats();
   if (pool.reserved + p.plan.host_bytes > host_pool_.limit()) {

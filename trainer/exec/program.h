@@ -65,6 +65,9 @@ struct Program {
   std::vector<float*> grads;
   // By TensorId: the parameter's index in ParameterStore::params() (-1: not a parameter).
   std::vector<int32_t> param_index;
+  // By TensorId: each parameter's bf16 working copy (Note [The bf16 working copy] in
+  // parameter_store.h); empty in fp32.
+  std::vector<void*> working;
   // The input tensor's shape, (N, sample...): what the program is keyed by.
   Shape input;
   // Measured while steps run (the executor's thread only): one past the highest arena byte the

@@ -59,10 +59,11 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
         if (update) out[s].push_back(*update);
         continue;
       case StepPhase::kAccumulate: {
-        const int64_t n =
-            static_cast<int64_t>(lowered.tape.tensors[b.accumulate_into].bytes / sizeof(float));
+        const TapeTensor& into = lowered.tape.tensors[b.accumulate_into];
+        const int64_t n = static_cast<int64_t>(into.bytes / dtype_size(into.dtype));
         out[s].push_back(Accumulate{n, static_cast<const float*>(placeholder(b.accumulate_from)),
-                                    static_cast<float*>(placeholder(b.accumulate_into))});
+                                    static_cast<float*>(placeholder(b.accumulate_into)),
+                                    into.dtype});
         continue;
       }
       case StepPhase::kForward:
@@ -75,6 +76,11 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
     fill(b.inputs, io.inputs);
     fill(b.outputs, io.outputs);
     fill(b.params, io.params);
+    // A bf16 step's products read the weights' bf16 working copy: a placeholder of its own.
+    if (b.dtype == DType::kBF16) {
+      for (int slot : b.params) io.working.push_back(placeholder(slot - (1 << 12)));
+    }
+    io.dtype = b.dtype;
     fill(b.buffers, io.buffers);
     fill(b.aux, io.aux);
     io.training = lowered.training;
@@ -92,6 +98,19 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
     out[s] = rec.take();
   }
   return out;
+}
+
+std::string missing_bf16_kernel(const Graph& graph, const Lowered& lowered, Kernels& kernels) {
+  const std::vector<std::vector<KernelArgs>> launches =
+      step_kernels(graph, lowered, kernels, std::nullopt);
+  for (size_t s = 0; s < launches.size(); ++s) {
+    if (lowered.bindings[s].dtype != DType::kBF16) continue;
+    for (const KernelArgs& args : launches[s]) {
+      if (std::holds_alternative<CopyDevice>(args)) continue;
+      if (!kernels.supports(args.index(), DType::kBF16)) return std::string(kernel_name(args));
+    }
+  }
+  return {};
 }
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "device/kernels.h"
@@ -20,5 +21,10 @@ namespace ferry {
 std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowered& lowered,
                                                   Kernels& kernels,
                                                   const std::optional<KernelArgs>& update);
+
+// The name of the first kernel a bf16 step of `lowered` (StepBinding::dtype) launches that
+// `kernels` does not run in bf16 storage (Note [Storage dtype of a kernel] in
+// device/kernels.h; a copy moves bytes in any dtype), or empty when they all run.
+std::string missing_bf16_kernel(const Graph& graph, const Lowered& lowered, Kernels& kernels);
 
 }  // namespace ferry

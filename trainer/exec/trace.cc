@@ -1,6 +1,7 @@
 // Chrome-trace JSON output, and resolving a traced step's device events into it.
 #include "trainer/exec/trace.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -25,6 +26,12 @@ nlohmann::json StepTrace::to_json() const {
   meta(TraceTrack::kDeviceToHost, "device-to-host");
   meta(TraceTrack::kHostToDevice, "host-to-device");
   meta(TraceTrack::kComm, "all-reduce");
+  const auto used = [&](TraceTrack track) {
+    return std::any_of(spans_.begin(), spans_.end(),
+                       [&](const TraceSpan& s) { return s.track == track; });
+  };
+  if (used(TraceTrack::kOptimizerToHost)) meta(TraceTrack::kOptimizerToHost, "optimizer d2h");
+  if (used(TraceTrack::kOptimizerToDevice)) meta(TraceTrack::kOptimizerToDevice, "optimizer h2d");
   for (const TraceSpan& s : spans_) {
     nlohmann::json e = {{"ph", "X"},        {"name", s.name},
                         {"pid", rank_},     {"tid", static_cast<int>(s.track)},
@@ -97,6 +104,14 @@ void StepTracer::resolve(std::vector<TracedTransfer> transfers) {
   for (TracedTransfer& t : transfers) {
     const bool to_host = t.request.direction == TransferDirection::kToHost;
     const double begin = at(*t.start);
+    if (t.request.purpose == TransferPurpose::kOptimizer) {
+      trace_->add({to_host ? TraceTrack::kOptimizerToHost : TraceTrack::kOptimizerToDevice,
+                   t.request.tensor,
+                   begin,
+                   at(*t.end) - begin,
+                   {{"bytes", t.request.bytes}, {"deadline_s", t.request.deadline_s}}});
+      continue;
+    }
     trace_->add({to_host ? TraceTrack::kDeviceToHost : TraceTrack::kHostToDevice,
                  (to_host ? "offload " : "prefetch ") + t.request.tensor,
                  begin,

@@ -1,5 +1,6 @@
 // A Chrome-trace recording (viewable in Perfetto or chrome://tracing): spans on the compute,
-// device-to-host and host-to-device tracks, and a device-memory counter, for the traced steps
+// device-to-host and host-to-device tracks (and the host optimizer's copies on tracks of their
+// own), and a device-memory counter, for the traced steps
 // of one rank, and the tracer that resolves a step's device events into it. Times are
 // microseconds from the first traced step's start.
 #pragma once
@@ -16,7 +17,16 @@
 
 namespace ferry {
 
-enum class TraceTrack { kCompute = 1, kDeviceToHost = 2, kHostToDevice = 3, kComm = 4 };
+// kOptimizerToHost and kOptimizerToDevice: memory.optimizer host's gradient and weight copies
+// ("optimizer d2h", "optimizer h2d"), named only in traces that have them.
+enum class TraceTrack {
+  kCompute = 1,
+  kDeviceToHost = 2,
+  kHostToDevice = 3,
+  kComm = 4,
+  kOptimizerToHost = 5,
+  kOptimizerToDevice = 6
+};
 
 struct TraceSpan {
   TraceTrack track = TraceTrack::kCompute;

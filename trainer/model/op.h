@@ -18,6 +18,10 @@ struct OpIo {
   std::vector<void*> inputs;
   std::vector<void*> outputs;
   std::vector<void*> params;
+  // device.precision bf16: the bf16 working copy of each parameter, as params (Note [The bf16
+  // working copy] in trainer/exec/parameter_store.h); empty in fp32. Convolutions and linear
+  // layers read their weights from it; every other op reads the fp32 params.
+  std::vector<void*> working;
   std::vector<void*> buffers;
   std::vector<void*> aux;
   // Backward only. A null grad_inputs[i] means that gradient is not needed.
@@ -30,6 +34,9 @@ struct OpIo {
   // same bits and leave persistent state (BN running statistics) untouched.
   bool update_buffers = true;
   uint64_t seed = 0;  // per-node, per-step randomness (dropout)
+  // The node's storage dtype (its kernels' `dtype`: Note [Storage dtype of a kernel] in
+  // device/kernels.h), StepBinding::dtype.
+  DType dtype = DType::kF32;
   // The batch's loss divisor (SoftmaxCrossEntropyForward::divisor; 0: the loss's rows), for the
   // loss op: Note [The mean over real tokens] in trainer/data/documents.h.
   float loss_divisor = 0.0f;
@@ -58,8 +65,14 @@ class Op {
   virtual std::string describe() const { return {}; }
   virtual SavedSet saved() const = 0;
   virtual OpCost cost() const = 0;
-  // Scratch bytes a pass needs (io.ws). Asked once per graph, at planning time.
-  virtual uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training) const { return 0; }
+  // Scratch bytes a pass needs (io.ws) in storage dtype `dtype` (OpIo::dtype). Asked once per
+  // graph, at planning time.
+  virtual uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training, DType dtype) const {
+    return 0;
+  }
+  uint64_t workspace_bytes(Kernels& kernels, Pass pass, bool training) const {
+    return workspace_bytes(kernels, pass, training, DType::kF32);
+  }
   // May run again in backward to rebuild its outputs (ReLU, BN, pooling, add, flatten,
   // convolutions, linear):
   // deterministic, and with update_buffers off it leaves persistent state alone. Whether it is
@@ -69,6 +82,9 @@ class Op {
   // passes null for each output it does not rebuild (attention rebuilds its probabilities,
   // never its result alone, which needs them).
   virtual uint32_t rebuilt_outputs() const { return ~0u; }
+  // Outputs that are statistics (bit i: outputs[i]), kept fp32 under device.precision bf16
+  // (Note [Which tensors are bf16] in trainer/model/precision.h): fused attention's log-sum-exp.
+  virtual uint32_t statistic_outputs() const { return 0; }
   // Pairs whose memory the pass may share when the first dies at this step (in place):
   // forward (input i, output j); backward (grad_output i, grad_input j). The kernels must be
   // correct with the two pointers equal.

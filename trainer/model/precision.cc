@@ -11,16 +11,29 @@ namespace {
 // Ops whose aux tensors are statistics, kept fp32.
 bool saves_statistics(std::string_view op) { return op == "batchnorm2d" || op == "layernorm"; }
 
+// Whether activation `id` is an output its producer marks as a statistic (Op::statistic_outputs).
+bool statistic_output(const Graph& graph, TensorId id, const TensorInfo& t) {
+  if (t.producer < 0) return false;
+  const Node& node = graph.nodes()[static_cast<size_t>(t.producer)];
+  const uint32_t bits = node.op->statistic_outputs();
+  for (size_t i = 0; i < node.outputs.size() && i < 32; ++i)
+    if (node.outputs[i] == id && (bits & (1u << i))) return true;
+  return false;
+}
+
 }  // namespace
 
 void apply_precision(Graph& graph, Precision precision) {
   if (precision == Precision::kFp32) return;
   const DType narrow = narrow_dtype(precision);
-  for (TensorInfo& t : graph.tensors_) {
+  for (size_t id = 0; id < graph.tensors_.size(); ++id) {
+    TensorInfo& t = graph.tensors_[id];
     if (t.desc.dtype != DType::kF32 || is_persistent(t.role)) continue;
     switch (t.role) {
-      case TensorRole::kInput:
       case TensorRole::kActivation:
+        if (!statistic_output(graph, static_cast<TensorId>(id), t)) t.desc.dtype = narrow;
+        break;
+      case TensorRole::kInput:
       case TensorRole::kGradient:
         t.desc.dtype = narrow;
         break;

@@ -26,7 +26,8 @@ namespace ferry {
 //     comm.dtype bf16, which narrows only the wire), the optimizer state, buffers (batch norm's
 //     running statistics);
 //   - the statistics norms save for backward (batch norm's per-channel and layer norm's per-row
-//     mean and inverse std: the aux of batchnorm2d and layernorm);
+//     mean and inverse std: the aux of batchnorm2d and layernorm), and the outputs an op marks
+//     as statistics (Op::statistic_outputs: fused attention's log-sum-exp);
 //   - the loss and the other metrics.
 //  Unchanged: integer and byte tensors (tokens, labels, segments, dropout and pooling masks).
 // Math stays fp32 everywhere (fp32 accumulation in the products; norm statistics, softmax,

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "device/adamw_scalars.h"
 #include "device/kernels.h"
@@ -39,7 +40,20 @@ void chunks(int64_t n, const Body& body) {
   for (int64_t c = 0; c < count; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
 }
 
+FERRY_HOST_CLONES void scale_loop(float* y, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * s;
+}
+
 }  // namespace
+
+// The CPU backend's ClipByNorm (device/cpu/kernels_optim.cc): torch's clip_grad_norm_ in float32.
+void Optimizer::host_clip_by_norm(float* grad, int64_t n, float sum_sq, float max_norm) {
+  const float total = std::sqrt(sum_sq);
+  const float coef = (1.0f / (total + 1e-6f)) * max_norm;
+  const float clamped = coef > 1.0f ? 1.0f : coef;
+  if (clamped == 1.0f) return;  // y * 1 == y
+  chunks(n, [&](int64_t b, int64_t e) { scale_loop(grad + b, e - b, clamped); });
+}
 
 void Optimizer::host_step(const ParameterStore& store, const Range& range, float lr) {
   ++steps_;

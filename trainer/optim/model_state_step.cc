@@ -29,6 +29,17 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
   pieces_ = {shard_,
              std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float))),
              ranks};
+  if (options_.host) {
+    // Note [Host copies on the links]: each bucket's gradients go down as its reduction ends.
+    FERRY_ASSERT(options_.transfers != nullptr, "the host optimizer's copies need an engine");
+    buckets.reduce = [this, reduce = std::move(buckets.reduce)](float* block, int64_t offset,
+                                                                int64_t count, Stream& after) {
+      CommWork w = reduce ? reduce(block, offset, count, after)
+                          : comm_.all_reduce_mean(block + offset, count, after);
+      send_gradients(offset, count, w, after);
+      return w;
+    };
+  }
   FERRY_ASSERT(!store.staged() || (options_.shard && buckets.overlap),
                "staged gradients need zero 2's reduce-scatter during backward");
   buckets_ = std::make_unique<GradientBuckets>(
@@ -86,8 +97,9 @@ const ModelStateStep::Staged& ModelStateStep::staged_for(const Program& program)
   return plans_.emplace(&program, std::move(staged)).first->second;
 }
 
-void ModelStateStep::begin_backward(bool first) {
+void ModelStateStep::begin_backward(bool first, bool last) {
   first_micro_ = first;
+  last_micro_ = last;
   if (first) reductions_ = 0;
   std::fill(launched_.begin(), launched_.end(), 0);
   plan_ = nullptr;
@@ -198,6 +210,7 @@ void ModelStateStep::reduce(Stream& compute) {
     reductions_ = 0;
     buckets_->finish(compute);
     if (!options_.shard) reductions_ = static_cast<int64_t>(buckets_->launched());
+    if (options_.host) send_rest(compute);
     return;
   }
   FERRY_ASSERT(plan_ != nullptr, "a staged reduction before its backward");
@@ -214,11 +227,12 @@ void ModelStateStep::reduce(Stream& compute) {
   for (size_t b = 0; b < launched_.size(); ++b) {
     if (launched_[b]) compute.wait(*copied_[b]);
   }
+  if (options_.host && last_micro_) send_rest(compute);
 }
 
 // Note [Clipping after the all-reduce] in optimizer.cc, by shard: every rank's sum of squares of
 // its part, all-reduced (mean, times the rank count: the sum), then each part scaled.
-void ModelStateStep::clip(Stream& compute) {
+void ModelStateStep::clip(Stream& compute, bool on_device) {
   const OptimizerOptions& o = optimizer_.options();
   if (o.clip_norm <= 0) return;
   Kernels& k = device_.kernels();
@@ -230,29 +244,19 @@ void ModelStateStep::clip(Stream& compute) {
     comm_.all_reduce_mean(store_.grad_sq_address(), 1, compute).order_before(compute);
     k.launch(Scale{1, static_cast<float>(ranks), store_.grad_sq_address()}, compute);
   }
-  k.launch(ClipByNorm{n, o.clip_norm, store_.grad_sq_address(), grad}, compute);
+  if (on_device) k.launch(ClipByNorm{n, o.clip_norm, store_.grad_sq_address(), grad}, compute);
 }
 
 void ModelStateStep::update(float lr) {
   Stream& compute = device_.stream(StreamKind::kCompute);
   settle(compute);  // the last update's pieces (already waited for by the backward in between)
-  clip(compute);
   const int64_t begin = store_.update_begin(), end = store_.update_end();
-  const uint64_t bytes = static_cast<uint64_t>(end - begin) * sizeof(float);
   float* param = store_.param_block() + begin;
   const int slots = store_.optimizer_slots();
   if (options_.host) {
-    if (!host_weights_current_) {
-      device_.copy_async(store_.host_params(), param, bytes, compute);
-      host_weights_current_ = true;
-    }
-    device_.copy_async(store_.host_grads(), store_.update_grads(), bytes, compute);
-    compute.synchronize();  // the one host wait: the gradients are on the host
-    Optimizer::Range r{begin, end, store_.host_params(), store_.host_grads()};
-    for (int s = 0; s < slots && s < 2; ++s) r.state[s] = store_.optimizer_block(s);
-    optimizer_.host_step(store_, r, lr);
-    device_.copy_async(param, store_.host_params(), bytes, compute);
+    host_update(compute, lr);  // model_state_host.cc
   } else {
+    clip(compute);
     Optimizer::Range r{begin, end, param, store_.update_grads()};
     for (int s = 0; s < slots && s < 2; ++s) r.state[s] = store_.optimizer_block(s);
     optimizer_.step_range(device_.kernels(), compute, store_, r, lr);

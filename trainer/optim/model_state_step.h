@@ -7,11 +7,15 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/buckets.h"
 #include "comm/communicator.h"
 #include "device/device.h"
+#include "device/pinned_floats.h"
+#include "prefetch/transfer_engine.h"
 #include "trainer/exec/parameter_store.h"
 #include "trainer/exec/program.h"
 #include "trainer/optim/gather_order.h"
@@ -29,21 +33,49 @@ namespace ferry {
 // norm is the all-reduced sum of every shard's sum of squares. Then the parameters are
 // all-gathered in pieces of comm.bucket_mb per shard, and compute waits for them before the next
 // forward (in the order and with the per-piece waits of Note [Parameters gathered for the next
-// forward] in gather_order.h). memory.optimizer host: after the reduction the rank's gradient
-// floats are copied to host memory, the host updates its fp32 copy of the rank's weights and the
-// state there (one host wait per step, for the copy), and the weights are copied back before the
-// all-gather. Gradient bits equal all_reduce_mean's on two ranks (a + b either way); with more
-// ranks MPI may sum in another order (Note [Model state per rank] says what the tests hold). zero 2
-// with a staging area (ParameterStore::staged) keeps no whole gradient block: Note [Gradients
-// through a staging ring] in gradient_staging.h; under optim.accumulate it reduce-scatters every
-// micro-batch and sums them in the shard (DeepSpeed's choice: N reductions per update, no
-// whole-block accumulation buffer).
+// forward] in gather_order.h). memory.optimizer host: the rank's gradient floats go to host memory
+// bucket by bucket, the host updates its fp32 copy of the rank's weights and the state there (one
+// host wait per step, for the copies), and the weights go back before the all-gather (Note [Host
+// copies on the links]). Gradient bits equal all_reduce_mean's on two ranks (a + b either way);
+// with more ranks MPI may sum in another order (Note [Model state per rank] says what the tests
+// hold). zero 2 with a staging area (ParameterStore::staged) keeps no whole gradient block: Note
+// [Gradients through a staging ring] in gradient_staging.h; under optim.accumulate it
+// reduce-scatters every micro-batch and sums them in the shard (DeepSpeed's choice: N reductions
+// per update, no whole-block accumulation buffer).
+
+// Note [Host copies on the links]
+// memory.optimizer host's copies take the activations' way (Note [Life of an offloaded
+// activation] in trainer/exec/executor.h, steps 4-6): the executor's TransferEngine issues them on
+// the device-to-host and host-to-device streams, asking the same topology.scheduler, so under
+// `topology` they carry a scheduled deadline and cross the node's links in arbitrated chunks
+// beside every rank's offloads (claims in the link ledger: `trainer jobs`), and under tracing they
+// land on the "optimizer d2h" and "optimizer h2d" tracks. Into pinned host blocks bound to the
+// rank's NUMA node (ParameterStore::host_params).
+//  - Gradients: each bucket's range of the rank's floats is copied down as soon as its reduction
+//    (all-reduce, or reduce-scatter under sharding) ends: the copy stream waits for the bucket's
+//    gradients on compute and for its collective. Deadline: the step's end, where the host update
+//    waits for them (the planned seconds from the bucket's last gradient to the tape's end).
+//    Floats no bucket covers (padding) follow after reduce(). Under staged zero 2 the reduced
+//    floats live in the gradient shard (ParameterStore::update_grads), and each bucket's copy
+//    reads them there once its part has been copied (or added) into the shard; under
+//    optim.accumulate they go down once, after the update's last micro-batch.
+//  - Clipping: the device sums the squares (all-reduced by shard) and the 4-byte sum goes down the
+//    same way; the host scales its gradients with ClipByNorm's element math (bitwise the device's).
+//  - Weights: after the host update the rank's floats go up in pieces of comm.bucket_mb cut at
+//    parameter boundaries, least deadline first; a piece's deadline is the planned start of the
+//    forward step of the first layer that reads it. Compute waits for every piece before the next
+//    forward (or the all-gather); a wait per layer is left to the planner.
 
 struct ModelStateStepOptions {
   bool shard = false;              // zero 1 or 2 on several ranks
   bool reduce_in_backward = true;  // zero 2 (and comm.overlap): buckets reduced as backward goes
   bool host = false;               // memory.optimizer host
   uint64_t bucket_bytes = uint64_t{25} << 20;  // all-gather pieces per shard
+  // memory.optimizer host: the engine the copies go through (the executor's), and per parameter
+  // (ParameterStore::params() order) the planned seconds from its gradient's last write to the
+  // step's end and from the step's end to the forward that first reads it (0: none known).
+  TransferEngine* transfers = nullptr;
+  std::vector<double> gradient_deadline_s, weight_deadline_s;
 };
 
 class ModelStateStep {
@@ -57,8 +89,9 @@ class ModelStateStep {
   // Whether backward writes into the staging area (zero 2 without a whole gradient block).
   bool staged() const { return store_.staged(); }
   // Before a backward pass (staged): `first` is the update's first micro-batch, whose reduced
-  // parts replace the shard's gradients; later ones add to them.
-  void begin_backward(bool first);
+  // parts replace the shard's gradients; later ones add to them. Under memory.optimizer host the
+  // shard goes down to the host in the `last` micro-batch only.
+  void begin_backward(bool first, bool last = true);
   // The executor's hooks (GradientListener): before step `step`, the waits for the parameter
   // pieces it reads (or, not a forward step, for every piece still gathering) and for staging
   // bytes it reuses; and where parameter `param`'s gradient is written (null: not staged).
@@ -99,7 +132,20 @@ class ModelStateStep {
     std::vector<int> origin;
   };
   const Gathers& gathers_for(const Program& program);
-  void clip(Stream& compute);
+  // `on_device` false: the sum of squares only (the host scales: Note [Host copies on the links]).
+  void clip(Stream& compute, bool on_device = true);
+
+  // memory.optimizer host (model_state_host.cc, Note [Host copies on the links]).
+  // The floats [offset, offset + count) of the block, once `after`'s work so far and `reduced`
+  // are done, copied down where they fall in this rank's range.
+  void send_gradients(int64_t offset, int64_t count, const CommWork& reduced, Stream& after);
+  // After reduce(): the rank's floats no bucket sent.
+  void send_rest(Stream& compute);
+  void host_update(Stream& compute, float lr);
+  Event& next_event();
+  // The parameter whose slice holds float `at` of the block; its name for copies' labels.
+  size_t param_at(int64_t at) const;
+  std::string copy_name(const char* what, int64_t begin, int64_t end) const;
 
   Communicator& comm_;
   Device& device_;
@@ -128,7 +174,15 @@ class ModelStateStep {
   std::vector<std::unique_ptr<Event>> copied_;
   std::vector<uint8_t> launched_;  // buckets reduced in this backward
   bool first_micro_ = true;
+  bool last_micro_ = true;
   bool grew_ = false;
+  // memory.optimizer host, per step: the copies' events (reused), the ranges sent down, the last
+  // copy down's event, and the pinned landing place of the clipping sum.
+  std::vector<std::unique_ptr<Event>> events_;
+  size_t next_event_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> sent_;
+  Event* down_ = nullptr;
+  PinnedFloats host_sum_sq_;
 };
 
 }  // namespace ferry

@@ -77,6 +77,7 @@ void Optimizer::step_range(Kernels& kernels, Stream& stream, const ParameterStor
 
 void Optimizer::step(Kernels& kernels, Stream& stream, ParameterStore& store, float lr) {
   ++steps_;
+  store.mark_weights_changed();  // Note [The bf16 working copy]
   launches_ = 0;
   (void)runs(store);
   if (options_.clip_norm > 0) {

@@ -67,6 +67,9 @@ class Optimizer {
   void step_range(Kernels& kernels, Stream& stream, const ParameterStore& store, const Range& r,
                   float lr);
   void host_step(const ParameterStore& store, const Range& r, float lr);
+  // On the host, ClipByNorm's element math over `grad` (n floats) given the gradients' summed
+  // squares: the same bits as the device's clipping (memory.optimizer host).
+  static void host_clip_by_norm(float* grad, int64_t n, float sum_sq, float max_norm);
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   const OptimizerOptions& options() const { return options_; }

@@ -21,6 +21,7 @@
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/configured/options.h"
 #include "trainer/exec/step_kernels.h"
+#include "trainer/plan/host_update_timing.h"
 
 namespace ferry {
 
@@ -84,15 +85,6 @@ std::string profile_device_key(const Device& device, double link_gbps) {
 DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& lowered,
                              const std::optional<KernelArgs>& update,
                              const ProfileOptions& options) {
-  // A bf16 tape (Note [Which tensors are bf16]) times bf16 kernels. The CPU kernels run bf16
-  // (supports(kind, kBF16)), but the ops still launch them with dtype kF32 (OpIo carries no
-  // dtype yet), so timing now would time fp32 kernels over half-sized tensors: refused.
-  const bool bf16 = std::any_of(lowered.tape.tensors.begin(), lowered.tape.tensors.end(),
-                                [](const TapeTensor& t) { return t.dtype == DType::kBF16; });
-  if (bf16)
-    throw UnsupportedError(
-        "device.precision: bf16 kernels cannot be timed yet: the ops do not launch bf16 kernels",
-        "plan with the FLOP model (memory.measure=false, or trainer plan --no-measure)");
   const auto start = std::chrono::steady_clock::now();
   DeviceProfile p;
   p.cache_path = options.cache_path;
@@ -153,6 +145,18 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
   if (links.contains("d2h")) p.link_gbps_to_host = link_rate(links["d2h"]);
   if (links.contains("h2d")) p.link_gbps_to_device = link_rate(links["h2d"]);
 
+  // The host update, once per optimizer kind and state (Note [A timed host update]).
+  if (options.host_update) {
+    const std::string key = fmt::format("{} slots", optimizer_slots(*options.host_update));
+    nlohmann::json& host = mine["host_update_gbps"];
+    if (!host.is_object()) host = nlohmann::json::object();
+    if (!host.contains(key) || !host[key].is_number()) {
+      host[key] = time_host_update(*options.host_update);
+      changed = true;
+    }
+    p.host_update_gbps = host[key].get<double>();
+  }
+
   // Per step: the sum of its launches, or the upload at the measured rate.
   auto steps = std::make_shared<MeasuredSteps>();
   steps->device = device.name();
@@ -198,6 +202,7 @@ void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& co
     calibrate_estimates(*measured, tape, cost);
     cost.measured = std::move(measured);
   }
+  if (profile.host_update_gbps > 0) cost.host_update_gbps = profile.host_update_gbps;
   if (keep_link) return;
   cost.link_gbps_to_host = profile.link_gbps_to_host;
   cost.link_gbps_to_device = profile.link_gbps_to_device;
@@ -213,6 +218,7 @@ std::string describe_profile(const DeviceProfile& p) {
     s += fmt::format(", link d2h {:.1f} GB/s h2d {:.1f} GB/s", p.link_gbps_to_host,
                      p.link_gbps_to_device);
   }
+  if (p.host_update_gbps > 0) s += fmt::format(", host update {:.1f} GB/s", p.host_update_gbps);
   s += fmt::format(", {:.2f}s", p.seconds);
   if (!p.cache_path.empty()) s += ", cache " + p.cache_path;
   return s;

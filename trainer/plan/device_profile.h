@@ -15,6 +15,7 @@
 #include "trainer/config/config.h"
 #include "trainer/exec/lower.h"
 #include "trainer/model/graph.h"
+#include "trainer/optim/optimizer.h"
 
 namespace ferry {
 
@@ -22,13 +23,17 @@ struct ProfileOptions {
   std::string cache_path;   // JSON cache; "" = measure without caching
   std::string device_key;   // the device's identity in the cache (its name plus link emulation)
   bool write_cache = true;  // rank 0 writes; the others only read
+  // memory.optimizer host or auto: the host update to time (Note [A timed host update] in
+  // trainer/plan/host_update_timing.h); unset: not timed.
+  std::optional<OptimizerOptions> host_update;
 };
 
 struct DeviceProfile {
   std::shared_ptr<const MeasuredSteps> steps;
   double link_gbps_to_host = 0, link_gbps_to_device = 0;  // 0 when not measured
-  int kernels = 0;                                        // distinct kernel launches of the tape
-  int from_cache = 0;                                     // of which the cache had
+  double host_update_gbps = 0;  // the host update's streams (ProfileOptions::host_update); 0: not
+  int kernels = 0;              // distinct kernel launches of the tape
+  int from_cache = 0;           // of which the cache had
   int failed = 0;  // could not be timed (no memory, no kernel): FLOP model for their steps
   std::string first_failure;  // why the first of them could not be timed
   int steps_measured = 0;     // tape steps with a measured time
@@ -53,8 +58,8 @@ DeviceProfile measure_device(Device& device, const Graph& graph, const Lowered& 
                              const ProfileOptions& options);
 
 // Puts a profile into a cost model: measured step times, the FLOP model's estimates of other
-// steps scaled to them (calibrate_estimates; `tape` is the one measured), and the link rates
-// unless `keep_link` (memory.link_gbps was set explicitly).
+// steps scaled to them (calibrate_estimates; `tape` is the one measured), the host update's rate
+// when timed, and the link rates unless `keep_link` (memory.link_gbps was set explicitly).
 void apply_profile(const DeviceProfile& profile, const Tape& tape, CostModel& cost, bool keep_link);
 
 // One line for logs: "measured on cpu:0 (...): 41 kernels (41 cached), 88/90 steps, link

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "device/bf16.h"
 #include "trainer/configured/dataset.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/session/checkpoints.h"
@@ -60,6 +62,24 @@ RowScore score_readable_rows(const float* logits, const int32_t* labels, int64_t
     ++s.rows;
   }
   return s;
+}
+
+// The kept logits of the last batch as floats (bf16 logits widened, exactly).
+std::vector<float> read_logits(Session& session, const std::string& name) {
+  const std::vector<std::byte> bytes = session.executor().read_activation(name);
+  const Graph& g = session.graph();
+  if (g.tensor(g.logits()).desc.dtype != DType::kBF16) {
+    std::vector<float> out(bytes.size() / sizeof(float));
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+    return out;
+  }
+  std::vector<float> out(bytes.size() / sizeof(uint16_t));
+  for (size_t i = 0; i < out.size(); ++i) {
+    BF16 h;
+    std::memcpy(&h.bits, bytes.data() + i * sizeof(uint16_t), sizeof(uint16_t));
+    out[i] = bf16_to_float(h);
+  }
+  return out;
 }
 
 // The evaluation set once, in order, every partial batch kept; announced on stdout.
@@ -150,10 +170,10 @@ EvalResult evaluate(const Config& config) {
     for (const std::string& w : dataset->take_warnings()) std::printf("%s\n", w.c_str());
     session.executor().enqueue({batch.input(), batch.labels(), batch.size()}, false, 0);
     const StepMetrics m = session.metrics();
-    const std::vector<std::byte> out = session.executor().read_activation(logits);
-    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes) * sizeof(float),
+    const std::vector<float> out = read_logits(session, logits);
+    FERRY_ASSERT(out.size() == static_cast<size_t>(batch.size() * classes),
                  "logits of an unexpected size");
-    const float* rows = reinterpret_cast<const float*>(out.data());
+    const float* rows = out.data();
     // A substitute for an unreadable image is not a sample of the evaluation set.
     std::vector<bool> skip;
     for (int64_t index : loader.indices(batch.position()))

@@ -11,6 +11,7 @@
 #include "links/link_capacities.h"
 #include "trainer/checkpoint/model_checkpoint.h"
 #include "trainer/configured/options.h"
+#include "trainer/exec/step_kernels.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/plan/assumed_link.h"
 #include "trainer/plan/planning.h"
@@ -44,6 +45,27 @@ class BucketListener : public GradientListener {
   GradientBuckets* buckets_;
   ModelStateStep* staged_;
 };
+
+// Note [Host copies on the links] (trainer/optim/model_state_step.h): per parameter, the planned
+// seconds from its gradient's last write to the tape's end, and from the tape's start to the
+// first forward step that reads it.
+void host_copy_deadlines(const Program& p, const ParameterStore& store, ModelStateStepOptions& o) {
+  const size_t n = store.params().size(), steps = p.plan.tape.steps.size();
+  const double total = p.planned_start[steps];
+  o.gradient_deadline_s.assign(n, 0.0);
+  o.weight_deadline_s.assign(n, total);
+  std::vector<bool> read(n, false);
+  for (size_t s = 0; s < steps; ++s) {
+    for (size_t i : p.grads_written[s]) o.gradient_deadline_s[i] = total - p.planned_start[s + 1];
+    if (p.plan.tape.steps[s].phase != StepPhase::kForward) continue;
+    for (int slot : p.lowered.bindings[static_cast<size_t>(p.plan.origin[s])].params) {
+      if (!is_persistent_slot(slot)) continue;
+      const size_t i = store.param_index(p.graph, persistent_id(slot));
+      if (!read[i]) o.weight_deadline_s[i] = p.planned_start[s];
+      read[i] = true;
+    }
+  }
+}
 
 CommBackendChoice comm_choice(CommBackend b) {
   switch (b) {
@@ -163,12 +185,17 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   d.arbiter = arbiter_;
   device_ = create_device(d);
   if (config.device.precision == Precision::kBf16) {
-    // The device accepted bf16 (create_device checked the CPU or GPU); the bf16 kernels and the
-    // fp32-master runtime are not in this build yet. Planning (trainer plan, simulate) works.
-    throw UnsupportedError(
-        "device.precision: bf16 training is not implemented yet (trainer plan "
-        "and trainer simulate plan bf16)",
-        "set device.precision=fp32 to train");
+    // The device accepted bf16 (create_device checked the CPU or GPU); each of the model's bf16
+    // steps must find its kernels in bf16 storage too, or the run stops here, before step 1.
+    const Lowered lowered = lower_graph(graph_, device_->kernels(), training);
+    const std::string missing = missing_bf16_kernel(graph_, lowered, device_->kernels());
+    if (!missing.empty()) {
+      throw UnsupportedError(
+          fmt::format("device.precision: bf16 needs a bf16 {} kernel for model '{}', which the "
+                      "{} backend does not have yet",
+                      missing, config.model.name, backend_name(d.backend)),
+          "set device.precision=fp32 for this model");
+    }
   }
   const OptimizerOptions opt = optimizer_options(config);
   // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.
@@ -176,7 +203,8 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   // Staged gradients (zero 2) accumulate in the shard, the rest in an accumulation block.
   store_ = std::make_unique<ParameterStore>(
       *device_, graph_, training ? optimizer_slots(opt) : 0, layout,
-      training && config.optim.accumulate > 1 && layout.staging_bytes == 0);
+      training && config.optim.accumulate > 1 && layout.staging_bytes == 0,
+      config.device.precision);
   store_->initialize(graph_, config.run.seed);
   if (!config.model.init_from.empty()) {
     load_weights(config.model.init_from, *store_,
@@ -304,12 +332,22 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
   for (const auto& e : store_->params())
     slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
   const bool sharded = model_state_.zero != ZeroStage::k0 && ranks_.size > 1;
+  if (sharded && options.wire_dtype != DType::kF32) {
+    throw ConfigError(fmt::format("comm.dtype: bf16 all-reduces in bf16, but memory.zero {} "
+                                  "reduce-scatters the gradients, which runs in fp32 only",
+                                  static_cast<int>(model_state_.zero)),
+                      "set comm.dtype=fp32, or memory.zero=0");
+  }
   if (sharded || model_state_.optimizer == OptimizerPlacement::kHost) {
     ModelStateStepOptions o;
     o.shard = sharded;
     o.reduce_in_backward = model_state_.zero == ZeroStage::k2;
     o.host = model_state_.optimizer == OptimizerPlacement::kHost;
     o.bucket_bytes = options.bucket_bytes;
+    if (o.host) {
+      o.transfers = &executor_->transfers();
+      host_copy_deadlines(program, *store_, o);
+    }
     state_step_ = std::make_unique<ModelStateStep>(*comm_, *device_, *store_, *optimizer_,
                                                    std::move(slices), options, o);
     active_buckets_ = &state_step_->buckets();
@@ -331,7 +369,7 @@ void Session::forward_backward(const HostBatch& batch, uint64_t step, const Micr
   const bool staged = state_step_ && state_step_->staged();
   if (micro.count == 1 || staged) {
     b.reset();
-    if (staged) state_step_->begin_backward(micro.index == 0);
+    if (staged) state_step_->begin_backward(micro.index == 0, micro.last());
     executor_->enqueue(batch, /*training=*/true, step, listener_.get());
     // Staged gradients: each micro-batch's buckets are reduce-scattered into the shard
     // (Note [Reduce and update by shard]); the last one's finish is reduce_gradients'.
@@ -354,6 +392,8 @@ void Session::reduce_gradients() {
 // After reduce_gradients, on the stream it ordered (Note [Clipping after the all-reduce] in
 // trainer/optim/optimizer.cc).
 void Session::update(float lr) {
+  // Note [The bf16 working copy]: the next step narrows the updated weights once.
+  store_->mark_weights_changed();
   if (state_step_) return state_step_->update(lr);
   optimizer_->step(device_->kernels(), device_->stream(StreamKind::kCompute), *store_, lr);
 }

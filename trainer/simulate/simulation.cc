@@ -170,6 +170,14 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   CostModel cost =
       server.profile ? profile_cost(*server.profile, config.device.precision) : cost_model(config);
   const size_t n = server.bindings.size();
+  // Note [Model state per rank] for the whole job; auto resolved as training resolves it.
+  const int job_ranks = static_cast<int>(n) * o.nodes;
+  planner.set_ranks(job_ranks);
+  if (config.memory.zero == ZeroStage::kAuto ||
+      config.memory.optimizer == OptimizerPlacement::kAuto) {
+    planner.set_cost(cost);
+    planner.resolve_model_state(config.memory.policy, config.data.batch_size);
+  }
   NodeSimInput& in = rep.input;
   in.links = server.links.links;
   in.ring = server.links.ring;
@@ -215,6 +223,10 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
   // memory.per_shape false: every shape takes the decisions of the schedule's largest.
   planner.set_static_input(schedule.largest().input);
   const NodeSimInput node = in;
+  ModelStateSteps state_steps;
+  state_steps.bucket_bytes = static_cast<uint64_t>(config.comm.bucket_mb * 1048576.0);
+  state_steps.slots = planner.model_state_inputs().slots;
+  state_steps.host_update_gbps = cost.host_update_gbps;
   for (const ScheduledShape& shape : schedule.shapes) {
     NodeSimInput sin = node;
     ShapeSimulation sim;
@@ -257,10 +269,17 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
         sim.offload_bytes = plan.offload_bytes;
         sim.recompute_flops = plan.recompute_flops;
         sim.planned = plan.prediction;
-        if (n > 1 || o.nodes > 1)
+        if (n > 1 || o.nodes > 1 ||
+            planner.model_state().choice.optimizer == OptimizerPlacement::kHost)
           sin.buckets = gradient_buckets(config, planner.lowered_shape(shape.input), plan);
+        for (size_t s = 0; s < plan.tape.steps.size(); ++s) {
+          if (plan.tape.steps[s].phase != StepPhase::kForward) continue;
+          state_steps.first_forward = static_cast<int>(s);
+          break;
+        }
       }
     }
+    rep.model_state = add_model_state_traffic(sin, planner.model_state(), job_ranks, state_steps);
     sim.result = simulate_node(sin);
     sim.samples_per_s = sim.result.step_seconds > 0
                             ? static_cast<double>(config.data.batch_size) * static_cast<double>(n) *
@@ -286,6 +305,8 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
     mean.step_seconds += w * r.step_seconds;
     mean.stall_seconds += w * r.stall_seconds;
     mean.allreduce_bytes += w * r.allreduce_bytes;
+    mean.reduce_scatter_bytes += w * r.reduce_scatter_bytes;
+    mean.all_gather_bytes += w * r.all_gather_bytes;
     for (size_t k = 0; k < n; ++k) {
       mean.ranks[k].step_seconds += w * r.ranks[k].step_seconds;
       mean.ranks[k].compute_seconds += w * r.ranks[k].compute_seconds;

@@ -15,6 +15,7 @@
 #include "trainer/plan/planning.h"
 #include "trainer/plan/server.h"
 #include "trainer/plan/shape_schedule.h"
+#include "trainer/simulate/model_state_traffic.h"
 
 namespace ferry {
 
@@ -82,6 +83,9 @@ struct SimulationReport {
   std::string schedule;      // where the shapes come from, in words
   bool per_shape = true;     // memory.per_shape
   std::vector<ShapeSimulation> shapes;  // in schedule order
+  // memory.zero and memory.optimizer for the job's ranks (auto resolved as training resolves it)
+  // and what they move per rank and step (Note [Model state on the node] in sim/node_sim.h).
+  ModelStateTraffic model_state;
 };
 
 // One GPU's step of `plan` for the node simulator: each tape step's time under `cost`, the plan's

@@ -84,6 +84,50 @@ TEST(CudaKernels, SupportsEveryKernelOnFloat32Only) {
   EXPECT_EQ(kernels.workspace_bytes(SoftmaxCrossEntropyForward{}), 0u);
 }
 
+// bf16 storage (Note [bf16 storage in the CUDA kernels]): every kernel with a dtype field (Note
+// [Storage dtype of a kernel]) runs in bf16 but the fused attention core, whose tiles accumulate
+// y and dqkv in place (an fp32 accumulator is the open item); the kernels without the field (the
+// optimizers, copies, gradient clipping, the Llama kernels) are fp32 only.
+template <size_t I>
+constexpr bool has_dtype_field() {
+  return requires(std::variant_alternative_t<I, KernelArgs> a) { a.dtype; };
+}
+
+TEST(CudaKernels, SupportsBf16StorageForTheKernelsWithADtype) {
+  cuda::CudaKernels kernels(0);
+  std::vector<bool> has(std::variant_size_v<KernelArgs>);
+  [&]<size_t... I>(std::index_sequence<I...>) { ((has[I] = has_dtype_field<I>()), ...); }
+  (std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
+  const KernelKind fused[] = {kernel_kind<FlashAttentionForward>(),
+                              kernel_kind<FlashAttentionBackward>()};
+  int bf16_kinds = 0;
+  for (KernelKind kind = 0; kind < std::variant_size_v<KernelArgs>; ++kind) {
+    const bool is_fused = kind == fused[0] || kind == fused[1];
+    EXPECT_EQ(kernels.supports(kind, DType::kBF16), has[kind] && !is_fused) << kernel_name(kind);
+    bf16_kinds += kernels.supports(kind, DType::kBF16) ? 1 : 0;
+  }
+  // Conv and linear (3 each), pooling and adaptive pooling (2 each), batch norm (3), ReLU (2),
+  // add, accumulate, fill, scale, dropout (2), the loss (2), embedding, layer norm, GELU and
+  // attention (2 each).
+  EXPECT_EQ(bf16_kinds, 31);
+  EXPECT_FALSE(kernels.supports(kernel_kind<AdamWUpdate>(), DType::kBF16));
+  EXPECT_FALSE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
+  EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));
+}
+
+// device.precision bf16 on the cuda backend needs compute capability 8.0 (bf16 tensor cores):
+// the rule create_cuda_device applies, as a pure function (no GPU here to refuse).
+TEST(CudaRegistry, Bf16IsRefusedBeforeComputeCapability8) {
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 0, "NVIDIA A100-SXM4-80GB"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(8, 6, "NVIDIA RTX A6000"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(9, 0, "NVIDIA H100 PCIe"), "");
+  EXPECT_EQ(cuda::bf16_gpu_gap(7, 0, "Tesla V100-SXM2-16GB"),
+            "device.precision: bf16 needs a GPU of compute capability 8.0 or newer (A100, H100), "
+            "but Tesla V100-SXM2-16GB is 7.0");
+  EXPECT_NE(cuda::bf16_gpu_gap(7, 5, "Tesla T4"), "");
+  EXPECT_NE(cuda::bf16_gpu_gap(6, 0, "Tesla P100"), "");
+}
+
 // Geometry is checked before any GPU is touched, with the CPU backend's messages.
 TEST(CudaKernels, InvalidGeometryIsAConfigErrorWithoutTouchingTheGpu) {
   cuda::CudaKernels kernels(0);

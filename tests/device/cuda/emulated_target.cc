@@ -17,25 +17,13 @@
 #include "device/cuda/activation.cu"
 #include "device/cuda/attention.cu"
 #include "device/cuda/batchnorm.cu"
+#include "device/cuda/elementwise.cu"
 #include "device/cuda/flash_attention.cu"
 #include "device/cuda/llama.cu"
 #include "device/cuda/loss.cu"
 #include "device/cuda/optim.cu"
 #include "device/cuda/pool.cu"
 #include "device/cuda/transformer.cu"
-
-namespace ferry::cuda {
-
-// elementwise.cu launches through the runtime itself, so it is not emulated; the suite has no
-// fill or scale case.
-void launch_fill(float*, int64_t, float, cudaStream_t) {
-  throw UnsupportedError("fill is not emulated on the host");
-}
-void launch_scale(float*, int64_t, float, cudaStream_t) {
-  throw UnsupportedError("scale is not emulated on the host");
-}
-
-}  // namespace ferry::cuda
 
 namespace ferry::test {
 namespace {

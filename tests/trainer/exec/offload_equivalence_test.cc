@@ -4,7 +4,9 @@
 // recomputed included) give a loss trajectory bitwise equal to the one under none. Every run but
 // the reference is in poison mode, where device space that the plan says is not resident holds NaN:
 // had any kernel read a tensor the plan had moved away, the losses would differ. Each run's
-// measured device high-water mark equals its planned peak and stays within its budget.
+// measured device high-water mark equals its planned peak and stays within its budget. Each holds
+// in bf16 mixed precision too (device.precision bf16: bf16 activations, their gradients and what
+// the planner moves or rebuilds), for the CNNs and the GPT.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -52,12 +54,26 @@ TrainRun expect_recompute_alike(const Config& base, const std::string& what) {
   return run;
 }
 
-class OffloadEquivalence : public ::testing::TestWithParam<std::string> {};
+// A model of the zoo in a precision.
+struct ModelPrecision {
+  std::string model;
+  Precision precision = Precision::kFp32;
+};
+
+Config small_config(const ModelPrecision& m, int64_t batch) {
+  Config c = small_config(m.model, batch);
+  c.device.precision = m.precision;
+  return c;
+}
+
+class OffloadEquivalence : public ::testing::TestWithParam<ModelPrecision> {};
 
 TEST_P(OffloadEquivalence, EveryPolicyGivesTheSameLosses) {
   const Config base = small_config(GetParam(), 2);
   const TrainRun reference = train_steps(base, 10);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  // bf16: the working copy was made once per update (Note [The bf16 working copy]).
+  EXPECT_EQ(reference.working_refreshes, base.device.precision == Precision::kBf16 ? 10u : 0u);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
 
   expect_policies_train_alike(base, reference, offload_policy_variants());
@@ -71,8 +87,20 @@ TEST_P(OffloadEquivalence, RecomputedConvolutionsGiveTheSameLosses) {
   EXPECT_GT(run.conv_recomputes, 0) << "no convolution was recomputed";
 }
 
+// fp32 runs keep their index names (Models/.../0), bf16 ones are named after the model
+// (Bf16/.../resnet18_cifar).
+std::string model_precision_name(const ::testing::TestParamInfo<ModelPrecision>& info) {
+  return info.param.precision == Precision::kBf16 ? info.param.model : std::to_string(info.index);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, OffloadEquivalence,
-                         ::testing::Values("resnet18_cifar", "vgg11_cifar"));
+                         ::testing::Values(ModelPrecision{"resnet18_cifar"},
+                                           ModelPrecision{"vgg11_cifar"}),
+                         model_precision_name);
+INSTANTIATE_TEST_SUITE_P(Bf16, OffloadEquivalence,
+                         ::testing::Values(ModelPrecision{"resnet18_cifar", Precision::kBf16},
+                                           ModelPrecision{"vgg11_cifar", Precision::kBf16}),
+                         model_precision_name);
 
 // A small GPT's config, reading a token file written into `dir`.
 Config small_gpt(const testing::TempDir& dir, float dropout, AttentionKind attention,
@@ -103,11 +131,13 @@ Config small_gpt(const testing::TempDir& dir, float dropout, AttentionKind atten
 // the default, draws its mask again from the seed): every policy, auto with recompute (layer
 // norms, GELU and linear outputs rebuilt, and the fused core) included, trains bitwise like none
 // in poison mode.
-void expect_gpt_policies_alike(AttentionKind attention) {
+void expect_gpt_policies_alike(AttentionKind attention, Precision precision = Precision::kFp32) {
   testing::TempDir dir;
-  const Config base = small_gpt(dir, 0.1f, attention);
+  Config base = small_gpt(dir, 0.1f, attention);
+  base.device.precision = precision;
   const TrainRun reference = train_steps(base, 6);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  EXPECT_EQ(reference.working_refreshes, precision == Precision::kBf16 ? 6u : 0u);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
   // vdnn-conv moves nothing in a model without convolutions.
   std::vector<PolicyVariant> variants = offload_policy_variants();
@@ -122,6 +152,14 @@ TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLosses) {
 
 TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLossesWithNaiveAttention) {
   expect_gpt_policies_alike(AttentionKind::kNaive);
+}
+
+TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLossesInBf16) {
+  expect_gpt_policies_alike(AttentionKind::kFused, Precision::kBf16);
+}
+
+TEST(OffloadEquivalenceGpt, EveryPolicyGivesTheSameLossesInBf16WithNaiveAttention) {
+  expect_gpt_policies_alike(AttentionKind::kNaive, Precision::kBf16);
 }
 
 // Without dropout the attention core runs again to rebuild its probabilities (Note [Attention's

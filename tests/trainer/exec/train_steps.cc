@@ -42,6 +42,7 @@ TrainRun train_steps(const Config& c, int steps) {
     run.losses.push_back(session.executor().read_metrics().loss);
   }
   run.measured_peak = device.memory().stats().peak;
+  run.working_refreshes = session.store().working_refreshes();
   return run;
 }
 

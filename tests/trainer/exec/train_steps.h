@@ -20,6 +20,8 @@ struct TrainRun {
   double recompute_flops = 0;
   int conv_recomputes = 0;       // recompute steps that run a convolution or a linear layer again
   int attention_recomputes = 0;  // recompute steps that rebuild attention probabilities
+  // device.precision bf16: times the weights were narrowed into their bf16 working copy.
+  uint64_t working_refreshes = 0;
 };
 
 // Runs `steps` steps of `c` (one rank, the configured dataset, shuffled by run.seed).

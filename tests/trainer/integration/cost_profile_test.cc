@@ -12,6 +12,7 @@
 #include "device/kernel_timing.h"
 #include "tests/trainer/integration/run_util.h"
 #include "trainer/exec/lower.h"
+#include "trainer/model/precision.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/plan/device_profile.h"
 #include "trainer/session/session.h"
@@ -78,6 +79,46 @@ TEST(DeviceProfile, TimesEveryStepAndReusesItsCache) {
   po.device_key = "cpu:0 (some other machine)";
   const DeviceProfile other = measure_device(*device, graph, lowered, update, po);
   EXPECT_EQ(other.from_cache, 0);
+}
+
+// device.precision bf16: every step is timed with the bf16 kernels it launches, cached under keys
+// of their own (an fp32 profile of the same model reuses none of them); `trainer train` plans
+// with them, and its device peak is the planned one.
+TEST(DeviceProfile, Bf16StepsAreTimedWithBf16KernelsAndTrainAtThePlannedPeak) {
+  auto device = cpu_device();
+  const Config config = lenet_config();
+  Graph graph = build_model("lenet5", Shape{8, 3, 32, 32}, 10);
+  apply_precision(graph, Precision::kBf16);
+  const Lowered lowered = lower_graph(graph, device->kernels(), true);
+  ProfileOptions po;
+  po.cache_path = scratch("cost_profile_bf16") + "/cost_profile.json";
+  po.device_key = profile_device_key(*device, 0);
+  const KernelArgs update = update_kernel(config, 62006);
+  const DeviceProfile bf16 = measure_device(*device, graph, lowered, update, po);
+  EXPECT_EQ(bf16.steps_measured, bf16.steps_total) << describe_profile(bf16);
+  EXPECT_EQ(bf16.failed, 0) << bf16.first_failure;
+  std::ifstream in(po.cache_path);
+  const nlohmann::json cache = nlohmann::json::parse(in);
+  int bf16_keys = 0;
+  for (const auto& [key, value] : cache["devices"][po.device_key]["kernels"].items())
+    bf16_keys += key.find(" bf16=1") != std::string::npos;
+  EXPECT_GT(bf16_keys, 10);
+  const Graph fp32_graph = build_model("lenet5", Shape{8, 3, 32, 32}, 10);
+  const Lowered fp32_lowered = lower_graph(fp32_graph, device->kernels(), true);
+  const DeviceProfile fp32 = measure_device(*device, fp32_graph, fp32_lowered, update, po);
+  EXPECT_LE(fp32.from_cache, 1) << "only the fp32 update kernel is shared";
+
+  const std::string dir = scratch("cost_profile_bf16_train");
+  const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir +
+                     " run.steps=4 run.log_every=2 checkpoint.every=0 device.threads=1 "
+                     "device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("cost     measured on cpu:0"), std::string::npos) << e.output;
+  std::ifstream summary_file(dir + "/summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["cost_model"], "measured");
+  EXPECT_EQ(summary["cost_profile"]["steps_measured"], summary["cost_profile"]["steps"]);
+  EXPECT_EQ(summary["device_peak_bytes"], summary["planned_peak_bytes"]);
 }
 
 TEST(DeviceProfile, KernelsThatDoNotFitLeaveTheirStepsToTheFlopModel) {

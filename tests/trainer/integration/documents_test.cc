@@ -69,12 +69,15 @@ std::string documents(const std::string& dir, int steps, const std::string& more
          more;
 }
 
-TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
+// Per length, auto (with and without recompute) within a budget between the lengths' peaks
+// trains bitwise like none with unlimited memory, in `precision` (device.precision).
+void expect_per_length_plans_alike(const std::string& precision) {
   constexpr int kSteps = 12;
-  const std::string none_dir = scratch("documents_none");
+  const std::string more = " device.precision=" + precision;
+  const std::string none_dir = scratch("documents_none_" + precision);
   NoneReference none;
-  ASSERT_NO_FATAL_FAILURE(run_none_reference(documents(none_dir, kSteps, "memory.policy=none"),
-                                             none_dir, kSteps, 1, none));
+  ASSERT_NO_FATAL_FAILURE(run_none_reference(
+      documents(none_dir, kSteps, "memory.policy=none" + more), none_dir, kSteps, 1, none));
   ASSERT_GE(none.peaks.size(), 2u) << "the batches took several lengths:\n" << none.output;
   ASSERT_LT(none.peaks.begin()->second, none.peaks.rbegin()->second);
   // Below what the longest length needs with everything resident, above the shortest's.
@@ -82,17 +85,26 @@ TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
 
   for (const std::string variant : {"auto", "auto_recompute"}) {
     SCOPED_TRACE(variant);
-    const std::string dir = scratch("documents_" + variant);
+    const std::string dir = scratch("documents_" + variant + "_" + precision);
     BudgetedRun r;
     ASSERT_NO_FATAL_FAILURE(expect_bitwise_like_none(
         documents(dir, kSteps,
                   "memory.policy=auto memory.budget=" + std::to_string(budget) +
-                      (variant == "auto" ? "" : " memory.link_gbps=0.001")),
+                      (variant == "auto" ? "" : " memory.link_gbps=0.001") + more),
         dir, none, budget, r));
     if (variant == "auto_recompute") {
       EXPECT_GT(r.given_up.rebuilt, 0);
     }
   }
+}
+
+TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudget) {
+  expect_per_length_plans_alike("fp32");
+}
+
+// The same in bf16 mixed precision (bf16 activations, fused attention's fp32 log-sum-exp).
+TEST(Documents, PerLengthPlansTrainBitwiseLikeUnlimitedNoneWithinTheBudgetInBf16) {
+  expect_per_length_plans_alike("bf16");
 }
 
 // Padding adds nothing: the same batches padded to the longest document (data.len_bucket 1)

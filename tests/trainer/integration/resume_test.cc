@@ -2,6 +2,7 @@
 // within 1e-6 on two); a checkpoint interrupted mid-write (the writer killed) leaves the
 // previous one loadable and resumable.
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -35,6 +36,79 @@ TEST(Resume, FivePlusFiveStepsEqualTenStepsBitwise) {
   // also continue the data order exactly.
   expect_same_parameters(split + "/ckpt/step_10.safetensors",
                          straight + "/ckpt/step_10.safetensors", 0.0);
+}
+
+// device.precision bf16: 5 + 5 steps equal 10 bitwise (the bf16 working copy is made from the
+// resumed master weights exactly as from the running ones).
+TEST(Resume, Bf16FivePlusFiveStepsEqualTenStepsBitwise) {
+  const std::string straight = scratch("resume_bf16_straight");
+  Exit e = run(trainer() + args(straight, 10, "") + " device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string split = scratch("resume_bf16_split");
+  e = run(trainer() + args(split, 5, "") + " device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+  e = run(trainer() + args(split, 10, "latest") + " device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("resumed"), std::string::npos) << e.output;
+  expect_same_parameters(split + "/ckpt/step_10.safetensors",
+                         straight + "/ckpt/step_10.safetensors", 0.0);
+}
+
+// A bf16 run's checkpoint holds the fp32 master weights (not their bf16 copy) under the names an
+// fp32 run writes, with the fp32 optimizer state; an fp32 checkpoint resumes in bf16 and a bf16
+// one in fp32, each ending near the run that kept its precision.
+TEST(Resume, Bf16CheckpointsHoldFp32MasterWeightsAndResumeEitherWay) {
+  const std::string fp32 = scratch("resume_mixed_fp32");
+  Exit e = run(trainer() + args(fp32, 10, ""));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string bf16 = scratch("resume_mixed_bf16");
+  e = run(trainer() + args(bf16, 10, "") + " device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+
+  const SafetensorsFile f = read_safetensors(fp32 + "/ckpt/step_5.safetensors");
+  const SafetensorsFile b = read_safetensors(bf16 + "/ckpt/step_5.safetensors");
+  ASSERT_EQ(f.entries().size(), b.entries().size());
+  size_t low_bits = 0, floats = 0;
+  for (size_t i = 0; i < f.entries().size(); ++i) {
+    const SafetensorsEntry& fe = f.entries()[i];
+    const SafetensorsEntry& be = b.entries()[i];
+    EXPECT_EQ(be.name, fe.name);
+    EXPECT_EQ(be.dtype, fe.dtype) << be.name;
+    EXPECT_EQ(be.shape, fe.shape) << be.name;
+    EXPECT_EQ(be.stored_dtype, fe.stored_dtype) << be.name;
+    if (be.dtype != DType::kF32 || be.name.rfind("optimizer.", 0) == 0) continue;
+    for (size_t k = 0; k + 4 <= be.bytes.size(); k += 4) {
+      uint32_t u;
+      std::memcpy(&u, be.bytes.data() + k, 4);
+      low_bits += (u & 0xFFFFu) != 0;
+      ++floats;
+    }
+  }
+  // Weights rounded to bf16 would have all 16 low bits zero.
+  EXPECT_GT(low_bits, floats / 2) << "the checkpoint holds bf16-rounded weights";
+  // bf16 trained other bits than fp32, close to them.
+  const auto pf = parameters(fp32 + "/ckpt/step_5.safetensors");
+  const auto pb = parameters(bf16 + "/ckpt/step_5.safetensors");
+  bool differs = false;
+  for (const auto& [name, v] : pf) differs = differs || v != pb.at(name);
+  EXPECT_TRUE(differs) << "the bf16 run trained exactly as fp32";
+  expect_same_parameters(bf16 + "/ckpt/step_5.safetensors", fp32 + "/ckpt/step_5.safetensors",
+                         0.05);
+
+  // fp32 -> bf16 and bf16 -> fp32 from step 5 to 10.
+  const std::string to_bf16 = scratch("resume_to_bf16");
+  e = run(trainer() + args(to_bf16, 10, fp32 + "/ckpt/step_5.safetensors") +
+          " device.precision=bf16");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("resumed"), std::string::npos) << e.output;
+  const std::string to_fp32 = scratch("resume_to_fp32");
+  e = run(trainer() + args(to_fp32, 10, bf16 + "/ckpt/step_5.safetensors"));
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("resumed"), std::string::npos) << e.output;
+  expect_same_parameters(to_bf16 + "/ckpt/step_10.safetensors",
+                         fp32 + "/ckpt/step_10.safetensors", 0.05);
+  expect_same_parameters(to_fp32 + "/ckpt/step_10.safetensors",
+                         bf16 + "/ckpt/step_10.safetensors", 0.05);
 }
 
 TEST(Resume, TwoRanksResumeWithin1e6) {

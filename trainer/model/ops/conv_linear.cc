@@ -8,6 +8,10 @@ namespace {
 
 float* f(void* p) { return static_cast<float*>(p); }
 const float* cf(void* p) { return static_cast<const float*>(p); }
+// The weight a product reads: the bf16 working copy in bf16 storage, else the fp32 parameter.
+const float* weight(const OpIo& io) {
+  return cf(io.dtype == DType::kBF16 ? io.working[0] : io.params[0]);
+}
 
 // Workspace queries ignore addresses but not whether a bias exists: a stand-in marks it.
 float bias_marker;
@@ -32,25 +36,26 @@ class Conv2dOp : public Op {
                         (g_.c / g_.groups) * g_.r * g_.s;
     return {2 * macs, 4 * macs};
   }
-  uint64_t workspace_bytes(Kernels& k, Pass pass, bool) const override {
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool, DType dtype) const override {
     float* bias = bias_ ? &bias_marker : nullptr;
-    if (pass == Pass::kForward) return k.workspace_bytes(ConvForward{.g = g_, .bias = bias});
-    return std::max(k.workspace_bytes(ConvBackwardData{.g = g_}),
-                    k.workspace_bytes(ConvBackwardWeights{.g = g_, .dbias = bias}));
+    if (pass == Pass::kForward)
+      return k.workspace_bytes(ConvForward{.g = g_, .bias = bias, .dtype = dtype});
+    return std::max(k.workspace_bytes(ConvBackwardData{.g = g_, .dtype = dtype}),
+                    k.workspace_bytes(ConvBackwardWeights{.g = g_, .dbias = bias, .dtype = dtype}));
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(ConvForward{g_, cf(io.inputs[0]), cf(io.params[0]), bias_ ? cf(io.params[1]) : nullptr,
-                         f(io.outputs[0]), io.ws},
+    k.launch(ConvForward{g_, cf(io.inputs[0]), weight(io), bias_ ? cf(io.params[1]) : nullptr,
+                         f(io.outputs[0]), io.ws, io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (io.grad_inputs[0]) {
-      k.launch(ConvBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]), f(io.grad_inputs[0]),
-                                io.ws},
+      k.launch(ConvBackwardData{g_, cf(io.grad_outputs[0]), weight(io), f(io.grad_inputs[0]), io.ws,
+                                io.dtype},
                s);
     }
     k.launch(ConvBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_params[0]),
-                                 bias_ ? f(io.grad_params[1]) : nullptr, io.ws},
+                                 bias_ ? f(io.grad_params[1]) : nullptr, io.ws, io.dtype},
              s);
   }
 
@@ -70,26 +75,27 @@ class LinearOp : public Op {
     const double macs = static_cast<double>(g_.m) * g_.n * g_.k;
     return {2 * macs, 4 * macs};
   }
-  uint64_t workspace_bytes(Kernels& k, Pass pass, bool) const override {
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool, DType dtype) const override {
     float* bias = bias_ ? &bias_marker : nullptr;
-    if (pass == Pass::kForward) return k.workspace_bytes(LinearForward{.g = g_, .bias = bias});
-    return std::max(k.workspace_bytes(LinearBackwardData{.g = g_}),
-                    k.workspace_bytes(LinearBackwardWeights{.g = g_, .dbias = bias}));
+    if (pass == Pass::kForward)
+      return k.workspace_bytes(LinearForward{.g = g_, .bias = bias, .dtype = dtype});
+    return std::max(k.workspace_bytes(LinearBackwardData{.g = g_, .dtype = dtype}),
+                    k.workspace_bytes(LinearBackwardWeights{.g = g_, .dbias = bias, .dtype = dtype}));
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(LinearForward{g_, cf(io.inputs[0]), cf(io.params[0]),
-                           bias_ ? cf(io.params[1]) : nullptr, f(io.outputs[0]), io.ws},
+    k.launch(LinearForward{g_, cf(io.inputs[0]), weight(io), bias_ ? cf(io.params[1]) : nullptr,
+                           f(io.outputs[0]), io.ws, io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (io.grad_inputs[0]) {
-      k.launch(LinearBackwardData{g_, cf(io.grad_outputs[0]), cf(io.params[0]),
-                                  f(io.grad_inputs[0]), io.ws},
+      k.launch(LinearBackwardData{g_, cf(io.grad_outputs[0]), weight(io), f(io.grad_inputs[0]),
+                                  io.ws, io.dtype},
                s);
     }
     k.launch(
         LinearBackwardWeights{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_params[0]),
-                              bias_ ? f(io.grad_params[1]) : nullptr, io.ws},
+                              bias_ ? f(io.grad_params[1]) : nullptr, io.ws, io.dtype},
         s);
   }
 

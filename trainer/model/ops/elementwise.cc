@@ -8,6 +8,8 @@ namespace {
 
 float* f(void* p) { return static_cast<float*>(p); }
 const float* cf(void* p) { return static_cast<const float*>(p); }
+// Bytes of n elements in the node's storage dtype.
+uint64_t bytes(int64_t n, const OpIo& io) { return static_cast<uint64_t>(n) * dtype_size(io.dtype); }
 
 class ReluOp : public Op {
  public:
@@ -19,10 +21,12 @@ class ReluOp : public Op {
   OpCost cost() const override { return {static_cast<double>(n_), static_cast<double>(n_)}; }
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(ReluForward{n_, cf(io.inputs[0]), f(io.outputs[0])}, s);
+    k.launch(ReluForward{n_, cf(io.inputs[0]), f(io.outputs[0]), io.dtype}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(ReluBackward{n_, cf(io.outputs[0]), cf(io.grad_outputs[0]), f(io.grad_inputs[0])}, s);
+    k.launch(
+        ReluBackward{n_, cf(io.outputs[0]), cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.dtype},
+        s);
   }
 
  private:
@@ -42,13 +46,13 @@ class AddOp : public Op {
   OpCost cost() const override { return {static_cast<double>(n_), 0}; }
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(AddForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0])}, s);
+    k.launch(AddForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0]), io.dtype}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     for (void* dx : io.grad_inputs) {
       // A gradient planned in place over dy already holds it.
       if (dx && dx != io.grad_outputs[0]) {
-        k.launch(CopyDevice{n_ * sizeof(float), io.grad_outputs[0], dx}, s);
+        k.launch(CopyDevice{bytes(n_, io), io.grad_outputs[0], dx}, s);
       }
     }
   }
@@ -66,10 +70,10 @@ class FlattenOp : public Op {
   OpCost cost() const override { return {0, 0}; }
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(CopyDevice{n_ * sizeof(float), io.inputs[0], io.outputs[0]}, s);
+    k.launch(CopyDevice{bytes(n_, io), io.inputs[0], io.outputs[0]}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(CopyDevice{n_ * sizeof(float), io.grad_outputs[0], io.grad_inputs[0]}, s);
+    k.launch(CopyDevice{bytes(n_, io), io.grad_outputs[0], io.grad_inputs[0]}, s);
   }
 
  private:
@@ -86,16 +90,16 @@ class DropoutOp : public Op {
   // Not recomputable: a second run would rewrite its saved mask.
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (!io.training) {
-      k.launch(CopyDevice{n_ * sizeof(float), io.inputs[0], io.outputs[0]}, s);
+      k.launch(CopyDevice{bytes(n_, io), io.inputs[0], io.outputs[0]}, s);
       return;
     }
     k.launch(DropoutForward{n_, p_, io.seed, 0, cf(io.inputs[0]), f(io.outputs[0]),
-                            static_cast<uint8_t*>(io.aux[0])},
+                            static_cast<uint8_t*>(io.aux[0]), io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(DropoutBackward{n_, p_, cf(io.grad_outputs[0]), static_cast<const uint8_t*>(io.aux[0]),
-                             f(io.grad_inputs[0])},
+                             f(io.grad_inputs[0]), io.dtype},
              s);
   }
 
@@ -114,13 +118,13 @@ class SoftmaxCrossEntropyOp : public Op {
     k.launch(SoftmaxCrossEntropyForward{n_, k_, cf(io.inputs[0]),
                                         static_cast<const int32_t*>(io.inputs[1]), f(io.outputs[0]),
                                         f(io.aux[0]), static_cast<int32_t*>(io.outputs[1]),
-                                        io.loss_divisor},
+                                        io.loss_divisor, io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(SoftmaxCrossEntropyBackward{n_, k_, 1.0f, cf(io.aux[0]),
                                          static_cast<const int32_t*>(io.inputs[1]),
-                                         f(io.grad_inputs[0]), io.loss_divisor},
+                                         f(io.grad_inputs[0]), io.loss_divisor, io.dtype},
              s);
   }
 

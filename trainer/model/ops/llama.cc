@@ -65,7 +65,7 @@ class RmsNormOp : public Op {
     return {};
   }
   // A recompute leaves the saved rstd alone: it writes a scratch copy, (rows) floats.
-  uint64_t workspace_bytes(Kernels&, Pass pass, bool) const override {
+  uint64_t workspace_bytes(Kernels&, Pass pass, bool, DType) const override {
     return pass == Pass::kForward ? g_.rows * sizeof(float) : 0;
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {

@@ -22,13 +22,14 @@ class BatchNormOp : public Op {
   bool recomputable() const override { return true; }
   // A recompute must leave the running statistics and the saved batch statistics alone: it
   // writes scratch copies of both, (4, C) floats.
-  uint64_t workspace_bytes(Kernels&, Pass pass, bool training) const override {
+  uint64_t workspace_bytes(Kernels&, Pass pass, bool training, DType) const override {
     return pass == Pass::kForward && training ? 4 * g_.c * sizeof(float) : 0;
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (!io.training) {
       k.launch(BatchNormForwardInference{g_, cf(io.inputs[0]), cf(io.params[0]), cf(io.params[1]),
-                                         cf(io.buffers[0]), cf(io.buffers[1]), f(io.outputs[0])},
+                                         cf(io.buffers[0]), cf(io.buffers[1]), f(io.outputs[0]),
+                                         io.dtype},
                s);
       return;
     }
@@ -45,13 +46,13 @@ class BatchNormOp : public Op {
     }
     k.launch(BatchNormForwardTraining{g_, momentum_, cf(io.inputs[0]), cf(io.params[0]),
                                       cf(io.params[1]), f(io.outputs[0]), running_mean, running_var,
-                                      save_mean, save_var},
+                                      save_mean, save_var, io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(BatchNormBackward{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), cf(io.params[0]),
                                cf(io.aux[0]), cf(io.aux[1]), f(io.grad_inputs[0]),
-                               f(io.grad_params[0]), f(io.grad_params[1])},
+                               f(io.grad_params[0]), f(io.grad_params[1]), io.dtype},
              s);
   }
 
@@ -80,12 +81,12 @@ class PoolOp : public Op {
   }
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(PoolForward{g_, cf(io.inputs[0]), f(io.outputs[0])}, s);
+    k.launch(PoolForward{g_, cf(io.inputs[0]), f(io.outputs[0]), io.dtype}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     const bool max = g_.kind == PoolKind::kMax;
     k.launch(PoolBackward{g_, max ? cf(io.inputs[0]) : nullptr, max ? cf(io.outputs[0]) : nullptr,
-                          cf(io.grad_outputs[0]), f(io.grad_inputs[0])},
+                          cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.dtype},
              s);
   }
 
@@ -108,11 +109,12 @@ class AdaptiveAvgPoolOp : public Op {
     AdaptiveAvgPoolForward args = a_;
     args.x = cf(io.inputs[0]);
     args.y = f(io.outputs[0]);
+    args.dtype = io.dtype;
     k.launch(args, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(AdaptiveAvgPoolBackward{a_.n, a_.c, a_.h, a_.w, a_.oh, a_.ow, cf(io.grad_outputs[0]),
-                                     f(io.grad_inputs[0])},
+                                     f(io.grad_inputs[0]), io.dtype},
              s);
   }
 

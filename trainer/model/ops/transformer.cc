@@ -39,6 +39,7 @@ class EmbeddingOp : public Op {
     a.wte = cf(io.params[0]);
     a.wpe = cf(io.params[1]);
     a.y = f(io.outputs[0]);
+    a.dtype = io.dtype;
     k.launch(a, s);
   }
   // With a tied head, the head's backward (earlier in the backward pass) wrote wte's gradient
@@ -46,7 +47,8 @@ class EmbeddingOp : public Op {
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(EmbeddingBackward{shape_.n, shape_.t, shape_.c, shape_.vocab, context_,
                                static_cast<const int32_t*>(io.inputs[0]), cf(io.grad_outputs[0]),
-                               f(io.grad_params[0]), f(io.grad_params[1]), tied_, segments_of(io)},
+                               f(io.grad_params[0]), f(io.grad_params[1]), tied_, segments_of(io),
+                               io.dtype},
              s);
   }
 
@@ -73,7 +75,7 @@ class LayerNormOp : public Op {
     return {};
   }
   // A recompute leaves the saved statistics alone: it writes scratch copies, (2, rows) floats.
-  uint64_t workspace_bytes(Kernels&, Pass pass, bool) const override {
+  uint64_t workspace_bytes(Kernels&, Pass pass, bool, DType) const override {
     return pass == Pass::kForward ? 2 * g_.rows * sizeof(float) : 0;
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
@@ -84,13 +86,13 @@ class LayerNormOp : public Op {
       rstd = f(io.aux[1]);
     }
     k.launch(LayerNormForward{g_, cf(io.inputs[0]), cf(io.params[0]), cf(io.params[1]),
-                              f(io.outputs[0]), mean, rstd},
+                              f(io.outputs[0]), mean, rstd, io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(LayerNormBackward{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), cf(io.params[0]),
                                cf(io.aux[0]), cf(io.aux[1]), f(io.grad_inputs[0]),
-                               f(io.grad_params[0]), f(io.grad_params[1])},
+                               f(io.grad_params[0]), f(io.grad_params[1]), io.dtype},
              s);
   }
 
@@ -111,10 +113,12 @@ class GeluOp : public Op {
     return {};
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(GeluForward{n_, cf(io.inputs[0]), f(io.outputs[0])}, s);
+    k.launch(GeluForward{n_, cf(io.inputs[0]), f(io.outputs[0]), io.dtype}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(GeluBackward{n_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_inputs[0])}, s);
+    k.launch(
+        GeluBackward{n_, cf(io.inputs[0]), cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.dtype},
+        s);
   }
 
  private:
@@ -149,6 +153,8 @@ class AttentionOp : public Op {
   }
   bool recomputable() const override { return fused_ || g_.dropout == 0; }
   uint32_t rebuilt_outputs() const override { return fused_ ? ~0u : 2; }
+  // The fused core's log-sum-exp.
+  uint32_t statistic_outputs() const override { return fused_ ? 2 : 0; }
   OpCost cost() const override {
     // Two (T x D) by (D x T) products per head forward, four backward; softmax per score. The
     // fused backward recomputes q k^T and the exponentials first.
@@ -158,37 +164,38 @@ class AttentionOp : public Op {
     return {4 * scores * d + 5 * scores,
             fused_ ? backward + 2 * scores * d + 5 * scores : backward};
   }
-  uint64_t workspace_bytes(Kernels& k, Pass pass, bool training) const override {
+  uint64_t workspace_bytes(Kernels& k, Pass pass, bool training, DType dtype) const override {
     if (fused_) return 0;  // the tiles are the kernels' own
     if (pass == Pass::kForward)
-      return k.workspace_bytes(AttentionForward{.g = g_, .training = training});
-    return k.workspace_bytes(AttentionBackward{.g = g_});
+      return k.workspace_bytes(AttentionForward{.g = g_, .training = training, .dtype = dtype});
+    return k.workspace_bytes(AttentionBackward{.g = g_, .dtype = dtype});
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (fused_) {
       k.launch(FlashAttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
-                                     f(io.outputs[1]), segments_of(io)},
+                                     f(io.outputs[1]), segments_of(io), io.dtype},
                s);
       return;
     }
     k.launch(AttentionForward{g_, io.training, io.seed, cf(io.inputs[0]), f(io.outputs[0]),
                               f(io.outputs[1]),
                               io.aux.empty() ? nullptr : static_cast<uint8_t*>(io.aux[0]), io.ws,
-                              segments_of(io)},
+                              segments_of(io), io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     if (fused_) {
       k.launch(FlashAttentionBackward{g_, io.seed, cf(io.inputs[0]), cf(io.outputs[0]),
                                       cf(io.outputs[1]), cf(io.grad_outputs[0]),
-                                      f(io.grad_inputs[0]), segments_of(io)},
+                                      f(io.grad_inputs[0]), segments_of(io), io.dtype},
                s);
       return;
     }
     k.launch(
         AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
                           io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
-                          cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws, segments_of(io)},
+                          cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws, segments_of(io),
+                          io.dtype},
         s);
   }
 

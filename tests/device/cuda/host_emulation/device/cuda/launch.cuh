@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "device/bf16.h"
+
 // Note [Host emulation of the CUDA kernels]
 // This machine class (CI) has no GPU, so the real parity suite skips. The emulated suite
 // compiles the very .cu sources with g++: __global__/__device__ vanish, __shared__ becomes a
@@ -102,6 +104,17 @@ inline double __longlong_as_double(long long bits) {
   std::memcpy(&d, &bits, sizeof d);
   return d;
 }
+
+// The host stand-in for cuda_bf16.h's __nv_bfloat16 and the conversions the kernels call
+// (device/cuda/storage.cuh): the bits of a bf16, widened exactly and built from raw bits, as on
+// the GPU. No rounding function is emulated: the kernels round with device/bf16.h's
+// float_to_bf16 on both (Note [bf16 storage in the CUDA kernels]).
+struct __nv_bfloat16 {
+  unsigned short bits;
+};
+inline float __bfloat162float(__nv_bfloat16 h) { return ferry::bf16_to_float(ferry::BF16{h.bits}); }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short bits) { return __nv_bfloat16{bits}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
 
 namespace ferry::cuda {
 
