@@ -296,9 +296,11 @@ std::vector<KeySpec> build_schema() {
       integer(FERRY_CONFIG_KEY(optim, accumulate), at_least(1),
               "Gradient accumulation: micro-batches of data.batch_size per rank per update "
               "(effective batch = batch_size x accumulate x ranks). Gradients are summed on the "
-              "device, reduced across ranks once, on the last micro-batch, and the loss is "
-              "averaged as one batch of that size would be; run.steps, the schedule, logging "
-              "and checkpoints count updates. Costs one more gradient-sized block."),
+              "device, reduced across ranks once, on the last micro-batch (memory.zero 2 with staged "
+              "gradients: reduce-scattered every micro-batch into the rank's shard), and the loss "
+              "is averaged as one batch of that size would be; run.steps, the schedule, logging "
+              "and checkpoints count updates. Costs one more gradient-sized block (not under "
+              "zero 2's staged gradients)."),
       // device
       choice(FERRY_CONFIG_KEY(device, backend), "Device backend."),
       size(FERRY_CONFIG_KEY(device, memory), 1,

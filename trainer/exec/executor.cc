@@ -151,12 +151,13 @@ void Executor::enqueue(const HostBatch& batch, bool training, uint64_t step,
     tracer_.begin_step();
   }
   for (int s = 0; s < static_cast<int>(p.plan.tape.steps.size()); ++s) {
+    if (listener) listener->before_step(p, s);
     before_step(p, s);
     if (tracer_.active() && (!p.release_at[s].empty() || !p.needed_at[s].empty())) {
       // The time compute spends waiting for copies shows as its own span.
       tracer_.mark("wait for copies", p.plan.persistent.total() + occupancy[s]);
     }
-    run_step(p, s, batch, step_seed);
+    run_step(p, s, batch, step_seed, listener);
     after_step(p, s);
     if (tracer_.active()) {
       const TapeStep& st = p.plan.tape.steps[s];
@@ -228,7 +229,8 @@ void Executor::after_step(Program& p, int s) {
   }
 }
 
-void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed) {
+void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed,
+                        GradientListener* listener) {
   const TapeStep& step = p.plan.tape.steps[s];
   const StepBinding& b = p.lowered.bindings[p.plan.origin[static_cast<size_t>(s)]];
   Stream& compute = device_.stream(StreamKind::kCompute);
@@ -312,7 +314,11 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   fill(b.grad_inputs, io.grad_inputs);
   io.grad_params.clear();
   for (int slot : b.grad_params) {
-    io.grad_params.push_back(p.grads[persistent_id(slot)]);
+    const TensorId id = persistent_id(slot);
+    float* staged =
+        listener ? listener->gradient_address(p, static_cast<size_t>(p.param_index[id])) : nullptr;
+    io.grad_params.push_back(staged ? staged : p.grads[id]);
+    FERRY_ASSERT(io.grad_params.back() != nullptr, "a staged gradient without its listener");
   }
   node.op->backward(k, compute, io);
 }

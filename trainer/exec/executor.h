@@ -102,6 +102,11 @@ class GradientListener {
  public:
   virtual ~GradientListener() = default;
   virtual void on_gradients(std::span<const size_t> params) = 0;
+  // Before step `step` of `program` is enqueued: work the step must come after may be ordered
+  // here (memory.zero 2's staging reuse, Note [Gradients through a staging ring]).
+  virtual void before_step(const Program& /*program*/, int /*step*/) {}
+  // Where backward writes parameter `param`'s gradient in `program`; null: the store's block.
+  virtual float* gradient_address(const Program& /*program*/, size_t /*param*/) { return nullptr; }
 };
 
 struct ExecutorOptions {
@@ -214,7 +219,8 @@ class Executor {
   void before_step(Program& p, int s);
   // Planned seconds from the start of step `issued_before` to the start of `deadline_step`.
   static double deadline_s(const Program& p, int issued_before, int deadline_step);
-  void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed);
+  void run_step(const Program& p, int s, const HostBatch& batch, uint64_t step_seed,
+                GradientListener* listener);
   void after_step(Program& p, int s);
   void poison(const Program& p, int tensor, const Residency& r);
   // NaN-fills `bytes` at `ptr` as `dtype` elements (bf16 NaN in each half of a bf16 tensor).

@@ -101,7 +101,14 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   if (precision == Precision::kBf16) {
     working_block_ = DeviceBuffer(heap, working_bytes(param_block_bytes_), "bf16 working weights");
   }
-  grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
+  if (layout_.staging_bytes > 0) {
+    FERRY_ASSERT(layout_.shard_optimizer && layout_.shard_floats > 0 && !accumulation,
+                 "staged gradients are zero 2's: sharded, accumulating in the shard");
+    grads_block_ = DeviceBuffer(heap, unit, "gradient shard");
+    staging_ = DeviceBuffer(heap, layout_.staging_bytes, "gradient staging");
+  } else {
+    grads_block_ = DeviceBuffer(heap, param_block_bytes_, "gradients");
+  }
   if (accumulation) {
     accumulation_block_ = DeviceBuffer(heap, param_block_bytes_, "accumulated gradients");
   }
@@ -167,6 +174,7 @@ void ParameterStore::refresh_working_weights(Stream& stream) {
 }
 
 float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
+  if (staged()) return nullptr;
   return reinterpret_cast<float*>(static_cast<std::byte*>(grads_block_.data()) +
                                   params_[param_index(graph, param)].offset);
 }
@@ -175,7 +183,7 @@ PersistentBytes ParameterStore::bytes() const {
   PersistentBytes b;
   b.weights = params_block_.bytes();
   b.working_weights = working_block_.bytes();
-  b.gradients = grads_block_.bytes() + accumulation_block_.bytes();
+  b.gradients = grads_block_.bytes() + staging_.bytes() + accumulation_block_.bytes();
   for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();  // 0 on the host
   b.buffers = buffers_block_.bytes() + metrics_.bytes();
   return b;
@@ -215,7 +223,11 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
   }
   write(buffers_block_.data(), buffers.data(), buffers.size());
   const std::vector<std::byte> zeros(param_block_bytes_);
-  write(grads_block_.data(), zeros.data(), zeros.size());
+  write(grads_block_.data(), zeros.data(), grads_block_.bytes());
+  if (staging_.bytes() > 0) {
+    const std::vector<std::byte> staging_zeros(staging_.bytes());
+    write(staging_.data(), staging_zeros.data(), staging_zeros.size());
+  }
   if (accumulation_block_.bytes() > 0) {
     write(accumulation_block_.data(), zeros.data(), zeros.size());
   }
@@ -233,6 +245,7 @@ std::vector<std::byte> ParameterStore::read_param(size_t i) const {
   return read_entry(params_block_, params_[i]);
 }
 std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
+  FERRY_ASSERT(!staged(), "read_grad: gradients are staged (zero 2), no whole block");
   return read_entry(grads_block_, params_[i]);
 }
 std::vector<std::byte> ParameterStore::read_buffer(size_t i) const {
@@ -282,7 +295,7 @@ void ParameterStore::write_local_optimizer(int slot, const float* data) {
   }
 }
 void ParameterStore::zero_grads() {
-  const std::vector<std::byte> zeros(param_block_bytes_);
+  const std::vector<std::byte> zeros(grads_block_.bytes());
   write(grads_block_.data(), zeros.data(), zeros.size());
 }
 

@@ -44,6 +44,11 @@ struct StoreLayout {
   int64_t shard_floats = 0;      // > 0: blocks padded to ranks * shard_floats (zero 1 and 2)
   bool shard_optimizer = false;  // the optimizer state holds the rank's shard only
   bool host_optimizer = false;   // the optimizer state (and the update's copies) in host memory
+  // > 0: zero 2 without a whole gradient block. The gradient block holds the rank's shard only
+  // (shard_floats) and backward writes into a staging area of these bytes (Note [Gradients
+  // through a staging ring] in trainer/optim/gradient_staging.h).
+  uint64_t staging_bytes = 0;
+  uint64_t staging_slot_bytes = 0;  // one of its two bucket slots
 };
 
 class ParameterStore {
@@ -72,7 +77,18 @@ class ParameterStore {
   // Floats in the parameter block, padding included (padding stays zero).
   int64_t param_floats() const { return static_cast<int64_t>(param_block_bytes_ / sizeof(float)); }
   float* param_block() const { return params_block_.as<float>(); }
-  float* grad_block() const { return grads_block_.as<float>(); }
+  // The whole gradient block (null when gradients are staged: StoreLayout::staging_bytes).
+  float* grad_block() const { return staged() ? nullptr : grads_block_.as<float>(); }
+  bool staged() const { return layout_.staging_bytes > 0; }
+  // The gradients of the floats this rank updates, [update_begin(), update_end()): in the
+  // gradient block, or the whole (shard-sized) block when gradients are staged.
+  float* update_grads() const {
+    return staged() ? grads_block_.as<float>() : grads_block_.as<float>() + update_begin_;
+  }
+  // The staging area backward writes gradients into under zero 2 (null otherwise).
+  std::byte* staging() const { return staging_.as<std::byte>(); }
+  uint64_t staging_bytes() const { return staging_.bytes(); }
+  uint64_t staging_slot_bytes() const { return layout_.staging_slot_bytes; }
   // The gradient accumulation block (same layout as grad_block), or null without one.
   float* accumulation_block() const { return accumulation_block_.as<float>(); }
   // The optimizer state of the floats this rank updates, [update_begin(), update_end()) of the
@@ -115,7 +131,7 @@ class ParameterStore {
   void refresh_working_weights(Stream& stream);
   // How many times refresh_working_weights narrowed the weights (once per update).
   uint64_t working_refreshes() const { return working_refreshes_; }
-  // The device address of a parameter's gradient.
+  // The device address of a parameter's gradient (null when gradients are staged).
   float* grad_address(const Graph& graph, TensorId param) const;
   // Index into params() of a graph's parameter.
   size_t param_index(const Graph& graph, TensorId param) const;
@@ -178,6 +194,7 @@ class ParameterStore {
   uint64_t working_refreshes_ = 0;
   DeviceBuffer grads_block_;
   DeviceBuffer accumulation_block_;  // optim.accumulate > 1 only
+  DeviceBuffer staging_;             // zero 2's staged gradients only
   std::vector<DeviceBuffer> optimizer_blocks_;
   StoreLayout layout_;
   int64_t update_begin_ = 0, update_end_ = 0;

@@ -248,8 +248,10 @@ void ProgramCache::index_plan(Program& p) {
     }
   }
   p.grads.assign(p.graph.tensors().size(), nullptr);
+  p.param_index.assign(p.graph.tensors().size(), -1);
   for (TensorId param : p.graph.params()) {
     p.grads[param] = store_.grad_address(p.graph, param);
+    p.param_index[param] = static_cast<int32_t>(store_.param_index(p.graph, param));
   }
   p.working.clear();
   if (store_.has_working_copy()) {
@@ -281,6 +283,7 @@ void ProgramCache::index_plan(Program& p) {
         p.planned_start[s] + options_.cost.step_seconds(p.plan.tape.steps[s], p.plan.tape);
   }
   p.grads_written.resize(steps);
+  p.grads_touched.resize(steps);
   p.release_at.resize(steps);
   p.fetch_at.resize(steps);
   p.needed_at.resize(steps);
@@ -302,6 +305,7 @@ void ProgramCache::index_plan(Program& p) {
     for (int slot : b.grad_params) {
       const size_t param = store_.param_index(p.graph, persistent_id(slot));
       if (last_writer[param] == s) p.grads_written[s].push_back(param);
+      p.grads_touched[s].push_back(param);
     }
   }
   for (size_t t = 0; t < p.plan.tensors.size(); ++t) {

@@ -49,6 +49,8 @@ struct Program {
   Lowered lowered;  // the input tape and the OpIo bindings of its steps
   MemoryPlan plan;  // its own tape: the input tape plus recompute steps
   std::vector<std::vector<size_t>> grads_written;  // per planned step
+  // Per planned step: the parameters whose gradient it writes at all (first writers too).
+  std::vector<std::vector<size_t>> grads_touched;
   // The plan's OffloadTiming (prefetch/plan.h) turned around, per planned step: the offloaded
   // tensors whose release_at, fetch_at, needed_at or offload_after is that step.
   std::vector<std::vector<int>> release_at, fetch_at, needed_at, offload_after;
@@ -61,6 +63,8 @@ struct Program {
   // Addresses resolved once, by TensorId: parameters, buffers and metrics; gradients of params.
   std::vector<void*> persistent;
   std::vector<float*> grads;
+  // By TensorId: the parameter's index in ParameterStore::params() (-1: not a parameter).
+  std::vector<int32_t> param_index;
   // By TensorId: each parameter's bf16 working copy (Note [The bf16 working copy] in
   // parameter_store.h); empty in fp32.
   std::vector<void*> working;

@@ -47,6 +47,8 @@ double least(const std::vector<double>& seconds, size_t first, size_t last) {
 
 void ModelStateStep::send_gradients(int64_t offset, int64_t count, const CommWork& reduced,
                                     Stream& after) {
+  // Staged zero 2: the shard holds the sum only after the update's last micro-batch.
+  if (store_.staged() && !last_micro_) return;
   const int64_t begin = std::max(offset, store_.update_begin());
   const int64_t end = std::min(offset + count, store_.update_end());
   if (begin >= end) return;
@@ -54,6 +56,11 @@ void ModelStateStep::send_gradients(int64_t offset, int64_t count, const CommWor
   after.record(ready);  // its gradients are written (one rank: no collective to wait for)
   Stream& d2h = device_.stream(StreamKind::kDeviceToHost);
   reduced.order_before(d2h);
+  // Staged zero 2: the rank's part reaches the shard on the comm stream after the collective.
+  if (store_.staged()) {
+    const auto at = range_at_.find(offset);
+    if (at != range_at_.end()) d2h.wait(*copied_[at->second.first]);
+  }
   TransferRequest request{TransferDirection::kToHost,
                           copy_name("gradients", begin, end),
                           static_cast<uint64_t>(end - begin) * sizeof(float),
@@ -62,7 +69,7 @@ void ModelStateStep::send_gradients(int64_t offset, int64_t count, const CommWor
                           TransferPurpose::kOptimizer};
   Event& done = next_event();
   options_.transfers->copy(request, store_.host_grads() + (begin - store_.update_begin()),
-                           store_.grad_block() + begin, ready, done);
+                           store_.update_grads() + (begin - store_.update_begin()), ready, done);
   down_ = &done;
   sent_.emplace_back(begin, end);
 }

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "common/bytes.h"
 #include "common/error.h"
+#include "device/kernels.h"
 
 namespace ferry {
 
@@ -17,10 +21,14 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
     FERRY_ASSERT(shard_ > 0 && shard_ * ranks == store.param_floats(),
                  "a sharded store has ranks equal shards");
     buckets.reduce = [this](float* block, int64_t offset, int64_t count, Stream& after) {
-      return reduce_range(block, offset, count, after);
+      return store_.staged() ? reduce_staged(offset, count, after)
+                             : reduce_range(block, offset, count, after);
     };
     buckets.overlap = buckets.overlap && options_.reduce_in_backward;
   }
+  pieces_ = {shard_,
+             std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float))),
+             ranks};
   if (options_.host) {
     // Note [Host copies on the links]: each bucket's gradients go down as its reduction ends.
     FERRY_ASSERT(options_.transfers != nullptr, "the host optimizer's copies need an engine");
@@ -32,8 +40,157 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
       return w;
     };
   }
-  buckets_ = std::make_unique<GradientBuckets>(comm, device, store.grad_block(), std::move(slices),
-                                               std::move(buckets));
+  FERRY_ASSERT(!store.staged() || (options_.shard && buckets.overlap),
+               "staged gradients need zero 2's reduce-scatter during backward");
+  buckets_ = std::make_unique<GradientBuckets>(
+      comm, device, store.staged() ? reinterpret_cast<float*>(store.staging()) : store.grad_block(),
+      std::move(slices), std::move(buckets));
+  if (store.staged()) {
+    const auto& all = buckets_->buckets();
+    for (size_t b = 0; b < all.size(); ++b) {
+      copied_.push_back(device.create_event());
+      for (size_t r = 0; r < all[b].ranges.size(); ++r) {
+        range_at_[static_cast<int64_t>(all[b].ranges[r].offset / sizeof(float))] = {b, r};
+      }
+    }
+    launched_.assign(all.size(), 0);
+  }
+}
+
+// Note [Gradients through a staging ring] in gradient_staging.h.
+const ModelStateStep::Staged& ModelStateStep::staged_for(const Program& program) {
+  auto it = plans_.find(&program);
+  if (it != plans_.end() && it->second.origin == program.plan.origin) return it->second;
+  if (it != plans_.end()) plans_.erase(it);
+  const GradientBuckets& b = *buckets_;
+  std::vector<size_t> bucket_of(store_.params().size());
+  std::vector<GradSlice> slices;
+  for (size_t p = 0; p < bucket_of.size(); ++p) {
+    bucket_of[p] = b.bucket_of(p);
+    const auto& e = store_.params()[p];
+    slices.push_back({e.offset, (e.desc.bytes() + 63) / 64 * 64});
+  }
+  StagingInputs in;
+  in.buckets = b.buckets();
+  in.bucket_of = bucket_of;
+  in.slices = slices;
+  in.touched = program.grads_touched;
+  in.written = program.grads_written;
+  in.overlap = b.options().overlap;
+  in.capacity = store_.staging_bytes();
+  in.slot_bytes = store_.staging_slot_bytes();
+  Staged staged{plan_staging(in), store_.staging(), program.plan.origin};
+  if (staged.plan.bytes > store_.staging_bytes()) {
+    // The layout does not fit the planned area: an area of its own, past the plan.
+    fmt::print(stderr,
+               "memory.zero 2: this backward needs {} of gradient staging, more than the {} "
+               "planned; the measured peak will exceed the plan (Note [Gradients through a staging "
+               "ring])\n",
+               format_bytes(staged.plan.bytes), format_bytes(store_.staging_bytes()));
+    grown_.emplace_back(device_.memory(), staged.plan.bytes, "gradient staging (grown)");
+    staged.base = grown_.back().as<std::byte>();
+    std::vector<std::byte> zeros(staged.plan.bytes);
+    Stream& compute = device_.stream(StreamKind::kCompute);
+    device_.copy_async(staged.base, zeros.data(), zeros.size(), compute);
+    compute.synchronize();
+  }
+  return plans_.emplace(&program, std::move(staged)).first->second;
+}
+
+void ModelStateStep::begin_backward(bool first, bool last) {
+  first_micro_ = first;
+  last_micro_ = last;
+  if (first) reductions_ = 0;
+  std::fill(launched_.begin(), launched_.end(), 0);
+  plan_ = nullptr;
+}
+
+// Note [Parameters gathered for the next forward] in gather_order.h.
+const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& program) {
+  auto it = gather_plans_.find(&program);
+  if (it != gather_plans_.end() && it->second.origin == program.plan.origin) return it->second;
+  if (it != gather_plans_.end()) gather_plans_.erase(it);
+  const auto& steps = program.plan.tape.steps;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> reads(steps.size());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].phase != StepPhase::kForward && steps[s].phase != StepPhase::kRecompute) continue;
+    for (int slot : program.lowered.bindings[program.plan.origin[s]].params) {
+      const int32_t p = program.param_index[persistent_id(slot)];
+      if (p < 0) continue;
+      const auto& e = store_.params()[static_cast<size_t>(p)];
+      const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
+      reads[s].emplace_back(begin, begin + e.desc.shape.numel());
+    }
+  }
+  Gathers g;
+  g.read = pieces_read(pieces_, reads);
+  g.order = ferry::gather_order(pieces_.count(), g.read);
+  g.origin = program.plan.origin;
+  return gather_plans_.emplace(&program, std::move(g)).first->second;
+}
+
+void ModelStateStep::settle(Stream& compute) {
+  for (size_t k = 0; k < waiting_.size(); ++k) {
+    if (waiting_[k]) gathering_[k].order_before(compute);
+    waiting_[k] = 0;
+  }
+}
+
+void ModelStateStep::before_step(const Program& program, int step) {
+  last_program_ = &program;
+  if (std::find(waiting_.begin(), waiting_.end(), 1) != waiting_.end()) {
+    Stream& compute = device_.stream(StreamKind::kCompute);
+    const StepPhase phase = program.plan.tape.steps[static_cast<size_t>(step)].phase;
+    if (phase == StepPhase::kForward || phase == StepPhase::kRecompute) {
+      for (size_t k : gathers_for(program).read[static_cast<size_t>(step)]) {
+        if (waiting_[k]) gathering_[k].order_before(compute);
+        waiting_[k] = 0;
+      }
+    } else if (phase != StepPhase::kLoad) {
+      settle(compute);
+    }
+  }
+  if (!store_.staged()) return;
+  if (plan_ == nullptr) plan_ = &staged_for(program);
+  Stream& compute = device_.stream(StreamKind::kCompute);
+  for (size_t b : plan_->plan.waits[static_cast<size_t>(step)]) compute.wait(*copied_[b]);
+}
+
+float* ModelStateStep::gradient_address(const Program& program, size_t param) {
+  if (!store_.staged()) return nullptr;
+  if (plan_ == nullptr) plan_ = &staged_for(program);
+  return reinterpret_cast<float*>(plan_->base + plan_->plan.param_offset[param]);
+}
+
+CommWork ModelStateStep::reduce_staged(int64_t offset, int64_t count, Stream& after) {
+  FERRY_ASSERT(plan_ != nullptr, "a staged reduction before its backward");
+  const auto [bucket, range] = range_at_.at(offset);
+  float* data = reinterpret_cast<float*>(plan_->base + plan_->plan.bucket_offset[bucket] +
+                                         plan_->plan.range_offsets[bucket][range]);
+  const int ranks = comm_.ranks().size, rank = comm_.ranks().rank;
+  std::vector<Communicator::Part> parts(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const int64_t b = std::clamp(r * shard_, offset, offset + count);
+    const int64_t e = std::clamp((r + 1) * shard_, offset, offset + count);
+    parts[static_cast<size_t>(r)] = {b - offset, e - b};
+  }
+  ++reductions_;
+  CommWork work = comm_.reduce_scatter_mean(data, parts, after);
+  // This rank's part into its shard, on the comm stream behind the collective.
+  Stream& comm = device_.stream(StreamKind::kComm);
+  const Communicator::Part mine = parts[static_cast<size_t>(rank)];
+  if (mine.count > 0) {
+    float* shard = store_.update_grads() + (offset + mine.offset - rank * shard_);
+    const float* part = data + mine.offset;
+    if (first_micro_) {
+      device_.copy_async(shard, part, static_cast<uint64_t>(mine.count) * sizeof(float), comm);
+    } else {
+      device_.kernels().launch(Accumulate{mine.count, part, shard}, comm);
+    }
+  }
+  comm.record(*copied_[bucket]);
+  launched_[bucket] = 1;
+  return work;
 }
 
 CommWork ModelStateStep::reduce_range(float* block, int64_t offset, int64_t count, Stream& after) {
@@ -49,10 +206,28 @@ CommWork ModelStateStep::reduce_range(float* block, int64_t offset, int64_t coun
 }
 
 void ModelStateStep::reduce(Stream& compute) {
-  reductions_ = 0;
+  if (!store_.staged()) {
+    reductions_ = 0;
+    buckets_->finish(compute);
+    if (!options_.shard) reductions_ = static_cast<int64_t>(buckets_->launched());
+    if (options_.host) send_rest(compute);
+    return;
+  }
+  FERRY_ASSERT(plan_ != nullptr, "a staged reduction before its backward");
+  for (size_t b : plan_->plan.waits.back()) compute.wait(*copied_[b]);
+  Kernels& k = device_.kernels();
+  for (size_t p : plan_->plan.unwritten) {
+    const auto& e = store_.params()[p];
+    const auto n = static_cast<int64_t>((e.desc.bytes() + 63) / 64 * 64 / sizeof(float));
+    k.launch(Fill{n, 0.0f, reinterpret_cast<float*>(plan_->base + plan_->plan.param_offset[p])},
+             compute);
+  }
   buckets_->finish(compute);
-  if (!options_.shard) reductions_ = static_cast<int64_t>(buckets_->launched());
-  if (options_.host) send_rest(compute);
+  // The optimizer reads the shard: compute after every copy into it.
+  for (size_t b = 0; b < launched_.size(); ++b) {
+    if (launched_[b]) compute.wait(*copied_[b]);
+  }
+  if (options_.host && last_micro_) send_rest(compute);
 }
 
 // Note [Clipping after the all-reduce] in optimizer.cc, by shard: every rank's sum of squares of
@@ -62,7 +237,7 @@ void ModelStateStep::clip(Stream& compute, bool on_device) {
   if (o.clip_norm <= 0) return;
   Kernels& k = device_.kernels();
   const int64_t begin = store_.update_begin(), n = store_.update_end() - begin;
-  float* grad = store_.grad_block() + begin;
+  float* grad = store_.update_grads();
   k.launch(SumOfSquares{n, grad, store_.grad_sq_address()}, compute);
   const int ranks = comm_.ranks().size;
   if (options_.shard && ranks > 1) {
@@ -74,6 +249,7 @@ void ModelStateStep::clip(Stream& compute, bool on_device) {
 
 void ModelStateStep::update(float lr) {
   Stream& compute = device_.stream(StreamKind::kCompute);
+  settle(compute);  // the last update's pieces (already waited for by the backward in between)
   const int64_t begin = store_.update_begin(), end = store_.update_end();
   float* param = store_.param_block() + begin;
   const int slots = store_.optimizer_slots();
@@ -81,25 +257,31 @@ void ModelStateStep::update(float lr) {
     host_update(compute, lr);  // model_state_host.cc
   } else {
     clip(compute);
-    Optimizer::Range r{begin, end, param, store_.grad_block() + begin};
+    Optimizer::Range r{begin, end, param, store_.update_grads()};
     for (int s = 0; s < slots && s < 2; ++s) r.state[s] = store_.optimizer_block(s);
     optimizer_.step_range(device_.kernels(), compute, store_, r, lr);
   }
   gathers_ = 0;
   if (!options_.shard) return;
-  // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard.
+  // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard, the next
+  // forward's first pieces first; compute waits per piece (before_step) or for all (settle).
   const int ranks = comm_.ranks().size;
-  const int64_t piece =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float)));
-  std::vector<CommWork> works;
-  for (int64_t at = 0; at < shard_; at += piece) {
-    const int64_t count = std::min(piece, shard_ - at);
+  const size_t pieces = pieces_.count();
+  std::vector<size_t> order(pieces);
+  for (size_t k = 0; k < pieces; ++k) order[k] = k;
+  if (last_program_) order = gathers_for(*last_program_).order;
+  gathering_.assign(pieces, CommWork{});
+  waiting_.assign(pieces, 0);
+  for (size_t k : order) {
+    const auto at = static_cast<int64_t>(k) * pieces_.piece;
+    const int64_t count = std::min(pieces_.piece, shard_ - at);
     std::vector<Communicator::Part> parts;
     for (int r = 0; r < ranks; ++r) parts.push_back({r * shard_ + at, count});
-    works.push_back(comm_.all_gather(store_.param_block(), parts, compute));
+    gathering_[k] = comm_.all_gather(store_.param_block(), parts, compute);
+    waiting_[k] = 1;
     ++gathers_;
   }
-  for (const CommWork& w : works) w.order_before(compute);
+  gather_order_ = std::move(order);
 }
 
 }  // namespace ferry

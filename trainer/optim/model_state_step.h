@@ -5,6 +5,7 @@
 // same parameter bits.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +17,9 @@
 #include "device/pinned_floats.h"
 #include "prefetch/transfer_engine.h"
 #include "trainer/exec/parameter_store.h"
+#include "trainer/exec/program.h"
+#include "trainer/optim/gather_order.h"
+#include "trainer/optim/gradient_staging.h"
 #include "trainer/optim/optimizer.h"
 
 namespace ferry {
@@ -28,11 +32,16 @@ namespace ferry {
 // of them after backward. The optimizer updates [rank * S, rank * S + S) only; with clipping the
 // norm is the all-reduced sum of every shard's sum of squares. Then the parameters are
 // all-gathered in pieces of comm.bucket_mb per shard, and compute waits for them before the next
-// forward. memory.optimizer host: the rank's gradient floats go to host memory bucket by bucket,
-// the host updates its fp32 copy of the rank's weights and the state there (one host wait per
-// step, for the copies), and the weights go back before the all-gather (Note [Host copies on the
-// links]). Gradient bits equal all_reduce_mean's on two ranks (a + b either way); with more ranks
-// MPI may sum in another order (Note [Model state per rank] says what the tests hold).
+// forward (in the order and with the per-piece waits of Note [Parameters gathered for the next
+// forward] in gather_order.h). memory.optimizer host: the rank's gradient floats go to host memory
+// bucket by bucket, the host updates its fp32 copy of the rank's weights and the state there (one
+// host wait per step, for the copies), and the weights go back before the all-gather (Note [Host
+// copies on the links]). Gradient bits equal all_reduce_mean's on two ranks (a + b either way);
+// with more ranks MPI may sum in another order (Note [Model state per rank] says what the tests
+// hold). zero 2 with a staging area (ParameterStore::staged) keeps no whole gradient block: Note
+// [Gradients through a staging ring] in gradient_staging.h; under optim.accumulate it
+// reduce-scatters every micro-batch and sums them in the shard (DeepSpeed's choice: N reductions
+// per update, no whole-block accumulation buffer).
 
 // Note [Host copies on the links]
 // memory.optimizer host's copies take the activations' way (Note [Life of an offloaded
@@ -46,7 +55,10 @@ namespace ferry {
 //    (all-reduce, or reduce-scatter under sharding) ends: the copy stream waits for the bucket's
 //    gradients on compute and for its collective. Deadline: the step's end, where the host update
 //    waits for them (the planned seconds from the bucket's last gradient to the tape's end).
-//    Floats no bucket covers (padding) follow after reduce().
+//    Floats no bucket covers (padding) follow after reduce(). Under staged zero 2 the reduced
+//    floats live in the gradient shard (ParameterStore::update_grads), and each bucket's copy
+//    reads them there once its part has been copied (or added) into the shard; under
+//    optim.accumulate they go down once, after the update's last micro-batch.
 //  - Clipping: the device sums the squares (all-reduced by shard) and the 4-byte sum goes down the
 //    same way; the host scales its gradients with ClipByNorm's element math (bitwise the device's).
 //  - Weights: after the host update the rank's floats go up in pieces of comm.bucket_mb cut at
@@ -74,18 +86,52 @@ class ModelStateStep {
                  const ModelStateStepOptions& options);
 
   GradientBuckets& buckets() { return *buckets_; }
+  // Whether backward writes into the staging area (zero 2 without a whole gradient block).
+  bool staged() const { return store_.staged(); }
+  // Before a backward pass (staged): `first` is the update's first micro-batch, whose reduced
+  // parts replace the shard's gradients; later ones add to them. Under memory.optimizer host the
+  // shard goes down to the host in the `last` micro-batch only.
+  void begin_backward(bool first, bool last = true);
+  // The executor's hooks (GradientListener): before step `step`, the waits for the parameter
+  // pieces it reads (or, not a forward step, for every piece still gathering) and for staging
+  // bytes it reuses; and where parameter `param`'s gradient is written (null: not staged).
+  void before_step(const Program& program, int step);
+  float* gradient_address(const Program& program, size_t param);
+  // Orders `compute` after every parameter piece still being gathered (before anything but the
+  // next forward reads parameters: checkpoints).
+  void settle(Stream& compute);
+  // The pieces of the last all-gather in the order they were issued.
+  const std::vector<size_t>& gather_order() const { return gather_order_; }
+  // The staging layout of `program` (planned on first use).
+  const StagingPlan& staging_plan(const Program& program) { return staged_for(program).plan; }
   // The reductions not launched during backward, and compute ordered after all of them.
   void reduce(Stream& compute);
   // Clipping, the shard's update (device or host), the all-gather; compute waits for it.
   void update(float lr);
   // The host copy of the weights no longer matches the device's (a checkpoint was loaded).
   void weights_changed() { host_weights_current_ = false; }
-  // Collectives of the last step: reductions (one per bucket range) and all-gathers.
+  // Collectives of the last update: reductions (one per bucket range, per micro-batch when
+  // staged) and all-gathers.
   int64_t reductions() const { return reductions_; }
   int64_t gathers() const { return gathers_; }
 
  private:
+  struct Staged {
+    StagingPlan plan;
+    std::byte* base = nullptr;  // the store's staging area, or a grown one
+    std::vector<int> origin;    // the program's plan.origin: a program at a reused address differs
+  };
   CommWork reduce_range(float* block, int64_t offset, int64_t count, Stream& after);
+  // Staged: the range's reduce-scatter in the staging area and this rank's part into the shard.
+  CommWork reduce_staged(int64_t offset, int64_t count, Stream& after);
+  const Staged& staged_for(const Program& program);
+  // Per step of `program`, the pieces it reads, and the order to gather them in.
+  struct Gathers {
+    std::vector<std::vector<size_t>> read;
+    std::vector<size_t> order;
+    std::vector<int> origin;
+  };
+  const Gathers& gathers_for(const Program& program);
   // `on_device` false: the sum of squares only (the host scales: Note [Host copies on the links]).
   void clip(Stream& compute, bool on_device = true);
 
@@ -110,6 +156,26 @@ class ModelStateStep {
   int64_t shard_ = 0;  // S (floats); the whole block unsharded
   bool host_weights_current_ = false;
   int64_t reductions_ = 0, gathers_ = 0;
+  // Staged gradients: plans by program, the one of the backward running, each range's bucket
+  // and index by its first float in the gradient block, and per bucket the event of its last
+  // shard copy (compute waits for it before reusing the bucket's bytes).
+  std::map<const Program*, Staged> plans_;
+  const Staged* plan_ = nullptr;
+  std::vector<DeviceBuffer> grown_;  // areas for layouts past the planned one
+  // The parameter all-gather: its pieces, each one's work while compute has not been ordered
+  // after it, the program of the last backward (the next forward's, most likely).
+  GatherPieces pieces_;
+  std::map<const Program*, Gathers> gather_plans_;
+  std::vector<CommWork> gathering_;
+  std::vector<uint8_t> waiting_;
+  std::vector<size_t> gather_order_;
+  const Program* last_program_ = nullptr;
+  std::map<int64_t, std::pair<size_t, size_t>> range_at_;
+  std::vector<std::unique_ptr<Event>> copied_;
+  std::vector<uint8_t> launched_;  // buckets reduced in this backward
+  bool first_micro_ = true;
+  bool last_micro_ = true;
+  bool grew_ = false;
   // memory.optimizer host, per step: the copies' events (reused), the ranges sent down, the last
   // copy down's event, and the pinned landing place of the clipping sum.
   std::vector<std::unique_ptr<Event>> events_;

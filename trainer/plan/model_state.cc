@@ -38,8 +38,18 @@ ModelState model_state(const ModelStateInputs& in, ModelStateChoice choice) {
   s.weights = block;
   s.gradients = block;
   if (choice.zero == ZeroStage::k2 && sharded && !in.whole_gradients) {
-    const uint64_t bucket = (std::max(in.bucket_bytes, in.largest_param) + 255) / 256 * 256;
-    s.gradients = std::min(shard + 2 * bucket, block);
+    const auto slot = [&](uint64_t param) {
+      return (std::max(in.bucket_bytes, param) + 255) / 256 * 256;
+    };
+    const uint64_t one = slot(in.held_params.empty() ? in.largest_param : in.largest_unheld);
+    uint64_t staging = 2 * one;
+    for (uint64_t held : in.held_params) staging += slot(held);
+    if (shard + staging < block) {
+      s.gradients = shard + staging;
+      s.staged_gradients = true;
+      s.staging_bytes = staging;
+      s.staging_slot = one;
+    }
   }
   if (choice.optimizer == OptimizerPlacement::kHost) {
     s.host_optimizer = slots * state_unit;

@@ -24,14 +24,18 @@ namespace ferry {
 //   zero 1   weights N*S*4   gradients N*S*4             optimizer slots * S*4
 //   zero 2   weights N*S*4   gradients S*4 + in flight   optimizer slots * S*4
 //
-// with P the parameter block's bytes. "In flight" under zero 2 is two gradient buckets (the one
-// backward is filling and the one being reduce-scattered), each the larger of comm.bucket_mb and
-// the largest single parameter (a parameter is never split), rounded up to 256 bytes; S*4 + in
-// flight is at most N*S*4 (never more than zero 1's). memory.optimizer host moves the optimizer
-// state off the device (0 there) and adds in host memory, per rank, the state (slots * shard) plus
-// the shard's fp32 weights and gradients the host update reads and writes: (slots + 2) * shard
-// bytes, with shard = S*4 under zero 1 and 2 and P under zero 0. One rank (N = 1): S*4 = P and no
-// padding, so zero changes nothing.
+// with P the parameter block's bytes. "In flight" under zero 2 is the staging area backward writes
+// gradients into (Note [Gradients through a staging ring] in trainer/optim/gradient_staging.h):
+// two bucket slots (the bucket backward is filling and the one being reduce-scattered), each the
+// larger of comm.bucket_mb and the largest parameter written once (a parameter is never split),
+// plus, for each parameter backward writes more than once (a tied embedding: the head starts its
+// gradient, the embedding finishes it), its bucket held for the whole of backward: the larger of
+// comm.bucket_mb and that parameter. Each is rounded up to 256 bytes. When S*4 + in flight is not
+// below N*S*4, zero 2 keeps the whole block as zero 1 does.
+// memory.optimizer host moves the optimizer state off the device (0 there) and adds in host memory,
+// per rank, the state (slots * shard) plus the shard's fp32 weights and gradients the host update
+// reads and writes: (slots + 2) * shard bytes, with shard = S*4 under zero 1 and 2 and P under zero
+// 0. One rank (N = 1): S*4 = P and no padding, so zero changes nothing.
 
 struct ModelStateInputs {
   uint64_t param_bytes = 0;    // the parameter block (each tensor padded to 64 bytes)
@@ -40,9 +44,13 @@ struct ModelStateInputs {
   int slots = 0;               // optimizer state blocks
   int ranks = 1;               // data-parallel ranks
   uint64_t buffers = 0;        // BN statistics and metrics (never sharded)
-  // What training allocates on this build: zero 2 keeps the whole (padded) gradient block, as
-  // zero 1 does (backward writes each parameter's gradient in place: Note [Reduce and update by
-  // shard] in trainer/optim/model_state_step.h). false: the formula above (trainer plan).
+  // The parameters (padded bytes) more than one node writes the gradient of (tied weights), and
+  // the largest of the others (0: largest_param).
+  std::vector<uint64_t> held_params;
+  uint64_t largest_unheld = 0;
+  // true: zero 2 keeps the whole (padded) gradient block, as zero 1 does; training sets it under
+  // comm.overlap false, where no bucket is reduced before backward ends (a staging area would
+  // hold every bucket). false: the formula above.
   bool whole_gradients = false;
 };
 
@@ -59,6 +67,11 @@ struct ModelState {
   ModelStateChoice choice;
   int ranks = 1;
   uint64_t shard_floats = 0;  // S: one rank's part of the (padded) parameter block
+  // zero 2 without a whole gradient block: the gradients are the rank's shard (S*4) plus a
+  // staging area of staging_bytes (two buckets and the held gradients).
+  bool staged_gradients = false;
+  uint64_t staging_bytes = 0;
+  uint64_t staging_slot = 0;  // one of its two bucket slots
   // On the rank's device.
   uint64_t weights = 0;
   uint64_t gradients = 0;

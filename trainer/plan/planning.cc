@@ -3,6 +3,7 @@
 #include "trainer/configured/model.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,19 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   accumulation_bytes_ = persistent_.gradients - persistent_.weights;
   inputs_.slots = slots;
   inputs_.bucket_bytes = static_cast<uint64_t>(config.comm.bucket_mb * 1048576.0);
+  // Note [Model state per rank]: gradients more than one node writes are held through backward.
+  std::map<TensorId, int> writers;
+  for (const Node& node : graph.nodes()) {
+    for (TensorId id : node.params) ++writers[id];
+  }
+  for (const auto& [id, n] : writers) {
+    const uint64_t bytes = (graph.tensor(id).desc.bytes() + 63) / 64 * 64;
+    if (n > 1) {
+      inputs_.held_params.push_back(bytes);
+    } else {
+      inputs_.largest_unheld = std::max(inputs_.largest_unheld, bytes);
+    }
+  }
   for (TensorId id : graph.params()) {
     inputs_.largest_param =
         std::max<uint64_t>(inputs_.largest_param, (graph.tensor(id).desc.bytes() + 63) / 64 * 64);
@@ -54,7 +68,9 @@ void OfflinePlanner::set_model_state(const ModelStateChoice& choice) {
   state_ = ferry::model_state(inputs_, choice);
   persistent_ = state_.persistent(inputs_.buffers);
   persistent_.working_weights = working_weights_;
-  persistent_.gradients += accumulation_bytes_;
+  // The accumulation block has the (padded) parameter block's layout; zero 2's staged gradients
+  // accumulate in the shard instead (Note [Accumulating micro-batches]).
+  if (accumulation_bytes_ > 0 && !state_.staged_gradients) persistent_.gradients += state_.weights;
   static_.reset();
 }
 

@@ -21,6 +21,10 @@ class GradientAccumulation::Folder : public GradientListener {
  public:
   explicit Folder(GradientAccumulation& owner) : owner_(owner) {}
   void on_gradients(std::span<const size_t> params) override { owner_.fold(params); }
+  // The parameters' all-gather waits (ModelStateStep) hold for every micro-batch's forward.
+  void before_step(const Program& program, int step) override {
+    owner_.reduce_.before_step(program, step);
+  }
 
  private:
   GradientAccumulation& owner_;

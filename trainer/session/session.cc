@@ -26,14 +26,24 @@ namespace ferry {
 
 namespace {
 
-// Tells the gradient buckets what backward has written.
+// Tells the gradient buckets what backward has written; with a ModelStateStep, also when a step
+// must wait for the parameters' all-gather and, under zero 2's staged gradients, where backward
+// writes them and when it may reuse staging bytes.
 class BucketListener : public GradientListener {
  public:
-  explicit BucketListener(GradientBuckets* buckets) : buckets_(buckets) {}
+  BucketListener(GradientBuckets* buckets, ModelStateStep* staged)
+      : buckets_(buckets), staged_(staged) {}
   void on_gradients(std::span<const size_t> params) override { buckets_->mark_ready(params); }
+  void before_step(const Program& program, int step) override {
+    if (staged_) staged_->before_step(program, step);
+  }
+  float* gradient_address(const Program& program, size_t param) override {
+    return staged_ ? staged_->gradient_address(program, param) : nullptr;
+  }
 
  private:
   GradientBuckets* buckets_;
+  ModelStateStep* staged_;
 };
 
 // Note [Host copies on the links] (trainer/optim/model_state_step.h): per parameter, the planned
@@ -92,7 +102,8 @@ StoreLayout Session::resolve_model_state(const Config& config, const RankInfo& r
   const bool automatic = config.memory.zero == ZeroStage::kAuto ||
                          config.memory.optimizer == OptimizerPlacement::kAuto;
   OfflinePlanner planner(config);
-  planner.set_whole_gradients(true);
+  // Without comm.overlap no bucket is reduced before backward ends: zero 2 then keeps the block.
+  planner.set_whole_gradients(!config.comm.overlap);
   planner.set_ranks(ranks.size);
   if (automatic) {
     model_state_ = planner.resolve_model_state(config.memory.policy, config.data.batch_size)
@@ -107,6 +118,10 @@ StoreLayout Session::resolve_model_state(const Config& config, const RankInfo& r
   if (sharded) {
     layout.shard_floats = static_cast<int64_t>(state.shard_floats);
     layout.shard_optimizer = true;
+    if (state.staged_gradients) {
+      layout.staging_bytes = state.staging_bytes;
+      layout.staging_slot_bytes = state.staging_slot;
+    }
   }
   layout.host_optimizer = model_state_.optimizer == OptimizerPlacement::kHost;
   if (model_state_ != ModelStateChoice{} || automatic) {
@@ -119,10 +134,12 @@ StoreLayout Session::resolve_model_state(const Config& config, const RankInfo& r
         format_bytes(state.host_bytes()),
         model_state_.zero != ZeroStage::k0 && ranks.size == 1
             ? "; memory.zero on one rank changes nothing (every shard is the whole block)"
-        : model_state_.zero == ZeroStage::k2
-            ? "; zero 2 keeps the whole gradient block on this build (backward writes gradients "
-              "in place)"
-            : "");
+        : model_state_.zero == ZeroStage::k2 && !state.staged_gradients
+            ? "; zero 2 keeps the whole gradient block here (comm.overlap is off, or staging "
+              "two buckets would not be smaller)"
+        : state.staged_gradients ? fmt::format("; gradients: the shard and {} of staging",
+                                               format_bytes(state.staging_bytes))
+                                 : std::string());
   }
   return layout;
 }
@@ -183,19 +200,11 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   const OptimizerOptions opt = optimizer_options(config);
   // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.
   const StoreLayout layout = training ? resolve_model_state(config, ranks) : StoreLayout{};
-  // Accumulating into a shard (zero 2) or beside a host optimizer is not built yet: refused
-  // rather than left untested.
-  if (training && config.optim.accumulate > 1 &&
-      (layout.shard_optimizer || layout.host_optimizer)) {
-    throw ConfigError(
-        fmt::format(
-            "optim.accumulate {} with {} is not supported yet", config.optim.accumulate,
-            layout.host_optimizer ? "memory.optimizer host" : "a sharded memory.zero (1 or 2)"),
-        "use optim.accumulate: 1, or memory.zero: 0 with memory.optimizer: device");
-  }
-  store_ = std::make_unique<ParameterStore>(*device_, graph_, training ? optimizer_slots(opt) : 0,
-                                            layout, training && config.optim.accumulate > 1,
-                                            config.device.precision);
+  // Staged gradients (zero 2) accumulate in the shard, the rest in an accumulation block.
+  store_ = std::make_unique<ParameterStore>(
+      *device_, graph_, training ? optimizer_slots(opt) : 0, layout,
+      training && config.optim.accumulate > 1 && layout.staging_bytes == 0,
+      config.device.precision);
   store_->initialize(graph_, config.run.seed);
   if (!config.model.init_from.empty()) {
     load_weights(config.model.init_from, *store_,
@@ -347,7 +356,7 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
                                                  std::move(slices), options);
     active_buckets_ = buckets_.get();
   }
-  listener_ = std::make_unique<BucketListener>(active_buckets_);
+  listener_ = std::make_unique<BucketListener>(active_buckets_, state_step_.get());
   if (store_->accumulation_block()) {
     accumulation_ = std::make_unique<GradientAccumulation>(*device_, *store_, *listener_);
   }
@@ -357,9 +366,14 @@ GradientBuckets& Session::buckets(const HostBatch& batch) {
 void Session::forward_backward(const HostBatch& batch, uint64_t step, const MicroBatch& micro) {
   GradientBuckets& b = buckets(batch);
   micro_ = micro;
-  if (micro.count == 1) {
+  const bool staged = state_step_ && state_step_->staged();
+  if (micro.count == 1 || staged) {
     b.reset();
+    if (staged) state_step_->begin_backward(micro.index == 0, micro.last());
     executor_->enqueue(batch, /*training=*/true, step, listener_.get());
+    // Staged gradients: each micro-batch's buckets are reduce-scattered into the shard
+    // (Note [Reduce and update by shard]); the last one's finish is reduce_gradients'.
+    if (!micro.last()) state_step_->reduce(device_->stream(StreamKind::kCompute));
     return;
   }
   // Note [Accumulating micro-batches]: the buckets hear only the last micro-batch.
@@ -370,7 +384,7 @@ void Session::forward_backward(const HostBatch& batch, uint64_t step, const Micr
 
 void Session::reduce_gradients() {
   FERRY_ASSERT(micro_.last(), "reduce_gradients before the update's last micro-batch");
-  if (micro_.count > 1) accumulation_->fold_rest();
+  if (micro_.count > 1 && accumulation_) accumulation_->fold_rest();
   if (state_step_) return state_step_->reduce(device_->stream(StreamKind::kCompute));
   buckets_->finish(device_->stream(StreamKind::kCompute));
 }
@@ -399,6 +413,8 @@ std::vector<BucketSpan> Session::reduce_spans() const {
 // 0 writes the file; on load every rank reads the whole file into the image and keeps its own
 // shard. So a run resumes under another rank count, stage or placement.
 void Session::gather_optimizer_state() {
+  // The checkpoint reads the parameters: after every piece of their all-gather.
+  if (state_step_) state_step_->settle(device_->stream(StreamKind::kCompute));
   if (store_->whole_optimizer_on_device()) return;
   const int slots = store_->optimizer_slots();
   const int64_t floats = store_->param_floats();

@@ -83,7 +83,7 @@ class Session {
   std::vector<BucketSpan> reduce_spans() const;
   // The gradient buckets' counts so far (reductions, collectives, overlapped buckets); null
   // before the first step.
-  const GradientBuckets* gradient_buckets() const { return buckets_.get(); }
+  const GradientBuckets* gradient_buckets() const { return active_buckets_; }
   // What the node's link ledger measured on every emulated link (CPU ranks on topology.file);
   // empty when this run emulates no links.
   std::vector<LinkUsage> link_usage() const;

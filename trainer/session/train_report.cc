@@ -176,7 +176,11 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
       {"oversize_skipped", result.oversize_skipped},
       {"skipped_shapes", shapes.skipped_summary()},
       {"accumulate", config.optim.accumulate},
-      {"effective_batch", config.data.batch_size * config.optim.accumulate * session.ranks().size}};
+      {"effective_batch", config.data.batch_size * config.optim.accumulate * session.ranks().size},
+      // Rank 0's persistent device bytes by class (Note [Model state per rank]).
+      {"weights_bytes", session.store().bytes().weights},
+      {"gradients_bytes", session.store().bytes().gradients},
+      {"optimizer_bytes", session.store().bytes().optimizer}};
   // Note [Accumulating micro-batches]: one reduction per update, counted.
   if (const GradientBuckets* b = session.gradient_buckets()) {
     j["gradient_reductions"] = b->reductions();

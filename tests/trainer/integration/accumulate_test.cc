@@ -2,7 +2,9 @@
 // batch norm (LeNet-5 and a tiny GPT) within float reassociation, on one rank and on two; one
 // gradient reduction per update (counted by the buckets); one metrics.jsonl line per update;
 // a resumed run continues with the same losses; vdnn-all in poison mode is bitwise like none;
-// 0 and -1 are refused with exit 2.
+// 0 and -1 are refused with exit 2. The same with memory.zero 1 and 2 and the host optimizer on
+// one rank and two; zero 2's staged gradients reduce-scatter every micro-batch into the shard (4
+// reductions per update, Note [Reduce and update by shard]).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -103,9 +105,12 @@ std::string ckpt(const std::string& dir) {
 }
 
 // One update of `accumulate` x 8 against one step of 8 x `accumulate` (per rank), `ranks` ranks.
+// `reductions`: gradient reductions per update (4 when zero 2 stages its gradients); `overlap`:
+// buckets are launched while backward runs (not zero 1's, which reduces after backward).
 void expect_equal_to_one_large_batch(const std::string& name,
                                      const std::function<std::string(const std::string&)>& args,
-                                     int ranks, const std::string& extra) {
+                                     int ranks, const std::string& extra, int reductions = 1,
+                                     bool overlap = true) {
   const std::string launcher = ranks > 1 ? mpirun(ranks) : "";
   const std::string big = scratch(name + "_b32");
   Exit e = run(launcher + trainer() + args(big) + " data.batch_size=32 " + extra);
@@ -135,12 +140,13 @@ void expect_equal_to_one_large_batch(const std::string& name,
   EXPECT_GT(param_rel, 0.0) << "bitwise equal: did the accumulated run take the large batch?";
   // One reduction per update, of the same collectives as the large batch's.
   const auto sa = summary(acc), sb = summary(big);
-  EXPECT_EQ(sa["gradient_reductions"].get<int64_t>(), kSteps);
-  EXPECT_EQ(sa["allreduce_calls"].get<int64_t>(), sb["allreduce_calls"].get<int64_t>());
+  EXPECT_EQ(sa["gradient_reductions"].get<int64_t>(), reductions * kSteps) << extra;
+  EXPECT_EQ(sa["allreduce_calls"].get<int64_t>(), reductions * sb["allreduce_calls"].get<int64_t>())
+      << extra;
   EXPECT_EQ(sa["effective_batch"].get<int64_t>(), 32 * ranks);
   // The accumulation block is planned: the measured peak is the planned one.
   EXPECT_EQ(sa["device_peak_bytes"].get<uint64_t>(), sa["planned_peak_bytes"].get<uint64_t>());
-  if (ranks > 1) {
+  if (ranks > 1 && overlap) {
     // Overlapped with the last micro-batch's backward: buckets launched before finish().
     EXPECT_GT(sa["overlapped_buckets"].get<int64_t>(), 0);
   }
@@ -252,11 +258,36 @@ TEST(Accumulate, ZeroOrNegativeIsRefusedWithExit2) {
   }
 }
 
-// Accumulating beside the host optimizer (or into a ZeRO shard) is not built: one line, exit 2.
-TEST(Accumulate, WithTheHostOptimizerIsRefusedWithExit2) {
-  const std::string dir = scratch("acc_host");
-  const Exit e = run(trainer() + lenet_args(dir) + " optim.accumulate=2 memory.optimizer=host");
-  expect_user_error(e, "optim.accumulate 2 with memory.optimizer host is not supported yet");
+// Accumulating beside the host optimizer: the gradients sum in the device's accumulation block,
+// the host updates once per update.
+TEST(Accumulate, WithTheHostOptimizerEqualsOneOf32) {
+  expect_equal_to_one_large_batch("acc_host", lenet_args, 1,
+                                  "device.threads=1 memory.optimizer=host");
+}
+
+// One rank: memory.zero changes nothing, accumulation runs as zero 0's.
+TEST(Accumulate, OneRankWithZeroOneAndTwoEqualsOneOf32) {
+  for (const char* zero : {"1", "2"}) {
+    expect_equal_to_one_large_batch(std::string("acc_gpt_zero") + zero, gpt_args, 1,
+                                    std::string("device.threads=1 memory.zero=") + zero);
+  }
+}
+
+// Two ranks, the tiny GPT (its zero 2 stages gradients at comm.bucket_mb 0.05: two buckets of
+// its largest parameter and the tied embedding are less than the block) and LeNet-5 (whose zero 2
+// keeps the block: its largest parameter makes two buckets larger than it).
+TEST(Accumulate, TwoRanksWithZeroAndTheHostOptimizerEqualOneOf32) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  expect_equal_to_one_large_batch("acc_gpt_np2_zero1", gpt_args, 2,
+                                  "comm.bucket_mb=0.05 memory.zero=1", 1, /*overlap=*/false);
+  expect_equal_to_one_large_batch("acc_gpt_np2_zero2", gpt_args, 2,
+                                  "comm.bucket_mb=0.05 memory.zero=2", 4);
+  expect_equal_to_one_large_batch("acc_gpt_np2_zero2_host", gpt_args, 2,
+                                  "comm.bucket_mb=0.05 memory.zero=2 memory.optimizer=host", 4);
+  expect_equal_to_one_large_batch("acc_gpt_np2_host", gpt_args, 2,
+                                  "comm.bucket_mb=0.05 memory.optimizer=host");
+  expect_equal_to_one_large_batch("acc_lenet_np2_zero2", lenet_args, 2,
+                                  "comm.bucket_mb=0.01 memory.zero=2");
 }
 
 }  // namespace

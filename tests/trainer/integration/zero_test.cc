@@ -171,6 +171,41 @@ TEST_F(Zero, GptAtTwoAndFourRanksEqualZeroZero) {
   }
 }
 
+// Zero 2 keeps no whole gradient block (Note [Gradients through a staging ring]): rank 0's gradient
+// bytes are the plan's formula (`trainer plan --ranks N`: the shard and two buckets plus the tied
+// embedding's gradient), less than zero 1's whole block, and the measured peak is the planned one.
+TEST_F(Zero, ZeroTwoGradientBytesAreTheFormulasAtTwoAndFourRanks) {
+  const std::string model =
+      " optim.clip_norm=1.0 model.context=32 model.layers=2 model.width=64 memory.measure=false "
+      "comm.bucket_mb=0.02 data.val_path= data.path=" +
+      tokens_file();
+  for (int ranks : {2, 4}) {
+    const auto plan = [&](const std::string& zero) {
+      const Exit e = run(trainer() + " plan " + std::string(FERRY_SOURCE_DIR) +
+                         "/configs/gpt_text.yaml --json --ranks " + std::to_string(ranks) +
+                         " memory.zero=" + zero + " run.dir=" + scratch("zero2_plan") + model);
+      EXPECT_EQ(e.code, 0) << e.output;
+      return nlohmann::json::parse(e.output.substr(e.output.find('{')))["policies"][0];
+    };
+    const nlohmann::json p1 = plan("1"), p2 = plan("2");
+    const std::string dir = scratch("zero2_bytes_" + std::to_string(ranks));
+    const Exit e =
+        run(mpirun(ranks) + trainer() + gpt(dir, 3, 3) + " data.batch_size=4 memory.zero=2");
+    ASSERT_EQ(e.code, 0) << e.output;
+    EXPECT_NE(e.output.find("of staging"), std::string::npos) << e.output;
+    const nlohmann::json s = summary(dir);
+    std::printf("zero 2, %d ranks: gradients %llu bytes per rank (zero 1: %llu), weights %llu\n",
+                ranks, static_cast<unsigned long long>(s["gradients_bytes"].get<uint64_t>()),
+                static_cast<unsigned long long>(p1["gradients_bytes"].get<uint64_t>()),
+                static_cast<unsigned long long>(s["weights_bytes"].get<uint64_t>()));
+    EXPECT_EQ(s["gradients_bytes"], p2["gradients_bytes"]) << ranks << " ranks";
+    EXPECT_EQ(s["weights_bytes"], p2["weights_bytes"]) << ranks << " ranks";
+    EXPECT_EQ(s["optimizer_bytes"], p2["optimizer_bytes"]) << ranks << " ranks";
+    EXPECT_LT(s["gradients_bytes"].get<uint64_t>(), p1["gradients_bytes"].get<uint64_t>());
+    EXPECT_EQ(s["device_peak_bytes"], s["planned_peak_bytes"]);
+  }
+}
+
 TEST_F(Zero, FourRankZeroTwoHostCheckpointResumesOnTwoAndOneRank) {
   const std::string whole = scratch("zero_resume_whole");
   Exit e = run(mpirun(4) + trainer() + gpt(whole, 20, 10) +
