@@ -80,8 +80,10 @@ void expect_per_length_plans_alike(const std::string& precision) {
       documents(none_dir, kSteps, "memory.policy=none" + more), none_dir, kSteps, 1, none));
   ASSERT_GE(none.peaks.size(), 2u) << "the batches took several lengths:\n" << none.output;
   ASSERT_LT(none.peaks.begin()->second, none.peaks.rbegin()->second);
-  // Below what the longest length needs with everything resident, above the shortest's.
-  const uint64_t budget = budget_between(none.peaks);
+  // Below what the longest length needs with everything resident, above the shortest's: half
+  // way, since in bf16 the longest length's lower bound (its LM head's fp32 staging, Note [bf16
+  // products in fp32]) lies above a third of the way.
+  const uint64_t budget = budget_between(none.peaks, 2);
 
   for (const std::string variant : {"auto", "auto_recompute"}) {
     SCOPED_TRACE(variant);

@@ -129,10 +129,10 @@ inline void run_none_reference(const std::string& command, const std::string& di
   out.peaks = planned_peaks(read_json(dir + "/summary.json"), dim);
 }
 
-// A third of the way from the smallest shape's planned peak to the largest's.
-inline uint64_t budget_between(const std::map<int64_t, uint64_t>& peaks) {
+// `1 / parts` of the way from the smallest shape's planned peak to the largest's.
+inline uint64_t budget_between(const std::map<int64_t, uint64_t>& peaks, uint64_t parts = 3) {
   const uint64_t smallest = peaks.begin()->second, largest = peaks.rbegin()->second;
-  return smallest + (largest - smallest) / 3;
+  return smallest + (largest - smallest) / parts;
 }
 
 // A budgeted run checked against its reference.

@@ -354,7 +354,8 @@ int64_t newest_loadable(const std::string& dir) {
 // checkpoint loadable and resumable: (1) rank 0 killed by SIGXFSZ halfway through step 20's file
 // (bash's ulimit -f; the temp file stays, no cleanup runs), then resumed to step 20 bitwise equal
 // to the uninterrupted run; (2) the whole job killed with SIGKILL the moment a temp file appears
-// (checkpoint.every 1), three times, then resumed for one more step.
+// (checkpoint.every 1; mid-write or just after, as timing has it), three times, then resumed for
+// one more step from the newest checkpoint, which loads whole.
 TEST_F(Zero, AHostRunKilledWhileWritingACheckpointLeavesThePreviousOneLoadable) {
   const std::string state = " data.batch_size=4 memory.zero=2 memory.optimizer=host";
   const std::string whole = scratch("zero_killed_whole");
@@ -417,8 +418,10 @@ TEST_F(Zero, AHostRunKilledWhileWritingACheckpointLeavesThePreviousOneLoadable) 
     for (const auto& entry : std::filesystem::directory_iterator(every + "/ckpt", ec))
       mid_write += entry.path().filename().string().find(".tmp.") != std::string::npos;
   }
+  // Where a kill lands is up to the machine's timing (3 of 3 mid-write at load 11, 0 of 3 once
+  // at load 9), so this part asserts what holds wherever it lands; the SIGXFSZ part above is the
+  // death mid-write that is certain.
   std::printf("SIGKILL: %d of 3 kills left a temp file (killed mid-write)\n", mid_write);
-  EXPECT_GE(mid_write, 1) << "at least one SIGKILL landed during a checkpoint's write";
   const int64_t newest = newest_loadable(every + "/ckpt");
   ASSERT_GT(newest, 0);
   e = run(mpirun(4) + trainer() + gpt(every, static_cast<int>(newest) + 1, 1) + state +
