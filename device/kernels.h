@@ -544,18 +544,16 @@ struct ConvertFloats {
 
 // ---- the launch interface ----------------------------------------------------------------------
 
-using KernelArgs =
-    std::variant<ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward,
-                 LinearBackwardData, LinearBackwardWeights, PoolForward, PoolBackward,
-                 AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward, BatchNormForwardTraining,
-                 BatchNormForwardInference, BatchNormBackward, ReluForward, ReluBackward,
-                 AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward, DropoutBackward,
-                 SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate, AdamWUpdate,
-                 EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
-                 GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares,
-                 ClipByNorm, FlashAttentionForward, FlashAttentionBackward, RmsNormForward,
-                 RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward, SwigluBackward,
-                 ConvertFloats>;
+using KernelArgs = std::variant<
+    ConvForward, ConvBackwardData, ConvBackwardWeights, LinearForward, LinearBackwardData,
+    LinearBackwardWeights, PoolForward, PoolBackward, AdaptiveAvgPoolForward,
+    AdaptiveAvgPoolBackward, BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward,
+    ReluForward, ReluBackward, AddForward, Accumulate, CopyDevice, Fill, Scale, DropoutForward,
+    DropoutBackward, SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, SgdUpdate,
+    AdamWUpdate, EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
+    GeluForward, GeluBackward, AttentionForward, AttentionBackward, SumOfSquares, ClipByNorm,
+    FlashAttentionForward, FlashAttentionBackward, RmsNormForward, RmsNormBackward, RopeQkvForward,
+    RopeQkvBackward, SwigluForward, SwigluBackward, ConvertFloats>;
 
 // Index of a kernel kind in KernelArgs, for supports() queries.
 using KernelKind = size_t;

@@ -293,14 +293,15 @@ std::vector<KeySpec> build_schema() {
       real(FERRY_CONFIG_KEY(optim, beta1), closed_open(0, 1), "adamw: first-moment decay."),
       real(FERRY_CONFIG_KEY(optim, beta2), closed_open(0, 1), "adamw: second-moment decay."),
       real(FERRY_CONFIG_KEY(optim, eps), above(0), "adamw: denominator epsilon."),
-      integer(FERRY_CONFIG_KEY(optim, accumulate), at_least(1),
-              "Gradient accumulation: micro-batches of data.batch_size per rank per update "
-              "(effective batch = batch_size x accumulate x ranks). Gradients are summed on the "
-              "device, reduced across ranks once, on the last micro-batch (memory.zero 2 with staged "
-              "gradients: reduce-scattered every micro-batch into the rank's shard), and the loss "
-              "is averaged as one batch of that size would be; run.steps, the schedule, logging "
-              "and checkpoints count updates. Costs one more gradient-sized block (not under "
-              "zero 2's staged gradients)."),
+      integer(
+          FERRY_CONFIG_KEY(optim, accumulate), at_least(1),
+          "Gradient accumulation: micro-batches of data.batch_size per rank per update "
+          "(effective batch = batch_size x accumulate x ranks). Gradients are summed on the "
+          "device, reduced across ranks once, on the last micro-batch (memory.zero 2 with staged "
+          "gradients: reduce-scattered every micro-batch into the rank's shard), and the loss "
+          "is averaged as one batch of that size would be; run.steps, the schedule, logging "
+          "and checkpoints count updates. Costs one more gradient-sized block (not under "
+          "zero 2's staged gradients)."),
       // device
       choice(FERRY_CONFIG_KEY(device, backend), "Device backend."),
       size(FERRY_CONFIG_KEY(device, memory), 1,

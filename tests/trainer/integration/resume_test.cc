@@ -105,10 +105,10 @@ TEST(Resume, Bf16CheckpointsHoldFp32MasterWeightsAndResumeEitherWay) {
   e = run(trainer() + args(to_fp32, 10, bf16 + "/ckpt/step_5.safetensors"));
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("resumed"), std::string::npos) << e.output;
-  expect_same_parameters(to_bf16 + "/ckpt/step_10.safetensors",
-                         fp32 + "/ckpt/step_10.safetensors", 0.05);
-  expect_same_parameters(to_fp32 + "/ckpt/step_10.safetensors",
-                         bf16 + "/ckpt/step_10.safetensors", 0.05);
+  expect_same_parameters(to_bf16 + "/ckpt/step_10.safetensors", fp32 + "/ckpt/step_10.safetensors",
+                         0.05);
+  expect_same_parameters(to_fp32 + "/ckpt/step_10.safetensors", bf16 + "/ckpt/step_10.safetensors",
+                         0.05);
 }
 
 TEST(Resume, TwoRanksResumeWithin1e6) {

@@ -79,8 +79,9 @@ class LinearOp : public Op {
     float* bias = bias_ ? &bias_marker : nullptr;
     if (pass == Pass::kForward)
       return k.workspace_bytes(LinearForward{.g = g_, .bias = bias, .dtype = dtype});
-    return std::max(k.workspace_bytes(LinearBackwardData{.g = g_, .dtype = dtype}),
-                    k.workspace_bytes(LinearBackwardWeights{.g = g_, .dbias = bias, .dtype = dtype}));
+    return std::max(
+        k.workspace_bytes(LinearBackwardData{.g = g_, .dtype = dtype}),
+        k.workspace_bytes(LinearBackwardWeights{.g = g_, .dbias = bias, .dtype = dtype}));
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(LinearForward{g_, cf(io.inputs[0]), weight(io), bias_ ? cf(io.params[1]) : nullptr,

@@ -9,7 +9,9 @@ namespace {
 float* f(void* p) { return static_cast<float*>(p); }
 const float* cf(void* p) { return static_cast<const float*>(p); }
 // Bytes of n elements in the node's storage dtype.
-uint64_t bytes(int64_t n, const OpIo& io) { return static_cast<uint64_t>(n) * dtype_size(io.dtype); }
+uint64_t bytes(int64_t n, const OpIo& io) {
+  return static_cast<uint64_t>(n) * dtype_size(io.dtype);
+}
 
 class ReluOp : public Op {
  public:

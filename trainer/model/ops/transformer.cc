@@ -191,12 +191,11 @@ class AttentionOp : public Op {
                s);
       return;
     }
-    k.launch(
-        AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
-                          io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
-                          cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws, segments_of(io),
-                          io.dtype},
-        s);
+    k.launch(AttentionBackward{g_, cf(io.inputs[0]), cf(io.outputs[1]),
+                               io.aux.empty() ? nullptr : static_cast<const uint8_t*>(io.aux[0]),
+                               cf(io.grad_outputs[0]), f(io.grad_inputs[0]), io.ws, segments_of(io),
+                               io.dtype},
+             s);
   }
 
  private:
