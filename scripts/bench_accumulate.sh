@@ -17,13 +17,7 @@ trainer=build/trainer
 out=build/bench-runs/accumulate
 mkdir -p "$out"
 tokens="$out/tokens.bin"
-if [ ! -f "$tokens" ]; then
-  /usr/bin/python3 - "$tokens" <<'PY'
-import random, struct, sys
-r = random.Random(1)
-open(sys.argv[1], "wb").write(b"".join(struct.pack("<H", r.randrange(256)) for _ in range(200000)))
-PY
-fi
+[ -f "$tokens" ] || /usr/bin/python3 scripts/random_tokens.py "$tokens"
 
 common="run.steps=$steps run.log_every=5 memory.measure=false checkpoint.every=0 \
 device.threads=$threads optim.schedule=constant optim.warmup_steps=0"

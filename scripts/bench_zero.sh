@@ -16,13 +16,7 @@ trainer=build/trainer
 out=build/bench-runs/zero
 mkdir -p "$out"
 tokens="$out/tokens.bin"
-if [ ! -f "$tokens" ]; then
-  /usr/bin/python3 - "$tokens" <<'PY'
-import random, struct, sys
-r = random.Random(1)
-open(sys.argv[1], "wb").write(b"".join(struct.pack("<H", r.randrange(256)) for _ in range(200000)))
-PY
-fi
+[ -f "$tokens" ] || /usr/bin/python3 scripts/random_tokens.py "$tokens"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 gpt="configs/gpt_text.yaml data.path=$tokens data.val_path= model.context=32 model.layers=2 \
 model.width=64 model.heads=2 run.steps=$steps run.log_every=5 memory.measure=false \
