@@ -33,6 +33,14 @@ struct GatherPieces {
 std::vector<std::vector<size_t>> pieces_read(
     const GatherPieces& g, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& reads);
 
+// Per step, the pieces (sorted, unique) among the contiguous pieces [bounds[k], bounds[k + 1]) of
+// the block that hold a float of [begin, end) it reads; floats outside [bounds.front(),
+// bounds.back()) are in none. The host optimizer's weight copies (Note [Host copies on the links]
+// in model_state_step.h) are such pieces, cut at parameter boundaries.
+std::vector<std::vector<size_t>> pieces_read(
+    const std::vector<int64_t>& bounds,
+    const std::vector<std::vector<std::pair<int64_t, int64_t>>>& reads);
+
 // The pieces in the order the steps first read them (pieces no step reads last, in index order).
 std::vector<size_t> gather_order(size_t pieces, const std::vector<std::vector<size_t>>& read);
 

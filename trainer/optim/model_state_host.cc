@@ -1,8 +1,8 @@
 // memory.optimizer host's half of ModelStateStep: gradients down as each bucket's reduction ends,
 // the update on the host, weights up with the deadline of their first forward, all through the
 // executor's transfer engine (Note [Host copies on the links] in model_state_step.h). Invariant:
-// the host reads its gradients only after every copy down has completed, and compute reads the
-// weights only after every copy up has.
+// the host reads its gradients only after every copy down has completed, and compute (or the
+// all-gather) reads a weight piece only after its copy up has.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -44,6 +44,45 @@ double least(const std::vector<double>& seconds, size_t first, size_t last) {
 }
 
 }  // namespace
+
+const std::vector<ModelStateStep::UpPiece>& ModelStateStep::up_pieces() {
+  if (!up_bounds_.empty() || store_.update_end() <= store_.update_begin()) return up_pieces_;
+  const int64_t begin = store_.update_begin(), end = store_.update_end();
+  const int64_t most =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float)));
+  const auto& params = store_.params();
+  for (int64_t at = begin; at < end;) {
+    // Whole parameters while they fit in a piece; one larger than a piece is cut.
+    size_t p = param_at(at);
+    int64_t stop = at;
+    while (stop < end) {
+      const int64_t param_end =
+          p + 1 < params.size()
+              ? std::min(end, static_cast<int64_t>(params[p + 1].offset / sizeof(float)))
+              : end;
+      if (param_end - at <= most) {
+        stop = param_end;
+        ++p;
+        continue;
+      }
+      if (stop == at) stop = at + most;
+      break;
+    }
+    up_pieces_.push_back(
+        {at, stop, least(options_.weight_deadline_s, param_at(at), param_at(stop - 1))});
+    up_bounds_.push_back(at);
+    at = stop;
+  }
+  up_bounds_.push_back(end);
+  return up_pieces_;
+}
+
+void ModelStateStep::wait_upload(size_t k, Stream& compute, int step) {
+  if (k >= uploading_.size() || !uploading_[k]) return;
+  compute.wait(*up_events_[k]);
+  uploading_[k] = 0;
+  up_waited_at_[k] = step;
+}
 
 void ModelStateStep::send_gradients(int64_t offset, int64_t count, const CommWork& reduced,
                                     Stream& after) {
@@ -124,52 +163,26 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
     r.state[s] = store_.optimizer_block(s);
   optimizer_.host_step(store_, r, lr);
 
-  // Weights up: pieces cut at parameter boundaries, least deadline first. They overwrite weights
-  // the step's compute has read: the copy stream waits for it.
-  struct Piece {
-    int64_t begin, end;
-    double deadline_s;
-  };
-  std::vector<Piece> pieces;
-  const int64_t most =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float)));
-  const auto& params = store_.params();
-  for (int64_t at = begin; at < end;) {
-    // Whole parameters while they fit in a piece; one larger than a piece is cut.
-    size_t p = param_at(at);
-    int64_t stop = at;
-    while (stop < end) {
-      const int64_t param_end =
-          p + 1 < params.size()
-              ? std::min(end, static_cast<int64_t>(params[p + 1].offset / sizeof(float)))
-              : end;
-      if (param_end - at <= most) {
-        stop = param_end;
-        ++p;
-        continue;
-      }
-      if (stop == at) stop = at + most;
-      break;
-    }
-    pieces.push_back(
-        {at, stop, least(options_.weight_deadline_s, param_at(at), param_at(stop - 1))});
-    at = stop;
-  }
-  std::stable_sort(pieces.begin(), pieces.end(),
-                   [](const Piece& a, const Piece& b) { return a.deadline_s < b.deadline_s; });
+  // Weights up, least deadline first. They overwrite weights the step's compute has read: the
+  // copy stream waits for it. Compute waits per piece in before_step (or the gather does).
+  const std::vector<UpPiece>& pieces = up_pieces();
+  std::vector<size_t> order(pieces.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return pieces[a].deadline_s < pieces[b].deadline_s; });
   Event& ready = next_event();
   compute.record(ready);
-  std::vector<Event*> up;
-  for (const Piece& piece : pieces) {
-    Event& done = next_event();
+  while (up_events_.size() < pieces.size()) up_events_.push_back(device_.create_event());
+  uploading_.assign(pieces.size(), options_.shard ? 0 : 1);
+  up_waited_at_.assign(pieces.size(), -2);
+  for (size_t k : order) {
+    const UpPiece& piece = pieces[k];
     engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
                  static_cast<uint64_t>(piece.end - piece.begin) * sizeof(float), -1,
                  piece.deadline_s, TransferPurpose::kOptimizer},
                 store_.param_block() + piece.begin, store_.host_params() + (piece.begin - begin),
-                ready, done);
-    up.push_back(&done);
+                ready, *up_events_[k]);
   }
-  for (Event* e : up) compute.wait(*e);
   next_event_ = 0;
   sent_.clear();
   down_ = nullptr;

@@ -125,6 +125,11 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
   Gathers g;
   g.read = pieces_read(pieces_, reads);
   g.order = ferry::gather_order(pieces_.count(), g.read);
+  // Note [Host copies on the links]: unsharded, compute waits for the weight pieces themselves.
+  if (options_.host && !options_.shard) {
+    up_pieces();
+    g.uploads = pieces_read(up_bounds_, reads);
+  }
   g.origin = program.plan.origin;
   return gather_plans_.emplace(&program, std::move(g)).first->second;
 }
@@ -134,18 +139,24 @@ void ModelStateStep::settle(Stream& compute) {
     if (waiting_[k]) gathering_[k].order_before(compute);
     waiting_[k] = 0;
   }
+  for (size_t k = 0; k < uploading_.size(); ++k) wait_upload(k, compute, -1);
 }
 
 void ModelStateStep::before_step(const Program& program, int step) {
   last_program_ = &program;
-  if (std::find(waiting_.begin(), waiting_.end(), 1) != waiting_.end()) {
+  if (std::find(waiting_.begin(), waiting_.end(), 1) != waiting_.end() ||
+      std::find(uploading_.begin(), uploading_.end(), 1) != uploading_.end()) {
     Stream& compute = device_.stream(StreamKind::kCompute);
     const StepPhase phase = program.plan.tape.steps[static_cast<size_t>(step)].phase;
     if (phase == StepPhase::kForward || phase == StepPhase::kRecompute) {
-      for (size_t k : gathers_for(program).read[static_cast<size_t>(step)]) {
+      const Gathers& g = gathers_for(program);
+      for (size_t k : g.read[static_cast<size_t>(step)]) {
+        if (k >= waiting_.size()) break;  // no gather (unsharded)
         if (waiting_[k]) gathering_[k].order_before(compute);
         waiting_[k] = 0;
       }
+      if (!g.uploads.empty())
+        for (size_t k : g.uploads[static_cast<size_t>(step)]) wait_upload(k, compute, step);
     } else if (phase != StepPhase::kLoad) {
       settle(compute);
     }
@@ -262,7 +273,7 @@ void ModelStateStep::update(float lr) {
     optimizer_.step_range(device_.kernels(), compute, store_, r, lr);
   }
   gathers_ = 0;
-  if (!options_.shard) return;
+  if (!options_.shard) return settle_for_working_copy(compute);
   // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard, the next
   // forward's first pieces first; compute waits per piece (before_step) or for all (settle).
   const int ranks = comm_.ranks().size;
@@ -272,16 +283,31 @@ void ModelStateStep::update(float lr) {
   if (last_program_) order = gathers_for(*last_program_).order;
   gathering_.assign(pieces, CommWork{});
   waiting_.assign(pieces, 0);
+  Stream& comm = device_.stream(StreamKind::kComm);
   for (size_t k : order) {
     const auto at = static_cast<int64_t>(k) * pieces_.piece;
     const int64_t count = std::min(pieces_.piece, shard_ - at);
     std::vector<Communicator::Part> parts;
     for (int r = 0; r < ranks; ++r) parts.push_back({r * shard_ + at, count});
+    // memory.optimizer host: after this rank's part of the piece has gone up, not every part
+    // (Note [Host copies on the links]); the comm stream runs the collectives in order.
+    if (options_.host) {
+      const int64_t mine = store_.update_begin() + at;
+      for (const auto& reads : pieces_read(up_bounds_, {{{mine, mine + count}}}))
+        for (size_t u : reads) comm.wait(*up_events_[u]);
+    }
     gathering_[k] = comm_.all_gather(store_.param_block(), parts, compute);
     waiting_[k] = 1;
     ++gathers_;
   }
   gather_order_ = std::move(order);
+  settle_for_working_copy(compute);
+}
+
+// Note [The bf16 working copy]: the executor narrows the whole block before the next forward's
+// first step, so under bf16 compute waits for every piece here (no wait per layer).
+void ModelStateStep::settle_for_working_copy(Stream& compute) {
+  if (store_.has_working_copy()) settle(compute);
 }
 
 }  // namespace ferry

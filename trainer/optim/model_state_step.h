@@ -35,13 +35,13 @@ namespace ferry {
 // forward (in the order and with the per-piece waits of Note [Parameters gathered for the next
 // forward] in gather_order.h). memory.optimizer host: the rank's gradient floats go to host memory
 // bucket by bucket, the host updates its fp32 copy of the rank's weights and the state there (one
-// host wait per step, for the copies), and the weights go back before the all-gather (Note [Host
-// copies on the links]). Gradient bits equal all_reduce_mean's on two ranks (a + b either way);
-// with more ranks MPI may sum in another order (Note [Model state per rank] says what the tests
-// hold). zero 2 with a staging area (ParameterStore::staged) keeps no whole gradient block: Note
-// [Gradients through a staging ring] in gradient_staging.h; under optim.accumulate it
-// reduce-scatters every micro-batch and sums them in the shard (DeepSpeed's choice: N reductions
-// per update, no whole-block accumulation buffer).
+// host wait per step, for the copies), and the weights go back piece by piece, each before its
+// piece of the all-gather (Note [Host copies on the links]). Gradient bits equal all_reduce_mean's
+// on two ranks (a + b either way); with more ranks MPI may sum in another order (Note [Model state
+// per rank] says what the tests hold). zero 2 with a staging area (ParameterStore::staged) keeps no
+// whole gradient block: Note [Gradients through a staging ring] in gradient_staging.h; under
+// optim.accumulate it reduce-scatters every micro-batch and sums them in the shard (DeepSpeed's
+// choice: N reductions per update, no whole-block accumulation buffer).
 
 // Note [Host copies on the links]
 // memory.optimizer host's copies take the activations' way (Note [Life of an offloaded
@@ -63,8 +63,16 @@ namespace ferry {
 //    same way; the host scales its gradients with ClipByNorm's element math (bitwise the device's).
 //  - Weights: after the host update the rank's floats go up in pieces of comm.bucket_mb cut at
 //    parameter boundaries, least deadline first; a piece's deadline is the planned start of the
-//    forward step of the first layer that reads it. Compute waits for every piece before the next
-//    forward (or the all-gather); a wait per layer is left to the planner.
+//    forward step of the first layer that reads it. Each piece's copy completes its own event, and
+//    compute waits for a piece only before the first step of the next forward that reads one of
+//    its floats (as the all-gather's pieces: Note [Parameters gathered for the next forward] in
+//    gather_order.h), so the later layers' weights go up while the first layers compute; any
+//    other step (the first backward step) and checkpoints first wait for every piece still going
+//    up. Under sharding (zero 1/2 on several ranks) compute never waits for the copies itself:
+//    the all-gather of piece k (floats [k * P, k * P + P) of every shard) waits on the comm
+//    stream for the copies up of this rank's part of piece k only, and the next forward waits for
+//    the gather pieces it reads, so the chain is per piece: piece k's copy up, piece k's gather,
+//    piece k's first reader.
 
 struct ModelStateStepOptions {
   bool shard = false;              // zero 1 or 2 on several ranks
@@ -102,6 +110,11 @@ class ModelStateStep {
   void settle(Stream& compute);
   // The pieces of the last all-gather in the order they were issued.
   const std::vector<size_t>& gather_order() const { return gather_order_; }
+  // memory.optimizer host: the weight pieces that go up (block floats [bounds[k], bounds[k + 1])),
+  // and per piece the tape step before which compute waited for the last update's copy of it
+  // (-1: a wait for every piece, -2: no wait yet; under sharding the gather waits instead).
+  const std::vector<int64_t>& weight_pieces() const { return up_bounds_; }
+  const std::vector<int>& weight_waits() const { return up_waited_at_; }
   // The staging layout of `program` (planned on first use).
   const StagingPlan& staging_plan(const Program& program) { return staged_for(program).plan; }
   // The reductions not launched during backward, and compute ordered after all of them.
@@ -128,10 +141,14 @@ class ModelStateStep {
   // Per step of `program`, the pieces it reads, and the order to gather them in.
   struct Gathers {
     std::vector<std::vector<size_t>> read;
+    std::vector<std::vector<size_t>> uploads;  // memory.optimizer host unsharded: weight pieces
     std::vector<size_t> order;
     std::vector<int> origin;
   };
   const Gathers& gathers_for(const Program& program);
+  // Under bf16, compute after every piece once the update is issued (the working copy is
+  // narrowed from the whole block).
+  void settle_for_working_copy(Stream& compute);
   // `on_device` false: the sum of squares only (the host scales: Note [Host copies on the links]).
   void clip(Stream& compute, bool on_device = true);
 
@@ -142,6 +159,15 @@ class ModelStateStep {
   // After reduce(): the rank's floats no bucket sent.
   void send_rest(Stream& compute);
   void host_update(Stream& compute, float lr);
+  // The weight pieces going up, in block order: cut at parameter boundaries, each with the least
+  // deadline of its parameters (cut once; up_bounds_ holds their bounds).
+  struct UpPiece {
+    int64_t begin, end;
+    double deadline_s;
+  };
+  const std::vector<UpPiece>& up_pieces();
+  // Orders compute after weight piece k's copy up, before tape step `step` (-1: settle).
+  void wait_upload(size_t k, Stream& compute, int step);
   Event& next_event();
   // The parameter whose slice holds float `at` of the block; its name for copies' labels.
   size_t param_at(int64_t at) const;
@@ -183,6 +209,14 @@ class ModelStateStep {
   std::vector<std::pair<int64_t, int64_t>> sent_;
   Event* down_ = nullptr;
   PinnedFloats host_sum_sq_;
+  // The weights going up: the pieces, each one's event (its own: compute may wait on it after the
+  // step's other events are re-recorded), the copies compute has not been ordered after yet
+  // (unsharded), and where compute waited for each (weight_waits()).
+  std::vector<UpPiece> up_pieces_;
+  std::vector<int64_t> up_bounds_;
+  std::vector<std::unique_ptr<Event>> up_events_;
+  std::vector<uint8_t> uploading_;
+  std::vector<int> up_waited_at_;
 };
 
 }  // namespace ferry

@@ -1,6 +1,6 @@
 // Note [Parameters gathered for the next forward]: which all-gather pieces a step reads (a piece is
-// the same float range of every rank's shard) and the order they are issued in: the next
-// forward's first layers' pieces first.
+// the same float range of every rank's shard), which host weight pieces it reads, and the order
+// they are issued in: the next forward's first layers' pieces first.
 #include "trainer/optim/gather_order.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +21,20 @@ TEST(GatherOrder, AStepReadsThePiecesHoldingItsFloatsInEveryShard) {
                     {},            // a step that reads no parameter
                     {{0, 200}}};   // everything
   EXPECT_EQ(pieces_read(g, reads), (Pieces{{0}, {0, 1}, {0, 3}, {2}, {}, {0, 1, 2, 3}}));
+}
+
+// The host optimizer's weight copies (Note [Host copies on the links]): pieces cut at parameter
+// boundaries, here [10, 40), [40, 45), [45, 100) of the block (this rank's floats).
+TEST(GatherOrder, AStepReadsTheWeightPiecesHoldingItsFloats) {
+  const std::vector<int64_t> bounds{10, 40, 45, 100};
+  const Reads reads{{{10, 40}},             // exactly piece 0
+                    {{39, 41}},             // the last float of 0, the first of 1
+                    {{0, 10}},              // before this rank's floats: no piece
+                    {{44, 46}, {99, 120}},  // 1 and 2, and 2 again up to the range's end
+                    {{100, 200}},           // past the end
+                    {{0, 1000}}};           // everything
+  EXPECT_EQ(pieces_read(bounds, reads), (Pieces{{0}, {0, 1}, {}, {1, 2}, {}, {0, 1, 2}}));
+  EXPECT_EQ(pieces_read(std::vector<int64_t>{}, reads), Pieces(reads.size())) << "no pieces";
 }
 
 TEST(GatherOrder, PiecesGoInTheOrderTheForwardFirstReadsThem) {
