@@ -238,24 +238,28 @@ void Executor::run_step(const Program& p, int s, const HostBatch& batch, uint64_
   switch (step.phase) {
     case StepPhase::kLoad: {
       // The upload writes arena space that compute's earlier work (the previous batch, or a
-      // poison fill) may still be using.
-      Stream& h2d = device_.stream(StreamKind::kHostToDevice);
-      Event& arena_free = step_event();
-      compute.record(arena_free);
-      h2d.wait(arena_free);
+      // poison fill) may still be using. Under the host optimizer it goes on compute itself, not
+      // behind the weight pieces queued on the host-to-device stream, which the forward waits
+      // for one by one (Note [Host copies on the links] in trainer/optim/model_state_step.h).
+      Stream& load = options_.load_on_compute ? compute : device_.stream(StreamKind::kHostToDevice);
+      if (&load != &compute) {
+        Event& arena_free = step_event();
+        compute.record(arena_free);
+        load.wait(arena_free);
+      }
       const Graph& g = p.graph;
       const TensorDesc& input = g.tensor(g.input()).desc;
       device_.copy_async(tensor_address(p, p.lowered.tape_of[g.input()], s),
-                         input_bytes(batch, input), input.bytes(), h2d);
+                         input_bytes(batch, input), input.bytes(), load);
       device_.copy_async(tensor_address(p, p.lowered.tape_of[g.labels()], s), batch.labels,
-                         g.tensor(g.labels()).desc.bytes(), h2d);
+                         g.tensor(g.labels()).desc.bytes(), load);
       if (g.segments() != kNoTensor) {
         FERRY_ASSERT(batch.segments != nullptr, "a packed graph needs the batch's segment starts");
         device_.copy_async(tensor_address(p, p.lowered.tape_of[g.segments()], s), batch.segments,
-                           g.tensor(g.segments()).desc.bytes(), h2d);
+                           g.tensor(g.segments()).desc.bytes(), load);
       }
-      h2d.record(*upload_done_);
-      compute.wait(*upload_done_);
+      load.record(*upload_done_);
+      if (&load != &compute) compute.wait(*upload_done_);
       return;
     }
     case StepPhase::kAccumulate: {

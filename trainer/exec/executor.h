@@ -118,6 +118,9 @@ struct ExecutorOptions {
   uint64_t host_limit = 0;  // pinned host pool cap (memory.host_limit)
   bool poison = false;      // memory.debug_poison: NaN-fill device space not resident
   uint64_t seed = 0;        // run.seed: per-step randomness
+  // memory.optimizer host: the batch goes up on compute, not behind the weight pieces on the
+  // host-to-device stream (Note [Host copies on the links] in trainer/optim/model_state_step.h).
+  bool load_on_compute = false;
   // The most steps staged between two drains (run.log_every): the pinned ring of Note [Metrics
   // without a host wait] (metrics_ring.h) is allocated for them when the executor is built,
   // never mid-run.

@@ -55,6 +55,13 @@ void StepTrace::write(const std::string& path) const {
 }
 
 void StepTracer::set(StepTrace* trace) {
+  if (trace == trace_) return;
+  // Note [Weights going up across a traced step's end]: the copies left in flight.
+  if (trace_ && !carried_.empty() && trace_origin_) {
+    device_.synchronize();
+    add_transfers(carried_);
+  }
+  carried_.clear();
   trace_ = trace;
   if (!trace) {
     trace_origin_.reset();
@@ -80,8 +87,23 @@ void StepTracer::mark(std::string name, uint64_t device_bytes) {
   marks_.push_back(std::move(m));
 }
 
+// Note [Weights going up across a traced step's end]
+// memory.optimizer host's weight copies up (Note [Host copies on the links] in
+// trainer/optim/model_state_step.h) are issued at the end of a step and waited for by the next
+// forward piece by piece. Resolving a step waits for compute and for the copies it adds, not for
+// the whole device: those copies are left in flight across the traced step's end and added with
+// the next step's spans (or when tracing stops), so a trace of two steps or more shows the next
+// forward's kernels running while the last pieces go up, as they do in untraced steps.
 void StepTracer::resolve(std::vector<TracedTransfer> transfers) {
-  device_.synchronize();  // every copy of the step has finished
+  std::vector<TracedTransfer> now = std::move(carried_);
+  carried_.clear();
+  for (TracedTransfer& t : transfers) {
+    const bool up = t.request.purpose == TransferPurpose::kOptimizer &&
+                    t.request.direction == TransferDirection::kToDevice;
+    (up ? carried_ : now).push_back(std::move(t));
+  }
+  device_.stream(StreamKind::kCompute).synchronize();
+  for (TracedTransfer& t : now) t.end->synchronize();  // every copy added has finished
   const auto at = [&](Event& e) { return device_.elapsed_ms(*trace_origin_, e) * 1000.0; };
   {
     // Place the origin on the host clock: an event recorded on the idle compute stream
@@ -101,6 +123,13 @@ void StepTracer::resolve(std::vector<TracedTransfer> transfers) {
     trace_->add({TraceTrack::kCompute, m.name, start, end - start, {}});
     start = end;
   }
+  add_transfers(now);
+  step_origin_.reset();
+  marks_.clear();
+}
+
+void StepTracer::add_transfers(std::vector<TracedTransfer>& transfers) {
+  const auto at = [&](Event& e) { return device_.elapsed_ms(*trace_origin_, e) * 1000.0; };
   for (TracedTransfer& t : transfers) {
     const bool to_host = t.request.direction == TransferDirection::kToHost;
     const double begin = at(*t.start);
@@ -118,8 +147,6 @@ void StepTracer::resolve(std::vector<TracedTransfer> transfers) {
                  at(*t.end) - begin,
                  {{"bytes", t.request.bytes}, {"deadline_step", t.request.deadline_step}}});
   }
-  step_origin_.reset();
-  marks_.clear();
 }
 
 }  // namespace ferry

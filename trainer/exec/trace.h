@@ -81,8 +81,9 @@ class StepTracer {
   void begin_step();
   // A span `name` ending after the work enqueued on compute so far, with `device_bytes` in use.
   void mark(std::string name, uint64_t device_bytes);
-  // Waits for the device and adds the step's spans, its memory counter and `transfers` (the
-  // transfer engine's traced copies) to the trace.
+  // Waits for compute and the copies it adds: the step's spans, its memory counter and
+  // `transfers` (the transfer engine's traced copies), except the optimizer's weight copies up,
+  // which the next resolve (or set) adds (Note [Weights going up across a traced step's end]).
   void resolve(std::vector<TracedTransfer> transfers);
 
   // A host steady_clock time (ns) on the trace's time axis (us), once a traced step has been
@@ -103,6 +104,9 @@ class StepTracer {
   int64_t host_origin_ns_ = 0;           // steady_clock time of trace_origin_
   std::unique_ptr<Event> step_origin_;   // the current step's start, until resolved
   std::vector<StepMark> marks_;
+  std::vector<TracedTransfer> carried_;  // weight copies up, added at the next resolve
+  // Adds `transfers` (complete) to the trace.
+  void add_transfers(std::vector<TracedTransfer>& transfers);
 };
 
 }  // namespace ferry

@@ -250,6 +250,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     }
   }
   exec.seed = config.run.seed;
+  exec.load_on_compute = model_state_.optimizer == OptimizerPlacement::kHost;
   if (arbitrate) exec.scheduler = [] { return std::make_unique<DeadlineLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(
       *device_, *store_, [this](int64_t batch) { return build_configured_model(config_, batch); },
