@@ -110,7 +110,8 @@ StoreLayout Session::resolve_model_state(const Config& config, const RankInfo& r
                        .choice()
                        .state.choice;
   }
-  const ModelState state = ferry::model_state(planner.model_state_inputs(), model_state_);
+  state_ = ferry::model_state(planner.model_state_inputs(), model_state_);
+  const ModelState& state = state_;
   StoreLayout layout;
   layout.ranks = ranks.size;
   layout.rank = ranks.rank;
@@ -224,6 +225,9 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
     po.device_key = profile_device_key(*device_, d.cpu.link_gbps);
     po.write_cache = ranks.is_root();
+    // memory.optimizer host: the host update too, as `trainer plan --measure` does (Note [A timed
+    // host update] in trainer/plan/host_update_timing.h).
+    if (model_state_.optimizer == OptimizerPlacement::kHost) po.host_update = opt;
     const Lowered lowered = lower_graph(graph_, device_->kernels(), /*training=*/true);
     profile_ = measure_device(*device_, graph_, lowered,
                               update_kernel(config, store_->param_floats()), po);
@@ -250,6 +254,13 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     }
   }
   exec.seed = config.run.seed;
+  // memory.optimizer host: the update's copies and host work per update, at the cost model's
+  // rates (measured ones under memory.measure), as auto weighs them (model_state_seconds).
+  if (training && model_state_.optimizer == OptimizerPlacement::kHost) {
+    const CostModel& c = exec.plan.cost;
+    model_state_seconds_ = ferry::model_state_seconds(state_, optimizer_slots(opt), c.link_gbps,
+                                                      c.link_gbps, c.host_update_gbps);
+  }
   exec.load_on_compute = model_state_.optimizer == OptimizerPlacement::kHost;
   if (arbitrate) exec.scheduler = [] { return std::make_unique<DeadlineLinkScheduler>(); };
   executor_ = std::make_unique<Executor>(

@@ -64,6 +64,10 @@ class Session {
   void scatter_optimizer_state();
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
+  // memory.optimizer host: the seconds an update spends beyond the activation plan's step (the
+  // rank's gradients down, the host update, its weights up, and under sharding the all-gather),
+  // at the cost model's rates (memory.measure: the host update's measured one); else 0.
+  double model_state_seconds() const { return model_state_seconds_; }
 
   // One training step, in order. forward_backward enqueues the batch's forward and backward
   // passes, launching each gradient bucket's all-reduce as backward fills it (comm.overlap);
@@ -114,6 +118,8 @@ class Session {
   std::unique_ptr<ModelStateStep> state_step_;
   GradientBuckets* active_buckets_ = nullptr;
   ModelStateChoice model_state_;
+  ModelState state_;  // its bytes per rank
+  double model_state_seconds_ = 0;
   std::string model_state_line_;
   std::unique_ptr<GradientListener> listener_;
   std::unique_ptr<GradientAccumulation> accumulation_;  // optim.accumulate > 1

@@ -98,9 +98,12 @@ void print_banner(RankLog& log, Session& session, const Config& config, const Da
       format_bytes(config.memory.budget));
   const DeviceProfile* profile = session.cost_profile();
   log.print(
-      "cost     {}; predicted step {:.4f}s (stall {:.4f}s)",
+      "cost     {}; predicted step {:.4f}s (stall {:.4f}s){}",
       profile ? describe_profile(*profile) : std::string("FLOP model (memory.measure: false)"),
-      plan.prediction.step_seconds, plan.prediction.stall_seconds);
+      plan.prediction.step_seconds, plan.prediction.stall_seconds,
+      session.model_state_seconds() > 0
+          ? fmt::format(", host optimizer {:.4f}s per update", session.model_state_seconds())
+          : std::string());
 }
 
 std::string batch_text(const Config& config, int ranks) {
@@ -139,9 +142,11 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
   if (counted == 0) return;
   const double measured = seconds / static_cast<double>(counted);
   // Several input shapes (data.scales): the mean of their predictions over the steps run.
+  // memory.optimizer host: plus the update's copies and host work, once per update.
   const double predicted =
       (shapes.shape_count() > 1 ? shapes.predicted_mean_step() : plan.prediction.step_seconds) *
-      static_cast<double>(config.optim.accumulate);
+          static_cast<double>(config.optim.accumulate) +
+      session.model_state_seconds();
   const char* model = session.cost_profile() ? "measured" : "FLOP";
   log.print(
       "timing   step {:.4f}s measured (mean of {} step{}{}), {:.4f}s predicted by the {} cost "
@@ -166,6 +171,7 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
       {"measured_steps", counted},
       {"predicted_step_s", predicted},
       {"predicted_stall_s", plan.prediction.stall_seconds},
+      {"predicted_model_state_s", session.model_state_seconds()},
       {"predicted_compute_s", plan.prediction.compute_seconds},
       {"cost_model", session.cost_profile() ? "measured" : "flops"},
       {"planned_peak_bytes", plan.peak_bytes()},
@@ -195,6 +201,7 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
                          {"steps", p->steps_total},
                          {"d2h_gbps", p->link_gbps_to_host},
                          {"h2d_gbps", p->link_gbps_to_device},
+                         {"host_update_gbps", p->host_update_gbps},
                          {"seconds", p->seconds},
                          {"cache", p->cache_path}};
   }

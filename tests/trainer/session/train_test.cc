@@ -1,7 +1,8 @@
 // The training loop in-process (Note [No host wait inside a step] in trainer/session/train.cc):
 // steps that neither log nor checkpoint make no host wait, also with offloads in flight across
 // steps and with accumulated micro-batches; the logged loss is still the mean of the interval's
-// per-step losses; a non-finite loss is still reported with the step it happened at.
+// per-step losses; a non-finite loss is still reported with the step it happened at; under the
+// host optimizer the measured cost model times the host update and the predicted step uses it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -176,6 +177,68 @@ TEST(Train, ANonFiniteLossNamesItsStepAtTheNextLoggingStep) {
     EXPECT_LT(std::stoi(what.substr(at + 8)), 10) << "the step it happened at: " << what;
   }
   EXPECT_TRUE(metrics(dir).empty()) << "nothing was logged before the failure";
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  return nlohmann::json::parse(in);
+}
+
+// The cache's host update rates ({"1 slots": GB/s}, under the device's key), or null.
+nlohmann::json* host_rates(nlohmann::json& cache) {
+  if (!cache.contains("devices")) return nullptr;
+  for (auto& [key, device] : cache["devices"].items()) {
+    if (device.is_object() && device.contains("host_update_gbps"))
+      return &device["host_update_gbps"];
+  }
+  return nullptr;
+}
+
+// Training's memory.measure times the host update when memory.optimizer is host, as `trainer
+// plan --measure` does (Note [A timed host update]), keeps it in the run's cost cache, and the
+// predicted step adds the update's host work at that rate: the same run with a rate 100 times
+// slower planted in the cache predicts exactly the update's streams at the new rate more.
+TEST(Train, TheMeasuredHostUpdateRateEntersThePredictedStep) {
+  const TempDir first_dir("host_rate"), second_dir("host_rate_planted");
+  const auto run = [](const std::string& dir) {
+    train(lenet(dir, "steps: 3, log_every: 1", "memory: {optimizer: host, measure: true}\n"),
+          RankInfo{});
+    return read_json(dir + "/summary.json");
+  };
+  const nlohmann::json first = run(first_dir.str());
+  nlohmann::json cache = read_json(first_dir.str() + "/cost_profile.json");
+  nlohmann::json* rates = host_rates(cache);
+  ASSERT_NE(rates, nullptr) << cache.dump(1).substr(0, 2000);
+  ASSERT_TRUE(rates->contains("1 slots")) << rates->dump() << " (SGD with momentum: 1 slot)";
+  const double measured = (*rates)["1 slots"].get<double>();
+  EXPECT_GT(measured, 0.0);
+  EXPECT_EQ(first["cost_profile"]["host_update_gbps"].get<double>(), measured);
+  const double state_s = first["predicted_model_state_s"].get<double>();
+  EXPECT_GT(state_s, 0.0);
+
+  const double planted = measured / 100;
+  (*rates)["1 slots"] = planted;
+  {
+    std::ofstream out(second_dir.str() + "/cost_profile.json");
+    out << cache.dump();
+  }
+  const nlohmann::json second = run(second_dir.str());
+  EXPECT_EQ(second["cost_profile"]["host_update_gbps"].get<double>(), planted);
+  // (2 slots + 3) streams of the rank's fp32 weights (one rank: the whole block).
+  const double streams = 5.0 * first["weights_bytes"].get<double>();
+  const double more = streams / (planted * 1e9) - streams / (measured * 1e9);
+  EXPECT_NEAR(second["predicted_model_state_s"].get<double>() - state_s, more, 1e-9 + 1e-6 * more);
+  EXPECT_NEAR(second["predicted_step_s"].get<double>() - first["predicted_step_s"].get<double>(),
+              more, 1e-9 + 1e-6 * more)
+      << "the plan's own prediction is the same (its kernel times come from the same cache)";
+
+  // The device optimizer: nothing timed for the host, nothing added.
+  const TempDir device_dir("device_rate");
+  train(lenet(device_dir.str(), "steps: 2, log_every: 1", "memory: {measure: true}\n"), RankInfo{});
+  const nlohmann::json device = read_json(device_dir.str() + "/summary.json");
+  EXPECT_EQ(device["predicted_model_state_s"].get<double>(), 0.0);
+  EXPECT_EQ(device["cost_profile"]["host_update_gbps"].get<double>(), 0.0);
 }
 
 }  // namespace
