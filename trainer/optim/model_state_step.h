@@ -72,7 +72,11 @@ namespace ferry {
 //    the all-gather of piece k (floats [k * P, k * P + P) of every shard) waits on the comm
 //    stream for the copies up of this rank's part of piece k only, and the next forward waits for
 //    the gather pieces it reads, so the chain is per piece: piece k's copy up, piece k's gather,
-//    piece k's first reader.
+//    piece k's first reader. The next batch goes up on compute (ExecutorOptions::load_on_compute),
+//    not behind the pieces on the host-to-device stream, or the first layer would wait for them
+//    all. Under bf16 compute still waits for every piece once the update is issued: the working
+//    copy is narrowed from the whole block before the first step (Note [The bf16 working copy]).
+//    A trace shows the overlap: Note [Weights going up across a traced step's end] (trace.cc).
 
 struct ModelStateStepOptions {
   bool shard = false;              // zero 1 or 2 on several ranks
