@@ -108,36 +108,43 @@ TEST(HostCopies, TheTraceHasTheOptimizerTracks) {
 }
 
 // Note [Host copies on the links]: the next forward waits for each weight piece only before its
-// first reader, so its first layers complete while the later layers' pieces still go up. A slow
-// emulated link (device.copy_gbps) and a small batch make the weights' copies the long ones
-// (LeNet-5's 250 KB of weights against a 24 KB batch). Waiting for every piece before the first
-// layer, as before, no forward span ends while a weight copy is in flight.
+// first reader, so its first layers complete while the later layers' pieces still go up; under
+// zero 2 on 2 ranks through the per-piece chain (piece k's copy up, its all-gather, its first
+// reader). A slow emulated link (device.copy_gbps) and a small batch make the weights' copies the
+// long ones (LeNet-5's 250 KB of weights against a 24 KB batch). Waiting for every piece before
+// the first layer, as before, no forward span ends while a weight copy is in flight.
 TEST(HostCopies, TheNextForwardsFirstLayersRunWhileTheLastWeightsGoUp) {
-  const std::string dir = scratch("host_copies_overlap");
-  const Exit e = run(trainer() + " train " + quickstart() + " run.dir=" + dir +
-                     " run.steps=4 run.log_every=1 run.trace=true run.trace_steps=[2,4]"
-                     " memory.measure=false checkpoint.every=0 comm.bucket_mb=0.05"
-                     " memory.optimizer=host device.copy_gbps=0.02 data.batch_size=2");
-  ASSERT_EQ(e.code, 0) << e.output;
-  auto t = tracks(dir + "/trace_rank0.json");
-  const auto& up = t["optimizer h2d"].spans;
-  // Three traced updates' weights, the last one's added when tracing stopped.
-  EXPECT_EQ(bytes_of(up, "weights"), 3 * host_weights_bytes(dir));
-  size_t overlapped = 0, forward = 0;
-  for (const auto& f : t["compute"].spans) {
-    if (f["name"].get<std::string>().rfind("fwd ", 0) != 0) continue;
-    ++forward;
-    const double end = f["ts"].get<double>() + f["dur"].get<double>();
-    for (const auto& w : up) {
-      const double begin = w["ts"].get<double>();
-      if (begin < end && end < begin + w["dur"].get<double>()) {
-        ++overlapped;
-        break;
+  for (const bool sharded : {false, true}) {
+    SCOPED_TRACE(sharded ? "zero 2, 2 ranks" : "zero 0, 1 rank");
+    if (sharded && !have_mpirun()) GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+    const std::string dir = scratch(sharded ? "host_copies_overlap_zero2" : "host_copies_overlap");
+    const Exit e = run((sharded ? mpirun(2) : std::string()) + trainer() + " train " +
+                       quickstart() + " run.dir=" + dir +
+                       " run.steps=4 run.log_every=1 run.trace=true run.trace_steps=[2,4]"
+                       " memory.measure=false checkpoint.every=0 comm.bucket_mb=0.02"
+                       " memory.optimizer=host device.copy_gbps=0.02 data.batch_size=2" +
+                       (sharded ? " memory.zero=2" : ""));
+    ASSERT_EQ(e.code, 0) << e.output;
+    auto t = tracks(dir + "/trace_rank0.json");
+    const auto& up = t["optimizer h2d"].spans;
+    // Three traced updates' weights (the rank's), the last one's added when tracing stopped.
+    if (!sharded) EXPECT_EQ(bytes_of(up, "weights"), 3 * host_weights_bytes(dir));
+    size_t overlapped = 0, forward = 0;
+    for (const auto& f : t["compute"].spans) {
+      if (f["name"].get<std::string>().rfind("fwd ", 0) != 0) continue;
+      ++forward;
+      const double end = f["ts"].get<double>() + f["dur"].get<double>();
+      for (const auto& w : up) {
+        const double begin = w["ts"].get<double>();
+        if (begin < end && end < begin + w["dur"].get<double>()) {
+          ++overlapped;
+          break;
+        }
       }
     }
+    ASSERT_GT(forward, 0u);
+    EXPECT_GT(overlapped, 0u) << "of " << forward << " forward spans";
   }
-  ASSERT_GT(forward, 0u);
-  EXPECT_GT(overlapped, 0u) << "of " << forward << " forward spans";
 }
 
 // The optimizer's copies share the copy streams with the activations' offloads and prefetches:
