@@ -2,7 +2,8 @@
 // trainer/optim/model_state_step.h): after an update, compute waits for each weight piece's copy
 // up only before the first step of the next forward that reads one of its floats (worked out here
 // from the program, apart from the code under test), not for every piece before the first layer;
-// and training with the host optimizer keeps its losses bitwise the device optimizer's.
+// and training with the host optimizer keeps its losses bitwise the device optimizer's (under bf16
+// too, where compute waits for every piece at the update).
 #include <set>
 
 #include <gtest/gtest.h>
@@ -116,6 +117,30 @@ TEST(HostWeightWaits, TheLossesEqualTheDeviceOptimizersBitwise) {
   Session on_host(host, RankInfo{}, true);
   const std::vector<float> want = train(on_device, device, 5, [](int) {});
   const std::vector<float> got = train(on_host, host, 5, [](int) {});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+}
+
+// Under bf16 the working copy is narrowed from the whole block before the next forward's first
+// step: compute waits for every piece at the update, and the losses stay the device optimizer's.
+TEST(HostWeightWaits, UnderBf16EveryPieceIsWaitedForAtTheUpdate) {
+  const testing::TempDir a("host_waits_bf16_device"), b("host_waits_bf16_host");
+  Config device = lenet(a.str(), "optimizer: device");
+  Config host = lenet(b.str(), "optimizer: host");
+  device.device.precision = Precision::kBf16;
+  host.device.precision = Precision::kBf16;
+  Session on_device(device, RankInfo{}, true);
+  Session on_host(host, RankInfo{}, true);
+  const std::vector<float> want = train(on_device, device, 4, [](int) {});
+  int checked = 0;
+  const std::vector<float> got = train(on_host, host, 4, [&](int step) {
+    if (step == 1) return;
+    const std::vector<int>& waits = on_host.model_state_step()->weight_waits();
+    ASSERT_GT(waits.size(), 2u);
+    for (int w : waits) EXPECT_EQ(w, -1) << "step " << step;
+    ++checked;
+  });
+  EXPECT_EQ(checked, 3);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
 }
