@@ -324,6 +324,12 @@ void run_widened(PlanCache& plans, const AttentionForward& a);
 void run_widened(PlanCache& plans, const AttentionBackward& a);
 void run_widened(PlanCache& plans, const FlashAttentionForward& a);
 void run_widened(PlanCache& plans, const FlashAttentionBackward& a);
+void run_widened(PlanCache& plans, const RmsNormForward& a);
+void run_widened(PlanCache& plans, const RmsNormBackward& a);
+void run_widened(PlanCache& plans, const RopeQkvForward& a);
+void run_widened(PlanCache& plans, const RopeQkvBackward& a);
+void run_widened(PlanCache& plans, const SwigluForward& a);
+void run_widened(PlanCache& plans, const SwigluBackward& a);
 // ConvertFloats (fp32 <-> bf16 in either direction; no dtype field).
 void run(PlanCache& plans, const ConvertFloats& a);
 
