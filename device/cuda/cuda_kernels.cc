@@ -123,11 +123,13 @@ CudaKernels::CudaKernels(int ordinal) : CudaKernels(ordinal_options(ordinal)) {}
 
 CudaKernels::~CudaKernels() = default;
 
-bool CudaKernels::supports(KernelKind kind, DType dtype) const {
+bool kernel_runs(KernelKind kind, DType dtype) {
   if (kind >= kRuns.size() || !kRuns[kind]) return false;
   if (dtype == DType::kF32) return true;
   return dtype == DType::kBF16 && kRunsBf16[kind];
 }
+
+bool CudaKernels::supports(KernelKind kind, DType dtype) const { return kernel_runs(kind, dtype); }
 
 uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
   const DType dtype = std::visit([](const auto& a) { return dtype_of(a); }, args);
