@@ -75,6 +75,11 @@ struct TileElement<Bf16> {
 template <typename S>
 using TileT = typename TileElement<S>::type;
 
+// The row pitch of a shared tile of T elements (Note [Shared tile rows]): kMaxD and one 32-bit
+// word more, an odd number of words for the even kMaxD the kernels take.
+template <typename T, int kMaxD>
+constexpr int kPitch = kMaxD + static_cast<int>(4 / sizeof(T));
+
 __device__ inline float from_tile(float v) { return v; }
 __device__ inline float from_tile(unsigned short bits) {
   return __bfloat162float(__ushort_as_bfloat16(bits));
@@ -95,7 +100,8 @@ constexpr int kAccFloats = kInPlace<S> ? 1 : kTile* kMaxD;
 // (nvcc's ptxas refuses more; the host emulation has no limit, so the asserts keep it honest).
 template <typename S, int kTile, int kMaxD>
 struct FlashShared {
-  static constexpr int kTileBytes = kTile * (kMaxD + 1) * static_cast<int>(sizeof(TileT<S>));
+  static constexpr int kTileBytes =
+      kTile * kPitch<TileT<S>, kMaxD> * static_cast<int>(sizeof(TileT<S>));
   static constexpr int kAccBytes = kAccFloats<S, kTile, kMaxD> * 4;
   static constexpr int kForward = 3 * kTileBytes + kAccBytes + (kTile * kTile + 3 * kTile) * 4;
   static constexpr int kBackwardKv =
@@ -142,17 +148,18 @@ __device__ void store_rows(const Accumulator& acc, const float* scale, S* out, i
 }
 
 // Note [Shared tile rows]
-// Tiles in shared memory keep rows of kMaxD + 1 elements: threads of a warp reading one column
-// of consecutive rows (k_s, v_s in the score products) then hit distinct banks.
+// Tiles in shared memory keep rows of kMaxD elements and one 32-bit word more (kPitch: kMaxD + 1
+// floats, or kMaxD + 2 bf16s), an odd number of words: threads of a warp reading one column of
+// consecutive rows (k_s, v_s in the score products) then hit distinct banks.
 //
-// Loads rows [r0, r0 + rows) of x (row stride ld, D wide) into a (kTile, kMaxD + 1) tile, zero past
+// Loads rows [r0, r0 + rows) of x (row stride ld, D wide) into a (kTile, kPitch) tile, zero past
 // `rows`.
 template <int kTile, int kMaxD, typename S>
 __device__ void load_tile(const S* x, int64_t ld, int64_t r0, int64_t rows, int64_t d,
                           TileT<S>* tile) {
   for (int64_t e = threadIdx.x; e < kTile * d; e += blockDim.x) {
     const int64_t r = e / d, k = e % d;
-    tile[r * (kMaxD + 1) + k] = r < rows ? to_tile(x[(r0 + r) * ld + k]) : TileT<S>{0};
+    tile[r * kPitch<TileT<S>, kMaxD> + k] = r < rows ? to_tile(x[(r0 + r) * ld + k]) : TileT<S>{0};
   }
 }
 
@@ -167,8 +174,9 @@ template <typename S, int kTile, int kMaxD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward_kernel(FlashGeom g, const S* qkv, S* y, float* lse) {
   using Shared = FlashShared<S, kTile, kMaxD>;
+  constexpr int kRow = kPitch<TileT<S>, kMaxD>;
   static_assert(Shared::kForward <= Shared::kLimit);
-  __shared__ TileT<S> q_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)], v_s[kTile * (kMaxD + 1)];
+  __shared__ TileT<S> q_s[kTile * kRow], k_s[kTile * kRow], v_s[kTile * kRow];
   __shared__ float o_s[kAccFloats<S, kTile, kMaxD>];
   __shared__ float s_s[kTile * kTile], m_s[kTile], l_s[kTile], alpha_s[kTile];
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -195,8 +203,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       load_tile<kTile, kMaxD>(q + 2 * g.c, ld, j0, cols, d, v_s);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
-        s_s[e] = dot_rows(q_s + (e / kTile) * (kMaxD + 1), k_s + (e % kTile) * (kMaxD + 1), d) /
-                 g.sqrt_d;
+        s_s[e] = dot_rows(q_s + (e / kTile) * kRow, k_s + (e % kTile) * kRow, d) / g.sqrt_d;
       }
       __syncthreads();
       for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -228,8 +235,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int64_t r = e / d, k = e % d;
         float& o = acc.at(r, k);
         float sum = o * alpha_s[r];
-        for (int64_t j = 0; j < cols; ++j)
-          sum += s_s[r * kTile + j] * from_tile(v_s[j * (kMaxD + 1) + k]);
+        for (int64_t j = 0; j < cols; ++j) sum += s_s[r * kTile + j] * from_tile(v_s[j * kRow + k]);
         o = sum;
       }
       __syncthreads();
@@ -269,13 +275,14 @@ __device__ void tile_grads(const FlashGeom& g, int64_t bn, int64_t h, int64_t i0
                            int64_t j0, int64_t cols, int64_t d, const T* q_s, const T* dy_s,
                            const T* k_s, const T* v_s, const float* lse_s, const float* dot_s,
                            float* p_s, float* ds_s) {
+  constexpr int kRow = kPitch<T, kMaxD>;
   for (int64_t e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
     const int64_t r = e / kTile, j = e % kTile, i = i0 + r;
     float p = 0.0f, ds = 0.0f;
     if (r < rows && j < cols && j0 + j <= i && j0 + j >= key_begin(g, bn, i)) {
-      const float s = dot_rows(q_s + r * (kMaxD + 1), k_s + j * (kMaxD + 1), d) / g.sqrt_d;
+      const float s = dot_rows(q_s + r * kRow, k_s + j * kRow, d) / g.sqrt_d;
       const float pj = exp(s - lse_s[r]);
-      float dp = dot_rows(dy_s + r * (kMaxD + 1), v_s + j * (kMaxD + 1), d);
+      float dp = dot_rows(dy_s + r * kRow, v_s + j * kRow, d);
       p = pj;
       if (g.dropout > 0.0f) {
         const bool k = kept(g, bn, h, i, j0 + j);
@@ -295,9 +302,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_kv_kernel(FlashGeom g, const S* qkv, const S* y, const float* lse, const S* dy,
                              S* dqkv) {
   using Shared = FlashShared<S, kTile, kMaxD>;
+  constexpr int kRow = kPitch<TileT<S>, kMaxD>;
   static_assert(Shared::kBackwardKv <= Shared::kLimit);
-  __shared__ TileT<S> q_s[kTile * (kMaxD + 1)], dy_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)],
-      v_s[kTile * (kMaxD + 1)];
+  __shared__ TileT<S> q_s[kTile * kRow], dy_s[kTile * kRow], k_s[kTile * kRow], v_s[kTile * kRow];
   __shared__ float dk_s[kAccFloats<S, kTile, kMaxD>], dv_s[kAccFloats<S, kTile, kMaxD>];
   __shared__ float p_s[kTile * kTile], ds_s[kTile * kTile], lse_s[kTile], dot_s[kTile];
   const int64_t d = g.c / g.heads, ld = 3 * g.c, blocks = (g.t + kTile - 1) / kTile;
@@ -330,8 +337,8 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int64_t j = e / d, k = e % d;
         float sv = gv.at(j, k), sk = gk.at(j, k);
         for (int64_t r = 0; r < rows; ++r) {
-          sv += p_s[r * kTile + j] * from_tile(dy_s[r * (kMaxD + 1) + k]);
-          sk += ds_s[r * kTile + j] * from_tile(q_s[r * (kMaxD + 1) + k]);
+          sv += p_s[r * kTile + j] * from_tile(dy_s[r * kRow + k]);
+          sk += ds_s[r * kTile + j] * from_tile(q_s[r * kRow + k]);
         }
         gv.at(j, k) = sv;
         gk.at(j, k) = sk;
@@ -349,9 +356,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_q_kernel(FlashGeom g, const S* qkv, const S* y, const float* lse, const S* dy,
                             S* dqkv) {
   using Shared = FlashShared<S, kTile, kMaxD>;
+  constexpr int kRow = kPitch<TileT<S>, kMaxD>;
   static_assert(Shared::kBackwardQ <= Shared::kLimit);
-  __shared__ TileT<S> q_s[kTile * (kMaxD + 1)], dy_s[kTile * (kMaxD + 1)], k_s[kTile * (kMaxD + 1)],
-      v_s[kTile * (kMaxD + 1)];
+  __shared__ TileT<S> q_s[kTile * kRow], dy_s[kTile * kRow], k_s[kTile * kRow], v_s[kTile * kRow];
   __shared__ float dq_s[kAccFloats<S, kTile, kMaxD>];
   __shared__ float ds_s[kTile * kTile], lse_s[kTile], dot_s[kTile];
   const int64_t d = g.c / g.heads, ld = 3 * g.c, blocks = (g.t + kTile - 1) / kTile;
@@ -379,7 +386,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         const int64_t r = e / d, k = e % d;
         float sum = gq.at(r, k);
         for (int64_t j = 0; j < cols; ++j)
-          sum += ds_s[r * kTile + j] * from_tile(k_s[j * (kMaxD + 1) + k]);
+          sum += ds_s[r * kTile + j] * from_tile(k_s[j * kRow + k]);
         gq.at(r, k) = sum;
       }
     }
