@@ -55,8 +55,8 @@ __device__ bool kept(const FlashGeom& g, int64_t bn, int64_t h, int64_t i, int64
 // the fp32 backward's tiles already sit near the limit:
 //  - the shared tiles of q, k, v and dy hold the storage's own elements (bf16 bits, half the
 //    bytes of fp32), widened on each read;
-//  - an fp32 kernel accumulates y, dK, dV and dq in place in its fp32 output (global memory, as
-//    before); a bf16 kernel cannot (each partial sum would be rounded), so it accumulates the
+//  - an fp32 kernel accumulates y, dK, dV and dq in place in its fp32 output (global memory);
+//    a bf16 kernel cannot (each partial sum would be rounded), so it accumulates the
 //    block's (kTile, D) results in fp32 shared memory and writes them rounded at the end. The
 //    bytes the bf16 tiles save pay for these accumulators (FlashShared below).
 // The tile shapes (32 x 32 up to D = 64, 16 x 16 up to D = 128) are the fp32 kernel's, so the
@@ -94,7 +94,7 @@ constexpr bool kInPlace = std::is_same_v<S, float>;
 // The floats of a block's shared fp32 accumulators: one (kTile, kMaxD) tile each, or one float
 // (unused) where the output accumulates in place.
 template <typename S, int kTile, int kMaxD>
-constexpr int kAccFloats = kInPlace<S> ? 1 : kTile* kMaxD;
+constexpr int kAccFloats = kInPlace<S> ? 1 : int{kTile * kMaxD};
 
 // The static shared bytes of the three kernels, checked against the 48 KiB limit at compile time
 // (nvcc's ptxas refuses more; the host emulation has no limit, so the asserts keep it honest).
