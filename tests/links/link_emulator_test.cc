@@ -137,7 +137,8 @@ TEST_F(LinkEmulatorTest, ACopysKindLabelsItsFlowsAndClaimsInTheLedger) {
   auto ledger = make(0.002);
   std::multiset<std::string> seen;
   const auto look = [&](uint64_t, uint64_t) {
-    for (const LinkUserEntry& u : ledger->snapshot().links[0].users)
+    const LedgerSnapshot snap = ledger->snapshot();
+    for (const LinkUserEntry& u : snap.links[0].users)
       seen.insert(u.kind + " " + u.label + (u.token ? " token" : ""));
   };
   LinkEmulator fifo(rank_options(0, /*arbitrate=*/false));
