@@ -36,6 +36,8 @@ struct Workspace {
 //  - softmax cross-entropy: logits, probs, dlogits; loss is fp32.
 //  - embedding: y and dy; wte, wpe (the fp32 master weights), dwte, dwpe are fp32.
 //  - attention: qkv, y, probs, dy, dqkv. Fused attention: qkv, y, dy, dqkv; lse is fp32.
+//  - RMSNorm (kernels_llama.h): x, y, dy, dx; weight, rstd and dweight are fp32. Rotary qkv:
+//    q, k, v, qkv, dqkv, dq, dk, dv. SwiGLU: gate, up, y, dy, dgate, dup.
 // Kernels without the field (copy, the optimizers, gradient clipping) are fp32 (copy: bytes;
 // ConvertFloats: its own from and to).
 // Kernels::supports(kind, DType::kBF16) says whether a backend runs a kind in bf16 storage.

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "device/dtype.h"
+
 namespace ferry {
 
 // LlamaRMSNorm over the last dimension: rows (M) of C values.
@@ -22,6 +24,7 @@ struct RmsNormForward {
   const float* weight = nullptr;
   float* y = nullptr;
   float* rstd = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel] in kernels.h
 };
 
 // Gradients of RmsNormForward: dx = rstd * (g - xhat * mean(g * xhat)), g = dy * weight, xhat = x
@@ -34,6 +37,7 @@ struct RmsNormBackward {
   const float* rstd = nullptr;
   float* dx = nullptr;
   float* dweight = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel] in kernels.h
 };
 
 // Note [Rotary embeddings into the attention's qkv]
@@ -61,6 +65,7 @@ struct RopeQkvForward {
   const float* v = nullptr;           // (N*T, KV*D)
   float* qkv = nullptr;               // (N*T, 3*H*D)
   const int32_t* segments = nullptr;  // (N, T) or null
+  DType dtype = DType::kF32;          // Note [Storage dtype of a kernel] in kernels.h
 };
 
 // The transpose: dq rotated back, dk rotated back and summed over each KV head's repeats (in
@@ -72,6 +77,7 @@ struct RopeQkvBackward {
   float* dk = nullptr;
   float* dv = nullptr;
   const int32_t* segments = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel] in kernels.h
 };
 
 // SwiGLU's gate (LlamaMLP): y = silu(gate) * up, silu(x) = x * sigmoid(x); n elements each.
@@ -80,6 +86,7 @@ struct SwigluForward {
   const float* gate = nullptr;
   const float* up = nullptr;
   float* y = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel] in kernels.h
 };
 
 // dgate = dy * up * silu'(gate), dup = dy * silu(gate). Overwrites both; dgate may equal dy.
@@ -90,6 +97,7 @@ struct SwigluBackward {
   const float* dy = nullptr;
   float* dgate = nullptr;
   float* dup = nullptr;
+  DType dtype = DType::kF32;  // Note [Storage dtype of a kernel] in kernels.h
 };
 
 }  // namespace ferry

@@ -312,8 +312,6 @@ void run_widened(PlanCache& plans, const Fill& a);
 void run_widened(PlanCache& plans, const Scale& a);
 void run_widened(PlanCache& plans, const DropoutForward& a);
 void run_widened(PlanCache& plans, const DropoutBackward& a);
-void run_widened(PlanCache& plans, const SoftmaxCrossEntropyForward& a);
-void run_widened(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
 void run_widened(PlanCache& plans, const EmbeddingForward& a);
 void run_widened(PlanCache& plans, const EmbeddingBackward& a);
 void run_widened(PlanCache& plans, const LayerNormForward& a);
@@ -324,6 +322,12 @@ void run_widened(PlanCache& plans, const AttentionForward& a);
 void run_widened(PlanCache& plans, const AttentionBackward& a);
 void run_widened(PlanCache& plans, const FlashAttentionForward& a);
 void run_widened(PlanCache& plans, const FlashAttentionBackward& a);
+void run_widened(PlanCache& plans, const RmsNormForward& a);
+void run_widened(PlanCache& plans, const RmsNormBackward& a);
+void run_widened(PlanCache& plans, const RopeQkvForward& a);
+void run_widened(PlanCache& plans, const RopeQkvBackward& a);
+void run_widened(PlanCache& plans, const SwigluForward& a);
+void run_widened(PlanCache& plans, const SwigluBackward& a);
 // ConvertFloats (fp32 <-> bf16 in either direction; no dtype field).
 void run(PlanCache& plans, const ConvertFloats& a);
 

@@ -183,16 +183,6 @@ void run_widened(PlanCache& p, const DropoutBackward& a) {
   widened(p, f, {in(f.dy, a.n), out(f.dx, a.n)});
 }
 
-void run_widened(PlanCache& p, const SoftmaxCrossEntropyForward& a) {
-  SoftmaxCrossEntropyForward f = a;
-  widened(p, f, {in(f.logits, a.n * a.k), out(f.probs, a.n * a.k)});
-}
-
-void run_widened(PlanCache& p, const SoftmaxCrossEntropyBackward& a) {
-  SoftmaxCrossEntropyBackward f = a;
-  widened(p, f, {in(f.probs, a.n * a.k), out(f.dlogits, a.n * a.k)});
-}
-
 void run_widened(PlanCache& p, const EmbeddingForward& a) {
   EmbeddingForward f = a;
   widened(p, f, {out(f.y, a.n * a.t * a.c)});
@@ -254,6 +244,49 @@ void run_widened(PlanCache& p, const FlashAttentionBackward& a) {
   widened(p, f,
           {in(f.qkv, g.n * g.t * 3 * g.c), in(f.y, g.n * g.t * g.c), in(f.dy, g.n * g.t * g.c),
            out(f.dqkv, g.n * g.t * 3 * g.c)});
+}
+
+// The Llama kernels: fp32 math on widened values as the rest. RMSNorm's mean of squares, its
+// backward reductions, its weight and weight gradient and the saved rstd stay fp32 (a statistic:
+// Note [Which tensors are bf16]); x, y, dy and dx are bf16.
+void run_widened(PlanCache& p, const RmsNormForward& a) {
+  const int64_t n = a.g.rows * a.g.c;
+  RmsNormForward f = a;
+  widened(p, f, {in(f.x, n), out(f.y, n)});
+}
+
+void run_widened(PlanCache& p, const RmsNormBackward& a) {
+  const int64_t n = a.g.rows * a.g.c;
+  RmsNormBackward f = a;
+  widened(p, f, {in(f.x, n), in(f.dy, n), out(f.dx, n)});
+}
+
+void run_widened(PlanCache& p, const RopeQkvForward& a) {
+  const int64_t rows = a.g.n * a.g.t, qw = a.g.q_width(), kvw = a.g.kv_width();
+  RopeQkvForward f = a;
+  widened(
+      p, f,
+      {in(f.q, rows * qw), in(f.k, rows * kvw), in(f.v, rows * kvw), out(f.qkv, rows * 3 * qw)});
+}
+
+// A null dq, dk or dv (not wanted) stays null.
+void run_widened(PlanCache& p, const RopeQkvBackward& a) {
+  const int64_t rows = a.g.n * a.g.t, qw = a.g.q_width(), kvw = a.g.kv_width();
+  RopeQkvBackward f = a;
+  widened(p, f,
+          {in(f.dqkv, rows * 3 * qw), out(f.dq, rows * qw), out(f.dk, rows * kvw),
+           out(f.dv, rows * kvw)});
+}
+
+void run_widened(PlanCache& p, const SwigluForward& a) {
+  SwigluForward f = a;
+  widened(p, f, {in(f.gate, a.n), in(f.up, a.n), out(f.y, a.n)});
+}
+
+void run_widened(PlanCache& p, const SwigluBackward& a) {
+  SwigluBackward f = a;
+  widened(p, f,
+          {in(f.gate, a.n), in(f.up, a.n), in(f.dy, a.n), out(f.dgate, a.n), out(f.dup, a.n)});
 }
 
 void run(PlanCache&, const ConvertFloats& a) {
