@@ -90,7 +90,7 @@ void ModelStateStep::send_rest(Stream& compute) {
 void ModelStateStep::host_update(Stream& compute, float lr) {
   const int64_t begin = store_.update_begin(), end = store_.update_end();
   const int64_t n = end - begin;
-  float* param = store_.param_block() + begin;
+  float* param = store_.masters();
   TransferEngine& engine = *options_.transfers;
   const float clip_norm = optimizer_.options().clip_norm;
   // The sum of squares on the device (all-reduced by shard); the host scales.
@@ -165,8 +165,8 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
     engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
                  static_cast<uint64_t>(piece.end - piece.begin) * sizeof(float), -1,
                  piece.deadline_s, TransferPurpose::kOptimizer},
-                store_.param_block() + piece.begin, store_.host_params() + (piece.begin - begin),
-                ready, done);
+                store_.masters() + (piece.begin - begin),
+                store_.host_params() + (piece.begin - begin), ready, done);
     up.push_back(&done);
   }
   for (Event* e : up) compute.wait(*e);

@@ -62,6 +62,8 @@ class Session {
   // load_checkpoint this rank's shard taken from it.
   void gather_optimizer_state();
   void scatter_optimizer_state();
+  // Part of gather_optimizer_state under sharded masters (a collective).
+  void gather_master_weights();
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
 
