@@ -130,11 +130,13 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   }
   const auto unit = static_cast<uint64_t>(update_end_ - update_begin_) * sizeof(float);
   DeviceHeap& heap = device.memory();
-  sharded_masters_ = precision == Precision::kBf16 && layout_.shard_optimizer &&
-                     layout_.shard_floats > 0 && layout_.ranks > 1;
-  if (sharded_masters_) {
-    // Note [Sharded master weights]: the shard's masters, the compact fp32 weights.
-    params_block_ = DeviceBuffer(heap, unit, "fp32 master shard");
+  split_masters_ = precision == Precision::kBf16 &&
+                   ((layout_.shard_optimizer && layout_.shard_floats > 0 && layout_.ranks > 1) ||
+                    layout_.host_optimizer);
+  if (split_masters_) {
+    // Note [Sharded master weights]: the shard's masters (on the host with the host optimizer:
+    // host_params), the compact fp32 weights.
+    if (!layout_.host_optimizer) params_block_ = DeviceBuffer(heap, unit, "fp32 master shard");
     const std::vector<bool> fp32 = read_as_fp32(graph);
     uint64_t at = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -182,13 +184,15 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   if (layout_.host_optimizer) {
     host_params_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
     host_grads_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
+    // Host masters: the bf16 rounding of host_params the upload carries (two elements a float).
+    if (split_masters_) host_working_ = PinnedFloats(device.pinned(), (unit / 4 + 1) / 2);
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
   metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
 }
 
 uint64_t ParameterStore::host_bytes() const {
-  uint64_t b = host_params_.bytes() + host_grads_.bytes();
+  uint64_t b = host_params_.bytes() + host_grads_.bytes() + host_working_.bytes();
   for (const auto& s : host_state_) b += s.bytes();
   return b;
 }
@@ -198,7 +202,7 @@ void* ParameterStore::address(const Graph& graph, TensorId id) const {
   switch (info.role) {
     case TensorRole::kParam: {
       const size_t i = param_index(graph, id);
-      if (sharded_masters_) {
+      if (split_masters_) {
         // Note [Sharded master weights]: a weight only products read has no fp32 copy here.
         return reads_fp32(i) ? static_cast<std::byte*>(fp32_block_.data()) + fp32_offset_[i]
                              : nullptr;
@@ -233,7 +237,7 @@ void* ParameterStore::working_address(const Graph& graph, TensorId param) const 
 
 void ParameterStore::refresh_working_weights(Stream& stream) {
   // Sharded masters: publish_masters and write_param keep the copy current.
-  if (!has_working_copy() || !working_stale_ || sharded_masters_) return;
+  if (!has_working_copy() || !working_stale_ || split_masters_) return;
   device_.kernels().launch(ConvertFloats{param_floats(), DType::kF32, DType::kBF16,
                                          params_block_.data(), working_block_.data()},
                            stream);
@@ -263,24 +267,41 @@ std::pair<int64_t, int64_t> ParameterStore::fp32_part(int r) const {
 
 std::vector<float> ParameterStore::read_masters() const {
   std::vector<float> out(static_cast<size_t>(update_end_ - update_begin_));
+  if (layout_.host_optimizer) {
+    std::copy_n(host_params_.data(), out.size(), out.data());
+    return out;
+  }
   const std::vector<std::byte> bytes = read(masters(), out.size() * sizeof(float));
   std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;
 }
 
+std::vector<ParameterStore::Fp32Copy> ParameterStore::fp32_copies(int64_t begin,
+                                                                  int64_t end) const {
+  std::vector<Fp32Copy> out;
+  for (const Fp32Run& run : fp32_runs_) {
+    const int64_t b = std::max(run.begin, begin), e = std::min(run.end, end);
+    if (b < e) out.push_back({b, e, fp32_block_.as<float>() + run.to + (b - run.begin)});
+  }
+  return out;
+}
+
+float* ParameterStore::masters() const {
+  if (!split_masters_) return params_block_.as<float>() + update_begin_;
+  return layout_.host_optimizer ? host_params_.data() : params_block_.as<float>();
+}
+
 void ParameterStore::publish_masters(Stream& stream) {
-  FERRY_ASSERT(sharded_masters_, "publish_masters without sharded masters");
+  FERRY_ASSERT(split_masters_ && !layout_.host_optimizer,
+               "publish_masters without the masters on the device");
   const int64_t n = update_end_ - update_begin_;
   if (n <= 0) return;
-  std::byte* working = working_block_.as<std::byte>() + update_begin_ * 2;
   device_.kernels().launch(
-      ConvertFloats{n, DType::kF32, DType::kBF16, params_block_.data(), working}, stream);
-  for (const Fp32Run& run : fp32_runs_) {
-    const int64_t b = std::max(run.begin, update_begin_), e = std::min(run.end, update_end_);
-    if (b >= e) continue;
-    device_.copy_async(fp32_block_.as<float>() + run.to + (b - run.begin),
-                       params_block_.as<float>() + (b - update_begin_),
-                       static_cast<uint64_t>(e - b) * sizeof(float), stream);
+      ConvertFloats{n, DType::kF32, DType::kBF16, params_block_.data(), working_at(update_begin_)},
+      stream);
+  for (const Fp32Copy& c : fp32_copies(update_begin_, update_end_)) {
+    device_.copy_async(c.to, params_block_.as<float>() + (c.begin - update_begin_),
+                       static_cast<uint64_t>(c.end - c.begin) * sizeof(float), stream);
   }
 }
 
@@ -322,7 +343,7 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
     fill_param(graph.init(id), tensor_seed(seed, e.name),
                std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
   }
-  if (sharded_masters_) {
+  if (split_masters_) {
     write_sharded(reinterpret_cast<const float*>(host.data()), 0, param_floats());
   } else {
     write(params_block_.data(), host.data(), host.size());
@@ -357,7 +378,7 @@ void ParameterStore::write_entry(const DeviceBuffer& block, const Entry& e, cons
 }
 
 std::vector<std::byte> ParameterStore::read_param(size_t i) const {
-  if (!sharded_masters_) return read_entry(params_block_, params_[i]);
+  if (!split_masters_) return read_entry(params_block_, params_[i]);
   FERRY_ASSERT(!weights_image_.empty(), "read_param of sharded masters without the weights image");
   const Entry& e = params_[i];
   std::vector<std::byte> out(e.desc.bytes());
@@ -370,19 +391,28 @@ std::vector<std::byte> ParameterStore::read_param(size_t i) const {
 void ParameterStore::write_sharded(const float* data, int64_t begin, int64_t end) {
   const int64_t b = std::max(begin, update_begin_), e = std::min(end, update_end_);
   if (b < e) {
-    write(params_block_.as<float>() + (b - update_begin_), data + (b - begin),
-          static_cast<uint64_t>(e - b) * sizeof(float));
+    const auto bytes = static_cast<uint64_t>(e - b) * sizeof(float);
+    if (layout_.host_optimizer) {
+      std::memcpy(host_params_.data() + (b - update_begin_), data + (b - begin), bytes);
+    } else {
+      write(params_block_.as<float>() + (b - update_begin_), data + (b - begin), bytes);
+    }
   }
-  for (const Fp32Run& run : fp32_runs_) {
-    const int64_t rb = std::max(run.begin, begin), re = std::min(run.end, end);
-    if (rb >= re) continue;
-    write(fp32_block_.as<float>() + run.to + (rb - run.begin), data + (rb - begin),
-          static_cast<uint64_t>(re - rb) * sizeof(float));
+  for (const Fp32Copy& c : fp32_copies(begin, end)) {
+    write(c.to, data + (c.begin - begin), static_cast<uint64_t>(c.end - c.begin) * sizeof(float));
   }
   std::vector<uint16_t> narrow(static_cast<size_t>(end - begin));
   for (size_t k = 0; k < narrow.size(); ++k) narrow[k] = float_to_bf16(data[k]).bits;
-  write(working_block_.as<std::byte>() + begin * 2, narrow.data(), narrow.size() * 2);
+  write(working_at(begin), narrow.data(), narrow.size() * 2);
 }
+
+void ParameterStore::round_host_masters(int64_t begin, int64_t end) {
+  auto* out = reinterpret_cast<uint16_t*>(host_working_.data());
+  const float* in = host_params_.data();
+  for (int64_t k = begin - update_begin_; k < end - update_begin_; ++k)
+    out[k] = float_to_bf16(in[k]).bits;
+}
+
 std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
   FERRY_ASSERT(!staged(), "read_grad: gradients are staged (zero 2), no whole block");
   return read_entry(grads_block_, params_[i]);
@@ -399,7 +429,7 @@ std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const 
   return out;
 }
 void ParameterStore::write_param(size_t i, const void* data) {
-  if (sharded_masters_) {
+  if (split_masters_) {
     const Entry& e = params_[i];
     const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
     return write_sharded(static_cast<const float*>(data), begin, begin + e.desc.shape.numel());

@@ -98,11 +98,10 @@ class ParameterStore {
   // shard of masters only.
   float* param_block() const { return params_block_.as<float>(); }
   // The fp32 masters of the floats this rank updates, [update_begin(), update_end()).
-  float* masters() const {
-    return sharded_masters_ ? params_block_.as<float>() : params_block_.as<float>() + update_begin_;
-  }
+  // With the host optimizer under bf16 (Note [Sharded master weights]) they are host_params.
+  float* masters() const;
   // Note [Sharded master weights]: whether this rank keeps only its shard of the fp32 weights.
-  bool sharded_masters() const { return sharded_masters_; }
+  bool split_masters() const { return split_masters_; }
   // Sharded masters: whether parameter i is read as fp32 (kept whole in the compact block).
   bool reads_fp32(size_t i) const { return fp32_offset_[i] != kNotFp32; }
   // Sharded masters: after an update of the masters (on `stream`), the shard rounded into the
@@ -117,6 +116,20 @@ class ParameterStore {
   // This rank's masters as host floats. Synchronous.
   std::vector<float> read_masters() const;
   std::pair<int64_t, int64_t> fp32_part(int r) const;
+  // Split masters: the working copy's bytes from element `at` of the layout; the places in the
+  // compact block of the fp32 weights among the elements [begin, end) of the layout.
+  void* working_at(int64_t at) const { return working_block_.as<std::byte>() + at * 2; }
+  struct Fp32Copy {
+    int64_t begin, end;  // elements of the layout
+    float* to;           // where element `begin` lives in the compact block
+  };
+  std::vector<Fp32Copy> fp32_copies(int64_t begin, int64_t end) const;
+  // Host masters (bf16 with memory.optimizer host): host_params rounded to bf16 (round to
+  // nearest even, as ConvertFloats) for the elements [begin, end) of the layout, into
+  // host_working(), whose element k is element update_begin() + k.
+  bool host_masters() const { return split_masters_ && layout_.host_optimizer; }
+  void round_host_masters(int64_t begin, int64_t end);
+  void* host_working() { return host_working_.data(); }
   // Bytes of the compact fp32-weights block `graph` would get (0 in fp32).
   static uint64_t fp32_weight_bytes(const Graph& graph);
   // Sharded masters: the whole fp32 weights as host floats, every rank's shard broadcast into
@@ -249,7 +262,7 @@ class ParameterStore {
   DeviceBuffer working_block_;  // device.precision bf16 only
   // Note [Sharded master weights]: the compact fp32 weights, per parameter its byte offset there
   // (kNotFp32: read only through the working copy), its runs, the checkpoint's weights image.
-  bool sharded_masters_ = false;
+  bool split_masters_ = false;
   DeviceBuffer fp32_block_;
   std::vector<uint64_t> fp32_offset_;
   std::vector<Fp32Run> fp32_runs_;
@@ -264,6 +277,7 @@ class ParameterStore {
   int64_t update_begin_ = 0, update_end_ = 0;
   std::vector<PinnedFloats> host_state_;  // memory.optimizer host
   PinnedFloats host_params_, host_grads_;
+  PinnedFloats host_working_;  // host masters: bf16 pairs
   OptimizerImage image_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;

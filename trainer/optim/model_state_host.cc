@@ -107,7 +107,8 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
     if (host_sum_sq_.size() == 0) host_sum_sq_ = PinnedFloats(device_.pinned(), 1);
     down("gradient norm", host_sum_sq_.data(), store_.grad_sq_address(), sizeof(float));
   }
-  if (!host_weights_current_ && n > 0) {
+  // Host masters (Note [Sharded master weights]): the host's are the weights; nothing to take.
+  if (!host_weights_current_ && n > 0 && !store_.host_masters()) {
     // The first update (or one after a checkpoint was loaded): the host takes the device's bits.
     down(copy_name("weights", begin, end), store_.host_params(), param,
          static_cast<uint64_t>(n) * sizeof(float));
@@ -160,14 +161,28 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
   Event& ready = next_event();
   compute.record(ready);
   std::vector<Event*> up;
-  for (const Piece& piece : pieces) {
+  const auto send = [&](const Piece& piece, uint64_t bytes, void* to, const void* from) {
     Event& done = next_event();
-    engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
-                 static_cast<uint64_t>(piece.end - piece.begin) * sizeof(float), -1,
-                 piece.deadline_s, TransferPurpose::kOptimizer},
-                store_.masters() + (piece.begin - begin),
-                store_.host_params() + (piece.begin - begin), ready, done);
+    engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end), bytes,
+                 -1, piece.deadline_s, TransferPurpose::kOptimizer},
+                to, from, ready, done);
     up.push_back(&done);
+  };
+  // Host masters: the upload carries the bf16 rounding, and the fp32 weights read whole.
+  if (store_.host_masters()) store_.round_host_masters(begin, end);
+  for (const Piece& piece : pieces) {
+    const auto count = static_cast<uint64_t>(piece.end - piece.begin);
+    const float* from = store_.host_params() + (piece.begin - begin);
+    if (!store_.host_masters()) {
+      send(piece, count * sizeof(float), store_.masters() + (piece.begin - begin), from);
+      continue;
+    }
+    send(piece, count * 2, store_.working_at(piece.begin),
+         static_cast<const std::byte*>(store_.host_working()) + (piece.begin - begin) * 2);
+    for (const ParameterStore::Fp32Copy& c : store_.fp32_copies(piece.begin, piece.end)) {
+      send(piece, static_cast<uint64_t>(c.end - c.begin) * sizeof(float), c.to,
+           store_.host_params() + (c.begin - begin));
+    }
   }
   for (Event* e : up) compute.wait(*e);
   next_event_ = 0;

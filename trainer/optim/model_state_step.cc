@@ -30,7 +30,7 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
   // bf16 working copy (an even count: two elements a float on the wire).
   const auto bucket = static_cast<int64_t>(options_.bucket_bytes);
   pieces_ = {shard_,
-             store.sharded_masters()
+             store.split_masters()
                  ? std::max<int64_t>(2, bucket / 2) / 2 * 2
                  : std::max<int64_t>(1, bucket / static_cast<int64_t>(sizeof(float))),
              ranks};
@@ -130,7 +130,7 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
   Gathers g;
   g.read = pieces_read(pieces_, reads);
   g.order = ferry::gather_order(pieces_.count(), g.read);
-  if (store_.sharded_masters()) {
+  if (store_.split_masters()) {
     // Note [Sharded master weights]: a step reading an fp32 weight waits for the fp32 gather
     // (index pieces_.count(), issued first).
     for (size_t s = 0; s < steps.size(); ++s) {
@@ -285,7 +285,7 @@ void ModelStateStep::update(float lr) {
   gathered_bytes_ = 0;
   if (!options_.shard) return;
   // Note [Sharded master weights]: the shard into the working copy and the fp32 weights.
-  if (store_.sharded_masters()) store_.publish_masters(compute);
+  if (store_.split_masters() && !store_.host_masters()) store_.publish_masters(compute);
   // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard, the next
   // forward's first pieces first; compute waits per piece (before_step) or for all (settle).
   const int ranks = comm_.ranks().size;
@@ -293,7 +293,7 @@ void ModelStateStep::update(float lr) {
   std::vector<size_t> order(pieces);
   for (size_t k = 0; k < pieces; ++k) order[k] = k;
   if (last_program_) order = gathers_for(*last_program_).order;
-  const bool bf16 = store_.sharded_masters();
+  const bool bf16 = store_.split_masters();
   gathering_.assign(pieces + (bf16 ? 1 : 0), CommWork{});
   waiting_.assign(gathering_.size(), 0);
   const auto gather = [&](size_t k, float* block, const std::vector<Communicator::Part>& parts) {
