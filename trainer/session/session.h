@@ -57,6 +57,7 @@ class Session {
   // The sharded or host reduce-and-update, or null (zero 0 + device: GradientBuckets and
   // Optimizer::step).
   ModelStateStep* model_state_step() { return state_step_.get(); }
+  const ModelStateStep* model_state_step() const { return state_step_.get(); }
   // Optimizer state of a sharded or host store: every rank's shard assembled into the store's
   // optimizer image (collective: every rank calls it; before save_checkpoint), and after
   // load_checkpoint this rank's shard taken from it.
