@@ -494,6 +494,30 @@ TEST_F(Zero, Bf16MastersShardedAtTwoAndFourRanksEqualZeroZero) {
       EXPECT_LT(s["weights_bytes"].get<uint64_t>(), base_weights) << state;
     }
   }
+  // The CNN (convolutions read the working copy; batch norm's gains and the head's bias the fp32
+  // weights) at 2 ranks: bitwise zero 0's losses and parameters.
+  {
+    const std::string base = scratch("zero_bf16_cnn_0");
+    Exit e = run(mpirun(2) + trainer() + cnn(base, 8) + " data.batch_size=8 device.precision=bf16");
+    ASSERT_EQ(e.code, 0) << e.output;
+    const auto want = all_tensors(base + "/ckpt/step_8.safetensors");
+    for (const char* state : {"memory.zero=2", "memory.zero=1 memory.optimizer=host"}) {
+      const std::string dir = scratch(std::string("zero_bf16_cnn_") +
+                                      std::to_string(std::hash<std::string>{}(state) % 1000));
+      e = run(mpirun(2) + trainer() + cnn(dir, 8) + " data.batch_size=8 device.precision=bf16 " +
+              state);
+      ASSERT_EQ(e.code, 0) << state << "\n" << e.output;
+      EXPECT_EQ(loss_gap(dir, base), 0.0) << state;
+      const auto got = all_tensors(dir + "/ckpt/step_8.safetensors");
+      ASSERT_EQ(got.size(), want.size()) << state;
+      for (const auto& [name, v] : want) {
+        EXPECT_EQ(std::memcmp(got.at(name).data(), v.data(), v.size() * sizeof(float)), 0)
+            << state << ": " << name;
+      }
+      const nlohmann::json sm = summary(dir);
+      EXPECT_EQ(sm["device_peak_bytes"], sm["planned_peak_bytes"]) << state;
+    }
+  }
   // The gather's bytes: bf16 moves the working copy (half the fp32 block) and the fp32 weights.
   const std::string fp32 = scratch("zero_bf16_gather_fp32"), bf16 = scratch("zero_bf16_gather");
   Exit e = run(mpirun(2) + trainer() + gpt(fp32, 2, 2) + " data.batch_size=8 memory.zero=1");
