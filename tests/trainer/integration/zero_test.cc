@@ -3,7 +3,8 @@
 // optimizer to the same losses and parameters as zero 0 (bitwise on 2 ranks, where the sum of two
 // is the same either way; on 4 ranks within the tolerance printed), the measured device peak is
 // the planned one, and a zero 2 + host run checkpointed on 4 ranks resumes on 2 ranks with zero 0
-// and on 1 rank to the parameters the uninterrupted run had (and on 4 ranks bitwise).
+// and on 1 rank to the parameters the uninterrupted run had (and on 4 ranks bitwise). Under bf16
+// the same with the fp32 master weights sharded, or on the host (Note [Sharded master weights]).
 #include <gtest/gtest.h>
 
 #include <signal.h>
