@@ -110,7 +110,11 @@ DeviceProfile measure_for_plan(const Config& config, OfflinePlanner& planner) {
   ProfileOptions po;
   po.cache_path = (std::filesystem::path(config.run.dir) / "cost_profile.json").string();
   po.device_key = profile_device_key(*device, d.cpu.link_gbps);
-  const auto params = static_cast<int64_t>(planner.persistent().weights / sizeof(float));
+  // bf16 with the masters apart holds fewer fp32 weights than the update covers: the block's.
+  const auto params = static_cast<int64_t>((planner.model_state().masters_apart
+                                                ? planner.model_state_inputs().param_bytes
+                                                : planner.persistent().weights) /
+                                           sizeof(float));
   // memory.optimizer host or auto: the host update is weighed, so time it too.
   if (config.memory.optimizer != OptimizerPlacement::kDevice)
     po.host_update = optimizer_options(config);

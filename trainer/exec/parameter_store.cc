@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/bf16.h"
+#include "trainer/exec/lower.h"
 #include "trainer/model/init.h"
 
 namespace ferry {
@@ -56,7 +58,38 @@ uint64_t working_bytes(uint64_t param_bytes) {
   return (param_bytes / 2 + g - 1) / g * g;
 }
 
+// Note [Sharded master weights]: per graph parameter (graph.params() order), whether some op
+// reads it as fp32 rather than through the bf16 working copy.
+std::vector<bool> read_as_fp32(const Graph& graph) {
+  std::map<TensorId, bool> fp32;
+  for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
+    const Node& node = graph.nodes()[static_cast<size_t>(n)];
+    const bool bf16 = node_dtype(graph, n) == DType::kBF16;
+    const uint32_t working = node.op->working_params();
+    for (size_t j = 0; j < node.params.size(); ++j) {
+      if (!(bf16 && j < 32 && ((working >> j) & 1u))) fp32[node.params[j]] = true;
+    }
+  }
+  std::vector<bool> out;
+  for (TensorId id : graph.params()) out.push_back(fp32.count(id) > 0);
+  return out;
+}
+
+uint64_t granules(uint64_t bytes) {
+  const uint64_t g = DeviceHeap::kAlignment;
+  return (bytes + g - 1) / g * g;
+}
+
 }  // namespace
+
+uint64_t ParameterStore::fp32_weight_bytes(const Graph& graph) {
+  const std::vector<bool> fp32 = read_as_fp32(graph);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    if (fp32[i]) bytes += align(graph.tensor(graph.params()[i]).desc.bytes());
+  }
+  return bytes > 0 ? granules(bytes) : 0;
+}
 
 PersistentBytes ParameterStore::plan_bytes(const Graph& graph, int optimizer_slots,
                                            bool accumulation, Precision precision) {
@@ -97,7 +130,36 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   }
   const auto unit = static_cast<uint64_t>(update_end_ - update_begin_) * sizeof(float);
   DeviceHeap& heap = device.memory();
-  params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
+  split_masters_ = precision == Precision::kBf16 &&
+                   ((layout_.shard_optimizer && layout_.shard_floats > 0 && layout_.ranks > 1) ||
+                    layout_.host_optimizer);
+  if (split_masters_) {
+    // Note [Sharded master weights]: the shard's masters (on the host with the host optimizer:
+    // host_params), the compact fp32 weights.
+    if (!layout_.host_optimizer) params_block_ = DeviceBuffer(heap, unit, "fp32 master shard");
+    const std::vector<bool> fp32 = read_as_fp32(graph);
+    uint64_t at = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Entry& e = params_[i];
+      if (!fp32[i]) {
+        fp32_offset_.push_back(kNotFp32);
+        continue;
+      }
+      fp32_offset_.push_back(at);
+      const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
+      const auto end = static_cast<int64_t>((e.offset + align(e.desc.bytes())) / sizeof(float));
+      const auto to = static_cast<int64_t>(at / sizeof(float));
+      if (!fp32_runs_.empty() && fp32_runs_.back().end == begin) {
+        fp32_runs_.back().end = end;
+      } else {
+        fp32_runs_.push_back({begin, end, to});
+      }
+      at += align(e.desc.bytes());
+    }
+    if (at > 0) fp32_block_ = DeviceBuffer(heap, granules(at), "fp32 weights (read whole)");
+  } else {
+    params_block_ = DeviceBuffer(heap, param_block_bytes_, "parameters");
+  }
   if (precision == Precision::kBf16) {
     working_block_ = DeviceBuffer(heap, working_bytes(param_block_bytes_), "bf16 working weights");
   }
@@ -122,13 +184,15 @@ ParameterStore::ParameterStore(Device& device, const Graph& graph, int optimizer
   if (layout_.host_optimizer) {
     host_params_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
     host_grads_ = PinnedFloats(device.pinned(), update_end_ - update_begin_);
+    // Host masters: the bf16 rounding of host_params the upload carries (two elements a float).
+    if (split_masters_) host_working_ = PinnedFloats(device.pinned(), (unit / 4 + 1) / 2);
   }
   buffers_block_ = DeviceBuffer(heap, buffer_block_bytes_, "buffers");
   metrics_ = DeviceBuffer(heap, kMetricsBytes, "metrics");
 }
 
 uint64_t ParameterStore::host_bytes() const {
-  uint64_t b = host_params_.bytes() + host_grads_.bytes();
+  uint64_t b = host_params_.bytes() + host_grads_.bytes() + host_working_.bytes();
   for (const auto& s : host_state_) b += s.bytes();
   return b;
 }
@@ -136,8 +200,15 @@ uint64_t ParameterStore::host_bytes() const {
 void* ParameterStore::address(const Graph& graph, TensorId id) const {
   const TensorInfo& info = graph.tensor(id);
   switch (info.role) {
-    case TensorRole::kParam:
-      return static_cast<std::byte*>(params_block_.data()) + params_[param_index(graph, id)].offset;
+    case TensorRole::kParam: {
+      const size_t i = param_index(graph, id);
+      if (split_masters_) {
+        // Note [Sharded master weights]: a weight only products read has no fp32 copy here.
+        return reads_fp32(i) ? static_cast<std::byte*>(fp32_block_.data()) + fp32_offset_[i]
+                             : nullptr;
+      }
+      return static_cast<std::byte*>(params_block_.data()) + params_[i].offset;
+    }
     case TensorRole::kBuffer: {
       auto it = buffer_by_name_.find(info.name);
       FERRY_ASSERT(it != buffer_by_name_.end(), "unknown buffer " + info.name);
@@ -165,12 +236,73 @@ void* ParameterStore::working_address(const Graph& graph, TensorId param) const 
 }
 
 void ParameterStore::refresh_working_weights(Stream& stream) {
-  if (!has_working_copy() || !working_stale_) return;
+  // Sharded masters: publish_masters and write_param keep the copy current.
+  if (!has_working_copy() || !working_stale_ || split_masters_) return;
   device_.kernels().launch(ConvertFloats{param_floats(), DType::kF32, DType::kBF16,
                                          params_block_.data(), working_block_.data()},
                            stream);
   working_stale_ = false;
   ++working_refreshes_;
+}
+
+std::pair<int64_t, int64_t> ParameterStore::fp32_part(int r) const {
+  const int64_t s = layout_.shard_floats, lo = r * s, hi = lo + s;
+  int64_t first = -1, last = -1;
+  for (const Fp32Run& run : fp32_runs_) {
+    const int64_t b = std::max(run.begin, lo), e = std::min(run.end, hi);
+    if (b >= e) continue;
+    if (first < 0) first = run.to + (b - run.begin);
+    last = run.to + (e - run.begin);
+  }
+  if (first < 0) {
+    // No fp32 weight in the shard: an empty range where the next rank's starts.
+    int64_t at = 0;
+    for (const Fp32Run& run : fp32_runs_) {
+      if (run.end <= lo) at = run.to + (run.end - run.begin);
+    }
+    return {at, at};
+  }
+  return {first, last};
+}
+
+std::vector<float> ParameterStore::read_masters() const {
+  std::vector<float> out(static_cast<size_t>(update_end_ - update_begin_));
+  if (layout_.host_optimizer) {
+    std::copy_n(host_params_.data(), out.size(), out.data());
+    return out;
+  }
+  const std::vector<std::byte> bytes = read(masters(), out.size() * sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+std::vector<ParameterStore::Fp32Copy> ParameterStore::fp32_copies(int64_t begin,
+                                                                  int64_t end) const {
+  std::vector<Fp32Copy> out;
+  for (const Fp32Run& run : fp32_runs_) {
+    const int64_t b = std::max(run.begin, begin), e = std::min(run.end, end);
+    if (b < e) out.push_back({b, e, fp32_block_.as<float>() + run.to + (b - run.begin)});
+  }
+  return out;
+}
+
+float* ParameterStore::masters() const {
+  if (!split_masters_) return params_block_.as<float>() + update_begin_;
+  return layout_.host_optimizer ? host_params_.data() : params_block_.as<float>();
+}
+
+void ParameterStore::publish_masters(Stream& stream) {
+  FERRY_ASSERT(split_masters_ && !layout_.host_optimizer,
+               "publish_masters without the masters on the device");
+  const int64_t n = update_end_ - update_begin_;
+  if (n <= 0) return;
+  device_.kernels().launch(
+      ConvertFloats{n, DType::kF32, DType::kBF16, params_block_.data(), working_at(update_begin_)},
+      stream);
+  for (const Fp32Copy& c : fp32_copies(update_begin_, update_end_)) {
+    device_.copy_async(c.to, params_block_.as<float>() + (c.begin - update_begin_),
+                       static_cast<uint64_t>(c.end - c.begin) * sizeof(float), stream);
+  }
 }
 
 float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
@@ -181,7 +313,7 @@ float* ParameterStore::grad_address(const Graph& graph, TensorId param) const {
 
 PersistentBytes ParameterStore::bytes() const {
   PersistentBytes b;
-  b.weights = params_block_.bytes();
+  b.weights = params_block_.bytes() + fp32_block_.bytes();
   b.working_weights = working_block_.bytes();
   b.gradients = grads_block_.bytes() + staging_.bytes() + accumulation_block_.bytes();
   for (const auto& o : optimizer_blocks_) b.optimizer += o.bytes();  // 0 on the host
@@ -211,7 +343,11 @@ void ParameterStore::initialize(const Graph& graph, uint64_t seed) {
     fill_param(graph.init(id), tensor_seed(seed, e.name),
                std::span<float>(data, static_cast<size_t>(e.desc.shape.numel())));
   }
-  write(params_block_.data(), host.data(), host.size());
+  if (split_masters_) {
+    write_sharded(reinterpret_cast<const float*>(host.data()), 0, param_floats());
+  } else {
+    write(params_block_.data(), host.data(), host.size());
+  }
   mark_weights_changed();
   std::vector<std::byte> buffers(buffer_block_bytes_);
   for (TensorId id : graph.buffers()) {
@@ -242,8 +378,41 @@ void ParameterStore::write_entry(const DeviceBuffer& block, const Entry& e, cons
 }
 
 std::vector<std::byte> ParameterStore::read_param(size_t i) const {
-  return read_entry(params_block_, params_[i]);
+  if (!split_masters_) return read_entry(params_block_, params_[i]);
+  FERRY_ASSERT(!weights_image_.empty(), "read_param of sharded masters without the weights image");
+  const Entry& e = params_[i];
+  std::vector<std::byte> out(e.desc.bytes());
+  std::memcpy(out.data(), weights_image_.data() + e.offset / sizeof(float), out.size());
+  return out;
 }
+
+// Note [Sharded master weights]: the floats [begin, end) of the layout, `data` pointing at
+// element `begin`, into this rank's masters, the compact fp32 weights and the working copy.
+void ParameterStore::write_sharded(const float* data, int64_t begin, int64_t end) {
+  const int64_t b = std::max(begin, update_begin_), e = std::min(end, update_end_);
+  if (b < e) {
+    const auto bytes = static_cast<uint64_t>(e - b) * sizeof(float);
+    if (layout_.host_optimizer) {
+      std::memcpy(host_params_.data() + (b - update_begin_), data + (b - begin), bytes);
+    } else {
+      write(params_block_.as<float>() + (b - update_begin_), data + (b - begin), bytes);
+    }
+  }
+  for (const Fp32Copy& c : fp32_copies(begin, end)) {
+    write(c.to, data + (c.begin - begin), static_cast<uint64_t>(c.end - c.begin) * sizeof(float));
+  }
+  std::vector<uint16_t> narrow(static_cast<size_t>(end - begin));
+  for (size_t k = 0; k < narrow.size(); ++k) narrow[k] = float_to_bf16(data[k]).bits;
+  write(working_at(begin), narrow.data(), narrow.size() * 2);
+}
+
+void ParameterStore::round_host_masters(int64_t begin, int64_t end) {
+  auto* out = reinterpret_cast<uint16_t*>(host_working_.data());
+  const float* in = host_params_.data();
+  for (int64_t k = begin - update_begin_; k < end - update_begin_; ++k)
+    out[k] = float_to_bf16(in[k]).bits;
+}
+
 std::vector<std::byte> ParameterStore::read_grad(size_t i) const {
   FERRY_ASSERT(!staged(), "read_grad: gradients are staged (zero 2), no whole block");
   return read_entry(grads_block_, params_[i]);
@@ -260,6 +429,11 @@ std::vector<std::byte> ParameterStore::read_optimizer(int slot, size_t i) const 
   return out;
 }
 void ParameterStore::write_param(size_t i, const void* data) {
+  if (split_masters_) {
+    const Entry& e = params_[i];
+    const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
+    return write_sharded(static_cast<const float*>(data), begin, begin + e.desc.shape.numel());
+  }
   write_entry(params_block_, params_[i], data);
   mark_weights_changed();
 }

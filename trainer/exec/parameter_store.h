@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/device.h"
@@ -34,6 +35,23 @@ namespace ferry {
 // optimizer's update, initialize, write_param, a broadcast) marks it stale
 // (mark_weights_changed), and the executor refreshes it before the next step that reads it
 // (refresh_working_weights), on the compute stream, so the step's kernels run after it.
+
+// Note [Sharded master weights]
+// Under device.precision bf16 with memory.zero 1 or 2 on several ranks (StoreLayout::
+// shard_optimizer) a rank keeps the fp32 master weights of its shard only: the parameter block is
+// S floats, elements [update_begin(), update_end()) of the (padded) layout. Every rank keeps the
+// whole bf16 working copy, which the products read, and, whole, the "fp32 weights": every
+// parameter some op reads as fp32 (embeddings, norms' gains and shifts, biases: all but the
+// weights of bf16 convolutions and linear layers, Op::working_params), in a compact block of
+// their own (graph order, each padded to 64 bytes as in the layout). After the shard's update
+// publish_masters rounds the shard into its part of the working copy (ConvertFloats, round to
+// nearest even) and copies the shard's fp32 weights into the compact block; the all-gather then
+// moves the working copy in bf16 and the compact block in fp32 (ModelStateStep). Per rank:
+// 2 bytes a parameter (working copy), 4/N (masters) and 4 per fp32 weight. The values every op
+// reads are the bits zero 0 gives it: the working copy is the same rounding of the same masters,
+// the fp32 weights are the masters. Checkpoints read whole masters from an image every rank's
+// shard is broadcast into (Session::gather_optimizer_state); write_param writes the rank's shard,
+// the compact block and the working copy (rounded on the host as ConvertFloats rounds).
 
 // How a rank holds the model state (Note [Model state per rank] in trainer/plan/model_state.h):
 // the parameter and gradient blocks padded to ranks * shard_floats, the optimizer state of the
@@ -76,7 +94,48 @@ class ParameterStore {
   const std::vector<Entry>& buffers() const { return buffers_; }
   // Floats in the parameter block, padding included (padding stays zero).
   int64_t param_floats() const { return static_cast<int64_t>(param_block_bytes_ / sizeof(float)); }
+  // The fp32 parameter block: the whole layout, or (Note [Sharded master weights]) the rank's
+  // shard of masters only.
   float* param_block() const { return params_block_.as<float>(); }
+  // The fp32 masters of the floats this rank updates, [update_begin(), update_end()).
+  // With the host optimizer under bf16 (Note [Sharded master weights]) they are host_params.
+  float* masters() const;
+  // Note [Sharded master weights]: whether this rank keeps only its shard of the fp32 weights.
+  bool split_masters() const { return split_masters_; }
+  // Sharded masters: whether parameter i is read as fp32 (kept whole in the compact block).
+  bool reads_fp32(size_t i) const { return fp32_offset_[i] != kNotFp32; }
+  // Sharded masters: after an update of the masters (on `stream`), the shard rounded into the
+  // working copy and its fp32 weights copied into the compact block, on `stream`.
+  void publish_masters(Stream& stream);
+  // Sharded masters: the bf16 working copy as floats (two elements a float) and the compact
+  // block of fp32 weights, and the range [first, second) of compact floats rank `r`'s shard
+  // holds (the ranks' ranges tile the block in rank order).
+  float* working_floats() const { return working_block_.as<float>(); }
+  float* fp32_weights() const { return fp32_block_.as<float>(); }
+  uint64_t fp32_weights_bytes() const { return fp32_block_.bytes(); }
+  // This rank's masters as host floats. Synchronous.
+  std::vector<float> read_masters() const;
+  std::pair<int64_t, int64_t> fp32_part(int r) const;
+  // Split masters: the working copy's bytes from element `at` of the layout; the places in the
+  // compact block of the fp32 weights among the elements [begin, end) of the layout.
+  void* working_at(int64_t at) const { return working_block_.as<std::byte>() + at * 2; }
+  struct Fp32Copy {
+    int64_t begin, end;  // elements of the layout
+    float* to;           // where element `begin` lives in the compact block
+  };
+  std::vector<Fp32Copy> fp32_copies(int64_t begin, int64_t end) const;
+  // Host masters (bf16 with memory.optimizer host): host_params rounded to bf16 (round to
+  // nearest even, as ConvertFloats) for the elements [begin, end) of the layout, into
+  // host_working(), whose element k is element update_begin() + k.
+  bool host_masters() const { return split_masters_ && layout_.host_optimizer; }
+  void round_host_masters(int64_t begin, int64_t end);
+  void* host_working() { return host_working_.data(); }
+  // Bytes of the compact fp32-weights block `graph` would get (0 in fp32).
+  static uint64_t fp32_weight_bytes(const Graph& graph);
+  // Sharded masters: the whole fp32 weights as host floats, every rank's shard broadcast into
+  // it by the session before a checkpoint (read_param then reads it); dropped with the
+  // optimizer image.
+  void set_weights_image(std::vector<float> image) { weights_image_ = std::move(image); }
   // The whole gradient block (null when gradients are staged: StoreLayout::staging_bytes).
   float* grad_block() const { return staged() ? nullptr : grads_block_.as<float>(); }
   bool staged() const { return layout_.staging_bytes > 0; }
@@ -166,7 +225,10 @@ class ParameterStore {
   // param_floats() per slot, assembled from every rank's shard by the session.
   using OptimizerImage = std::vector<std::vector<float>>;
   void set_optimizer_image(OptimizerImage image) { image_ = std::move(image); }
-  OptimizerImage take_optimizer_image() { return std::move(image_); }
+  OptimizerImage take_optimizer_image() {
+    weights_image_.clear();
+    return std::move(image_);
+  }
   bool has_optimizer_image() const { return !image_.empty(); }
   // This rank's shard of the optimizer state as host floats (update_end() - update_begin() per
   // slot), read or written. Synchronous.
@@ -180,6 +242,14 @@ class ParameterStore {
   // One tensor of a block (the entry's offset and size).
   std::vector<std::byte> read_entry(const DeviceBuffer& block, const Entry& e) const;
   void write_entry(const DeviceBuffer& block, const Entry& e, const void* data);
+  void write_sharded(const float* data, int64_t begin, int64_t end);
+
+  static constexpr uint64_t kNotFp32 = ~uint64_t{0};
+  // Sharded masters: the compact fp32 block's runs, each [begin, end) elements of the layout
+  // (whole padded parameters in a row) at compact float `to`.
+  struct Fp32Run {
+    int64_t begin, end, to;
+  };
 
   Device& device_;
   std::vector<Entry> params_;
@@ -190,6 +260,13 @@ class ParameterStore {
   uint64_t buffer_block_bytes_ = 0;
   DeviceBuffer params_block_;
   DeviceBuffer working_block_;  // device.precision bf16 only
+  // Note [Sharded master weights]: the compact fp32 weights, per parameter its byte offset there
+  // (kNotFp32: read only through the working copy), its runs, the checkpoint's weights image.
+  bool split_masters_ = false;
+  DeviceBuffer fp32_block_;
+  std::vector<uint64_t> fp32_offset_;
+  std::vector<Fp32Run> fp32_runs_;
+  std::vector<float> weights_image_;
   bool working_stale_ = true;
   uint64_t working_refreshes_ = 0;
   DeviceBuffer grads_block_;
@@ -200,6 +277,7 @@ class ParameterStore {
   int64_t update_begin_ = 0, update_end_ = 0;
   std::vector<PinnedFloats> host_state_;  // memory.optimizer host
   PinnedFloats host_params_, host_grads_;
+  PinnedFloats host_working_;  // host masters: bf16 pairs
   OptimizerImage image_;
   DeviceBuffer buffers_block_;
   DeviceBuffer metrics_;

@@ -85,6 +85,11 @@ class Op {
   // Outputs that are statistics (bit i: outputs[i]), kept fp32 under device.precision bf16
   // (Note [Which tensors are bf16] in trainer/model/precision.h): fused attention's log-sum-exp.
   virtual uint32_t statistic_outputs() const { return 0; }
+  // Parameters (bit i: params[i]) a bf16 step reads only through the bf16 working copy
+  // (OpIo::working), never as fp32: the weights of convolutions and linear layers. Every other
+  // parameter stays whole in fp32 on every rank when the master weights are sharded (Note
+  // [Sharded master weights] in trainer/exec/parameter_store.h).
+  virtual uint32_t working_params() const { return 0; }
   // Pairs whose memory the pass may share when the first dies at this step (in place):
   // forward (input i, output j); backward (grad_output i, grad_input j). The kernels must be
   // correct with the two pointers equal.

@@ -129,7 +129,7 @@ void ModelStateStep::send_rest(Stream& compute) {
 void ModelStateStep::host_update(Stream& compute, float lr) {
   const int64_t begin = store_.update_begin(), end = store_.update_end();
   const int64_t n = end - begin;
-  float* param = store_.param_block() + begin;
+  float* param = store_.masters();
   TransferEngine& engine = *options_.transfers;
   const float clip_norm = optimizer_.options().clip_norm;
   // The sum of squares on the device (all-reduced by shard); the host scales.
@@ -146,7 +146,8 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
     if (host_sum_sq_.size() == 0) host_sum_sq_ = PinnedFloats(device_.pinned(), 1);
     down("gradient norm", host_sum_sq_.data(), store_.grad_sq_address(), sizeof(float));
   }
-  if (!host_weights_current_ && n > 0) {
+  // Host masters (Note [Sharded master weights]): the host's are the weights; nothing to take.
+  if (!host_weights_current_ && n > 0 && !store_.host_masters()) {
     // The first update (or one after a checkpoint was loaded): the host takes the device's bits.
     down(copy_name("weights", begin, end), store_.host_params(), param,
          static_cast<uint64_t>(n) * sizeof(float));
@@ -175,13 +176,48 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
   while (up_events_.size() < pieces.size()) up_events_.push_back(device_.create_event());
   uploading_.assign(pieces.size(), options_.shard ? 0 : 1);
   up_waited_at_.assign(pieces.size(), -2);
+  // Host masters (Note [Sharded master weights]): a piece is its bf16 rounding plus the fp32
+  // weights in it, several copies; the piece's event is its last copy's.
+  const bool host_masters = store_.host_masters();
+  if (host_masters) store_.round_host_masters(begin, end);
+  std::vector<Event*> copies;
   for (size_t k : order) {
     const UpPiece& piece = pieces[k];
-    engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
-                 static_cast<uint64_t>(piece.end - piece.begin) * sizeof(float), -1,
-                 piece.deadline_s, TransferPurpose::kOptimizer},
-                store_.param_block() + piece.begin, store_.host_params() + (piece.begin - begin),
-                ready, *up_events_[k]);
+    const auto count = static_cast<uint64_t>(piece.end - piece.begin);
+    const float* from = store_.host_params() + (piece.begin - begin);
+    struct Copy {
+      uint64_t bytes;
+      void* to;
+      const void* from;
+    };
+    std::vector<Copy> parts;
+    if (!host_masters) {
+      parts.push_back({count * sizeof(float), store_.masters() + (piece.begin - begin), from});
+    } else {
+      parts.push_back(
+          {count * 2, store_.working_at(piece.begin),
+           static_cast<const std::byte*>(store_.host_working()) + (piece.begin - begin) * 2});
+      for (const ParameterStore::Fp32Copy& c : store_.fp32_copies(piece.begin, piece.end)) {
+        parts.push_back({static_cast<uint64_t>(c.end - c.begin) * sizeof(float), c.to,
+                         store_.host_params() + (c.begin - begin)});
+      }
+    }
+    for (size_t c = 0; c < parts.size(); ++c) {
+      Event& done = c + 1 == parts.size() ? *up_events_[k] : next_event();
+      engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
+                   parts[c].bytes, -1, piece.deadline_s, TransferPurpose::kOptimizer},
+                  parts[c].to, parts[c].from, ready, done);
+      copies.push_back(&done);
+    }
+  }
+  // Host masters are bf16 only, where compute waits for every piece at the update anyway (Note
+  // [The bf16 working copy]); the all-gathers (the fp32 weights' first) wait for every copy too.
+  if (host_masters) {
+    Stream& comm = device_.stream(StreamKind::kComm);
+    for (Event* e : copies) {
+      comm.wait(*e);
+      compute.wait(*e);
+    }
   }
   next_event_ = 0;
   sent_.clear();

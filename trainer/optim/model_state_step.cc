@@ -26,8 +26,13 @@ ModelStateStep::ModelStateStep(Communicator& comm, Device& device, ParameterStor
     };
     buckets.overlap = buckets.overlap && options_.reduce_in_backward;
   }
+  // Pieces in elements of the layout: comm.bucket_mb of fp32, or under sharded masters of the
+  // bf16 working copy (an even count: two elements a float on the wire).
+  const auto bucket = static_cast<int64_t>(options_.bucket_bytes);
   pieces_ = {shard_,
-             std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_bytes / sizeof(float))),
+             store.split_masters()
+                 ? std::max<int64_t>(2, bucket / 2) / 2 * 2
+                 : std::max<int64_t>(1, bucket / static_cast<int64_t>(sizeof(float))),
              ranks};
   if (options_.host) {
     // Note [Host copies on the links]: each bucket's gradients go down as its reduction ends.
@@ -129,6 +134,21 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
   if (options_.host && !options_.shard) {
     up_pieces();
     g.uploads = pieces_read(up_bounds_, reads);
+  }
+  if (store_.split_masters()) {
+    // Note [Sharded master weights]: a step reading an fp32 weight waits for the fp32 gather
+    // (index pieces_.count(), issued first).
+    for (size_t s = 0; s < steps.size(); ++s) {
+      if (steps[s].phase != StepPhase::kForward && steps[s].phase != StepPhase::kRecompute)
+        continue;
+      for (int slot : program.lowered.bindings[program.plan.origin[s]].params) {
+        const int32_t p = program.param_index[persistent_id(slot)];
+        if (p >= 0 && store_.reads_fp32(static_cast<size_t>(p))) {
+          g.read[s].push_back(pieces_.count());
+          break;
+        }
+      }
+    }
   }
   g.origin = program.plan.origin;
   return gather_plans_.emplace(&program, std::move(g)).first->second;
@@ -262,7 +282,7 @@ void ModelStateStep::update(float lr) {
   Stream& compute = device_.stream(StreamKind::kCompute);
   settle(compute);  // the last update's pieces (already waited for by the backward in between)
   const int64_t begin = store_.update_begin(), end = store_.update_end();
-  float* param = store_.param_block() + begin;
+  float* param = store_.masters();
   const int slots = store_.optimizer_slots();
   if (options_.host) {
     host_update(compute, lr);  // model_state_host.cc
@@ -273,7 +293,10 @@ void ModelStateStep::update(float lr) {
     optimizer_.step_range(device_.kernels(), compute, store_, r, lr);
   }
   gathers_ = 0;
+  gathered_bytes_ = 0;
   if (!options_.shard) return settle_for_working_copy(compute);
+  // Note [Sharded master weights]: the shard into the working copy and the fp32 weights.
+  if (store_.split_masters() && !store_.host_masters()) store_.publish_masters(compute);
   // Every rank's updated shard to every rank, in pieces of comm.bucket_mb per shard, the next
   // forward's first pieces first; compute waits per piece (before_step) or for all (settle).
   const int ranks = comm_.ranks().size;
@@ -281,14 +304,34 @@ void ModelStateStep::update(float lr) {
   std::vector<size_t> order(pieces);
   for (size_t k = 0; k < pieces; ++k) order[k] = k;
   if (last_program_) order = gathers_for(*last_program_).order;
-  gathering_.assign(pieces, CommWork{});
-  waiting_.assign(pieces, 0);
+  const bool bf16 = store_.split_masters();
+  gathering_.assign(pieces + (bf16 ? 1 : 0), CommWork{});
+  waiting_.assign(gathering_.size(), 0);
+  const auto gather = [&](size_t k, float* block, const std::vector<Communicator::Part>& parts) {
+    gathering_[k] = comm_.all_gather(block, parts, compute);
+    waiting_[k] = 1;
+    ++gathers_;
+    for (const auto& part : parts) gathered_bytes_ += part.count * sizeof(float);
+  };
+  if (bf16 && store_.fp32_weights() != nullptr) {
+    // The fp32 weights first: the embeddings are the first forward step's.
+    std::vector<Communicator::Part> parts;
+    for (int r = 0; r < ranks; ++r) {
+      const auto [b, e] = store_.fp32_part(r);
+      parts.push_back({b, e - b});
+    }
+    gather(pieces, store_.fp32_weights(), parts);
+  }
   Stream& comm = device_.stream(StreamKind::kComm);
   for (size_t k : order) {
     const auto at = static_cast<int64_t>(k) * pieces_.piece;
     const int64_t count = std::min(pieces_.piece, shard_ - at);
     std::vector<Communicator::Part> parts;
-    for (int r = 0; r < ranks; ++r) parts.push_back({r * shard_ + at, count});
+    // Sharded masters: elements of the bf16 working copy, two a float.
+    for (int r = 0; r < ranks; ++r) {
+      parts.push_back(bf16 ? Communicator::Part{(r * shard_ + at) / 2, count / 2}
+                           : Communicator::Part{r * shard_ + at, count});
+    }
     // memory.optimizer host: after this rank's part of the piece has gone up, not every part
     // (Note [Host copies on the links]); the comm stream runs the collectives in order.
     if (options_.host) {
@@ -296,9 +339,7 @@ void ModelStateStep::update(float lr) {
       for (const auto& reads : pieces_read(up_bounds_, {{{mine, mine + count}}}))
         for (size_t u : reads) comm.wait(*up_events_[u]);
     }
-    gathering_[k] = comm_.all_gather(store_.param_block(), parts, compute);
-    waiting_[k] = 1;
-    ++gathers_;
+    gather(k, bf16 ? store_.working_floats() : store_.param_block(), parts);
   }
   gather_order_ = std::move(order);
   settle_for_working_copy(compute);

@@ -131,6 +131,9 @@ class ModelStateStep {
   // staged) and all-gathers.
   int64_t reductions() const { return reductions_; }
   int64_t gathers() const { return gathers_; }
+  // Bytes the last update's all-gathers delivered to each rank (every rank's parts: fp32, or
+  // under sharded masters the bf16 working copy and the fp32 weights).
+  uint64_t gathered_bytes() const { return gathered_bytes_; }
 
  private:
   struct Staged {
@@ -186,6 +189,7 @@ class ModelStateStep {
   int64_t shard_ = 0;  // S (floats); the whole block unsharded
   bool host_weights_current_ = false;
   int64_t reductions_ = 0, gathers_ = 0;
+  uint64_t gathered_bytes_ = 0;
   // Staged gradients: plans by program, the one of the backward running, each range's bucket
   // and index by its first float in the gradient block, and per bucket the event of its last
   // shard copy (compute waits for it before reusing the bucket's bytes).

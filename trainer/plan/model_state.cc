@@ -37,6 +37,16 @@ ModelState model_state(const ModelStateInputs& in, ModelStateChoice choice) {
   const uint64_t state_unit = sharded ? shard : in.param_bytes;  // what one rank updates
   s.weights = block;
   s.gradients = block;
+  if (in.bf16) {
+    // Note [Sharded master weights]: the working copy of the padded block; masters apart.
+    s.working_weights = (block / 2 + 255) / 256 * 256;
+    const bool host = choice.optimizer == OptimizerPlacement::kHost;
+    if (sharded || host) {
+      s.masters_apart = true;
+      s.fp32_weights = in.fp32_weight_bytes;
+      s.weights = (host ? 0 : shard) + s.fp32_weights;
+    }
+  }
   if (choice.zero == ZeroStage::k2 && sharded && !in.whole_gradients) {
     const auto slot = [&](uint64_t param) {
       return (std::max(in.bucket_bytes, param) + 255) / 256 * 256;
@@ -53,7 +63,8 @@ ModelState model_state(const ModelStateInputs& in, ModelStateChoice choice) {
   }
   if (choice.optimizer == OptimizerPlacement::kHost) {
     s.host_optimizer = slots * state_unit;
-    s.host_weights = state_unit;
+    // bf16 with the masters on the host: and the bf16 copy the upload carries.
+    s.host_weights = state_unit + (s.masters_apart ? state_unit / 2 : 0);
     s.host_gradients = state_unit;
   } else {
     s.optimizer = slots * state_unit;
@@ -78,12 +89,16 @@ double model_state_seconds(const ModelState& s, int slots, double collective_gbp
   double t = 0;
   const bool sharded = s.choice.zero != ZeroStage::k0 && s.ranks > 1;
   if (sharded && collective_gbps > 0) {
-    const double gathered = static_cast<double>(s.weights) * (s.ranks - 1) / s.ranks;
+    // bf16 with the masters apart gathers the working copy and the fp32 weights.
+    const auto gathered =
+        static_cast<double>(s.masters_apart ? s.working_weights + s.fp32_weights : s.weights) *
+        (s.ranks - 1) / s.ranks;
     t += gathered / (collective_gbps * 1e9);
   }
   if (s.choice.optimizer == OptimizerPlacement::kHost) {
-    const auto shard = static_cast<double>(s.host_weights);
-    if (link_gbps > 0) t += 2 * shard / (link_gbps * 1e9);
+    const auto shard = static_cast<double>(s.host_gradients);
+    // bf16 with the masters on the host: the weights go up as bf16.
+    if (link_gbps > 0) t += (s.masters_apart ? 1.5 : 2.0) * shard / (link_gbps * 1e9);
     if (host_update_gbps > 0) t += (2.0 * slots + 3) * shard / (host_update_gbps * 1e9);
   }
   return t;

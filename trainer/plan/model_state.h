@@ -36,6 +36,11 @@ namespace ferry {
 // per rank, the state (slots * shard) plus the shard's fp32 weights and gradients the host update
 // reads and writes: (slots + 2) * shard bytes, with shard = S*4 under zero 1 and 2 and P under zero
 // 0. One rank (N = 1): S*4 = P and no padding, so zero changes nothing.
+// device.precision bf16 adds the bf16 working copy of the (padded) block, block / 2 bytes, and
+// with sharding or the host optimizer keeps the fp32 masters apart (Note [Sharded master weights]
+// in trainer/exec/parameter_store.h): weights are then S*4 (none with the host optimizer, whose
+// masters live on the host) plus F, the fp32 weights some op reads whole (embeddings, norms,
+// biases), so per parameter 2 + 4/N bytes (2 on the host optimizer) plus 4 per fp32 weight.
 
 struct ModelStateInputs {
   uint64_t param_bytes = 0;    // the parameter block (each tensor padded to 64 bytes)
@@ -52,6 +57,10 @@ struct ModelStateInputs {
   // comm.overlap false, where no bucket is reduced before backward ends (a staging area would
   // hold every bucket). false: the formula above.
   bool whole_gradients = false;
+  // device.precision bf16, and F: the bytes of the fp32 weights kept whole when the masters are
+  // apart (ParameterStore::fp32_weight_bytes).
+  bool bf16 = false;
+  uint64_t fp32_weight_bytes = 0;
 };
 
 struct ModelStateChoice {
@@ -76,16 +85,20 @@ struct ModelState {
   uint64_t weights = 0;
   uint64_t gradients = 0;
   uint64_t optimizer = 0;
+  // bf16: the working copy, and the fp32 weights within `weights` when the masters are apart.
+  bool masters_apart = false;
+  uint64_t working_weights = 0;
+  uint64_t fp32_weights = 0;
   // In the rank's host memory (memory.optimizer host): the optimizer state, and the shard's
   // weights and gradients the host update works on.
   uint64_t host_optimizer = 0;
   uint64_t host_weights = 0;
   uint64_t host_gradients = 0;
-  uint64_t device_bytes() const { return weights + gradients + optimizer; }
+  uint64_t device_bytes() const { return weights + gradients + optimizer + working_weights; }
   uint64_t host_bytes() const { return host_optimizer + host_weights + host_gradients; }
   // The persistent bytes a plan holds: these plus `buffers` (BN statistics, metrics).
   PersistentBytes persistent(uint64_t buffers) const {
-    return {weights, gradients, optimizer, buffers};
+    return {weights, gradients, optimizer, buffers, working_weights};
   }
 };
 

@@ -41,9 +41,10 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
                                            /*accumulation=*/config.optim.accumulate > 1,
                                            config.device.precision);
   inputs_.param_bytes = persistent_.weights;
+  inputs_.bf16 = config.device.precision == Precision::kBf16;
+  if (inputs_.bf16) inputs_.fp32_weight_bytes = ParameterStore::fp32_weight_bytes(graph);
   inputs_.buffers = persistent_.buffers;
-  // What the model state's formula leaves out: bf16's working weights and the accumulation block.
-  working_weights_ = persistent_.working_weights;
+  // What the model state's formula leaves out: the accumulation block.
   accumulation_bytes_ = persistent_.gradients - persistent_.weights;
   inputs_.slots = slots;
   inputs_.bucket_bytes = static_cast<uint64_t>(config.comm.bucket_mb * 1048576.0);
@@ -78,8 +79,7 @@ void OfflinePlanner::set_ranks(int ranks) {
 
 void OfflinePlanner::set_model_state(const ModelStateChoice& choice) {
   state_ = ferry::model_state(inputs_, choice);
-  persistent_ = state_.persistent(inputs_.buffers);
-  persistent_.working_weights = working_weights_;
+  persistent_ = state_.persistent(inputs_.buffers);  // with bf16's working copy
   // The accumulation block has the (padded) parameter block's layout; zero 2's staged gradients
   // accumulate in the shard instead (Note [Accumulating micro-batches]).
   if (accumulation_bytes_ > 0 && !state_.staged_gradients) persistent_.gradients += state_.weights;

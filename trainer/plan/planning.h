@@ -100,7 +100,6 @@ class OfflinePlanner {
   std::unique_ptr<Kernels> kernels_;
   std::string substitute_;
   PersistentBytes persistent_;
-  uint64_t working_weights_ = 0;     // device.precision bf16: the weights' bf16 copy
   uint64_t accumulation_bytes_ = 0;  // optim.accumulate > 1: the accumulation block
   ModelStateInputs inputs_;
   ModelState state_;

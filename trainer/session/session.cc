@@ -265,7 +265,18 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
   // Every rank starts from rank 0's parameters and BN statistics.
   Stream& compute = device_->stream(StreamKind::kCompute);
   const PersistentBytes bytes = store_->bytes();
-  comm_->broadcast(store_->param_block(), bytes.weights, 0, compute).order_before(compute);
+  if (store_->split_masters()) {
+    // Note [Sharded master weights]: what every rank keeps whole (each drew its own shard of the
+    // masters from the same seeds).
+    comm_->broadcast(store_->working_floats(), bytes.working_weights, 0, compute)
+        .order_before(compute);
+    if (store_->fp32_weights()) {
+      comm_->broadcast(store_->fp32_weights(), store_->fp32_weights_bytes(), 0, compute)
+          .order_before(compute);
+    }
+  } else {
+    comm_->broadcast(store_->param_block(), bytes.weights, 0, compute).order_before(compute);
+  }
   if (!store_->buffers().empty()) {
     comm_->broadcast(store_->buffer_block(), store_->buffer_block_bytes(), 0, compute)
         .order_before(compute);
@@ -420,6 +431,7 @@ std::vector<BucketSpan> Session::reduce_spans() const {
 void Session::gather_optimizer_state() {
   // The checkpoint reads the parameters: after every piece of their all-gather.
   if (state_step_) state_step_->settle(device_->stream(StreamKind::kCompute));
+  if (store_->split_masters()) gather_master_weights();
   if (store_->whole_optimizer_on_device()) return;
   const int slots = store_->optimizer_slots();
   const int64_t floats = store_->param_floats();
@@ -438,6 +450,23 @@ void Session::gather_optimizer_state() {
     }
   }
   store_->set_optimizer_image(std::move(image));
+}
+
+// Note [Sharded master weights] in trainer/exec/parameter_store.h: the whole fp32 weights for a
+// checkpoint, every rank's shard of masters broadcast to every rank (host memory).
+void Session::gather_master_weights() {
+  const bool sharded = store_->layout().shard_optimizer;
+  const int64_t floats = store_->param_floats();
+  const int64_t shard = sharded ? store_->layout().shard_floats : floats;
+  std::vector<float> image(static_cast<size_t>(floats));
+  const std::vector<float> mine = store_->read_masters();
+  for (int r = 0; r < (sharded ? ranks_.size : 1); ++r) {
+    const int64_t begin = std::min(r * shard, floats), end = std::min(begin + shard, floats);
+    if (r == ranks_.rank || !sharded) std::copy(mine.begin(), mine.end(), image.begin() + begin);
+    if (sharded && end > begin)
+      comm_->broadcast_host(image.data() + begin, static_cast<uint64_t>(end - begin) * 4, r);
+  }
+  store_->set_weights_image(std::move(image));
 }
 
 void Session::scatter_optimizer_state() {

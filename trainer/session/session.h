@@ -57,11 +57,14 @@ class Session {
   // The sharded or host reduce-and-update, or null (zero 0 + device: GradientBuckets and
   // Optimizer::step).
   ModelStateStep* model_state_step() { return state_step_.get(); }
+  const ModelStateStep* model_state_step() const { return state_step_.get(); }
   // Optimizer state of a sharded or host store: every rank's shard assembled into the store's
   // optimizer image (collective: every rank calls it; before save_checkpoint), and after
   // load_checkpoint this rank's shard taken from it.
   void gather_optimizer_state();
   void scatter_optimizer_state();
+  // Part of gather_optimizer_state under sharded masters (a collective).
+  void gather_master_weights();
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
   // memory.optimizer host: the seconds an update spends beyond the activation plan's step (the

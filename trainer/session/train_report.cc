@@ -193,6 +193,11 @@ void report_timing(RankLog& log, Session& session, const Config& config, const M
     j["allreduce_calls"] = b->collectives();
     j["overlapped_buckets"] = b->overlapped_buckets();
   }
+  // The last update's parameter all-gather (Note [Sharded master weights]: bf16 moves half).
+  if (const ModelStateStep* m = session.model_state_step()) {
+    j["gathered_bytes"] = m->gathered_bytes();
+    j["working_weights_bytes"] = session.store().bytes().working_weights;
+  }
   if (const DeviceProfile* p = session.cost_profile()) {
     j["cost_profile"] = {{"kernels", p->kernels},
                          {"from_cache", p->from_cache},

@@ -79,7 +79,9 @@ ModelStateTraffic add_model_state_traffic(NodeSimInput& in, const ModelState& st
         b.ready_after = std::max(b.ready_after, after_backward);
       total += b.bytes;
     }
-    // The updated parameters, all-gathered in pieces of comm.bucket_mb per rank.
+    // The updated parameters, all-gathered in pieces of comm.bucket_mb per rank; bf16 with the
+    // masters apart gathers the working copy and the fp32 weights (Note [Sharded master weights]).
+    if (state.masters_apart) total = total / 2 + state.fp32_weights;
     const uint64_t piece =
         std::max<uint64_t>(steps.bucket_bytes, 1) * static_cast<uint64_t>(job_ranks);
     for (uint64_t left = total; left > 0;) {
@@ -93,9 +95,10 @@ ModelStateTraffic add_model_state_traffic(NodeSimInput& in, const ModelState& st
   if (!host) return t;
 
   t.to_host_bytes = state.host_gradients;
-  t.to_device_bytes = state.host_weights;
+  // bf16 host masters go up as their bf16 rounding (the fp32 weights beside it left out).
+  t.to_device_bytes = state.masters_apart ? state.host_gradients / 2 : state.host_weights;
   if (steps.host_update_gbps > 0)
-    t.host_update_seconds = (2.0 * steps.slots + 3) * static_cast<double>(state.host_weights) /
+    t.host_update_seconds = (2.0 * steps.slots + 3) * static_cast<double>(state.host_gradients) /
                             (steps.host_update_gbps * 1e9);
   std::vector<uint64_t> reduced;
   for (const SimBucket& b : reduce) reduced.push_back(b.bytes);
@@ -106,10 +109,10 @@ ModelStateTraffic add_model_state_traffic(NodeSimInput& in, const ModelState& st
     for (const SimBucket& b : gather) pieces.push_back(b.bytes);
   } else {
     const uint64_t piece = std::max<uint64_t>(steps.bucket_bytes, 1);
-    for (uint64_t left = state.host_weights; left > 0; left -= std::min(piece, left))
+    for (uint64_t left = t.to_device_bytes; left > 0; left -= std::min(piece, left))
       pieces.push_back(std::min(piece, left));
   }
-  const std::vector<uint64_t> up = proportional(state.host_weights, pieces);
+  const std::vector<uint64_t> up = proportional(t.to_device_bytes, pieces);
   for (SimRank& rank : in.ranks) {
     const int update = update_of(rank);
     rank.step_seconds[static_cast<size_t>(update)] = t.host_update_seconds;

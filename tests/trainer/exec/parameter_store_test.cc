@@ -1,6 +1,7 @@
 // The parameter store: its bf16 working copy (Note [The bf16 working copy]), every weight rounded
 // to bf16 once per update, planned bytes equal to the bytes held; and memory.optimizer host's
-// pinned host blocks, each placed on the rank's NUMA node before its first touch and zeroed.
+// pinned host blocks, each placed on the rank's NUMA node before its first touch and zeroed; bf16
+// master weights sharded by rank (Note [Sharded master weights]).
 #include "trainer/exec/parameter_store.h"
 
 #include <cstdint>
@@ -158,6 +159,92 @@ TEST(ParameterStore, HostOptimizerStateIsPinnedAndPlacedBeforeFirstTouch) {
       EXPECT_EQ(store.read_local_optimizer(1), ones);
     }
   }
+}
+
+// Note [Sharded master weights]: two ranks' stores of the golden CNN under bf16 and zero 1 hold
+// their shard of the masters, the whole working copy and the fp32 weights (batch norm's gains and
+// shifts, conv4's and fc's biases) with zero 0's bits; convolutions' and fc's weights have no
+// fp32 copy; the ranks' parts of the fp32 block tile it; publish and write_param keep the three
+// in step.
+TEST(ParameterStore, ShardedMastersKeepTheShardTheWorkingCopyAndTheFp32Weights) {
+  auto device = cpu_device();
+  const Graph graph = bf16_golden_net(kGoldenBatch);
+  ParameterStore whole(*device, graph, 2, {}, false, Precision::kBf16);
+  whole.initialize(graph, 7);
+  whole.refresh_working_weights(device->stream(StreamKind::kCompute));
+  const int64_t floats = whole.param_floats();
+  const int64_t S = ((floats + 1) / 2 + 63) / 64 * 64;
+  std::vector<float> layout(static_cast<size_t>(2 * S));
+  for (size_t i = 0; i < whole.params().size(); ++i) {
+    const auto bytes = whole.read_param(i);
+    std::memcpy(layout.data() + whole.params()[i].offset / 4, bytes.data(), bytes.size());
+  }
+  const std::vector<uint16_t> want_working = read_bf16(*device, whole.working_floats(), floats);
+  int64_t tiled = 0;
+  for (int rank : {0, 1}) {
+    StoreLayout l;
+    l.ranks = 2;
+    l.rank = rank;
+    l.shard_floats = S;
+    l.shard_optimizer = true;
+    ParameterStore store(*device, graph, 2, l, false, Precision::kBf16);
+    store.initialize(graph, 7);
+    ASSERT_TRUE(store.split_masters());
+    EXPECT_EQ(store.bytes().weights,
+              static_cast<uint64_t>(S) * 4 + ParameterStore::fp32_weight_bytes(graph));
+    EXPECT_EQ(store.fp32_weights_bytes(), ParameterStore::fp32_weight_bytes(graph));
+    const std::vector<float> masters = store.read_masters();
+    ASSERT_EQ(masters.size(), static_cast<size_t>(S));
+    EXPECT_EQ(std::memcmp(masters.data(), layout.data() + rank * S, S * 4), 0) << rank;
+    EXPECT_EQ(read_bf16(*device, store.working_floats(), floats), want_working) << rank;
+    for (size_t i = 0; i < store.params().size(); ++i) {
+      const auto& e = store.params()[i];
+      const bool product_weight =
+          (e.name.starts_with("conv") || e.name.starts_with("fc")) && e.name.ends_with(".weight");
+      EXPECT_EQ(store.reads_fp32(i), !product_weight) << e.name;
+      const void* at = store.address(graph, graph.params()[i]);
+      if (!store.reads_fp32(i)) {
+        EXPECT_EQ(at, nullptr) << e.name;
+        continue;
+      }
+      std::vector<float> got(static_cast<size_t>(e.desc.shape.numel()));
+      Stream& s = device->stream(StreamKind::kCompute);
+      device->copy_async(got.data(), at, got.size() * 4, s);
+      s.synchronize();
+      EXPECT_EQ(std::memcmp(got.data(), layout.data() + e.offset / 4, got.size() * 4), 0) << e.name;
+    }
+    const auto [begin, end] = store.fp32_part(rank);
+    EXPECT_EQ(begin, tiled) << rank;
+    EXPECT_LE(begin, end);
+    tiled = end;
+    if (rank == 1) {
+      // The last rank's part ends where the fp32 weights end (the block is whole granules).
+      EXPECT_LE(static_cast<uint64_t>(end) * 4, store.fp32_weights_bytes());
+      EXPECT_GT(static_cast<uint64_t>(end) * 4 + 256, store.fp32_weights_bytes());
+    }
+
+    // A write of bn1's gain and of fc's weight reaches the shard, the fp32 block and the copy.
+    for (const char* name : {"bn1.weight", "fc.weight"}) {
+      size_t i = 0;
+      while (store.params()[i].name != name) ++i;
+      const auto& e = store.params()[i];
+      std::vector<float> v(static_cast<size_t>(e.desc.shape.numel()));
+      for (size_t k = 0; k < v.size(); ++k) v[k] = 0.001f * static_cast<float>(k) + 1.0f / 3;
+      store.write_param(i, v.data());
+      const auto begin_f = static_cast<int64_t>(e.offset / 4);
+      const std::vector<float> m = store.read_masters();
+      for (size_t k = 0; k < v.size(); ++k) {
+        const int64_t at = begin_f + static_cast<int64_t>(k);
+        if (at >= rank * S && at < rank * S + S) {
+          ASSERT_EQ(m[static_cast<size_t>(at - rank * S)], v[k]) << name;
+        }
+      }
+      const std::vector<uint16_t> w =
+          read_bf16(*device, static_cast<std::byte*>(store.working_at(begin_f)), v.size());
+      for (size_t k = 0; k < v.size(); ++k) ASSERT_EQ(w[k], float_to_bf16(v[k]).bits) << name;
+    }
+  }
+  EXPECT_GT(tiled, 0);
 }
 
 }  // namespace

@@ -80,6 +80,68 @@ TEST(ModelState, Gpt2FormulaAtFourAndEightRanks) {
   }
 }
 
+// Note [Sharded master weights]: under bf16, zero 1 and 2 keep 4/N bytes of fp32 masters per
+// parameter beside the 2-byte working copy, plus F (the fp32 weights read whole: gpt2's token and
+// position embeddings, norms and biases); the host optimizer keeps none on the device. The
+// all-gather the step model charges moves the working copy and F, not the fp32 block.
+TEST(ModelState, Bf16MastersAreShardedOrOnTheHostAtFourAndEightRanks) {
+  OfflinePlanner planner(gpt2("device: {precision: bf16}\n"));
+  ModelStateInputs in = planner.model_state_inputs();
+  const uint64_t P = in.param_bytes;
+  ASSERT_TRUE(in.bf16);
+  // wte 50257 x 768 and wpe 1024 x 768, 12 layers of two norms (2 x 768 each) and four biases
+  // (2304 + 768 + 3072 + 768), the final norm: each padded to 64 bytes, the block to 256.
+  const uint64_t fp32 =
+      uint64_t{50257} * 768 + 1024 * 768 + 12 * (4 * 768 + 2304 + 768 + 3072 + 768) + 2 * 768;
+  EXPECT_GE(in.fp32_weight_bytes, fp32 * 4);
+  EXPECT_LT(in.fp32_weight_bytes, fp32 * 4 + 100 * 64 + 256);
+  for (int ranks : {4, 8}) {
+    in.ranks = ranks;
+    const uint64_t S = ((P / 4 + ranks - 1) / ranks + 63) / 64 * 64;
+    const uint64_t shard = S * 4, block = shard * ranks;
+    const ModelState zero0 = model_state(in, {});
+    EXPECT_EQ(zero0.weights, P);
+    EXPECT_EQ(zero0.working_weights, (P / 2 + 255) / 256 * 256);
+    EXPECT_FALSE(zero0.masters_apart);
+    for (ZeroStage z : {ZeroStage::k1, ZeroStage::k2}) {
+      const ModelState d = model_state(in, {z});
+      EXPECT_TRUE(d.masters_apart);
+      EXPECT_EQ(d.weights, shard + in.fp32_weight_bytes);
+      EXPECT_EQ(d.working_weights, (block / 2 + 255) / 256 * 256);
+      EXPECT_EQ(d.persistent(0).working_weights, d.working_weights);
+      const ModelState h = model_state(in, {z, OptimizerPlacement::kHost});
+      EXPECT_EQ(h.weights, in.fp32_weight_bytes);
+      // The host keeps the shard's masters and their bf16 rounding for the upload.
+      EXPECT_EQ(h.host_weights, shard + shard / 2);
+      // The step model's gather: the working copy and F instead of the whole fp32 block.
+      const double fp32_gather = model_state_seconds(model_state(in, {z}), 2, 1, 0, 0);
+      ModelStateInputs fp32_in = in;
+      fp32_in.bf16 = false;
+      const double fp32_run = model_state_seconds(model_state(fp32_in, {z}), 2, 1, 0, 0);
+      EXPECT_NEAR(fp32_gather / fp32_run,
+                  static_cast<double>(d.working_weights + in.fp32_weight_bytes) / block, 1e-9);
+    }
+    const double per_param = static_cast<double>(P) / 4;
+    const double f = static_cast<double>(in.fp32_weight_bytes) / per_param;
+    std::printf(
+        "gpt2 bf16, %d ranks: weights + working copy per parameter: zero 0 %.3f, zero 1 %.3f "
+        "(2 + 4/N = %.3f, plus F %.3f), zero 2 + host %.3f bytes\n",
+        ranks, static_cast<double>(zero0.weights + zero0.working_weights) / per_param,
+        static_cast<double>(model_state(in, {ZeroStage::k1}).weights +
+                            model_state(in, {ZeroStage::k1}).working_weights) /
+            per_param,
+        2 + 4.0 / ranks, f,
+        static_cast<double>(
+            model_state(in, {ZeroStage::k2, OptimizerPlacement::kHost}).weights +
+            model_state(in, {ZeroStage::k2, OptimizerPlacement::kHost}).working_weights) /
+            per_param);
+    EXPECT_NEAR(static_cast<double>(model_state(in, {ZeroStage::k1}).weights +
+                                    model_state(in, {ZeroStage::k1}).working_weights) /
+                    per_param,
+                2 + 4.0 / ranks + f, 0.01);
+  }
+}
+
 TEST(ModelState, OneRankShardsNothing) {
   ModelStateInputs in{1 << 20, 4096, 25 * kMiB, 2, 1, 256};
   for (const ModelStateChoice& c :

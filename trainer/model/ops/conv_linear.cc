@@ -31,6 +31,7 @@ class Conv2dOp : public Op {
   // Runs again with the same geometry, hence the same algorithm and workspace (the plan keeps
   // its forward workspace for the recompute step): the same bits from the same input and weights.
   bool recomputable() const override { return true; }
+  uint32_t working_params() const override { return 1u; }  // weight(): the working copy
   OpCost cost() const override {
     const double macs = static_cast<double>(g_.n) * g_.k * g_.out_h() * g_.out_w() *
                         (g_.c / g_.groups) * g_.r * g_.s;
@@ -71,6 +72,7 @@ class LinearOp : public Op {
   std::string describe() const override { return fmt::format("{}->{}", g_.k, g_.n); }
   SavedSet saved() const override { return {.inputs = 1}; }
   bool recomputable() const override { return true; }
+  uint32_t working_params() const override { return 1u; }  // weight(): the working copy
   OpCost cost() const override {
     const double macs = static_cast<double>(g_.m) * g_.n * g_.k;
     return {2 * macs, 4 * macs};
