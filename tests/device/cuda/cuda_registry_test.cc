@@ -107,11 +107,11 @@ TEST(CudaKernels, SupportsBf16StorageForTheKernelsWithADtype) {
     bf16_kinds += kernels.supports(kind, DType::kBF16) ? 1 : 0;
   }
   // Conv and linear (3 each), pooling and adaptive pooling (2 each), batch norm (3), ReLU (2),
-  // add, accumulate, fill, scale, dropout (2), the loss (2), embedding, layer norm, GELU and
-  // attention (2 each).
-  EXPECT_EQ(bf16_kinds, 31);
+  // add, accumulate, fill, scale, dropout (2), the loss (2), embedding, layer norm, GELU,
+  // attention, RMSNorm, rotary qkv and SwiGLU (2 each).
+  EXPECT_EQ(bf16_kinds, 37);
   EXPECT_FALSE(kernels.supports(kernel_kind<AdamWUpdate>(), DType::kBF16));
-  EXPECT_FALSE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
+  EXPECT_TRUE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
   EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));
 }
 
