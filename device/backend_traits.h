@@ -62,7 +62,11 @@ DeviceRates default_device_rates(const DeviceOptions& options);
 // device/cuda/algorithm_cache.h).
 bool keeps_algorithm_choices(const DeviceOptions& options);
 
-// Kernels for planning, which asks them only for workspace sizes.
+// Whether the cuda backend runs kernel `kind` in `dtype` storage, from its kernel table (a pure
+// function: no GPU needed); false in a build without the CUDA backend.
+bool cuda_kernel_runs(KernelKind kind, DType dtype);
+
+// Kernels for planning, which asks them for workspace sizes and which kernels run in bf16.
 struct PlanningKernels {
   std::unique_ptr<Kernels> kernels;
   // Empty when the backend's own kernels answer; else what stands in for them, in words.
@@ -71,8 +75,9 @@ struct PlanningKernels {
 
 // The kernels of options.backend without a device, with heuristic algorithm choice (a plan is
 // asked for many batch sizes). When that backend cannot size its workspaces here (not built, no
-// GPU), the CPU kernels stand in, and a cuda plan assumes cuDNN's zero-workspace algorithms
-// (Note [Workspaces without a GPU] in device/planning_kernels.cc).
+// GPU), the CPU kernels stand in, and a cuda plan assumes cuDNN's zero-workspace algorithms and
+// answers supports() from the CUDA kernel table where this build has it (Note [Workspaces
+// without a GPU] in device/planning_kernels.cc).
 PlanningKernels create_planning_kernels(DeviceOptions options);
 
 }  // namespace ferry

@@ -11,11 +11,18 @@ namespace {
 // Planning for the CUDA backend on a machine with no GPU to ask (no CUDA build, or no device):
 // the real workspaces are those of the algorithms cuDNN finds on the GPU, which cannot be known
 // here, so the plan assumes cuDNN's implicit-GEMM convolutions, which need none (the algorithms
-// vDNN falls back to under memory pressure). With a GPU the CUDA kernels answer themselves.
+// vDNN falls back to under memory pressure). Which kernels run in which storage is no guess: a
+// CUDA build answers from its kernel table (cuda_kernel_runs, the pure function CudaKernels
+// answers from on a GPU), so a kernel the CUDA backend lacks in bf16 is refused when the plan is
+// made, not when a run starts; only a build without CUDA falls back to the CPU kernels' answer.
+// With a GPU the CUDA kernels answer themselves.
 class CudaWorkspaceModel : public Kernels {
  public:
   explicit CudaWorkspaceModel(std::unique_ptr<Kernels> cpu) : cpu_(std::move(cpu)) {}
-  bool supports(KernelKind kind, DType dtype) const override { return cpu_->supports(kind, dtype); }
+  bool supports(KernelKind kind, DType dtype) const override {
+    return backend_built(Backend::kCuda) ? cuda_kernel_runs(kind, dtype)
+                                         : cpu_->supports(kind, dtype);
+  }
   uint64_t workspace_bytes(const KernelArgs&) override { return 0; }
   void launch(const KernelArgs& args, Stream&) override {
     throw UnsupportedError(std::string("planning-only kernels cannot run ") +

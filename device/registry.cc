@@ -9,6 +9,7 @@
 #include "device/device.h"
 #if FERRY_HAVE_CUDA
 #include "device/cuda/cuda_device.h"
+#include "device/cuda/cuda_kernels.h"
 #endif
 
 namespace ferry {
@@ -75,6 +76,16 @@ int cuda_device_count() {
   return cuda::device_count();
 #else
   return 0;
+#endif
+}
+
+bool cuda_kernel_runs(KernelKind kind, DType dtype) {
+#if FERRY_HAVE_CUDA
+  return cuda::kernel_runs(kind, dtype);
+#else
+  (void)kind;
+  (void)dtype;
+  return false;
 #endif
 }
 

@@ -86,16 +86,16 @@ std::string FluidModel::check(const FluidState& s) {
   for (int k = 0; k < kFluidMaxFlows; ++k) {
     const FluidFlow& f = s.flows[k];
     if ((f.used & ~1) != 0) return fmt::format("flow entry {} has a used flag of {}", k, f.used);
-    if (f.used &&
-        (((f.done | f.held | f.dir) & ~1) != 0 || !path_in_range(f.n_links, f.links, s.n_links) ||
-         !finite_at_least_zero(f.remaining) || !finite_at_least_zero(f.rate)))
+    if (f.used && (((f.done | f.held | f.dir) & ~1) != 0 || f.kind < 0 || f.kind >= kFluidKinds ||
+                   !path_in_range(f.n_links, f.links, s.n_links) ||
+                   !finite_at_least_zero(f.remaining) || !finite_at_least_zero(f.rate)))
       return fmt::format("flow entry {} is out of range", k);
   }
   for (int k = 0; k < kFluidMaxClaims; ++k) {
     const FluidClaim& c = s.claims[k];
     if ((c.used & ~1) != 0) return fmt::format("claim entry {} has a used flag of {}", k, c.used);
-    if (c.used && (((c.granted | c.held | c.dir) & ~1) != 0 ||
-                   !path_in_range(c.n_links, c.links, s.n_links) ||
+    if (c.used && (((c.granted | c.held | c.dir) & ~1) != 0 || c.kind < 0 ||
+                   c.kind >= kFluidKinds || !path_in_range(c.n_links, c.links, s.n_links) ||
                    !path_in_range(c.n_path, c.path, s.n_links) || std::isnan(c.latest_start) ||
                    !std::isfinite(c.heartbeat)))
       return fmt::format("claim entry {} is out of range", k);
@@ -164,8 +164,9 @@ FluidFlow& FluidModel::start_flow(int rank, int32_t pid, int dir, const int32_t*
 }
 
 FluidFlow& FluidModel::begin_flow(int rank, int32_t pid, int dir, std::span<const int32_t> links,
-                                  uint64_t bytes) {
+                                  uint64_t bytes, int32_t kind) {
   FluidFlow& f = start_flow(rank, pid, dir, links.data(), static_cast<int>(links.size()), bytes);
+  f.kind = kind;
   recompute_rates();
   return f;
 }
@@ -215,6 +216,7 @@ bool FluidModel::grant_waiting(double t) {
     FluidClaim& c = *slots[i];
     FluidFlow& f = start_flow(c.rank, c.pid, c.dir, c.path, c.n_path, c.bytes);
     f.held = c.held;
+    f.kind = c.kind;
     c.granted = 1;
     c.flow = f.id;
     for (int j = 0; j < c.n_links; ++j)
@@ -271,7 +273,7 @@ void FluidModel::end_flow(uint64_t flow) {
 FluidClaim& FluidModel::add_claim(double t, int rank, int32_t pid, int dir,
                                   std::span<const int32_t> arbitrated,
                                   std::span<const int32_t> path, uint64_t bytes,
-                                  double latest_start, bool held, bool* granted_any) {
+                                  double latest_start, bool held, bool* granted_any, int32_t kind) {
   for (FluidClaim& c : s_.claims) {
     if (c.used) continue;
     c = FluidClaim{};
@@ -284,6 +286,7 @@ FluidClaim& FluidModel::add_claim(double t, int rank, int32_t pid, int dir,
     c.n_path = static_cast<int32_t>(path.size());
     std::copy(path.begin(), path.end(), c.path);
     c.held = held ? 1 : 0;
+    c.kind = kind;
     c.bytes = bytes;
     c.id = s_.next_id++;
     c.latest_start = latest_start;

@@ -32,7 +32,8 @@ constexpr int kFluidMaxLinks = 64;
 constexpr int kFluidMaxPath = 8;  // links one flow or claim crosses
 constexpr int kFluidMaxFlows = 128;
 constexpr int kFluidMaxClaims = 256;
-constexpr int kFluidBins = 1024;  // the bytes-over-time record keeps this many bins per direction
+constexpr int kFluidBins = 1024;    // the bytes-over-time record keeps this many bins per direction
+constexpr int32_t kFluidKinds = 3;  // FluidFlow::kind and FluidClaim::kind are below this
 
 // A copy, or a granted chunk, in flight. `dir`: 0 to host, 1 to device.
 struct FluidFlow {
@@ -44,6 +45,7 @@ struct FluidFlow {
   int32_t n_links = 0;
   int32_t links[kFluidMaxPath] = {};
   int32_t held = 0;  // Note [Held chunks]
+  int32_t kind = 0;  // what the copy carries, shown beside it: CopyKind (device/copy_deadline.h)
   uint64_t id = 0;
   double remaining = 0;  // bytes
   double rate = 0;       // bytes/s
@@ -61,6 +63,7 @@ struct FluidClaim {
   int32_t n_path = 0;  // the links its flow crosses
   int32_t path[kFluidMaxPath] = {};
   int32_t held = 0;  // Note [Held chunks]
+  int32_t kind = 0;  // as FluidFlow::kind; its flow takes it when granted
   uint64_t bytes = 0;
   uint64_t flow = 0;  // once granted
   uint64_t id = 0;    // also its arrival order
@@ -133,8 +136,9 @@ class FluidModel {
   void advance(double t);
 
   // A copy of `bytes` crossing `links` in direction `dir` from now() on, rates recomputed.
+  // `kind`: what it carries (FluidFlow::kind).
   FluidFlow& begin_flow(int rank, int32_t pid, int dir, std::span<const int32_t> links,
-                        uint64_t bytes);
+                        uint64_t bytes, int32_t kind = 0);
   FluidFlow* find_flow(uint64_t id);
   // When `flow` finishes at today's rates (+infinity when it makes no progress).
   double finish_time(const FluidFlow& flow) const;
@@ -143,9 +147,11 @@ class FluidModel {
 
   // Queues a chunk claim at `t` (the model advanced to it) and grants what may start then, this
   // claim or another (rates recomputed); `granted_any` says whether anything was granted.
+  // `kind`: what the chunk carries (FluidClaim::kind).
   FluidClaim& add_claim(double t, int rank, int32_t pid, int dir,
                         std::span<const int32_t> arbitrated, std::span<const int32_t> path,
-                        uint64_t bytes, double latest_start, bool held, bool* granted_any);
+                        uint64_t bytes, double latest_start, bool held, bool* granted_any,
+                        int32_t kind = 0);
   FluidClaim* find_claim(uint64_t id);
   // Grants waiting claims at `t` (arbiter_policy::grant) and starts their flows then; true when
   // any was granted. Rates are not recomputed.

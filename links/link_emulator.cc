@@ -63,7 +63,8 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
     return;
   }
   if (!options_.arbitrate || !t.deadline.scheduled) {
-    const uint64_t flow = ledger->begin_flow(options_.rank, t.direction, options_.path, t.bytes);
+    const uint64_t flow =
+        ledger->begin_flow(options_.rank, t.direction, options_.path, t.bytes, t.deadline.kind);
     move(0, t.bytes);
     ledger->wait_flow(flow);
     return;
@@ -79,7 +80,8 @@ void LinkEmulator::carry(uint64_t id, const std::function<void(uint64_t, uint64_
   auto claim_at = [&](uint64_t offset) {
     return ledger->claim(options_.rank, t.direction, tokens, options_.path,
                          std::min(options_.chunk_bytes, t.bytes - offset),
-                         chunk_latest_start(deadline, t.bytes - offset, rate));
+                         chunk_latest_start(deadline, t.bytes - offset, rate), /*held=*/false,
+                         t.deadline.kind);
   };
   // Claims queued ahead, oldest first: the chunk at `claimed_to` is the next to claim.
   std::deque<uint64_t> ahead;

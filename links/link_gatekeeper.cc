@@ -62,7 +62,8 @@ GateTicket LinkGatekeeper::enqueue(bool to_device, uint64_t bytes, const CopyDea
   t.chunks = static_cast<uint32_t>((bytes + chunk - 1) / chunk);
   t.chunk_bytes = chunk;
   lane.next_seq += t.chunks;
-  lane.queue.push_back(Copy{t.first_seq, t.chunks, bytes, chunk, deadline.deadline_s});
+  lane.queue.push_back(
+      Copy{t.first_seq, t.chunks, bytes, chunk, deadline.deadline_s, deadline.kind});
   cv_.notify_all();
   return t;
 }
@@ -171,9 +172,9 @@ void LinkGatekeeper::serve(int dir, const Copy& copy, LinkLedger& ledger) {
         dir, [&] { return seq_reached(signals_->arrived(dir), seq); }, 0, /*back_off=*/true);
     // The deadline counts from the copy's start: the moment the stream reaches it.
     if (i == 0) deadline = LinkLedger::now() + copy.deadline_s;
-    const uint64_t flow =
-        ledger.acquire(options_.rank, direction, arbitrated, options_.path, length,
-                       chunk_latest_start(deadline, copy.bytes - offset, rate), /*held=*/true);
+    const uint64_t flow = ledger.acquire(
+        options_.rank, direction, arbitrated, options_.path, length,
+        chunk_latest_start(deadline, copy.bytes - offset, rate), /*held=*/true, copy.kind);
     try {
       open_gate(dir, seq);
       // Note [Polling the flags]: most of the chunk's time alone on the path, then short naps.

@@ -86,6 +86,7 @@ class LinkGatekeeper : public LinkArbiter, public CopyGate {
     uint64_t bytes = 0;
     uint64_t chunk_bytes = 0;
     double deadline_s = 0;
+    CopyKind kind = CopyKind::kOther;  // what it carries, for the ledger's label
   };
   struct Lane {
     std::deque<Copy> queue;

@@ -156,6 +156,21 @@ int32_t self_pid() { return static_cast<int32_t>(getpid()); }
 
 }  // namespace
 
+// The block stores a CopyKind in FluidFlow::kind and FluidClaim::kind; its check admits below this.
+static_assert(static_cast<int32_t>(CopyKind::kOptimizer) + 1 == kFluidKinds);
+
+const char* copy_label(CopyKind kind, int dir) {
+  switch (kind) {
+    case CopyKind::kActivation:
+      return dir == 1 ? "prefetch" : "offload";
+    case CopyKind::kOptimizer:
+      return dir == 1 ? "optimizer h2d" : "optimizer d2h";
+    case CopyKind::kOther:
+      break;
+  }
+  return "copy";
+}
+
 double LinkLedger::now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -165,7 +180,7 @@ double LinkLedger::now() {
 int LinkLedger::link_count() const { return s_->fluid.n_links; }
 
 uint64_t LinkLedger::begin_flow(int rank, TransferDirection direction,
-                                const std::vector<int>& links, uint64_t bytes) {
+                                const std::vector<int>& links, uint64_t bytes, CopyKind kind) {
   if (links.size() > static_cast<size_t>(kMaxPath)) {
     throw ConfigError(
         fmt::format("a path of {} links; the ledger takes at most {}", links.size(), kMaxPath));
@@ -174,8 +189,8 @@ uint64_t LinkLedger::begin_flow(int rank, TransferDirection direction,
   check_links(guard.state(), links);
   guard.model().advance(now());
   const std::vector<int32_t> path(links.begin(), links.end());
-  const FluidFlow& f =
-      guard.model().begin_flow(rank, self_pid(), dir_index(direction), path, bytes);
+  const FluidFlow& f = guard.model().begin_flow(rank, self_pid(), dir_index(direction), path, bytes,
+                                                static_cast<int32_t>(kind));
   wake_all(s_);
   return f.id;
 }
@@ -210,7 +225,7 @@ void LinkLedger::wait_flow(uint64_t flow) {
 
 uint64_t LinkLedger::claim(int rank, TransferDirection direction,
                            const std::vector<int>& arbitrated, const std::vector<int>& path,
-                           uint64_t bytes, double latest_start, bool held) {
+                           uint64_t bytes, double latest_start, bool held, CopyKind kind) {
   if (path.size() > static_cast<size_t>(kMaxPath) ||
       arbitrated.size() > static_cast<size_t>(kMaxPath)) {
     throw ConfigError(
@@ -224,8 +239,9 @@ uint64_t LinkLedger::claim(int rank, TransferDirection direction,
   const std::vector<int32_t> tokens(arbitrated.begin(), arbitrated.end());
   const std::vector<int32_t> links(path.begin(), path.end());
   bool granted = false;
-  const FluidClaim& c = guard.model().add_claim(t, rank, self_pid(), dir_index(direction), tokens,
-                                                links, bytes, latest_start, held, &granted);
+  const FluidClaim& c =
+      guard.model().add_claim(t, rank, self_pid(), dir_index(direction), tokens, links, bytes,
+                              latest_start, held, &granted, static_cast<int32_t>(kind));
   if (granted) wake_all(s_);
   return c.id;
 }
@@ -300,8 +316,8 @@ uint64_t LinkLedger::await_grant(uint64_t claim) {
 
 uint64_t LinkLedger::acquire(int rank, TransferDirection direction,
                              const std::vector<int>& arbitrated, const std::vector<int>& path,
-                             uint64_t bytes, double latest_start, bool held) {
-  return await_grant(claim(rank, direction, arbitrated, path, bytes, latest_start, held));
+                             uint64_t bytes, double latest_start, bool held, CopyKind kind) {
+  return await_grant(claim(rank, direction, arbitrated, path, bytes, latest_start, held, kind));
 }
 
 void LinkLedger::withdraw(uint64_t claim) {
@@ -340,8 +356,8 @@ LedgerSnapshot LinkLedger::snapshot() {
   for (int l = 0; l < st.n_links; ++l) {
     LedgerLink link;
     link.usage = usage[static_cast<size_t>(l)];
-    const auto add = [&](int32_t pid, int32_t rank, const char* kind, int32_t dir, bool token,
-                         double bytes) {
+    const auto add = [&](int32_t pid, int32_t rank, const char* kind, int32_t label, int32_t dir,
+                         bool token, double bytes) {
       LinkUserEntry e;
       e.pid = pid;
       e.rank = rank;
@@ -350,6 +366,7 @@ LedgerSnapshot LinkLedger::snapshot() {
         e.run_dir = u->run_dir;
       }
       e.kind = kind;
+      e.label = copy_label(static_cast<CopyKind>(label), dir);
       e.dir = dir;
       e.token = token;
       e.bytes = bytes;
@@ -358,12 +375,12 @@ LedgerSnapshot LinkLedger::snapshot() {
     for (const FluidFlow& f : st.flows) {
       if (!f.used || (f.done && !f.held)) continue;
       if (std::find(f.links, f.links + f.n_links, l) == f.links + f.n_links) continue;
-      add(f.pid, f.rank, "flow", f.dir, st.tokens[l][f.dir].flow == f.id, f.remaining);
+      add(f.pid, f.rank, "flow", f.kind, f.dir, st.tokens[l][f.dir].flow == f.id, f.remaining);
     }
     for (const FluidClaim& c : st.claims) {
       if (!c.used || c.granted) continue;
       if (std::find(c.path, c.path + c.n_path, l) == c.path + c.n_path) continue;
-      add(c.pid, c.rank, "claim", c.dir, false, static_cast<double>(c.bytes));
+      add(c.pid, c.rank, "claim", c.kind, c.dir, false, static_cast<double>(c.bytes));
     }
     out.links.push_back(std::move(link));
   }

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/shm_block.h"
+#include "device/copy_deadline.h"
 #include "links/fair_rates.h"
 #include "links/fluid_model.h"
 
@@ -38,6 +39,7 @@ struct LinkUserEntry {
   std::string job;  // "" when the process is not a registered user (old-style block)
   std::string run_dir;
   std::string kind;    // "flow" (bytes in flight), "claim" (waiting for tokens)
+  std::string label;   // what the copy carries: copy_label()
   int dir = 0;         // 0 to host, 1 to device
   bool token = false;  // the flow holds this link-direction's token
   double bytes = 0;    // flow: bytes still to carry; claim: the chunk's bytes
@@ -61,6 +63,12 @@ struct LedgerSnapshot {
   std::vector<User> users;
   std::vector<LedgerLink> links;
 };
+
+// What a copy in the ledger carries, by its CopyKind and direction (0 to host, 1 to device):
+// "offload" and "prefetch" (an activation's), "optimizer d2h" and "optimizer h2d" (the host
+// optimizer's gradients and weights: Note [Host copies on the links] in
+// trainer/optim/model_state_step.h), "copy" (anything else: an input, a parameter).
+const char* copy_label(CopyKind kind, int dir);
 
 struct LedgerOptions {
   double bin_s = 0.01;           // measurement bin of the bytes-over-time record
@@ -145,8 +153,9 @@ class LinkLedger {
   static double now();
 
   // Registers a copy of `bytes` crossing `links` in `direction`; returns its id for wait_flow.
+  // `kind`: what it carries (snapshot() labels it).
   uint64_t begin_flow(int rank, TransferDirection direction, const std::vector<int>& links,
-                      uint64_t bytes);
+                      uint64_t bytes, CopyKind kind = CopyKind::kOther);
   // Blocks until the flow has carried its bytes at its fair share, re-reading the ledger at
   // least every slice; then removes it.
   void wait_flow(uint64_t flow);
@@ -161,9 +170,10 @@ class LinkLedger {
   // link_emulator.cc), so the hand-off between its chunks costs no link time.
   // `held` (a real GPU's chunk, Note [Held chunks] in fluid_model.cc): the chunk keeps its tokens
   // after the fluid model has carried its bytes, until finish(); it is not waited on.
+  // `kind`: what the chunk carries (snapshot() labels the claim and its flow).
   uint64_t claim(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
                  const std::vector<int>& path, uint64_t bytes, double latest_start,
-                 bool held = false);
+                 bool held = false, CopyKind kind = CopyKind::kOther);
   // Blocks until `claim` is granted; returns its flow for wait_flow(). Throws LinkArbiterError
   // when a needed token's chunk has carried nothing for the timeout (a link of zero speed); the
   // claims and flows of processes that died are dropped.
@@ -171,7 +181,7 @@ class LinkLedger {
   // claim() then await_grant().
   uint64_t acquire(int rank, TransferDirection direction, const std::vector<int>& arbitrated,
                    const std::vector<int>& path, uint64_t bytes, double latest_start,
-                   bool held = false);
+                   bool held = false, CopyKind kind = CopyKind::kOther);
   // Cancels a claim; if it was granted already, its flow ends now and frees its tokens.
   void withdraw(uint64_t claim);
   // Ends a flow now, carried or not (its mover failed), freeing its tokens.

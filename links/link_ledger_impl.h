@@ -17,7 +17,8 @@ namespace link_ledger_impl {
 
 constexpr const char* kNamePrefix = "ferry-links";
 constexpr uint64_t kMagic = 0x6665727279'6c6e6bULL;  // "ferrylnk"
-constexpr uint32_t kVersion = 5;  // 3: the fluid state in one struct; 5: node-wide, users, futex
+// 3: the fluid state in one struct; 5: node-wide, users, futex; 6: each flow and claim's kind.
+constexpr uint32_t kVersion = 6;
 constexpr int kText = 160;
 constexpr double kReapInterval_s = 0.25;  // a copy's wait reaps the dead at least this often
 

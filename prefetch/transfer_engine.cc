@@ -5,6 +5,18 @@
 
 namespace ferry {
 
+namespace {
+
+// The scheduler's deadline for `request`, labelled with what the copy carries (the link ledger
+// shows it beside the copy's claims and flows).
+CopyDeadline labelled(CopyDeadline deadline, const TransferRequest& request) {
+  deadline.kind =
+      request.purpose == TransferPurpose::kOptimizer ? CopyKind::kOptimizer : CopyKind::kActivation;
+  return deadline;
+}
+
+}  // namespace
+
 TransferEngine::TransferEngine(Device& device, std::unique_ptr<LinkScheduler> scheduler)
     : device_(device), scheduler_(std::move(scheduler)) {}
 
@@ -37,7 +49,7 @@ void TransferEngine::offload(ResidentTensor& tensor, const void* device_ptr, voi
   const TransferRequest request{TransferDirection::kToHost, tensor.name(), tensor.bytes(),
                                 deadline_step, deadline_s};
   Event* traced_end = begin(request, d2h, ready);
-  tensor.offload(device_ptr, host, d2h, ready, scheduler_->deadline(request));
+  tensor.offload(device_ptr, host, d2h, ready, labelled(scheduler_->deadline(request), request));
   end(request, d2h, traced_end);
 }
 
@@ -49,7 +61,7 @@ void TransferEngine::prefetch(ResidentTensor& tensor, void* device_ptr, Event& r
   // A fetch of an in-flight offload waits for it; so does the trace's start mark.
   if (tracing_) tensor.order_after_offload(h2d);
   Event* traced_end = begin(request, h2d, ready);
-  tensor.prefetch(device_ptr, h2d, ready, scheduler_->deadline(request));
+  tensor.prefetch(device_ptr, h2d, ready, labelled(scheduler_->deadline(request), request));
   end(request, h2d, traced_end);
 }
 
@@ -62,7 +74,8 @@ void TransferEngine::copy(const TransferRequest& request, void* dst, const void*
                                                                      : StreamKind::kHostToDevice);
   stream.wait(ready);
   Event* traced_end = begin(request, stream, ready);
-  device_.copy_async(dst, src, request.bytes, stream, scheduler_->deadline(request));
+  device_.copy_async(dst, src, request.bytes, stream,
+                     labelled(scheduler_->deadline(request), request));
   stream.record(done);
   end(request, stream, traced_end);
 }

@@ -312,8 +312,6 @@ void run_widened(PlanCache& plans, const Fill& a);
 void run_widened(PlanCache& plans, const Scale& a);
 void run_widened(PlanCache& plans, const DropoutForward& a);
 void run_widened(PlanCache& plans, const DropoutBackward& a);
-void run_widened(PlanCache& plans, const SoftmaxCrossEntropyForward& a);
-void run_widened(PlanCache& plans, const SoftmaxCrossEntropyBackward& a);
 void run_widened(PlanCache& plans, const EmbeddingForward& a);
 void run_widened(PlanCache& plans, const EmbeddingBackward& a);
 void run_widened(PlanCache& plans, const LayerNormForward& a);

@@ -183,16 +183,6 @@ void run_widened(PlanCache& p, const DropoutBackward& a) {
   widened(p, f, {in(f.dy, a.n), out(f.dx, a.n)});
 }
 
-void run_widened(PlanCache& p, const SoftmaxCrossEntropyForward& a) {
-  SoftmaxCrossEntropyForward f = a;
-  widened(p, f, {in(f.logits, a.n * a.k), out(f.probs, a.n * a.k)});
-}
-
-void run_widened(PlanCache& p, const SoftmaxCrossEntropyBackward& a) {
-  SoftmaxCrossEntropyBackward f = a;
-  widened(p, f, {in(f.probs, a.n * a.k), out(f.dlogits, a.n * a.k)});
-}
-
 void run_widened(PlanCache& p, const EmbeddingForward& a) {
   EmbeddingForward f = a;
   widened(p, f, {out(f.y, a.n * a.t * a.c)});

@@ -75,10 +75,12 @@ constexpr bool runs = Stateless<T> || Reducing<T> || is_conv<T> || is_linear<T> 
 // The kernels that run in bf16 storage (Note [bf16 storage in the CUDA kernels] in storage.cuh).
 // Convolutions (Note [Convolutions in bf16] in conv_cudnn.cc), linear layers (Note [Linear layers
 // in bf16] in linear_cublas.cc) and the attention core (Note [Attention in bf16] in
-// attention_cublas.cc) take their bf16 paths in the library classes.
+// attention_cublas.cc) take their bf16 paths in the library classes; the fused attention core's
+// (Note [Fused attention in bf16 on CUDA] in flash_attention.cu) is its .cu template.
 template <typename T>
 constexpr bool runs_bf16 =
     is_conv<T> || is_linear<T> || is_attention<T> ||
+    is_one_of<T, FlashAttentionForward, FlashAttentionBackward> ||
     is_one_of<T, PoolForward, PoolBackward, AdaptiveAvgPoolForward, AdaptiveAvgPoolBackward,
               BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward, ReluForward,
               ReluBackward, AddForward, Accumulate, Fill, Scale, DropoutForward, DropoutBackward,
@@ -123,11 +125,13 @@ CudaKernels::CudaKernels(int ordinal) : CudaKernels(ordinal_options(ordinal)) {}
 
 CudaKernels::~CudaKernels() = default;
 
-bool CudaKernels::supports(KernelKind kind, DType dtype) const {
+bool kernel_runs(KernelKind kind, DType dtype) {
   if (kind >= kRuns.size() || !kRuns[kind]) return false;
   if (dtype == DType::kF32) return true;
   return dtype == DType::kBF16 && kRunsBf16[kind];
 }
+
+bool CudaKernels::supports(KernelKind kind, DType dtype) const { return kernel_runs(kind, dtype); }
 
 uint64_t CudaKernels::workspace_bytes(const KernelArgs& args) {
   const DType dtype = std::visit([](const auto& a) { return dtype_of(a); }, args);

@@ -25,6 +25,12 @@ class CudnnConv;
 class CublasLinear;
 class CublasAttention;
 
+// Whether this backend runs kernel `kind` in `dtype` storage: its kernel table (the kernels with
+// a run() overload or a library class, and those of them with a bf16 path), a pure function that
+// needs no GPU. CudaKernels::supports answers it; planning without a GPU asks it directly (Note
+// [Workspaces without a GPU] in device/planning_kernels.cc).
+bool kernel_runs(KernelKind kind, DType dtype);
+
 class CudaKernels : public Kernels {
  public:
   // Kernels of GPU options.ordinal with its numerics and workspace limit; launch() takes a

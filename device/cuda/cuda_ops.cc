@@ -279,14 +279,16 @@ void run(const FlashAttentionForward& a, cudaStream_t stream) {
   check_flash_attention_forward(a);
   check_flash_head(a.g, "flash_attention_forward");
   launch_flash_attention_forward(a.g.n, a.g.t, a.g.heads, a.g.c, a.training ? a.g.dropout : 0.0f,
-                                 a.seed, a.segments, a.qkv, a.y, a.lse, stream);
+                                 a.seed, a.segments, a.qkv, a.y, a.lse,
+                                 storage(a.dtype, "flash_attention_forward"), stream);
 }
 
 void run(const FlashAttentionBackward& a, cudaStream_t stream) {
   check_flash_attention_backward(a);
   check_flash_head(a.g, "flash_attention_backward");
   launch_flash_attention_backward(a.g.n, a.g.t, a.g.heads, a.g.c, a.g.dropout, a.seed, a.segments,
-                                  a.qkv, a.y, a.lse, a.dy, a.dqkv, stream);
+                                  a.qkv, a.y, a.lse, a.dy, a.dqkv,
+                                  storage(a.dtype, "flash_attention_backward"), stream);
 }
 
 // ---- Llama -----------------------------------------------------------------------------------

@@ -114,21 +114,23 @@ void launch_attention_softmax_backward(int64_t rows, int64_t t, int64_t heads,
 // ---- fused attention core (flash_attention.cu) ------------------------------------------------
 
 // Head widths the fused kernels take: up to kFlashSmallHead in tiles of 32 queries and keys, up
-// to kFlashMaxHead in tiles of 16 (the tiles live in 48 KiB of static shared memory).
+// to kFlashMaxHead in tiles of 16 (the tiles live in 48 KiB of static shared memory, in fp32 and
+// in bf16: Note [Fused attention in bf16 on CUDA] in flash_attention.cu).
 constexpr int kFlashSmallHead = 64;
 constexpr int kFlashMaxHead = 128;
 
 // FlashAttentionForward (Note [Fused attention] in device/kernels.h): y (N, T, C) and lse (N,
 // heads, T), either may be null; dropout p > 0 draws the naive core's mask from `seed`. One block
-// per query tile (grid-stride).
+// per query tile (grid-stride). qkv and y of `dtype` (kF32 or kBF16); lse fp32.
 void launch_flash_attention_forward(int64_t n, int64_t t, int64_t heads, int64_t c, float dropout,
                                     uint64_t seed, const int32_t* segments, const float* qkv,
-                                    float* y, float* lse, cudaStream_t stream);
+                                    float* y, float* lse, DType dtype, cudaStream_t stream);
 // FlashAttentionBackward: dqkv overwritten; dK and dV by one block per key tile, then dq by one
-// block per query tile, each recomputing the tile's probabilities.
+// block per query tile, each recomputing the tile's probabilities. qkv, y, dy and dqkv of
+// `dtype`; lse fp32.
 void launch_flash_attention_backward(int64_t n, int64_t t, int64_t heads, int64_t c, float dropout,
                                      uint64_t seed, const int32_t* segments, const float* qkv,
                                      const float* y, const float* lse, const float* dy, float* dqkv,
-                                     cudaStream_t stream);
+                                     DType dtype, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <variant>
 
 #include "device/backend_traits.h"
 
@@ -80,6 +81,30 @@ TEST(BackendTraits, PlanningKernelsOfAnAbsentGpuModelZeroWorkspaces) {
   EXPECT_NE(p.substitute.find("zero-workspace cuDNN algorithms"), std::string::npos)
       << p.substitute;
   EXPECT_TRUE(p.kernels->supports(kernel_kind<ConvForward>(), DType::kF32));
+}
+
+// With no GPU, which kernels run in which storage comes from the CUDA kernel table, not from the
+// CPU stand-in (whose bf16 answer depends on this machine's avx512_bf16): Note [Workspaces
+// without a GPU]. The fused attention core runs in bf16; the optimizers in fp32 only.
+TEST(BackendTraits, PlanningKernelsOfAnAbsentGpuAnswerFromTheCudaKernelTable) {
+  if (!backend_built(Backend::kCuda)) GTEST_SKIP() << "this build has no CUDA backend (its table)";
+  DeviceOptions o;
+  o.backend = Backend::kCuda;
+  o.ordinal = 1 << 20;
+  o.cpu.threads = 1;
+  const PlanningKernels p = create_planning_kernels(o);
+  ASSERT_NE(p.kernels, nullptr);
+  for (KernelKind kind = 0; kind < std::variant_size_v<KernelArgs>; ++kind) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
+      EXPECT_EQ(p.kernels->supports(kind, dtype), cuda_kernel_runs(kind, dtype))
+          << kernel_name(kind) << " " << dtype_name(dtype);
+    }
+  }
+  EXPECT_TRUE(cuda_kernel_runs(kernel_kind<FlashAttentionForward>(), DType::kBF16));
+  EXPECT_TRUE(cuda_kernel_runs(kernel_kind<FlashAttentionBackward>(), DType::kBF16));
+  EXPECT_TRUE(cuda_kernel_runs(kernel_kind<AdamWUpdate>(), DType::kF32));
+  EXPECT_FALSE(cuda_kernel_runs(kernel_kind<AdamWUpdate>(), DType::kBF16));
+  EXPECT_FALSE(cuda_kernel_runs(kernel_kind<ConvForward>(), DType::kF64));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -127,6 +128,31 @@ TEST_F(LinkEmulatorTest, ACopyIsAccountedOnItsPathAndDirectionAndNeverBeatsTheLi
   EXPECT_NEAR(bytes_on(*ledger, 2, kD), 5e5, 1);
   EXPECT_EQ(bytes_on(*ledger, 1, kH), 0);  // the other GPU's link
   EXPECT_EQ(bytes_on(*ledger, 1, kD), 0);
+}
+
+// What a copy carries (its CopyDeadline's kind) labels its flow, and its chunks' claims and
+// flows, in the ledger while it moves (`trainer jobs` shows the labels).
+TEST_F(LinkEmulatorTest, ACopysKindLabelsItsFlowsAndClaimsInTheLedger) {
+  // 2 MB/s: each 1 MB piece is in flight for 0.5 s, far longer than a loaded machine's wake-up.
+  auto ledger = make(0.002);
+  std::multiset<std::string> seen;
+  const auto look = [&](uint64_t, uint64_t) {
+    const LedgerSnapshot snap = ledger->snapshot();
+    for (const LinkUserEntry& u : snap.links[0].users)
+      seen.insert(u.kind + " " + u.label + (u.token ? " token" : ""));
+  };
+  LinkEmulator fifo(rank_options(0, /*arbitrate=*/false));
+  fifo.attach(ledger);
+  fifo.carry(fifo.enqueue(true, 1'000'000, CopyDeadline{false, 0, CopyKind::kOptimizer}), look);
+  EXPECT_EQ(seen, (std::multiset<std::string>{"flow optimizer h2d"}));
+  seen.clear();
+  LinkEmulator chunked(rank_options(0, /*arbitrate=*/true, 1'000'000));
+  chunked.attach(ledger);
+  chunked.carry(chunked.enqueue(false, 2'000'000, CopyDeadline{true, 1.0, CopyKind::kActivation}),
+                look);
+  // Each chunk moves holding the token; the first sees the second waiting in its claim.
+  EXPECT_EQ(seen, (std::multiset<std::string>{"flow offload token", "claim offload",
+                                              "flow offload token"}));
 }
 
 TEST_F(LinkEmulatorTest, AScheduledCopyMovesInChunksAndOnlyThatCopy) {

@@ -1,11 +1,17 @@
 // The node's link ledger shared by several jobs (Note [One link ledger per node] in
 // links/link_ledger.h): its name is keyed by the topology, two jobs' copies share one uplink and
 // show in its snapshot, a job of another topology is refused, a job killed at any moment loses
-// its copies, tokens and entry, and a job alone on the node starts it afresh.
+// its copies, tokens and entry, a job alone on the node starts it afresh, and a block of the
+// previous layout is never read as this one's.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <future>
 #include <set>
@@ -15,6 +21,7 @@
 
 #include "common/shm_names.h"
 #include "links/link_ledger.h"
+#include "links/link_ledger_impl.h"
 
 namespace ferry {
 namespace {
@@ -42,7 +49,7 @@ double copy_seconds(LinkLedger& ledger, int rank, std::vector<int> path, uint64_
 
 TEST(NodeLedgerName, IsPerUserAndKeyedByTheTopology) {
   unsetenv("FERRY_LINK_LEDGER");
-  const std::string base = "/ferry-links-v5-u" + std::to_string(getuid());
+  const std::string base = "/ferry-links-v6-u" + std::to_string(getuid());
   EXPECT_EQ(LinkLedger::node_base(), base);
   const std::string name = LinkLedger::node_name(switch_links());
   EXPECT_EQ(name.rfind(base + "-", 0), 0u) << name;
@@ -220,6 +227,52 @@ TEST_F(NodeLedger, AnotherJobsStuckHeldChunkLosesItsTokenInsteadOfEndingThisJob)
   EXPECT_LT(LinkLedger::now() - start, 2.0);
   kill(child, SIGKILL);
   waitpid(child, &status, 0);
+}
+
+// Note [One link ledger per node]: the well-known name carries the layout version, so a job of
+// an older build (layout 5, before claims had kinds) keeps its own ledger and `trainer jobs`
+// lists only this layout's. A block of the old layout at this build's name (FERRY_LINK_LEDGER
+// names no version) is replaced once nobody maps it, and refused in one line while an old job
+// still does.
+TEST_F(NodeLedger, ABlockOfTheOldLayoutIsReplacedWhenUnusedAndRefusedInOneLineWhileUsed) {
+  ASSERT_EQ(link_ledger_impl::kVersion, 6u);
+  unsetenv("FERRY_LINK_LEDGER");
+  const std::string old_node = "/ferry-links-v5-u" + std::to_string(getuid()) + "-0123456789abcdef";
+  const int old_fd = shm_open(old_node.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(old_fd, 0);
+  close(old_fd);
+  const std::vector<std::string> listed = LinkLedger::node_ledgers();
+  EXPECT_EQ(std::find(listed.begin(), listed.end(), old_node), listed.end());
+  LinkLedger::unlink(old_node);
+
+  // This layout's block with the old version stamped on it, as an old job's would read.
+  LinkLedger::attach(name_, switch_links(), user("job-a", 0));
+  const auto stamp_old = [&] {
+    const int fd = shm_open(name_.c_str(), O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    const uint32_t old_version = 5;
+    ASSERT_EQ(pwrite(fd, &old_version, sizeof(old_version), offsetof(LinkLedger::Shared, version)),
+              static_cast<ssize_t>(sizeof(old_version)));
+    close(fd);
+  };
+  stamp_old();
+  const int user_fd = shm_open(name_.c_str(), O_RDWR, 0600);  // an old job maps it
+  ASSERT_GE(user_fd, 0);
+  ASSERT_EQ(flock(user_fd, LOCK_SH), 0);
+  try {
+    LinkLedger::attach(name_, switch_links(), user("job-b", 0));
+    ADD_FAILURE() << "an old layout's block in use was attached";
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("/dev/shm" + name_), std::string::npos) << what;
+    EXPECT_NE(what.find("its layout version is 5, not 6"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(exit_code_for(e), 2);
+  }
+  close(user_fd);  // the old job ended: the next job replaces the block
+  auto fresh = LinkLedger::attach(name_, switch_links(), user("job-b", 0));
+  EXPECT_EQ(fresh->snapshot().users.size(), 1u);
+  EXPECT_NE(LinkLedger::open_existing(name_), nullptr);
 }
 
 }  // namespace

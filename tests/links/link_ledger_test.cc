@@ -9,6 +9,8 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -159,6 +161,39 @@ TEST_F(Ledger, AWithdrawnClaimFreesItsTokenWhetherOrNotItWasGranted) {
   ledger->wait_flow(ledger->acquire(1, kH, {1, 2}, {1, 2}, 100'000, start));
   EXPECT_NEAR(LinkLedger::now() - start, 0.01, 0.02);
   EXPECT_THROW(ledger->await_grant(waiting), LinkArbiterError);
+}
+
+// What each copy carries reaches the snapshot (`trainer jobs`): a granted chunk's flow and a
+// waiting claim take their kind, a plain copy its own; the direction tells offload from prefetch
+// and the optimizer's d2h from its h2d.
+TEST_F(Ledger, TheSnapshotLabelsEachCopyAndClaimByWhatItCarries) {
+  EXPECT_STREQ(copy_label(CopyKind::kActivation, 0), "offload");
+  EXPECT_STREQ(copy_label(CopyKind::kActivation, 1), "prefetch");
+  EXPECT_STREQ(copy_label(CopyKind::kOptimizer, 0), "optimizer d2h");
+  EXPECT_STREQ(copy_label(CopyKind::kOptimizer, 1), "optimizer h2d");
+  EXPECT_STREQ(copy_label(CopyKind::kOther, 1), "copy");
+  auto ledger = make(switch_links());
+  const double start = LinkLedger::now();
+  // 10 s each at 10 MB/s: all still in flight when the snapshot is taken.
+  const uint64_t chunk =
+      ledger->claim(0, kH, {0, 2}, {0, 2}, 100'000'000, start, false, CopyKind::kOptimizer);
+  const uint64_t waiting =
+      ledger->claim(1, kH, {1, 2}, {1, 2}, 100'000'000, start, false, CopyKind::kActivation);
+  const uint64_t up = ledger->begin_flow(0, kD, {0, 2}, 100'000'000, CopyKind::kActivation);
+  const uint64_t weights = ledger->begin_flow(1, kD, {1, 2}, 100'000'000, CopyKind::kOptimizer);
+  const uint64_t input = ledger->begin_flow(1, kD, {1}, 100'000'000);
+  const LedgerSnapshot snap = ledger->snapshot();
+  std::multiset<std::string> uplink, gpu1;
+  for (const LinkUserEntry& e : snap.links[2].users)
+    uplink.insert(e.kind + " " + e.label + (e.token ? " token" : ""));
+  for (const LinkUserEntry& e : snap.links[1].users) gpu1.insert(e.kind + " " + e.label);
+  EXPECT_EQ(uplink, (std::multiset<std::string>{"flow optimizer d2h token", "claim offload",
+                                                "flow prefetch", "flow optimizer h2d"}));
+  EXPECT_EQ(gpu1, (std::multiset<std::string>{"claim offload", "flow optimizer h2d", "flow copy"}));
+  ledger->withdraw(waiting);
+  ledger->withdraw(chunk);
+  for (uint64_t f : {up, weights, input}) ledger->abandon(f);
+  EXPECT_TRUE(ledger->snapshot().links[2].users.empty());
 }
 
 TEST_F(Ledger, ADeadProcessesTokensAreReclaimed) {

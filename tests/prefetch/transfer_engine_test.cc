@@ -95,7 +95,7 @@ class DeadlineRecorder : public CopyArbiter, public CopyPacer {
   CopyPacer* pacer() override { return this; }
   uint64_t enqueue(bool to_device, uint64_t bytes, const CopyDeadline& deadline) override {
     std::lock_guard lock(mu_);
-    seen_.push_back({to_device, bytes, deadline.scheduled, deadline.deadline_s});
+    seen_.push_back({to_device, bytes, deadline.scheduled, deadline.deadline_s, deadline.kind});
     return 1;
   }
   void carry(uint64_t, const std::function<void(uint64_t, uint64_t)>&) override {}
@@ -104,6 +104,7 @@ class DeadlineRecorder : public CopyArbiter, public CopyPacer {
     uint64_t bytes;
     bool scheduled;
     double deadline_s;
+    CopyKind kind;
   };
   std::vector<Seen> seen() {
     std::lock_guard lock(mu_);
@@ -136,6 +137,9 @@ TEST(TransferEngine, EachCopyCarriesItsSchedulersDeadlineToTheArbiter) {
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_TRUE(seen[0].to_device);
   EXPECT_FALSE(seen[0].scheduled) << "a copy outside the engine has no deadline";
+  EXPECT_EQ(seen[0].kind, CopyKind::kOther);
+  EXPECT_EQ(seen[1].kind, CopyKind::kActivation) << "the engine labels what its copies carry";
+  EXPECT_EQ(seen[2].kind, CopyKind::kActivation);
   EXPECT_FALSE(seen[1].to_device);
   EXPECT_EQ(seen[1].bytes, kBytes);
   EXPECT_TRUE(seen[1].scheduled);
@@ -209,6 +213,7 @@ TEST(TransferEngine, OptimizerCopiesTakeTheSameHooksDeadlineAndTrace) {
   EXPECT_TRUE(seen[0].to_device);
   EXPECT_TRUE(seen[0].scheduled);
   EXPECT_DOUBLE_EQ(seen[0].deadline_s, 0.75);
+  EXPECT_EQ(seen[0].kind, CopyKind::kOptimizer);
   paced->pinned().deallocate(pinned, kBytes);
 }
 

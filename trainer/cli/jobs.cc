@@ -15,7 +15,9 @@
 
 // Note [What trainer jobs shows]
 // The job ledger is jobs/job_ledger.h's, the link ledgers links/link_ledger.h's. A link's users:
-// which job, pid and rank has copies or claims on it, and the bytes in flight.
+// which job, pid and rank has copies or claims on it, what each carries (its label: an
+// activation's offload or prefetch, the host optimizer's d2h or h2d, another copy), and the bytes
+// in flight.
 
 namespace ferry {
 namespace {
@@ -128,6 +130,7 @@ nlohmann::json links_json(const std::vector<NamedSnapshot>& ledgers) {
                       {"job", e.job},
                       {"run_dir", e.run_dir},
                       {"kind", e.kind},
+                      {"label", e.label},
                       {"direction", dir_name(e.dir)},
                       {"token", e.token},
                       {"bytes", e.bytes}});
@@ -163,8 +166,9 @@ void print_links(const std::vector<NamedSnapshot>& ledgers) {
                   format_bytes(static_cast<uint64_t>(u.bytes[1])).c_str(), u.peak_gbps[0],
                   u.peak_gbps[1]);
       for (const LinkUserEntry& e : k.users) {
-        std::printf("    %-5s %-9s %10s %s pid %d rank %d job %s\n", e.kind.c_str(),
-                    dir_name(e.dir), format_bytes(static_cast<uint64_t>(e.bytes)).c_str(),
+        std::printf("    %-5s %-13s %-9s %10s %s pid %d rank %d job %s\n", e.kind.c_str(),
+                    e.label.c_str(), dir_name(e.dir),
+                    format_bytes(static_cast<uint64_t>(e.bytes)).c_str(),
                     e.token ? "token" : "     ", e.pid, e.rank, e.job.c_str());
       }
     }

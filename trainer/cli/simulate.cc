@@ -124,6 +124,11 @@ int run_simulate(const SimulateArgs& args) {
                           {"links", links}};
     if (rep.nodes > 1) out["nodes"] = rep.nodes;  // gpus is per node
     if (rep.model_state.active()) out["model_state"] = state_json(rep.model_state, res);
+    if (rep.device_update_bytes > 0) {
+      out["device_update"] = {{"bytes", rep.device_update_bytes},
+                              {"memory_gbps", rep.memory_gbps},
+                              {"s", rep.device_update_seconds}};
+    }
     // Note [Simulating a shape schedule]: the figures above are its means.
     nlohmann::json shapes = nlohmann::json::array();
     for (const ShapeSimulation& sim : rep.shapes) {
@@ -170,6 +175,11 @@ int run_simulate(const SimulateArgs& args) {
         b(res.allreduce_bytes).c_str(), b(res.reduce_scatter_bytes).c_str(),
         b(res.all_gather_bytes).c_str(), format_bytes(t.to_host_bytes).c_str(),
         format_bytes(t.to_device_bytes).c_str(), t.host_update_seconds);
+  }
+  if (rep.device_update_bytes > 0) {
+    std::printf("optimizer update on the device: %s per rank at %.0f GB/s, %.4f s\n",
+                format_bytes(rep.device_update_bytes).c_str(), rep.memory_gbps,
+                rep.device_update_seconds);
   }
   const bool several = rep.shapes.size() > 1;
   std::printf(

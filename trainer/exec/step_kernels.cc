@@ -3,6 +3,9 @@
 
 #include <cstdint>
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "trainer/model/op.h"
 
 namespace ferry {
@@ -111,6 +114,16 @@ std::string missing_bf16_kernel(const Graph& graph, const Lowered& lowered, Kern
     }
   }
   return {};
+}
+
+void check_bf16_kernels(const Graph& graph, const Lowered& lowered, Kernels& kernels,
+                        std::string_view model, Backend backend) {
+  const std::string missing = missing_bf16_kernel(graph, lowered, kernels);
+  if (missing.empty()) return;
+  throw ConfigError(fmt::format("device.precision: bf16 needs a bf16 {} kernel for model '{}', "
+                                "which the {} backend does not have yet",
+                                missing, model, backend_name(backend)),
+                    "set device.precision=fp32 for this model");
 }
 
 }  // namespace ferry

@@ -6,8 +6,10 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "device/device.h"
 #include "device/kernels.h"
 #include "trainer/exec/lower.h"
 #include "trainer/model/graph.h"
@@ -26,5 +28,11 @@ std::vector<std::vector<KernelArgs>> step_kernels(const Graph& graph, const Lowe
 // `kernels` does not run in bf16 storage (Note [Storage dtype of a kernel] in
 // device/kernels.h; a copy moves bytes in any dtype), or empty when they all run.
 std::string missing_bf16_kernel(const Graph& graph, const Lowered& lowered, Kernels& kernels);
+
+// Throws ConfigError, one line naming the kernel, `model` and `backend`, when missing_bf16_kernel
+// finds one: what `trainer train` says before step 1 and `trainer plan` and `trainer simulate`
+// say for a GPU backend (exit 2 from the CLI).
+void check_bf16_kernels(const Graph& graph, const Lowered& lowered, Kernels& kernels,
+                        std::string_view model, Backend backend);
 
 }  // namespace ferry

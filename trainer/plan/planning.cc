@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "device/backend_traits.h"
 #include "trainer/exec/parameter_store.h"
+#include "trainer/exec/step_kernels.h"
 #include "trainer/model/zoo/zoo.h"
 #include "trainer/optim/optimizer.h"
 
@@ -24,6 +25,17 @@ OfflinePlanner::OfflinePlanner(const Config& config) : config_(config), cost_(co
   kernels_ = std::move(k.kernels);
   substitute_ = std::move(k.substitute);
   const Graph graph = build_configured_model(config, 1);
+  // Note [bf16 kernels at plan time]
+  // A GPU backend's bf16 kernels are a property of the build, its kernel table (with no GPU here
+  // the CUDA table answers: Note [Workspaces without a GPU]), so a plan or a simulation of a
+  // model with a step the backend cannot run in bf16 is refused now, as training would refuse
+  // it before step 1. The cpu backend's answer also depends on this machine's instructions
+  // (avx512_bf16), and a plan is made for any machine, so there training alone refuses.
+  if (config.device.precision == Precision::kBf16 &&
+      backend_traits(config.device.backend).real_gpus) {
+    check_bf16_kernels(graph, lower_graph(graph, *kernels_, /*training=*/true), *kernels_,
+                       config.model.name, config.device.backend);
+  }
   const int slots = optimizer_slots(optimizer_options(config));
   persistent_ = ParameterStore::plan_bytes(graph, slots,
                                            /*accumulation=*/config.optim.accumulate > 1,

@@ -188,14 +188,7 @@ Session::Session(const Config& config, const RankInfo& ranks, bool training,
     // The device accepted bf16 (create_device checked the CPU or GPU); each of the model's bf16
     // steps must find its kernels in bf16 storage too, or the run stops here, before step 1.
     const Lowered lowered = lower_graph(graph_, device_->kernels(), training);
-    const std::string missing = missing_bf16_kernel(graph_, lowered, device_->kernels());
-    if (!missing.empty()) {
-      throw ConfigError(
-          fmt::format("device.precision: bf16 needs a bf16 {} kernel for model '{}', which the "
-                      "{} backend does not have yet",
-                      missing, config.model.name, backend_name(d.backend)),
-          "set device.precision=fp32 for this model");
-    }
+    check_bf16_kernels(graph_, lowered, device_->kernels(), config.model.name, d.backend);
   }
   const OptimizerOptions opt = optimizer_options(config);
   // Note [Accumulating micro-batches]: the sum of an update's micro-batches in its own block.

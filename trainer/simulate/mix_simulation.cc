@@ -16,6 +16,7 @@
 #include "trainer/config/enums.h"
 #include "trainer/plan/planning.h"
 #include "trainer/plan/shape_schedule.h"
+#include "trainer/simulate/model_state_traffic.h"
 #include "trainer/simulate/simulation.h"
 
 namespace ferry {
@@ -66,7 +67,18 @@ class JobModel {
     }
   }
   // The GPU's step at `budget` for the node simulator.
-  SimRank rank(uint64_t budget) { return simulated_rank(plan(budget), cost_, path_, "job", false); }
+  // Its update costed as simulate_config costs it (Note [The device update's cost]).
+  SimRank rank(uint64_t budget) {
+    std::vector<SimRank> one = {simulated_rank(plan(budget), cost_, path_, "job", false)};
+    const ModelState& state = planner_.model_state();
+    if (state.choice.optimizer == OptimizerPlacement::kDevice) {
+      add_device_update(one, -1,
+                        device_update_bytes(state, planner_.model_state_inputs().slots,
+                                            config_.device.precision == Precision::kBf16),
+                        cost_.memory_gbps);
+    }
+    return std::move(one.front());
+  }
   const Config& config() const { return config_; }
 
  private:

@@ -1,4 +1,5 @@
-// The model state's collectives and host copies laid onto a node simulation's input.
+// The model state's collectives, host copies and device update laid onto a node simulation's
+// input.
 #include "trainer/simulate/model_state_traffic.h"
 
 #include <algorithm>
@@ -32,6 +33,27 @@ std::vector<uint64_t> proportional(uint64_t total, const std::vector<uint64_t>& 
 }
 
 }  // namespace
+
+uint64_t device_update_bytes(const ModelState& state, int slots, bool bf16) {
+  const bool sharded = state.choice.zero != ZeroStage::k0 && state.ranks > 1;
+  const uint64_t block_floats = state.weights / sizeof(float);
+  const uint64_t updated = sharded ? state.shard_floats : block_floats;
+  const uint64_t per_float = (2 * static_cast<uint64_t>(std::max(slots, 0)) + 3) * sizeof(float);
+  return updated * per_float + (bf16 ? block_floats * 2 : 0);
+}
+
+double add_device_update(std::vector<SimRank>& ranks, int update_step, uint64_t bytes,
+                         double memory_gbps) {
+  if (memory_gbps <= 0 || bytes == 0) return 0;
+  const double seconds = static_cast<double>(bytes) / (memory_gbps * 1e9);
+  for (SimRank& r : ranks) {
+    if (r.step_seconds.empty()) continue;
+    const int n = static_cast<int>(r.step_seconds.size());
+    const int update = update_step >= 0 && update_step < n ? update_step : n - 1;
+    r.step_seconds[static_cast<size_t>(update)] += seconds;
+  }
+  return seconds;
+}
 
 ModelStateTraffic add_model_state_traffic(NodeSimInput& in, const ModelState& state, int job_ranks,
                                           const ModelStateSteps& steps) {

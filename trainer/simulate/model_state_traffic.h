@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "sim/node_sim.h"
 #include "trainer/plan/model_state.h"
@@ -28,6 +29,27 @@ struct ModelStateSteps {
   int slots = 0;              // optimizer state blocks
   double host_update_gbps = 0;
 };
+
+// Note [The device update's cost]
+// The device optimizer's update is one memory-bound pass over the parameters a rank updates (its
+// shard under zero 1 and 2, the whole block under zero 0): per parameter it reads the weight, the
+// gradient and each optimizer slot and writes the weight and each slot back, (2 slots + 3) fp32
+// values (AdamW 28 bytes, SGD with momentum 20, without 12). Under device.precision bf16 the
+// update also writes the bf16 working copy (Note [The bf16 working copy] in
+// trainer/exec/parameter_store.h), 2 bytes per parameter of the whole block, which every rank
+// keeps. The pass streams at the hardware profile's compute.memory_gbps (the HBM rate a stream
+// reaches; each profile says how it relates to its datasheet peak), on top of the update step's
+// launch cost, which was all the simulator counted before.
+
+// Bytes the device update of one rank reads and writes per step (Note [The device update's
+// cost]); `slots`: optimizer state blocks.
+uint64_t device_update_bytes(const ModelState& state, int slots, bool bf16);
+
+// Adds to each rank's update step (`update_step`, or its last when that is -1 or past its end)
+// the time to stream `bytes` at `memory_gbps`; returns that time. Call it when the optimizer is
+// on the device (trainer simulate, and each job of --mix).
+double add_device_update(std::vector<SimRank>& ranks, int update_step, uint64_t bytes,
+                         double memory_gbps);
 
 // Rewrites `in` (its buckets: the all-reduce in launch order, each ready after the backward
 // step that completes it; its ranks, each ending with the update step) for `state` on a job of

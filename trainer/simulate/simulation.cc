@@ -279,6 +279,14 @@ SimulationReport simulate_config(const Config& base, const SimulateOptions& o) {
         }
       }
     }
+    if (!emulated && planner.model_state().choice.optimizer == OptimizerPlacement::kDevice) {
+      // Note [The device update's cost]; an emulation's update step was measured.
+      rep.device_update_bytes = device_update_bytes(planner.model_state(), state_steps.slots,
+                                                    config.device.precision == Precision::kBf16);
+      rep.memory_gbps = cost.memory_gbps;
+      rep.device_update_seconds =
+          add_device_update(sin.ranks, sin.update_step, rep.device_update_bytes, cost.memory_gbps);
+    }
     rep.model_state = add_model_state_traffic(sin, planner.model_state(), job_ranks, state_steps);
     sim.result = simulate_node(sin);
     sim.samples_per_s = sim.result.step_seconds > 0

@@ -86,6 +86,12 @@ struct SimulationReport {
   // memory.zero and memory.optimizer for the job's ranks (auto resolved as training resolves it)
   // and what they move per rank and step (Note [Model state on the node] in sim/node_sim.h).
   ModelStateTraffic model_state;
+  // The device optimizer's update per rank and step (Note [The device update's cost] in
+  // model_state_traffic.h): bytes streamed and the seconds added to its launch cost at
+  // memory_gbps; 0 under the host optimizer and for an emulation (its update was measured).
+  uint64_t device_update_bytes = 0;
+  double device_update_seconds = 0;
+  double memory_gbps = 0;
 };
 
 // One GPU's step of `plan` for the node simulator: each tape step's time under `cost`, the plan's

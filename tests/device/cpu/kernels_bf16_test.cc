@@ -339,6 +339,41 @@ TEST_F(Bf16Kernels, SoftmaxCrossEntropyKeepsAnFp32Loss) {
   }
 }
 
+// The bf16 loss reads and writes bf16 directly (Note [Exponentials of bf16 logits]); its bits are
+// still the fp32 kernel's on the widened logits, its probabilities and gradients rounded once.
+// Rows wide enough to repeat bit patterns (the cache's hits), one without a label, one whose
+// logits are all equal, and a second call (the cache's entries of the first must not leak).
+TEST_F(Bf16Kernels, SoftmaxCrossEntropyIsTheFp32KernelOnWidenedLogitsRoundedOnce) {
+  const int64_t n = 7, classes = 5003;
+  auto raw = random_floats(n * classes, 611, -6.0f, 6.0f);
+  for (int64_t j = 0; j < classes; ++j) raw[3 * classes + j] = 1.5f;  // a flat row
+  const std::vector<int32_t> labels = {0, 4999, -1, 3, 5002, 17, 2500};
+  for (float scale : {1.0f, 0.25f}) {
+    std::vector<float> scaled(raw);
+    for (float& v : scaled) v *= scale;
+    Bf16 logits(scaled), probs(n * classes), dlogits(n * classes);
+    float loss = NAN;
+    int32_t correct = -1;
+    k.run(SoftmaxCrossEntropyForward{n, classes, logits.ptr(), labels.data(), &loss, probs.ptr(),
+                                     &correct, 0.0f, DType::kBF16});
+    const auto wide = logits.values();
+    std::vector<float> probs32(n * classes), dlogits32(n * classes);
+    float loss32 = NAN;
+    int32_t correct32 = -1;
+    k.run(SoftmaxCrossEntropyForward{n, classes, wide.data(), labels.data(), &loss32,
+                                     probs32.data(), &correct32, 0.0f});
+    EXPECT_EQ(std::bit_cast<uint32_t>(loss), std::bit_cast<uint32_t>(loss32)) << scale;
+    EXPECT_EQ(correct, correct32);
+    ASSERT_EQ(probs.bits, Bf16(probs32).bits) << scale;
+    k.run(SoftmaxCrossEntropyBackward{n, classes, 0.5f, probs.ptr(), labels.data(), dlogits.ptr(),
+                                      4.0f, DType::kBF16});
+    const auto pw = probs.values();
+    k.run(SoftmaxCrossEntropyBackward{n, classes, 0.5f, pw.data(), labels.data(), dlogits32.data(),
+                                      4.0f});
+    ASSERT_EQ(dlogits.bits, Bf16(dlogits32).bits) << scale;
+  }
+}
+
 TEST_F(Bf16Kernels, EmbeddingAndLayerNormMatchReference) {
   const int64_t n = 2, t = 9, c = 24, vocab = 50, context = 16;
   std::vector<int32_t> tokens(n * t);

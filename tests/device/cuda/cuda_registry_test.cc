@@ -85,9 +85,9 @@ TEST(CudaKernels, SupportsEveryKernelOnFloat32Only) {
 }
 
 // bf16 storage (Note [bf16 storage in the CUDA kernels]): every kernel with a dtype field (Note
-// [Storage dtype of a kernel]) runs in bf16 but the fused attention core, whose tiles accumulate
-// y and dqkv in place (an fp32 accumulator is the open item); the kernels without the field (the
-// optimizers, copies, gradient clipping, the Llama kernels) are fp32 only.
+// [Storage dtype of a kernel]) runs in bf16, the fused attention core included (Note [Fused
+// attention in bf16 on CUDA]); the kernels without the field (the optimizers, copies, gradient
+// clipping, the Llama kernels) are fp32 only.
 template <size_t I>
 constexpr bool has_dtype_field() {
   return requires(std::variant_alternative_t<I, KernelArgs> a) { a.dtype; };
@@ -98,18 +98,17 @@ TEST(CudaKernels, SupportsBf16StorageForTheKernelsWithADtype) {
   std::vector<bool> has(std::variant_size_v<KernelArgs>);
   [&]<size_t... I>(std::index_sequence<I...>) { ((has[I] = has_dtype_field<I>()), ...); }
   (std::make_index_sequence<std::variant_size_v<KernelArgs>>{});
-  const KernelKind fused[] = {kernel_kind<FlashAttentionForward>(),
-                              kernel_kind<FlashAttentionBackward>()};
   int bf16_kinds = 0;
   for (KernelKind kind = 0; kind < std::variant_size_v<KernelArgs>; ++kind) {
-    const bool is_fused = kind == fused[0] || kind == fused[1];
-    EXPECT_EQ(kernels.supports(kind, DType::kBF16), has[kind] && !is_fused) << kernel_name(kind);
+    EXPECT_EQ(kernels.supports(kind, DType::kBF16), has[kind]) << kernel_name(kind);
     bf16_kinds += kernels.supports(kind, DType::kBF16) ? 1 : 0;
   }
   // Conv and linear (3 each), pooling and adaptive pooling (2 each), batch norm (3), ReLU (2),
   // add, accumulate, fill, scale, dropout (2), the loss (2), embedding, layer norm, GELU,
-  // attention, RMSNorm, rotary qkv and SwiGLU (2 each).
-  EXPECT_EQ(bf16_kinds, 37);
+  // attention, fused attention, RMSNorm, rotary qkv and SwiGLU (2 each).
+  EXPECT_EQ(bf16_kinds, 39);
+  EXPECT_TRUE(kernels.supports(kernel_kind<FlashAttentionForward>(), DType::kBF16));
+  EXPECT_TRUE(kernels.supports(kernel_kind<FlashAttentionBackward>(), DType::kBF16));
   EXPECT_FALSE(kernels.supports(kernel_kind<AdamWUpdate>(), DType::kBF16));
   EXPECT_TRUE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
   EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));

@@ -3,7 +3,8 @@
 // going up on the "optimizer d2h" and "optimizer h2d" tracks, one copy down per bucket, every
 // float of the rank's range each way; and on a described server under the topology scheduler,
 // with no activation offloaded (memory.policy none), the node's link ledger holds the optimizer's
-// claims while the job runs, `trainer jobs` shows them, and the links carried its bytes; and
+// claims while the job runs, labelled as the optimizer's d2h and h2d, `trainer jobs` shows them
+// so (table and --json), and the links carried its bytes; and
 // sharing the copy streams with offloads changes no bit.
 #include <chrono>
 #include <fstream>
@@ -159,9 +160,10 @@ TEST(HostCopies, TheLinkLedgerHoldsTheOptimizersClaimsDuringAStep) {
       " topology.scheduler=topology";
   std::future<Exit> job = std::async(std::launch::async, [&] { return run(command); });
   setenv("FERRY_LINK_LEDGER", links.base.c_str(), 1);
-  std::map<std::string, int> seen;  // "claim"/"flow with token" -> snapshots
-  Exit table;
-  bool printed = false;
+  std::map<std::string, int> seen;    // "claim"/"flow with token" -> snapshots
+  std::map<std::string, int> labels;  // their labels -> snapshots
+  Exit table, json;
+  bool printed = false, printed_json = false;
   while (job.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
     const std::vector<std::string> names = LinkLedger::node_ledgers();
     if (names.empty()) continue;
@@ -172,19 +174,40 @@ TEST(HostCopies, TheLinkLedgerHoldsTheOptimizersClaimsDuringAStep) {
       for (const LinkUserEntry& u : l.users) {
         if (u.kind == "claim") ++seen["claim"], any = true;
         if (u.kind == "flow" && u.token) ++seen["token"], any = true;
+        if (u.kind == "claim" || u.token) ++labels[u.label];
       }
     }
+    // `trainer jobs` labels the claims as the optimizer's, in its table and its JSON.
     if (any && !printed) {
       table = run(trainer() + " jobs");
-      printed = table.output.find("token") != std::string::npos ||
-                table.output.find("claim") != std::string::npos;
+      printed = table.output.find("claim optimizer ") != std::string::npos ||
+                table.output.find("flow  optimizer ") != std::string::npos;
+    }
+    if (any && !printed_json) {
+      json = run(trainer() + " jobs --json");
+      const size_t brace = json.output.find('{');
+      const nlohmann::json j = brace == std::string::npos
+                                   ? nlohmann::json()
+                                   : nlohmann::json::parse(json.output.substr(brace), nullptr,
+                                                           /*allow_exceptions=*/false);
+      if (json.code == 0 && j.is_object() && j.contains("link_ledgers")) {
+        for (const auto& l : j["link_ledgers"])
+          for (const auto& link : l["links"])
+            for (const auto& u : link["users"])
+              printed_json |= u["label"].get<std::string>().rfind("optimizer ", 0) == 0;
+      }
     }
   }
   const Exit e = job.get();
   ASSERT_EQ(e.code, 0) << e.output;
   // memory.policy none: the only scheduled copies are the optimizer's.
   EXPECT_GT(seen["claim"] + seen["token"], 0) << "the optimizer's copies claim link tokens";
+  // ... and the ledger labels every claim and token as the optimizer's, never an activation's.
+  EXPECT_GT(labels["optimizer d2h"] + labels["optimizer h2d"], 0);
+  for (const auto& [label, n] : labels)
+    EXPECT_TRUE(label == "optimizer d2h" || label == "optimizer h2d") << label << " x" << n;
   EXPECT_TRUE(printed) << table.output;
+  EXPECT_TRUE(printed_json) << json.output;
   // The ledger's record: the emulated links carried at least every step's weights each way.
   const std::vector<std::string> names = LinkLedger::node_ledgers();
   ASSERT_EQ(names.size(), 1u);

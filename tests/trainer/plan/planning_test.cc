@@ -1,14 +1,18 @@
 // The offline planner (trainer plan, --max-batch, the banner): a cuda plan without a GPU models
 // its workspaces with stand-ins and says so; bf16 plans (issue 28) hold at most 0.55 of fp32's
-// activation bytes and offloads, and fp32 plans are unchanged by the precision machinery.
+// activation bytes and offloads, and fp32 plans are unchanged by the precision machinery; a
+// bf16 cuda plan asks the CUDA kernel table which kernels run in bf16.
 #include "trainer/plan/planning.h"
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/bytes.h"
-
+#include "common/error.h"
+#include "device/backend_traits.h"
 #include "device/device.h"
 #include "trainer/config/config.h"
 
@@ -83,6 +87,58 @@ TEST(OfflinePlanner, PersistentBytesByPrecision) {
   EXPECT_EQ(f.bf16, 0u);
   EXPECT_EQ(b.bf16 / 2 + b.f32 / 4, f.f32 / 4) << "every fp32 element is still there, once";
   EXPECT_EQ(b.other, f.other);
+}
+
+// Note [bf16 kernels at plan time]: a bf16 plan for the cuda backend, with no GPU here, asks the
+// CUDA kernel table. The GPT plans (its fused attention core runs in bf16 on CUDA); a model with
+// a step whose kernel the table lacks in bf16 is refused in one line naming that kernel, as
+// training refuses it before step 1; fp32 plans it. The Llama kernels are the ones the table
+// lacked when this was written: the expectation follows the table, so bf16 Llama kernels on
+// CUDA turn the refusal into a plan.
+TEST(OfflinePlanner, Bf16OnCudaIsRefusedForAKernelTheCudaTableLacks) {
+  if (!backend_built(Backend::kCuda)) GTEST_SKIP() << "this build has no CUDA backend (its table)";
+  const std::string gpt =
+      "model: {name: gpt2, layers: 1, width: 32, heads: 2, context: 16}\n"
+      "data: {source: tokens, path: x.bin, batch_size: 2}\ndevice: {backend: cuda}\n";
+  EXPECT_TRUE(cuda_kernel_runs(kernel_kind<FlashAttentionForward>(), DType::kBF16));
+  EXPECT_TRUE(cuda_kernel_runs(kernel_kind<FlashAttentionBackward>(), DType::kBF16));
+  EXPECT_NO_THROW(OfflinePlanner(parse_config_text(gpt, {"device.precision=bf16"})));
+  EXPECT_NO_THROW(
+      OfflinePlanner(parse_config_text(gpt, {"device.precision=bf16", "model.attention=naive"})));
+
+  const std::string llama =
+      "model: {name: llama, layers: 1, width: 32, heads: 2, ffn: 48, context: 16}\n"
+      "data: {source: tokens, path: x.bin, batch_size: 2}\ndevice: {backend: cuda}\n";
+  std::vector<std::string> lacking;
+  for (const KernelKind kind : {kernel_kind<RmsNormForward>(), kernel_kind<RmsNormBackward>(),
+                                kernel_kind<RopeQkvForward>(), kernel_kind<RopeQkvBackward>(),
+                                kernel_kind<SwigluForward>(), kernel_kind<SwigluBackward>()}) {
+    if (!cuda_kernel_runs(kind, DType::kBF16)) lacking.emplace_back(kernel_name(kind));
+  }
+  EXPECT_NO_THROW(OfflinePlanner(parse_config_text(llama)));
+  if (lacking.empty()) {
+    EXPECT_NO_THROW(OfflinePlanner(parse_config_text(llama, {"device.precision=bf16"})));
+    return;
+  }
+  try {
+    OfflinePlanner planner(parse_config_text(llama, {"device.precision=bf16"}));
+    ADD_FAILURE() << "a bf16 llama plan on cuda was made, though the CUDA table lacks bf16 "
+                  << lacking.front();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("device.precision: bf16 needs a bf16 ", 0), 0u) << what;
+    EXPECT_NE(what.find(" kernel for model 'llama', which the cuda backend does not have yet"),
+              std::string::npos)
+        << what;
+    bool names_one = false;
+    for (const std::string& k : lacking)
+      names_one |= what.find(" " + k + " kernel") != std::string::npos;
+    EXPECT_TRUE(names_one) << what;
+  }
+  // The cpu backend's bf16 kernels depend on the machine's instructions: planning leaves the
+  // refusal to training there.
+  EXPECT_NO_THROW(
+      OfflinePlanner(parse_config_text(llama, {"device.precision=bf16", "device.backend=cpu"})));
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // adds the host optimizer's copies (its shard each way) and update; through the CLI the volumes
 // equal the formula (reduce-scatter + all-gather = all-reduce; 4 bytes per parameter of the
 // rank's shard each way), the copies cross the links, topology is no slower than fifo, and zero
-// 0 prints what it printed before.
+// 0 prints what it printed before; the device update streams its shard's bytes at the memory rate.
 #include "trainer/simulate/model_state_traffic.h"
 
 #include <gtest/gtest.h>
@@ -165,6 +165,36 @@ TEST(ModelStateTraffic, ZeroZeroWithTheHostOptimizerMovesTheWholeBlock) {
   EXPECT_EQ(up, 9024u);
 }
 
+// Note [The device update's cost]: (2 slots + 3) fp32 values per parameter the rank updates (its
+// shard under zero 1 and 2), plus a bf16 working copy of the whole block under bf16, streamed at
+// the memory rate on top of the update step's launch cost.
+TEST(ModelStateTraffic, TheDeviceUpdateStreamsItsShardsValuesAtTheMemoryRate) {
+  const ModelState whole = state(ZeroStage::k0, OptimizerPlacement::kDevice, 2);  // 2256 floats
+  EXPECT_EQ(device_update_bytes(whole, 2, false), 2256u * 28);  // AdamW: 4 read, 3 written
+  EXPECT_EQ(device_update_bytes(whole, 1, false), 2256u * 20);  // SGD with momentum
+  EXPECT_EQ(device_update_bytes(whole, 0, false), 2256u * 12);  // plain SGD
+  EXPECT_EQ(device_update_bytes(whole, 2, true), 2256u * 28 + 2256u * 2);
+  for (ZeroStage zero : {ZeroStage::k1, ZeroStage::k2}) {
+    const ModelState sharded = state(zero, OptimizerPlacement::kDevice, 2);  // S = 1152 floats
+    EXPECT_EQ(device_update_bytes(sharded, 2, false), 1152u * 28);
+    EXPECT_EQ(device_update_bytes(sharded, 2, true), 1152u * 28 + 2u * 1152 * 2);
+  }
+  const ModelState one = state(ZeroStage::k2, OptimizerPlacement::kDevice, 1);  // nothing to shard
+  EXPECT_EQ(device_update_bytes(one, 2, false), 2256u * 28);
+
+  NodeSimInput in = node();
+  EXPECT_DOUBLE_EQ(add_device_update(in.ranks, in.update_step, 63'168, 2), 63'168 / 2e9);
+  for (const SimRank& r : in.ranks) {
+    EXPECT_DOUBLE_EQ(r.step_seconds.back(), 0.002 + 63'168 / 2e9);
+    EXPECT_DOUBLE_EQ(r.step_seconds[3], 0.2) << "only the update step";
+  }
+  in = node();
+  add_device_update(in.ranks, 3, 1'000'000, 1);
+  EXPECT_DOUBLE_EQ(in.ranks[1].step_seconds[3], 0.2 + 1e-3);
+  EXPECT_DOUBLE_EQ(in.ranks[1].step_seconds[4], 0.002);
+  EXPECT_EQ(add_device_update(in.ranks, 3, 0, 1), 0.0);
+}
+
 // Through the CLI, on 4 GPUs of the DGX-1-like server (v100-pcie3).
 nlohmann::json simulate(const std::string& args) {
   const testing::Exit e =
@@ -215,6 +245,47 @@ TEST(SimulateModelState, VolumesEqualTheFormula) {
   EXPECT_EQ(h0["allreduce_bytes"].get<double>(), all_reduce);
   EXPECT_EQ(h0["model_state"]["to_host_bytes"].get<uint64_t>(),
             h0["model_state"]["weights_bytes"].get<uint64_t>());  // the whole block
+}
+
+// The device update through the CLI: the rank's shard's (2 slots + 3) values at the profile's
+// memory rate (v100-pcie3: 750 GB/s), in the JSON and the text; bf16 (h100-pcie5, 3000 GB/s) adds
+// the working copy; the host optimizer has none.
+TEST(SimulateModelState, TheDeviceUpdateIsTheShardsBytesAtTheProfilesMemoryRate) {
+  const std::string none =
+      " --json memory.policy=none memory.budget=0 device.memory=1TiB optim.name=adamw ";
+  const nlohmann::json z2 = simulate(none + "memory.zero=2");
+  ASSERT_TRUE(z2.contains("device_update") && z2.contains("model_state")) << z2.dump();
+  const nlohmann::json& m = z2["model_state"];
+  const uint64_t shard = m["weights_bytes"].get<uint64_t>() / 4;  // 4 ranks
+  const uint64_t slots = m["optimizer_bytes"].get<uint64_t>() / shard;
+  EXPECT_EQ(slots, 2u) << "AdamW";
+  // SGD with momentum (the default) keeps one slot: 5 values per parameter.
+  const nlohmann::json sgd = simulate(
+      " --json memory.policy=none memory.budget=0 device.memory=1TiB memory.zero=2 "
+      "optim.momentum=0.9");
+  EXPECT_EQ(sgd["device_update"]["bytes"].get<uint64_t>(), 5 * shard);
+  const nlohmann::json& u = z2["device_update"];
+  EXPECT_EQ(u["bytes"].get<uint64_t>(), (2 * slots + 3) * shard);
+  EXPECT_EQ(u["memory_gbps"].get<double>(), 750);
+  EXPECT_NEAR(u["s"].get<double>(), static_cast<double>((2 * slots + 3) * shard) / 750e9, 1e-15);
+  // Zero 0 updates the whole block: four times the shard's bytes (up to the shards' padding).
+  const nlohmann::json z0 = simulate(none);
+  EXPECT_NEAR(z0["device_update"]["bytes"].get<double>(), 4.0 * u["bytes"].get<double>(),
+              4.0 * 64 * 28);
+  EXPECT_FALSE(simulate(none + "memory.zero=2 memory.optimizer=host").contains("device_update"));
+  const std::string text = simulate("memory.zero=2")["text"];
+  EXPECT_NE(text.find("optimizer update on the device: "), std::string::npos) << text;
+
+  const testing::Exit bf16 = testing::run(
+      "cd " + std::string(FERRY_SOURCE_DIR) + " && " + testing::trainer() +
+      " simulate configs/simulate/gpt2-medium-dgx1.yaml --hardware h100-pcie5 --gpus 4" + none +
+      "memory.zero=2 device.precision=bf16");
+  ASSERT_EQ(bf16.code, 0) << bf16.output;
+  const nlohmann::json b = nlohmann::json::parse(bf16.output);
+  const uint64_t block = b["model_state"]["weights_bytes"].get<uint64_t>();
+  EXPECT_EQ(b["device_update"]["bytes"].get<uint64_t>(), (2 * slots + 3) * (block / 4) + block / 2)
+      << "the shard's update and the whole bf16 working copy";
+  EXPECT_EQ(b["device_update"]["memory_gbps"].get<double>(), 3000);
 }
 
 TEST(SimulateModelState, ZeroZeroOnTheDevicePrintsWhatItDidBefore) {
