@@ -175,6 +175,8 @@ gtest "bf16: transformer kernels, cuBLAS attention" build/tests/cuda_transformer
   "CudaBf16TransformerParityTest.*"
 gtest "bf16: fused attention (flash_attention.cu)" build/tests/cuda_transformer_parity_test 60 "" \
   "CudaFlashAttentionParityTest.Bf16*"
+gtest "bf16: Llama kernels (RMSNorm, rotary qkv, SwiGLU)" build/tests/cuda_llama_parity_test 60 "" \
+  "CudaBf16LlamaParityTest.*"
 gtest "training on the GPU" build/tests/cuda_training_test 200 --per-test
 gtest "nccl" build/tests/comm_nccl_test 60
 # memory.share: two trainer processes on GPU 0, each with device.memory of 60% of it (mapped on

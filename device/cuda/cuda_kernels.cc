@@ -85,7 +85,9 @@ constexpr bool runs_bf16 =
               BatchNormForwardTraining, BatchNormForwardInference, BatchNormBackward, ReluForward,
               ReluBackward, AddForward, Accumulate, Fill, Scale, DropoutForward, DropoutBackward,
               SoftmaxCrossEntropyForward, SoftmaxCrossEntropyBackward, EmbeddingForward,
-              EmbeddingBackward, LayerNormForward, LayerNormBackward, GeluForward, GeluBackward>;
+              EmbeddingBackward, LayerNormForward, LayerNormBackward, GeluForward, GeluBackward,
+              RmsNormForward, RmsNormBackward, RopeQkvForward, RopeQkvBackward, SwigluForward,
+              SwigluBackward>;
 
 // The storage dtype a kernel's arguments ask for (kF32 for kernels without the field).
 template <typename T>

@@ -295,7 +295,8 @@ void run(const FlashAttentionBackward& a, cudaStream_t stream) {
 
 void run(const RmsNormForward& a, cudaStream_t stream) {
   check_rms_norm_forward(a);
-  launch_rms_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.weight, a.y, a.rstd, stream);
+  launch_rms_norm_forward(a.g.rows, a.g.c, a.g.eps, a.x, a.weight, a.y, a.rstd,
+                          storage(a.dtype, "rms_norm_forward"), stream);
 }
 
 void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& scratch) {
@@ -308,6 +309,7 @@ void run(const RmsNormBackward& a, cudaStream_t stream, const ReductionScratch& 
   }
   check_rms_norm_backward(a);
   launch_rms_norm_backward(a.g.rows, a.g.c, a.x, a.dy, a.weight, a.rstd, a.dx, a.dweight,
+                           storage(a.dtype, "rms_norm_backward"),
                            checked(scratch, "rms_norm_backward"), stream);
 }
 
@@ -315,24 +317,25 @@ void run(const RopeQkvForward& a, cudaStream_t stream) {
   check_rope_qkv_forward(a);
   const RopeGeom& g = a.g;
   launch_rope_qkv_forward(g.n, g.t, g.heads, g.kv_heads, g.head_dim, g.theta, a.q, a.k, a.v,
-                          a.segments, a.qkv, stream);
+                          a.segments, a.qkv, storage(a.dtype, "rope_qkv_forward"), stream);
 }
 
 void run(const RopeQkvBackward& a, cudaStream_t stream) {
   check_rope_qkv_backward(a);
   const RopeGeom& g = a.g;
   launch_rope_qkv_backward(g.n, g.t, g.heads, g.kv_heads, g.head_dim, g.theta, a.dqkv, a.segments,
-                           a.dq, a.dk, a.dv, stream);
+                           a.dq, a.dk, a.dv, storage(a.dtype, "rope_qkv_backward"), stream);
 }
 
 void run(const SwigluForward& a, cudaStream_t stream) {
   check_swiglu_forward(a);
-  launch_swiglu_forward(a.n, a.gate, a.up, a.y, stream);
+  launch_swiglu_forward(a.n, a.gate, a.up, a.y, storage(a.dtype, "swiglu_forward"), stream);
 }
 
 void run(const SwigluBackward& a, cudaStream_t stream) {
   check_swiglu_backward(a);
-  launch_swiglu_backward(a.n, a.gate, a.up, a.dy, a.dgate, a.dup, stream);
+  launch_swiglu_backward(a.n, a.gate, a.up, a.dy, a.dgate, a.dup,
+                         storage(a.dtype, "swiglu_backward"), stream);
 }
 
 }  // namespace ferry::cuda

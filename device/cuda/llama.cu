@@ -1,12 +1,14 @@
 // The Llama family's kernels: RMSNorm, rotary embeddings into the attention core's qkv (grouped
 // KV heads repeated), SwiGLU. No float atomics: each output is written by one thread in an order
 // fixed by the shape, so the bits are the same on every run, for every grid, and in the host
-// emulation.
+// emulation. Activations and their gradients in fp32 or bf16 storage; RMSNorm's weight, rstd and
+// weight gradient fp32 (Note [bf16 storage in the CUDA kernels] in storage.cuh).
 #include <algorithm>
 
 #include "device/cuda/lane_total.cuh"
 #include "device/cuda/launch.cuh"
 #include "device/cuda/llama_ops.h"
+#include "device/cuda/storage.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -16,24 +18,26 @@ namespace {
 constexpr int kRmsLanes = 32;
 constexpr int64_t kRmsMinChunkRows = 16;
 
+template <typename S>
 __global__ void __launch_bounds__(kRmsLanes)
-    rms_norm_forward_kernel(int64_t rows, int64_t c, float eps, const float* x, const float* w,
-                            float* y, float* rstd_out) {
+    rms_norm_forward_kernel(int64_t rows, int64_t c, float eps, const S* x, const float* w, S* y,
+                            float* rstd_out) {
   __shared__ double rms_lanes[kRmsLanes];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * c;
+    const S* xr = x + r * c;
     for (int l = static_cast<int>(threadIdx.x); l < kRmsLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
       for (int64_t j = l; j < c; j += kRmsLanes) {
-        const double v = static_cast<double>(xr[j]);
+        const double v = static_cast<double>(as_f32(xr[j]));
         a += v * v;
       }
       rms_lanes[l] = a;
     }
     const double ms = lane_total<kRmsLanes>(rms_lanes) / static_cast<double>(c);
     const float rf = static_cast<float>(1.0 / sqrt(ms + static_cast<double>(eps)));
-    float* yr = y + r * c;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) yr[j] = (xr[j] * rf) * w[j];
+    S* yr = y + r * c;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+      yr[j] = as_storage<S>((as_f32(xr[j]) * rf) * w[j]);
     if (threadIdx.x == 0) rstd_out[r] = rf;
   }
 }
@@ -53,16 +57,17 @@ RmsSplit rms_split(int64_t rows, int64_t c) {
 }
 
 // Partial (chunk, column) sums of dy * xhat, slot chunk * c + column; rows in increasing order.
-__global__ void rms_norm_column_sums_kernel(int64_t rows, int64_t c, RmsSplit split, const float* x,
-                                            const float* dy, const float* rstd, double* part) {
+template <typename S>
+__global__ void rms_norm_column_sums_kernel(int64_t rows, int64_t c, RmsSplit split, const S* x,
+                                            const S* dy, const float* rstd, double* part) {
   FERRY_GRID_STRIDE(u, split.chunks * c) {
     const int64_t chunk = u / c, col = u % c;
     const int64_t begin = chunk * split.len;
     const int64_t end = begin + split.len < rows ? begin + split.len : rows;
     double a = 0.0;
     for (int64_t r = begin; r < end; ++r) {
-      a += static_cast<double>(dy[r * c + col]) *
-           (static_cast<double>(x[r * c + col]) * static_cast<double>(rstd[r]));
+      a += static_cast<double>(as_f32(dy[r * c + col])) *
+           (static_cast<double>(as_f32(x[r * c + col])) * static_cast<double>(rstd[r]));
     }
     part[u] = a;
   }
@@ -79,28 +84,29 @@ __global__ void rms_norm_column_totals_kernel(int64_t c, RmsSplit split, const d
 
 // dx = rstd (g - xhat mean(g xhat)), g = dy w. Each thread reads dy[j] before it writes dx[j],
 // and no thread reads dy after the row's sum: dx may equal dy.
+template <typename S>
 __global__ void __launch_bounds__(kRmsLanes)
-    rms_norm_grad_input_kernel(int64_t rows, int64_t c, const float* x, const float* dy,
-                               const float* w, const float* rstd, float* dx) {
+    rms_norm_grad_input_kernel(int64_t rows, int64_t c, const S* x, const S* dy, const float* w,
+                               const float* rstd, S* dx) {
   __shared__ double rms_grad_lanes[kRmsLanes];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * c;
-    const float* dyr = dy + r * c;
+    const S* xr = x + r * c;
+    const S* dyr = dy + r * c;
     const float rf = rstd[r];
     for (int l = static_cast<int>(threadIdx.x); l < kRmsLanes; l += static_cast<int>(blockDim.x)) {
       double a = 0.0;
       for (int64_t j = l; j < c; j += kRmsLanes) {
-        a += static_cast<double>(dyr[j]) * static_cast<double>(w[j]) *
-             (static_cast<double>(xr[j]) * static_cast<double>(rf));
+        a += static_cast<double>(as_f32(dyr[j])) * static_cast<double>(w[j]) *
+             (static_cast<double>(as_f32(xr[j])) * static_cast<double>(rf));
       }
       rms_grad_lanes[l] = a;
     }
     const float mgx =
         static_cast<float>(lane_total<kRmsLanes>(rms_grad_lanes) / static_cast<double>(c));
-    float* dxr = dx + r * c;
+    S* dxr = dx + r * c;
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-      const float xhat = xr[j] * rf;
-      dxr[j] = rf * (dyr[j] * w[j] - xhat * mgx);
+      const float xhat = as_f32(xr[j]) * rf;
+      dxr[j] = as_storage<S>(rf * (as_f32(dyr[j]) * w[j] - xhat * mgx));
     }
   }
 }
@@ -123,146 +129,182 @@ __device__ int64_t rope_position(const int32_t* segments, int64_t row, int64_t t
 }
 
 // One thread per (row, head, pair i < D/2): q and k of the head rotated, v's two columns copied.
+template <typename S>
 __global__ void rope_qkv_forward_kernel(int64_t rows, int64_t t, int64_t heads, int64_t kv_heads,
-                                        int64_t d, float theta, const float* q, const float* k,
-                                        const float* v, const int32_t* segments, float* qkv) {
+                                        int64_t d, float theta, const S* q, const S* k, const S* v,
+                                        const int32_t* segments, S* qkv) {
   const int64_t half = d / 2, qw = heads * d, kvw = kv_heads * d, rep = heads / kv_heads;
   FERRY_GRID_STRIDE(u, rows * heads * half) {
     const int64_t i = u % half, h = (u / half) % heads, r = u / (half * heads);
     float c, s;
     rope_cos_sin(rope_position(segments, r, t), i, d, theta, &c, &s);
-    const float* qs = q + r * qw + h * d;
-    const float* ks = k + r * kvw + (h / rep) * d;
-    const float* vs = v + r * kvw + (h / rep) * d;
-    float* out = qkv + r * 3 * qw + h * d;
-    out[i] = qs[i] * c - qs[i + half] * s;
-    out[i + half] = qs[i + half] * c + qs[i] * s;
-    out[qw + i] = ks[i] * c - ks[i + half] * s;
-    out[qw + i + half] = ks[i + half] * c + ks[i] * s;
-    out[2 * qw + i] = vs[i];
+    const S* qs = q + r * qw + h * d;
+    const S* ks = k + r * kvw + (h / rep) * d;
+    const S* vs = v + r * kvw + (h / rep) * d;
+    S* out = qkv + r * 3 * qw + h * d;
+    const float q0 = as_f32(qs[i]), q1 = as_f32(qs[i + half]);
+    const float k0 = as_f32(ks[i]), k1 = as_f32(ks[i + half]);
+    out[i] = as_storage<S>(q0 * c - q1 * s);
+    out[i + half] = as_storage<S>(q1 * c + q0 * s);
+    out[qw + i] = as_storage<S>(k0 * c - k1 * s);
+    out[qw + i + half] = as_storage<S>(k1 * c + k0 * s);
+    out[2 * qw + i] = vs[i];  // a copy: the same bits in either storage
     out[2 * qw + i + half] = vs[i + half];
   }
 }
 
+template <typename S>
 __global__ void rope_q_backward_kernel(int64_t rows, int64_t t, int64_t heads, int64_t d,
-                                       float theta, const float* dqkv, const int32_t* segments,
-                                       float* dq) {
+                                       float theta, const S* dqkv, const int32_t* segments, S* dq) {
   const int64_t half = d / 2, qw = heads * d;
   FERRY_GRID_STRIDE(u, rows * heads * half) {
     const int64_t i = u % half, h = (u / half) % heads, r = u / (half * heads);
     float c, s;
     rope_cos_sin(rope_position(segments, r, t), i, d, theta, &c, &s);
-    const float* g = dqkv + r * 3 * qw + h * d;
-    dq[r * qw + h * d + i] = g[i] * c + g[i + half] * s;
-    dq[r * qw + h * d + i + half] = g[i + half] * c - g[i] * s;
+    const S* g = dqkv + r * 3 * qw + h * d;
+    const float g0 = as_f32(g[i]), g1 = as_f32(g[i + half]);
+    dq[r * qw + h * d + i] = as_storage<S>(g0 * c + g1 * s);
+    dq[r * qw + h * d + i + half] = as_storage<S>(g1 * c - g0 * s);
   }
 }
 
 // One thread per (row, KV head, pair): the repeats summed in head order, then rotated back (k).
+template <typename S>
 __global__ void rope_kv_backward_kernel(int64_t rows, int64_t t, int64_t heads, int64_t kv_heads,
-                                        int64_t d, float theta, const float* dqkv,
-                                        const int32_t* segments, float* dk, float* dv) {
+                                        int64_t d, float theta, const S* dqkv,
+                                        const int32_t* segments, S* dk, S* dv) {
   const int64_t half = d / 2, qw = heads * d, kvw = kv_heads * d, rep = heads / kv_heads;
   FERRY_GRID_STRIDE(u, rows * kv_heads * half) {
     const int64_t i = u % half, kv = (u / half) % kv_heads, r = u / (half * kv_heads);
-    const float* gk = dqkv + r * 3 * qw + qw + kv * rep * d;
-    const float* gv = gk + qw;
-    float a = gk[i], b = gk[i + half], va = gv[i], vb = gv[i + half];
+    const S* gk = dqkv + r * 3 * qw + qw + kv * rep * d;
+    const S* gv = gk + qw;
+    float a = as_f32(gk[i]), b = as_f32(gk[i + half]), va = as_f32(gv[i]),
+          vb = as_f32(gv[i + half]);
     for (int64_t j = 1; j < rep; ++j) {
-      a += gk[j * d + i];
-      b += gk[j * d + i + half];
-      va += gv[j * d + i];
-      vb += gv[j * d + i + half];
+      a += as_f32(gk[j * d + i]);
+      b += as_f32(gk[j * d + i + half]);
+      va += as_f32(gv[j * d + i]);
+      vb += as_f32(gv[j * d + i + half]);
     }
     if (dk != nullptr) {
       float c, s;
       rope_cos_sin(rope_position(segments, r, t), i, d, theta, &c, &s);
-      dk[r * kvw + kv * d + i] = a * c + b * s;
-      dk[r * kvw + kv * d + i + half] = b * c - a * s;
+      dk[r * kvw + kv * d + i] = as_storage<S>(a * c + b * s);
+      dk[r * kvw + kv * d + i + half] = as_storage<S>(b * c - a * s);
     }
     if (dv != nullptr) {
-      dv[r * kvw + kv * d + i] = va;
-      dv[r * kvw + kv * d + i + half] = vb;
+      dv[r * kvw + kv * d + i] = as_storage<S>(va);
+      dv[r * kvw + kv * d + i + half] = as_storage<S>(vb);
     }
   }
 }
 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
-__global__ void swiglu_kernel(int64_t n, const float* gate, const float* up, float* y) {
-  FERRY_GRID_STRIDE(i, n) { y[i] = gate[i] / (1.0f + exp(-gate[i])) * up[i]; }
+template <typename S>
+__global__ void swiglu_kernel(int64_t n, const S* gate, const S* up, S* y) {
+  FERRY_GRID_STRIDE(i, n) {
+    const float g = as_f32(gate[i]);
+    y[i] = as_storage<S>(g / (1.0f + exp(-g)) * as_f32(up[i]));
+  }
 }
 
-__global__ void swiglu_grad_kernel(int64_t n, const float* gate, const float* up, const float* dy,
-                                   float* dgate, float* dup) {
+template <typename S>
+__global__ void swiglu_grad_kernel(int64_t n, const S* gate, const S* up, const S* dy, S* dgate,
+                                   S* dup) {
   FERRY_GRID_STRIDE(i, n) {
-    const float d = dy[i], g = gate[i];
+    const float d = as_f32(dy[i]), g = as_f32(gate[i]);
     const float sig = 1.0f / (1.0f + exp(-g));
-    dup[i] = d * (g * sig);
-    dgate[i] = d * up[i] * (sig * (1.0f + g * (1.0f - sig)));
+    dup[i] = as_storage<S>(d * (g * sig));
+    dgate[i] = as_storage<S>(d * as_f32(up[i]) * (sig * (1.0f + g * (1.0f - sig))));
   }
 }
 
 }  // namespace
 
 void launch_rms_norm_forward(int64_t rows, int64_t c, float eps, const float* x, const float* w,
-                             float* y, float* rstd, cudaStream_t stream) {
+                             float* y, float* rstd, DType dtype, cudaStream_t stream) {
   if (rows <= 0) return;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
-  launch_kernel(rms_norm_forward_kernel, blocks, kRmsLanes, stream, rows, c, eps, x, w, y, rstd);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(rms_norm_forward_kernel<S>, blocks, kRmsLanes, stream, rows, c, eps, stored<S>(x),
+                  w, stored<S>(y), rstd);
+  });
 }
 
 void launch_rms_norm_backward(int64_t rows, int64_t c, const float* x, const float* dy,
-                              const float* w, const float* rstd, float* dx, float* dw,
+                              const float* w, const float* rstd, float* dx, float* dw, DType dtype,
                               const ReductionScratch& scratch, cudaStream_t stream) {
   const RmsSplit split = rms_split(rows, c);
-  if (split.chunks > 0) {
-    launch_kernel(rms_norm_column_sums_kernel, grid_for(split.chunks * c), kThreads, stream, rows,
-                  c, split, x, dy, rstd, scratch.ptr);
-  }
-  launch_kernel(rms_norm_column_totals_kernel, grid_for(c), kThreads, stream, c, split,
-                static_cast<const double*>(scratch.ptr), dw);
-  if (rows <= 0) return;
-  const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
-  launch_kernel(rms_norm_grad_input_kernel, blocks, kRmsLanes, stream, rows, c, x, dy, w, rstd, dx);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    // The column sums first: they read dy, which dx may overwrite.
+    if (split.chunks > 0) {
+      launch_kernel(rms_norm_column_sums_kernel<S>, grid_for(split.chunks * c), kThreads, stream,
+                    rows, c, split, stored<S>(x), stored<S>(dy), rstd, scratch.ptr);
+    }
+    launch_kernel(rms_norm_column_totals_kernel, grid_for(c), kThreads, stream, c, split,
+                  static_cast<const double*>(scratch.ptr), dw);
+    if (rows <= 0) return;
+    const auto blocks = static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
+    launch_kernel(rms_norm_grad_input_kernel<S>, blocks, kRmsLanes, stream, rows, c, stored<S>(x),
+                  stored<S>(dy), w, rstd, stored<S>(dx));
+  });
 }
 
 void launch_rope_qkv_forward(int64_t n, int64_t t, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, float theta, const float* q, const float* k,
-                             const float* v, const int32_t* segments, float* qkv,
+                             const float* v, const int32_t* segments, float* qkv, DType dtype,
                              cudaStream_t stream) {
   const int64_t count = n * t * heads * (head_dim / 2);
   if (count <= 0) return;
-  launch_kernel(rope_qkv_forward_kernel, grid_for(count), kThreads, stream, n * t, t, heads,
-                kv_heads, head_dim, theta, q, k, v, segments, qkv);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(rope_qkv_forward_kernel<S>, grid_for(count), kThreads, stream, n * t, t, heads,
+                  kv_heads, head_dim, theta, stored<S>(q), stored<S>(k), stored<S>(v), segments,
+                  stored<S>(qkv));
+  });
 }
 
 void launch_rope_qkv_backward(int64_t n, int64_t t, int64_t heads, int64_t kv_heads,
                               int64_t head_dim, float theta, const float* dqkv,
-                              const int32_t* segments, float* dq, float* dk, float* dv,
+                              const int32_t* segments, float* dq, float* dk, float* dv, DType dtype,
                               cudaStream_t stream) {
   const int64_t half = head_dim / 2;
   if (n * t * half <= 0) return;
-  if (dq != nullptr) {
-    launch_kernel(rope_q_backward_kernel, grid_for(n * t * heads * half), kThreads, stream, n * t,
-                  t, heads, head_dim, theta, dqkv, segments, dq);
-  }
-  if (dk != nullptr || dv != nullptr) {
-    launch_kernel(rope_kv_backward_kernel, grid_for(n * t * kv_heads * half), kThreads, stream,
-                  n * t, t, heads, kv_heads, head_dim, theta, dqkv, segments, dk, dv);
-  }
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (dq != nullptr) {
+      launch_kernel(rope_q_backward_kernel<S>, grid_for(n * t * heads * half), kThreads, stream,
+                    n * t, t, heads, head_dim, theta, stored<S>(dqkv), segments, stored<S>(dq));
+    }
+    if (dk != nullptr || dv != nullptr) {
+      launch_kernel(rope_kv_backward_kernel<S>, grid_for(n * t * kv_heads * half), kThreads, stream,
+                    n * t, t, heads, kv_heads, head_dim, theta, stored<S>(dqkv), segments,
+                    stored<S>(dk), stored<S>(dv));
+    }
+  });
 }
 
-void launch_swiglu_forward(int64_t n, const float* gate, const float* up, float* y,
+void launch_swiglu_forward(int64_t n, const float* gate, const float* up, float* y, DType dtype,
                            cudaStream_t stream) {
   if (n <= 0) return;
-  launch_kernel(swiglu_kernel, grid_for(n), kThreads, stream, n, gate, up, y);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(swiglu_kernel<S>, grid_for(n), kThreads, stream, n, stored<S>(gate),
+                  stored<S>(up), stored<S>(y));
+  });
 }
 
 void launch_swiglu_backward(int64_t n, const float* gate, const float* up, const float* dy,
-                            float* dgate, float* dup, cudaStream_t stream) {
+                            float* dgate, float* dup, DType dtype, cudaStream_t stream) {
   if (n <= 0) return;
-  launch_kernel(swiglu_grad_kernel, grid_for(n), kThreads, stream, n, gate, up, dy, dgate, dup);
+  with_storage(dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    launch_kernel(swiglu_grad_kernel<S>, grid_for(n), kThreads, stream, n, stored<S>(gate),
+                  stored<S>(up), stored<S>(dy), stored<S>(dgate), stored<S>(dup));
+  });
 }
 
 }  // namespace ferry::cuda

@@ -9,7 +9,9 @@ namespace ferry {
 namespace {
 
 // Ops whose aux tensors are statistics, kept fp32.
-bool saves_statistics(std::string_view op) { return op == "batchnorm2d" || op == "layernorm"; }
+bool saves_statistics(std::string_view op) {
+  return op == "batchnorm2d" || op == "layernorm" || op == "rmsnorm";
+}
 
 // Whether activation `id` is an output its producer marks as a statistic (Op::statistic_outputs).
 bool statistic_output(const Graph& graph, TensorId id, const TensorInfo& t) {

@@ -14,7 +14,8 @@ namespace ferry {
 //   - every floating activation: the outputs of convolutions, linear layers (Conv1D, the tied
 //     LM head) and attention (autocast's lower-precision list: conv*, linear, matmul, bmm,
 //     addmm, scaled_dot_product_attention), and of the ops that run in their input's dtype
-//     (ReLU, GELU, pooling, add, flatten, dropout, embedding, batch and layer norm's outputs),
+//     (ReLU, GELU, SwiGLU, pooling, add, flatten, dropout, embedding, rotary qkv, batch, layer
+//     and RMS norm's outputs),
 //     attention's probabilities (N, H, T, T) included;
 //   - the floating model input (images: converted once on upload, as autocast casts them at the
 //     first convolution);
@@ -26,7 +27,8 @@ namespace ferry {
 //     comm.dtype bf16, which narrows only the wire), the optimizer state, buffers (batch norm's
 //     running statistics);
 //   - the statistics norms save for backward (batch norm's per-channel and layer norm's per-row
-//     mean and inverse std: the aux of batchnorm2d and layernorm), and the outputs an op marks
+//     mean and inverse std, RMSNorm's per-row inverse rms: the aux of batchnorm2d, layernorm and
+//     rmsnorm), and the outputs an op marks
 //     as statistics (Op::statistic_outputs: fused attention's log-sum-exp);
 //   - the loss and the other metrics.
 //  Unchanged: integer and byte tensors (tokens, labels, segments, dropout and pooling masks).

@@ -105,12 +105,12 @@ TEST(CudaKernels, SupportsBf16StorageForTheKernelsWithADtype) {
   }
   // Conv and linear (3 each), pooling and adaptive pooling (2 each), batch norm (3), ReLU (2),
   // add, accumulate, fill, scale, dropout (2), the loss (2), embedding, layer norm, GELU,
-  // attention and fused attention (2 each).
-  EXPECT_EQ(bf16_kinds, 33);
+  // attention, fused attention, RMSNorm, rotary qkv and SwiGLU (2 each).
+  EXPECT_EQ(bf16_kinds, 39);
   EXPECT_TRUE(kernels.supports(kernel_kind<FlashAttentionForward>(), DType::kBF16));
   EXPECT_TRUE(kernels.supports(kernel_kind<FlashAttentionBackward>(), DType::kBF16));
   EXPECT_FALSE(kernels.supports(kernel_kind<AdamWUpdate>(), DType::kBF16));
-  EXPECT_FALSE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
+  EXPECT_TRUE(kernels.supports(kernel_kind<RmsNormForward>(), DType::kBF16));
   EXPECT_FALSE(kernels.supports(kernel_kind<ReluForward>(), DType::kF64));
 }
 

@@ -6,7 +6,7 @@
 // had any kernel read a tensor the plan had moved away, the losses would differ. Each run's
 // measured device high-water mark equals its planned peak and stays within its budget. Each holds
 // in bf16 mixed precision too (device.precision bf16: bf16 activations, their gradients and what
-// the planner moves or rebuilds), for the CNNs and the GPT.
+// the planner moves or rebuilds), for the CNNs, the GPT and the Llama.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -188,8 +188,8 @@ TEST(OffloadEquivalenceGpt, FusedAttentionUnderRecomputeGivesTheSameLosses) {
 
 // A small Llama with grouped-query attention (RMSNorm, rope_qkv, SwiGLU, an untied head): every
 // policy, auto with recompute (the new ops rebuilt from their kept inputs) included, trains
-// bitwise like none in poison mode.
-TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLosses) {
+// bitwise like none in poison mode, in `precision`.
+void expect_llama_policies_alike(Precision precision) {
   testing::TempDir dir;
   Config base =
       small_gpt(dir, 0.0f, AttentionKind::kFused, /*heads=*/4, /*width=*/32, /*context=*/128);
@@ -197,14 +197,34 @@ TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLosses) {
   base.model.kv_heads = 2;
   base.model.ffn = 48;
   base.model.tie_embeddings = TieEmbeddings::kFalse;
+  base.device.precision = precision;
   const TrainRun reference = train_steps(base, 6);
   EXPECT_EQ(reference.measured_peak, reference.planned_peak);
+  EXPECT_EQ(reference.working_refreshes, precision == Precision::kBf16 ? 6u : 0u);
   for (float l : reference.losses) ASSERT_TRUE(std::isfinite(l));
+  if (precision == Precision::kBf16) {
+    // bf16 storage, not fp32 under another name: the losses move off fp32's, the peak shrinks.
+    Config fp32 = base;
+    fp32.device.precision = Precision::kFp32;
+    const TrainRun wide = train_steps(fp32, 6);
+    EXPECT_NE(reference.losses, wide.losses);
+    for (size_t i = 0; i < wide.losses.size(); ++i)
+      EXPECT_NEAR(reference.losses[i], wide.losses[i], 0.02 * wide.losses[i]) << "step " << i + 1;
+    EXPECT_LT(reference.planned_peak, wide.planned_peak);
+  }
   std::vector<PolicyVariant> variants = offload_policy_variants();
   std::erase_if(variants,
                 [](const PolicyVariant& v) { return v.policy == MemoryPolicy::kVdnnConv; });
   expect_policies_train_alike(base, reference, variants);
   expect_recompute_alike(base, "llama recompute");
+}
+
+TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLosses) {
+  expect_llama_policies_alike(Precision::kFp32);
+}
+
+TEST(OffloadEquivalenceLlama, EveryPolicyAndRecomputeGiveTheSameLossesInBf16) {
+  expect_llama_policies_alike(Precision::kBf16);
 }
 
 }  // namespace

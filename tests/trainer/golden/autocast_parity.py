@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """bf16 parity of ferry's CPU backend (device.precision=bf16) with PyTorch CPU autocast
 (torch.autocast("cpu", dtype=torch.bfloat16), fp32 master weights), run by ctest as
-autocast_parity_resnet (resnet18_cifar, SGD) and autocast_parity_gpt (the zoo's gpt2 at a small
-shape, against Hugging Face's GPT2LMHeadModel, AdamW). From the same weights and batches:
+autocast_parity_resnet (resnet18_cifar, SGD), autocast_parity_gpt (the zoo's gpt2 at a small
+shape, against Hugging Face's GPT2LMHeadModel, AdamW) and autocast_parity_llama (the zoo's llama
+with grouped-query attention and an untied head, against LlamaForCausalLM, AdamW). From the same
+weights and batches:
 
 1. the forward loss of the first batch within 1e-2 relative of autocast's;
 2. every parameter's gradient on that batch with cosine similarity >= 0.999 to autocast's
@@ -10,11 +12,11 @@ shape, against Hugging Face's GPT2LMHeadModel, AdamW). From the same weights and
    to one rounding of w1), where autocast's own gradient is that close to fp32's; elsewhere no
    farther from fp32's than 1.5 times autocast's distance (Note [Gradients where autocast itself
    is far from fp32]);
-3. 20 optimizer steps whose loss is within 2% of autocast's at every step;
+3. 20 optimizer steps (the Llama: 8) whose loss is within 2% of autocast's at every step;
 4. ferry's bf16 run rounds: its gradients differ from ferry's own fp32 gradients (the same
    binary, bitwise equal if nothing were rounded) by more than 1e-4 in relative norm.
 The tolerances are docs/precision.md's. Exits 77 (ctest: skipped) without torch (or transformers,
-for the GPT) or on a CPU without avx512_bf16.
+for the GPT and the Llama) or on a CPU without avx512_bf16.
 """
 import argparse
 import json
@@ -131,6 +133,59 @@ def gpt_case(args, torch, np):
     return model, batches, loss_of, ferry, optim, 1.0
 
 
+def llama_case(args, torch, np):
+    """Hugging Face LlamaForCausalLM, 2 layers, width 64, 4 heads over 2 KV heads, SwiGLU 128,
+    an untied head, vocab 256, 4 x 32 tokens, 8 AdamW steps (a few CPU-seconds)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    layers, heads, kv, width, ffn, vocab, context, seq, batch, steps = (
+        2, 4, 2, 64, 128, 256, 64, 32, 4, 8)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=ffn,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv, max_position_embeddings=context,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                         attention_bias=False, mlp_bias=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # RMSNorm weights away from 1, as llama_parity.py moves them
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    rng = np.random.default_rng(0)
+    successor = rng.permutation(vocab)  # the GPT case's learnable task
+    tokens = [int(rng.integers(0, vocab))]
+    for _ in range(batch * steps * seq):
+        tokens.append(int(successor[tokens[-1]]) if rng.random() < 0.9
+                      else int(rng.integers(0, vocab)))
+    data = os.path.join(args.dir, "train.bin")
+    write_tokens(data, tokens)
+    rows = windows(tokens, seq)
+    batches = []
+    for s in range(steps):
+        r = rows[s * batch:(s + 1) * batch]
+        batches.append((torch.tensor([x for x, _ in r]), torch.tensor([y for _, y in r])))
+
+    def loss_of(m, b):
+        logits = m(b[0]).logits.float()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[1].reshape(-1))
+
+    ferry = ["model.name=llama", f"model.layers={layers}", f"model.heads={heads}",
+             f"model.kv_heads={kv}", f"model.width={width}", f"model.ffn={ffn}",
+             f"model.vocab={vocab}", f"model.context={context}", "model.rope_theta=10000",
+             "model.tie_embeddings=false", "data.source=tokens", f"data.path={data}",
+             f"data.seq_len={seq}", f"data.batch_size={batch}"]
+
+    def adamw(params):
+        params = list(params)
+        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2],
+                                   "weight_decay": 0.1},
+                                  {"params": [p for p in params if p.dim() < 2],
+                                   "weight_decay": 0.0}], lr=3e-3)
+
+    optim = (["optim.name=adamw", "optim.lr=3e-3", "optim.weight_decay=0.1",
+              "optim.decay=matrices", "optim.clip_norm=1.0"], adamw)
+    return model, batches, loss_of, ferry, optim, 1.0
+
+
 def torch_reference(torch, model, batches, loss_of, make_optim, clip, autocast):
     """PyTorch from `model`'s weights (left unchanged): the first batch's loss and gradients,
     and the loss of each of the optimizer steps, under bf16 autocast or in fp32."""
@@ -164,7 +219,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainer", required=True)
     parser.add_argument("--dir", required=True)
-    parser.add_argument("--model", choices=["resnet", "gpt"], required=True)
+    parser.add_argument("--model", choices=["resnet", "gpt", "llama"], required=True)
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"],
                         help="ferry's device.precision (fp32: a check of the script itself)")
     args = parser.parse_args()
@@ -172,7 +227,7 @@ def main():
         import numpy as np
         import torch
         from safetensors.torch import load_file, save_file
-        if args.model == "gpt":
+        if args.model in ("gpt", "llama"):
             import transformers  # noqa: F401
         else:
             import torchvision  # noqa: F401
@@ -186,14 +241,18 @@ def main():
     os.makedirs(args.dir)
     torch.set_num_threads(2)
     print(f"torch {torch.__version__}, ferry device.precision={args.precision}")
-    case = resnet_case if args.model == "resnet" else gpt_case
+    case = {"resnet": resnet_case, "gpt": gpt_case, "llama": llama_case}[args.model]
     model, batches, loss_of, ferry_keys, (optim_keys, make_optim), clip = case(args, torch, np)
+    steps = len(batches)
 
-    # The same weights for both: ferry reads PyTorch's state_dict names (the zoo's parity).
+    # The same weights for both: ferry reads PyTorch's state_dict names (the zoo's parity). A tied
+    # head (GPT-2's lm_head.weight) is the embedding's tensor: ferry reads it once, by that name.
     weights = os.path.join(args.dir, "init.safetensors")
+    head = getattr(model, "lm_head", None)
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
     state = {n: t.detach().contiguous() for n, t in model.state_dict().items()
              if not n.endswith("num_batches_tracked") and not n.endswith(".attn.bias")
-             and not n.endswith(".attn.masked_bias") and n != "lm_head.weight"}
+             and not n.endswith(".attn.masked_bias") and not (tied and n == "lm_head.weight")}
     save_file(state, weights)
     cfg = os.path.join(args.dir, "run.yaml")
     with open(cfg, "w") as f:
@@ -235,7 +294,7 @@ def main():
     worst, worst_name = 1.0, ""
     for name, g in ref_grads.items():
         if name not in state:
-            continue  # lm_head.weight: tied to the embedding, its gradient is the embedding's
+            continue  # a tied lm_head.weight: its gradient is the embedding's
         ours = state[name].double() - stepped[name].double()
         c = cosine(ours, g)
         if c < worst:
@@ -251,10 +310,10 @@ def main():
                             f"{ANGLE_RATIO} x autocast's distance (its cosine {floor:.6f})")
     print(f"gradients: {len(ref_grads)} tensors, lowest cosine {worst:.6f} ({worst_name})")
 
-    # 3. Twenty steps of the run's optimizer.
-    losses, _ = ferry_train("train", STEPS, optim_keys)
-    if len(losses) != STEPS:
-        failures.append(f"{len(losses)} logged losses, expected {STEPS}")
+    # 3. Twenty steps (the Llama: 8) of the run's optimizer.
+    losses, _ = ferry_train("train", steps, optim_keys)
+    if len(losses) != steps:
+        failures.append(f"{len(losses)} logged losses, expected {steps}")
     for i, (a, b) in enumerate(zip(losses, ref_losses)):
         rel = abs(a - b) / abs(b)
         print(f"step {i + 1:2d}: ferry {a:.6f}  autocast {b:.6f}  ({rel:.2e})")

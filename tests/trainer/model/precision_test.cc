@@ -1,5 +1,5 @@
 // trainer/model/precision.h: Note [Which tensors are bf16] applied to a CNN with batch norm and
-// a GPT with dropout, tensor by tensor; fp32 leaves the graph as built.
+// a GPT with dropout and a Llama, tensor by tensor; fp32 leaves the graph as built.
 #include "trainer/model/precision.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ DType expected(const Graph& g, const TensorInfo& t, DType built) {
   if (built != DType::kF32 || is_persistent(t.role)) return built;
   if (t.role == TensorRole::kAux) {
     const std::string_view op = g.nodes()[static_cast<size_t>(t.producer)].op->kind();
-    if (op == "batchnorm2d" || op == "layernorm") return DType::kF32;
+    if (op == "batchnorm2d" || op == "layernorm" || op == "rmsnorm") return DType::kF32;
   }
   return DType::kBF16;
 }
@@ -74,6 +74,34 @@ TEST(Precision, GptWithDropout) {
   EXPECT_GT(masks, 0);
   EXPECT_EQ(probs, 2);  // one (N, H, T, T) per layer
   EXPECT_EQ(g.tensor(g.input()).desc.dtype, DType::kI32);
+  expect_rule(built, std::move(g));
+}
+
+// RMSNorm's saved inverse rms is a statistic (fp32); rotary qkv's and SwiGLU's outputs are bf16.
+TEST(Precision, LlamaKeepsRmsNormStatisticsFp32) {
+  TransformerSizes sizes;
+  sizes.layers = 2;
+  sizes.heads = 4;
+  sizes.kv_heads = 2;
+  sizes.width = 32;
+  sizes.ffn = 48;
+  sizes.vocab = 64;
+  sizes.context = 16;
+  sizes.fused_attention = false;  // expected() does not know the fused core's fp32 lse
+  const Graph built = build_token_model("llama", 2, 16, sizes);
+  Graph g = build_token_model("llama", 2, 16, sizes);
+  apply_precision(g, Precision::kBf16);
+  int rstd = 0, rope = 0, swiglu = 0;
+  for (const TensorInfo& t : g.tensors()) {
+    if (t.producer < 0) continue;
+    const std::string_view op = g.nodes()[static_cast<size_t>(t.producer)].op->kind();
+    if (op == "rmsnorm" && t.role == TensorRole::kAux) rstd += t.desc.dtype == DType::kF32;
+    if (op == "rope_qkv") rope += t.desc.dtype == DType::kBF16;
+    if (op == "swiglu") swiglu += t.desc.dtype == DType::kBF16;
+  }
+  EXPECT_EQ(rstd, 5);  // two per layer and the final norm
+  EXPECT_EQ(rope, 2);
+  EXPECT_EQ(swiglu, 2);
   expect_rule(built, std::move(g));
 }
 

@@ -1,6 +1,7 @@
 // The Llama family's ops (Hugging Face's LlamaForCausalLM): a token embedding without positions,
 // RMSNorm, rotary embeddings into the attention core's qkv (grouped-query heads repeated), and
-// SwiGLU's gate. Activations are (rows = N * T, width) matrices, as in transformer.cc.
+// SwiGLU's gate. Activations are (rows = N * T, width) matrices, as in transformer.cc. Each op
+// passes its node's storage dtype to its kernels (Note [Storage dtype of a kernel]).
 #include <fmt/format.h>
 
 #include "trainer/model/ops/ops.h"
@@ -33,13 +34,14 @@ class TokenEmbeddingOp : public Op {
     a.tokens = static_cast<const int32_t*>(io.inputs[0]);
     a.wte = cf(io.params[0]);
     a.y = f(io.outputs[0]);
+    a.dtype = io.dtype;
     k.launch(a, s);
   }
   // Tied: the head's backward wrote wte's gradient first (Note [Tied weights] in graph.cc).
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(EmbeddingBackward{shape_.n, shape_.t, shape_.c, shape_.vocab, shape_.t,
                                static_cast<const int32_t*>(io.inputs[0]), cf(io.grad_outputs[0]),
-                               f(io.grad_params[0]), nullptr, tied_, nullptr},
+                               f(io.grad_params[0]), nullptr, tied_, nullptr, io.dtype},
              s);
   }
 
@@ -70,11 +72,13 @@ class RmsNormOp : public Op {
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     float* rstd = io.aux.empty() ? f(io.ws.ptr) : f(io.aux[0]);
-    k.launch(RmsNormForward{g_, cf(io.inputs[0]), cf(io.params[0]), f(io.outputs[0]), rstd}, s);
+    k.launch(
+        RmsNormForward{g_, cf(io.inputs[0]), cf(io.params[0]), f(io.outputs[0]), rstd, io.dtype},
+        s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(RmsNormBackward{g_, cf(io.inputs[0]), cf(io.grad_outputs[0]), cf(io.params[0]),
-                             cf(io.aux[0]), f(io.grad_inputs[0]), f(io.grad_params[0])},
+                             cf(io.aux[0]), f(io.grad_inputs[0]), f(io.grad_params[0]), io.dtype},
              s);
   }
 
@@ -101,16 +105,16 @@ class RopeQkvOp : public Op {
   bool recomputable() const override { return true; }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(RopeQkvForward{g_, cf(io.inputs[0]), cf(io.inputs[1]), cf(io.inputs[2]),
-                            f(io.outputs[0]), segments_at(io, 3)},
+                            f(io.outputs[0]), segments_at(io, 3), io.dtype},
              s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     const auto grad = [&](size_t i) {
       return i < io.grad_inputs.size() ? f(io.grad_inputs[i]) : nullptr;
     };
-    k.launch(
-        RopeQkvBackward{g_, cf(io.grad_outputs[0]), grad(0), grad(1), grad(2), segments_at(io, 3)},
-        s);
+    k.launch(RopeQkvBackward{g_, cf(io.grad_outputs[0]), grad(0), grad(1), grad(2),
+                             segments_at(io, 3), io.dtype},
+             s);
   }
 
  private:
@@ -130,11 +134,11 @@ class SwigluOp : public Op {
     return {};
   }
   void forward(Kernels& k, Stream& s, const OpIo& io) const override {
-    k.launch(SwigluForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0])}, s);
+    k.launch(SwigluForward{n_, cf(io.inputs[0]), cf(io.inputs[1]), f(io.outputs[0]), io.dtype}, s);
   }
   void backward(Kernels& k, Stream& s, const OpIo& io) const override {
     k.launch(SwigluBackward{n_, cf(io.inputs[0]), cf(io.inputs[1]), cf(io.grad_outputs[0]),
-                            f(io.grad_inputs[0]), f(io.grad_inputs[1])},
+                            f(io.grad_inputs[0]), f(io.grad_inputs[1]), io.dtype},
              s);
   }
 
