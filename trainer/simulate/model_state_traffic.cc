@@ -36,10 +36,16 @@ std::vector<uint64_t> proportional(uint64_t total, const std::vector<uint64_t>& 
 
 uint64_t device_update_bytes(const ModelState& state, int slots, bool bf16) {
   const bool sharded = state.choice.zero != ZeroStage::k0 && state.ranks > 1;
-  const uint64_t block_floats = state.weights / sizeof(float);
+  // The padded block: under bf16 the working copy holds all of it, two bytes a parameter (with
+  // the masters apart `weights` is only the shard's and the fp32 weights).
+  const uint64_t block_floats =
+      bf16 && state.working_weights > 0 ? state.working_weights / 2 : state.weights / sizeof(float);
   const uint64_t updated = sharded ? state.shard_floats : block_floats;
   const uint64_t per_float = (2 * static_cast<uint64_t>(std::max(slots, 0)) + 3) * sizeof(float);
-  return updated * per_float + (bf16 ? block_floats * 2 : 0);
+  // bf16: the rounding into the working copy, of the whole block, or of the shard where the
+  // masters are apart (Note [Sharded master weights]).
+  const uint64_t rounded = state.masters_apart ? updated : block_floats;
+  return updated * per_float + (bf16 ? rounded * 2 : 0);
 }
 
 double add_device_update(std::vector<SimRank>& ranks, int update_step, uint64_t bytes,

@@ -13,33 +13,6 @@
 namespace ferry::testing {
 namespace {
 
-// The bf16 kernels the Llama model launches that the CUDA kernel table lacks (Note [bf16 kernels
-// at plan time] in trainer/plan/planning.cc).
-std::vector<std::string> llama_kernels_cuda_lacks_in_bf16() {
-  std::vector<std::string> lacking;
-  for (const KernelKind kind : {kernel_kind<RmsNormForward>(), kernel_kind<RmsNormBackward>(),
-                                kernel_kind<RopeQkvForward>(), kernel_kind<RopeQkvBackward>(),
-                                kernel_kind<SwigluForward>(), kernel_kind<SwigluBackward>()}) {
-    if (!cuda_kernel_runs(kind, DType::kBF16)) lacking.emplace_back(kernel_name(kind));
-  }
-  return lacking;
-}
-
-// `output` is the one-line refusal of a bf16 llama naming one of `lacking`, with its hint.
-void expect_llama_refusal(const std::string& output, const std::vector<std::string>& lacking) {
-  EXPECT_NE(output.find("error: device.precision: bf16 needs a bf16 "), std::string::npos)
-      << output;
-  EXPECT_NE(output.find(" kernel for model 'llama', which the cuda backend does not have yet\n"
-                        "hint: set device.precision=fp32 for this model"),
-            std::string::npos)
-      << output;
-  bool names_one = false;
-  for (const std::string& k : lacking) {
-    names_one |= output.find("bf16 " + k + " kernel") != std::string::npos;
-  }
-  EXPECT_TRUE(names_one) << output;
-}
-
 std::string plan(const std::string& args) {
   return "cd " + std::string(FERRY_SOURCE_DIR) + " && " + trainer() + " plan " + args;
 }
@@ -121,10 +94,10 @@ TEST(CliPlan, PlansALlamaFromTheZoo) {
 }
 
 // A bf16 plan for the cuda backend asks the CUDA kernel table, with no GPU here (Note [bf16
-// kernels at plan time]): the GPT with its fused attention plans; Llama, while the table lacks
-// one of its kernels in bf16, is refused in one line naming it, exit 2, as `trainer train` would
-// refuse it before step 1; in fp32 it plans.
-TEST(CliPlan, Bf16OnCudaIsRefusedAtPlanTimeForAKernelTheCudaTableLacks) {
+// kernels at plan time]): the GPT with its fused attention and Llama with its RMSNorm, rotary
+// and SwiGLU kernels plan in bf16 (the planner would refuse, exit 2, a kernel the table lacked:
+// CheckBf16Kernels.* tests that line).
+TEST(CliPlan, Bf16OnCudaPlansTheZoosTransformersFromTheCudaKernelTable) {
   if (!backend_built(Backend::kCuda)) GTEST_SKIP() << "this build has no CUDA backend (its table)";
   const std::string gpt =
       "configs/gpt_text.yaml model.layers=1 model.width=32 model.heads=2 model.context=16 "
@@ -133,18 +106,10 @@ TEST(CliPlan, Bf16OnCudaIsRefusedAtPlanTimeForAKernelTheCudaTableLacks) {
   EXPECT_EQ(fused.code, 0) << fused.output;
   EXPECT_NE(fused.output.find("\nprecision: bf16; the step's tensors: bf16 "), std::string::npos)
       << fused.output;
-  const std::string llama = gpt + "model.name=llama model.ffn=48 ";
-  const Exit fp32 = run(plan(llama + "2>&1"));
-  EXPECT_EQ(fp32.code, 0) << fp32.output;
-  const std::vector<std::string> lacking = llama_kernels_cuda_lacks_in_bf16();
-  const Exit bf16 = run(plan(llama + "device.precision=bf16 2>&1"));
-  if (lacking.empty()) {
-    EXPECT_EQ(bf16.code, 0) << bf16.output;
-    return;
-  }
-  EXPECT_EQ(bf16.code, 2) << bf16.output;
-  expect_llama_refusal(bf16.output, lacking);
-  EXPECT_EQ(bf16.output.find("policy "), std::string::npos) << "a plan was printed";
+  const Exit llama = run(plan(gpt + "model.name=llama model.ffn=48 device.precision=bf16 2>&1"));
+  EXPECT_EQ(llama.code, 0) << llama.output;
+  EXPECT_NE(llama.output.find("\nprecision: bf16; the step's tensors: bf16 "), std::string::npos)
+      << llama.output;
 }
 
 }  // namespace

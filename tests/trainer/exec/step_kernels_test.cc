@@ -1,10 +1,12 @@
 // missing_bf16_kernel (trainer/exec/step_kernels.h), the check behind device.precision bf16's
 // refusal of a model whose steps lack a bf16 kernel: a tiny Llama in bf16 finds every kernel on
-// the CPU backend, and a backend that lacks one is named by its first missing kernel.
+// the CPU backend, and a backend that lacks one is named by its first missing kernel;
+// check_bf16_kernels turns that into the one-line refusal.
 #include "trainer/exec/step_kernels.h"
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "device/cpu/cpu_kernels.h"
 #include "trainer/exec/lower.h"
 #include "trainer/model/precision.h"
@@ -63,6 +65,26 @@ TEST(MissingBf16Kernel, NamesTheFirstKernelABackendLacks) {
   // In fp32 no step asks for bf16 storage.
   const Graph wide = tiny_llama(Precision::kFp32);
   EXPECT_EQ(missing_bf16_kernel(wide, lower_graph(wide, kernels, true), kernels), "");
+}
+
+// What train, plan and simulate say: one line naming the kernel, the model and the backend.
+TEST(CheckBf16Kernels, RefusesInOneLineNamingTheKernelTheModelAndTheBackend) {
+  cpu::CpuKernels cpu_kernels(1);
+  if (!cpu_kernels.supports(kernel_kind<ConvForward>(), DType::kBF16))
+    GTEST_SKIP() << "this CPU has no avx512_bf16: no bf16 kernels to look for";
+  KernelsWithout kernels(cpu_kernels, kernel_kind<RmsNormForward>());
+  const Graph g = tiny_llama(Precision::kBf16);
+  const Lowered lowered = lower_graph(g, kernels, true);
+  try {
+    check_bf16_kernels(g, lowered, kernels, "llama", Backend::kCuda);
+    ADD_FAILURE() << "a lacking bf16 kernel was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "device.precision: bf16 needs a bf16 rms_norm_forward kernel for model 'llama', "
+                 "which the cuda backend does not have yet");
+  }
+  EXPECT_NO_THROW(check_bf16_kernels(g, lower_graph(g, cpu_kernels, true), cpu_kernels, "llama",
+                                     Backend::kCuda));
 }
 
 }  // namespace

@@ -282,9 +282,12 @@ TEST(SimulateModelState, TheDeviceUpdateIsTheShardsBytesAtTheProfilesMemoryRate)
       "memory.zero=2 device.precision=bf16");
   ASSERT_EQ(bf16.code, 0) << bf16.output;
   const nlohmann::json b = nlohmann::json::parse(bf16.output);
-  const uint64_t block = b["model_state"]["weights_bytes"].get<uint64_t>();
-  EXPECT_EQ(b["device_update"]["bytes"].get<uint64_t>(), (2 * slots + 3) * (block / 4) + block / 2)
-      << "the shard's update and the whole bf16 working copy";
+  // The masters are sharded under bf16 (Note [Sharded master weights]): the shard's update and
+  // its rounding into the working copy.
+  const uint64_t bf16_shard = b["model_state"]["optimizer_bytes"].get<uint64_t>() / slots;
+  EXPECT_EQ(b["device_update"]["bytes"].get<uint64_t>(),
+            (2 * slots + 3) * bf16_shard + bf16_shard / 2)
+      << "the shard's update and its bf16 rounding";
   EXPECT_EQ(b["device_update"]["memory_gbps"].get<double>(), 3000);
 }
 
