@@ -1,8 +1,11 @@
 // The CPU kernels in bf16 storage that are not native oneDNN bf16 primitives: each widens its
-// bf16 operands (Note [Storage dtype of a kernel] in device/kernels.h) to fp32 buffers, runs the
-// fp32 kernel on them and narrows its bf16 outputs back: fp32 math on bf16 values, and the bits
-// of the fp32 kernel on the same (bf16-rounded) inputs, rounded once.
+// bf16 operands (Note [Storage dtype of a kernel] in device/kernels.h) to fp32 buffers (whole, or
+// a stage at a time for the elementwise ones), runs the fp32 kernel on them and narrows its bf16
+// outputs back: the bits of the fp32 kernel on the same (bf16-rounded) inputs, rounded once.
+#include <algorithm>
+#include <array>
 #include <bit>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -38,8 +41,10 @@ FERRY_SIMD_CLONES void narrow_chunk(const float* x, uint16_t* y, int64_t n) {
 // buffers kept per thread (grown, never shrunk) outside the planned arena: host memory the CPU
 // backend's device budget does not count, about twice the bf16 bytes of the kernel's operands.
 // The matmul-bound kernels (convolution, linear) widen through their workspace instead (Note
-// [bf16 products in fp32] in widened_matmul.cc); a native bf16 loop for the others is a speed
-// improvement that changes no interface.
+// [bf16 products in fp32] in widened_matmul.cc); the elementwise kernels widen a few KiB at a
+// time (Note [Staged bf16 elementwise kernels]) and the loss reads bf16 itself (Note
+// [Exponentials of bf16 logits] in kernels_loss.cc). A native bf16 loop for the others is a
+// speed improvement that changes no interface.
 enum class Role { kIn, kOut, kInOut };
 
 struct Slot {
@@ -83,6 +88,40 @@ void widened(PlanCache& plans, Args& fp32, std::initializer_list<Slot> slots) {
     if (original == nullptr || s.count <= 0 || s.role == Role::kIn) continue;
     narrow_to_bf16(*s.field, bf16_bits(original), s.count);
   }
+}
+
+// Note [Staged bf16 elementwise kernels]
+// An elementwise kernel in bf16 storage widens kStage elements of each input at a time into
+// per-thread buffers (a few KiB, in L1), runs the fp32 kernel on them and narrows its outputs
+// back: each element gets the fp32 kernel's math on its widened inputs, rounded once, the bits of
+// widening whole arrays, without the whole-tensor fp32 copies and their passes through memory.
+// The fp32 kernel runs on each stage alone (within one work item: serial).
+constexpr int64_t kStage = 1024;
+
+// The stages of `n` elements: `in` (bf16) widened into v[0, kIn), then `chunk(v, begin, len)`
+// runs the fp32 kernel, then each output (a bf16 tensor, the index of its fp32 buffer in v)
+// narrowed. Buffers v[kIn, 3) are free for outputs. A count the fp32 kernel refuses goes to it
+// (its error); n == 0 does nothing.
+template <int kIn, int kOut, typename Args, typename Chunk>
+void staged(PlanCache& p, const Args& a, int64_t n, const std::array<const float*, kIn>& in,
+            const std::array<std::pair<float*, int>, kOut>& out, const Chunk& chunk) {
+  static_assert(kIn <= 3 && kOut <= 3);
+  if (n < 0) {  // the fp32 kernel's error for the count
+    Args f = a;
+    f.dtype = DType::kF32;
+    run(p, f);
+    return;
+  }
+  parallel_chunks(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    thread_local std::array<std::array<float, kStage>, 3> buffers;
+    float* v[3] = {buffers[0].data(), buffers[1].data(), buffers[2].data()};
+    for (int64_t b = begin; b < end; b += kStage) {
+      const int64_t len = std::min(kStage, end - b);
+      for (int i = 0; i < kIn; ++i) widen_chunk(bf16_bits(in[i]) + b, v[i], len);
+      chunk(v, b, len);
+      for (const auto& [y, buffer] : out) narrow_chunk(v[buffer], bf16_bits(y) + b, len);
+    }
+  });
 }
 
 }  // namespace
@@ -139,23 +178,27 @@ void run_widened(PlanCache& p, const BatchNormBackward& a) {
 }
 
 void run_widened(PlanCache& p, const ReluForward& a) {
-  ReluForward f = a;
-  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
+  staged<1, 1>(p, a, a.n, {a.x}, {{{a.y, 1}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, ReluForward{len, v[0], v[1]});
+  });
 }
 
 void run_widened(PlanCache& p, const ReluBackward& a) {
-  ReluBackward f = a;
-  widened(p, f, {in(f.y, a.n), in(f.dy, a.n), out(f.dx, a.n)});
+  staged<2, 1>(p, a, a.n, {a.y, a.dy}, {{{a.dx, 2}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, ReluBackward{len, v[0], v[1], v[2]});
+  });
 }
 
 void run_widened(PlanCache& p, const AddForward& a) {
-  AddForward f = a;
-  widened(p, f, {in(f.a, a.n), in(f.b, a.n), out(f.y, a.n)});
+  staged<2, 1>(p, a, a.n, {a.a, a.b}, {{{a.y, 2}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, AddForward{len, v[0], v[1], v[2]});
+  });
 }
 
 void run_widened(PlanCache& p, const Accumulate& a) {
-  Accumulate f = a;
-  widened(p, f, {in(f.x, a.n), inout(f.y, a.n)});
+  staged<2, 1>(p, a, a.n, {a.x, a.y}, {{{a.y, 1}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, Accumulate{len, v[0], v[1]});
+  });
 }
 
 void run_widened(PlanCache&, const Fill& a) {
@@ -169,18 +212,35 @@ void run_widened(PlanCache&, const Fill& a) {
 }
 
 void run_widened(PlanCache& p, const Scale& a) {
-  Scale f = a;
-  widened(p, f, {inout(f.y, a.n)});
+  staged<1, 1>(p, a, a.n, {a.y}, {{{a.y, 0}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, Scale{len, a.alpha, v[0]});
+  });
 }
 
 void run_widened(PlanCache& p, const DropoutForward& a) {
-  DropoutForward f = a;
-  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
+  check_dropout_forward(a);
+  staged<1, 1>(p, a, a.n, {a.x}, {{{a.y, 1}}}, [&](float* const* v, int64_t b, int64_t len) {
+    run(p, DropoutForward{len, a.p, a.seed, a.offset + static_cast<uint64_t>(b), v[0], v[1],
+                          a.mask + b});
+  });
 }
 
 void run_widened(PlanCache& p, const DropoutBackward& a) {
-  DropoutBackward f = a;
-  widened(p, f, {in(f.dy, a.n), out(f.dx, a.n)});
+  staged<1, 1>(p, a, a.n, {a.dy}, {{{a.dx, 1}}}, [&](float* const* v, int64_t b, int64_t len) {
+    run(p, DropoutBackward{len, a.p, v[0], a.mask + b, v[1]});
+  });
+}
+
+void run_widened(PlanCache& p, const GeluForward& a) {
+  staged<1, 1>(p, a, a.n, {a.x}, {{{a.y, 1}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, GeluForward{len, v[0], v[1]});
+  });
+}
+
+void run_widened(PlanCache& p, const GeluBackward& a) {
+  staged<2, 1>(p, a, a.n, {a.x, a.dy}, {{{a.dx, 2}}}, [&](float* const* v, int64_t, int64_t len) {
+    run(p, GeluBackward{len, v[0], v[1], v[2]});
+  });
 }
 
 void run_widened(PlanCache& p, const EmbeddingForward& a) {
@@ -203,16 +263,6 @@ void run_widened(PlanCache& p, const LayerNormBackward& a) {
   const int64_t n = a.g.rows * a.g.c;
   LayerNormBackward f = a;
   widened(p, f, {in(f.x, n), in(f.dy, n), out(f.dx, n)});
-}
-
-void run_widened(PlanCache& p, const GeluForward& a) {
-  GeluForward f = a;
-  widened(p, f, {in(f.x, a.n), out(f.y, a.n)});
-}
-
-void run_widened(PlanCache& p, const GeluBackward& a) {
-  GeluBackward f = a;
-  widened(p, f, {in(f.x, a.n), in(f.dy, a.n), out(f.dx, a.n)});
 }
 
 void run_widened(PlanCache& p, const AttentionForward& a) {

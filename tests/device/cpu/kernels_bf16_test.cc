@@ -10,6 +10,7 @@
 
 #include "device/cpu/bf16_storage.h"
 #include "device/cpu/cpu_kernels_impl.h"
+#include "device/cpu/parallel.h"
 #include "device/kernel_checks.h"
 #include "tests/device/cpu/kernel_test_util.h"
 
@@ -304,6 +305,55 @@ TEST_F(Bf16Kernels, ElementwiseMatchReference) {
   for (int64_t i = 0; i < n; i += 997) {
     ASSERT_EQ(dxv[i], mask[i] ? Bf16(std::vector<float>{bv[i] / 0.75f}).values()[0] : 0.0f) << i;
   }
+}
+
+// The elementwise kernels widen a stage at a time (Note [Staged bf16 elementwise kernels]); each
+// output is still the fp32 kernel's on the widened inputs, rounded once, bit for bit, across
+// parallel chunks and a ragged last stage, in place too.
+TEST_F(Bf16Kernels, ElementwiseAreTheFp32KernelsOnWidenedInputsRoundedOnce) {
+  const int64_t n = 3 * cpu::kParallelGrain + 1234;
+  Bf16 a(random_floats(n, 521, -4.0f, 4.0f)), b(random_floats(n, 522)), y(n), dx(n);
+  const auto av = a.values(), bv = b.values();
+  std::vector<float> y32(n), dx32(n);
+  auto same = [&](const Bf16& got, const std::vector<float>& fp32, const char* what) {
+    ASSERT_EQ(got.bits, Bf16(fp32).bits) << what;
+  };
+  k.run(ReluForward{n, a.ptr(), y.ptr(), DType::kBF16});
+  k.run(ReluForward{n, av.data(), y32.data()});
+  same(y, y32, "relu");
+  k.run(ReluBackward{n, a.ptr(), b.ptr(), dx.ptr(), DType::kBF16});
+  k.run(ReluBackward{n, av.data(), bv.data(), dx32.data()});
+  same(dx, dx32, "relu backward");
+  k.run(AddForward{n, a.ptr(), b.ptr(), y.ptr(), DType::kBF16});
+  k.run(AddForward{n, av.data(), bv.data(), y32.data()});
+  same(y, y32, "add");
+  Bf16 acc = b;
+  std::vector<float> acc32 = bv;
+  k.run(Accumulate{n, a.ptr(), acc.ptr(), DType::kBF16});
+  k.run(Accumulate{n, av.data(), acc32.data()});
+  same(acc, acc32, "accumulate");
+  Bf16 scaled = a;
+  std::vector<float> scaled32 = av;
+  k.run(Scale{n, 0.3f, scaled.ptr(), DType::kBF16});
+  k.run(Scale{n, 0.3f, scaled32.data()});
+  same(scaled, scaled32, "scale");
+  std::vector<uint8_t> mask(n), mask32(n);
+  k.run(DropoutForward{n, 0.3f, 5, 1000, a.ptr(), y.ptr(), mask.data(), DType::kBF16});
+  k.run(DropoutForward{n, 0.3f, 5, 1000, av.data(), y32.data(), mask32.data()});
+  ASSERT_EQ(mask, mask32);
+  same(y, y32, "dropout");
+  k.run(DropoutBackward{n, 0.3f, b.ptr(), mask.data(), dx.ptr(), DType::kBF16});
+  k.run(DropoutBackward{n, 0.3f, bv.data(), mask.data(), dx32.data()});
+  same(dx, dx32, "dropout backward");
+  k.run(GeluForward{n, a.ptr(), y.ptr(), DType::kBF16});
+  k.run(GeluForward{n, av.data(), y32.data()});
+  same(y, y32, "gelu");
+  k.run(GeluBackward{n, a.ptr(), b.ptr(), dx.ptr(), DType::kBF16});
+  k.run(GeluBackward{n, av.data(), bv.data(), dx32.data()});
+  same(dx, dx32, "gelu backward");
+  Bf16 inplace = b;
+  k.run(GeluBackward{n, a.ptr(), inplace.ptr(), inplace.ptr(), DType::kBF16});
+  EXPECT_EQ(inplace.bits, dx.bits);
 }
 
 TEST_F(Bf16Kernels, SoftmaxCrossEntropyKeepsAnFp32Loss) {
