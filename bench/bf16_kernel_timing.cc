@@ -294,19 +294,6 @@ void gpt_step(cpu::CpuKernels& k) {
                  ws));
     }
     const std::string w = l.what;
-    if (g.n > 10000) {  // the LM head: is the tiled bf16 product the fp32 one rounded once?
-      Buffer x(g.m * g.k, 1, DType::kBF16), wt(g.k * g.n, 2, DType::kBF16);
-      Buffer y(g.m * g.n, 4, DType::kBF16);
-      std::vector<float> x32(g.m * g.k), w32(g.k * g.n), y32(g.m * g.n);
-      cpu::widen_bf16(x.bf16.data(), x32.data(), g.m * g.k);
-      cpu::widen_bf16(wt.bf16.data(), w32.data(), g.k * g.n);
-      runner(k, LinearForward{g, x.ptr(), wt.ptr(), nullptr, y.ptr(), {}, DType::kBF16}, ws)();
-      runner(k, LinearForward{g, x32.data(), w32.data(), nullptr, y32.data()}, ws)();
-      std::vector<uint16_t> rounded(g.m * g.n);
-      cpu::narrow_to_bf16(y32.data(), rounded.data(), g.m * g.n);
-      std::printf("%s bf16 forward == fp32 forward rounded once: %s\n", l.what,
-                  rounded == y.bf16 ? "bitwise" : "NO");
-    }
     rows.push_back({"fwd " + w, l.per_step, tf.fwd, tb.fwd});
     rows.push_back({"bwd data " + w, l.per_step, tf.data, tb.data});
     rows.push_back({"bwd weights " + w, l.per_step, tf.weights, tb.weights});

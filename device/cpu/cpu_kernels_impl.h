@@ -193,19 +193,17 @@ class WidenedMatmul {
                std::string_view what) const;
 
  private:
-  // One product of a chunk of A's rows by a tile of B's (and C's) columns.
-  struct Tile {
-    int64_t rows = 0, cols = 0;  // 0: this shape does not occur
+  struct Chunk {
+    int64_t rows = 0;
     dnnl::memory::desc a_user, a32, c_user, c32;
     std::optional<dnnl::reorder> a_widen, c_narrow;
     dnnl::primitive matmul;
   };
   dnnl::memory::desc a_, b_, b32_, bias_, c_;
   bool has_bias_;
-  int64_t chunk_rows_ = 0, tile_cols_ = 0, a_elem_ = 0, c_elem_ = 0;
+  int64_t chunk_rows_ = 0, a_elem_ = 0, c_elem_ = 0;
   std::optional<dnnl::reorder> b_widen_;
-  // [full rows x full cols, full rows x last cols, last rows x full cols, last rows x last cols]
-  std::vector<Tile> tiles_;
+  std::vector<Chunk> chunks_;  // the full chunk, then the shorter last one if any
   uint64_t scratchpad_bytes_ = 0, b_offset_ = 0, a_offset_ = 0, c_offset_ = 0;
   uint64_t workspace_bytes_ = 0;
 };
@@ -213,15 +211,6 @@ class WidenedMatmul {
 // fp32 staging bytes of one chunk's A and C rows the chunking aims at (a cache-sized block, so
 // the narrowing reads C's rows while they are warm).
 inline constexpr int64_t kWidenedChunkBytes = int64_t{1} << 20;
-// fp32 staging bytes of a narrowed C tile: a wide C (an LM head's logits) is staged in column
-// tiles of about this size, narrowed from cache (Note [bf16 products in fp32]).
-inline constexpr int64_t kWidenedTileBytes = int64_t{1} << 20;
-inline constexpr int64_t kWidenedTileCols = 512;
-// Columns per C tile: all `cols` unless C is narrowed (`narrow_c`) and 64 rows of it exceed
-// kWidenedTileBytes; then kWidenedTileCols.
-int64_t widened_tile_cols(int64_t rows, int64_t cols, bool narrow_c);
-// Rows per chunk when C is tiled `tile_cols` wide: a tile of about kWidenedTileBytes.
-int64_t widened_tile_rows(int64_t rows, int64_t tile_cols);
 // Rows per chunk: the larger of kWidenedChunkBytes and `b_bytes` (B's fp32 bytes) of staged rows
 // (`inner` fp32 elements of A and `cols` of C per row, 0 for an operand that is fp32 already),
 // at least 64 and a multiple of 32, at most `rows`.

@@ -1,6 +1,6 @@
 // The bf16 matrix products of the linear kernels as fp32 oneDNN matmuls on widened operands, in
-// row chunks and column tiles through the workspace (Note [bf16 products in fp32]). Invariant:
-// each element of C is the fp32 matmul's on the widened inputs, rounded once, whatever the tiling.
+// row chunks through the workspace (Note [bf16 products in fp32]). Invariant: each row of C is
+// the fp32 matmul's row on the widened inputs, rounded once, whatever the chunking.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -24,10 +24,7 @@ namespace ferry::cpu {
 //  - Linear: WidenedMatmul widens B (the weights, or an activation in backward weights) whole,
 //    then A's rows in chunks of about kWidenedChunkBytes, and narrows C's rows from a chunk-sized
 //    fp32 buffer: the workspace stays bounded by about twice B's fp32 bytes (a GPT-2 LM head at
-//    8 x 1024 tokens stages 0.2 GB, not 1.6 GB of logits) whatever the row count. A wide C (an
-//    LM head's 50257 columns) is multiplied and narrowed in tiles of kWidenedTileCols columns by
-//    at most 512 rows (1 MiB of fp32, in L2), so its narrowing reads from cache, not memory: the
-//    LM head's forward went from 1.18 to 0.95-1.09 of fp32's time (docs/benchmarks.md).
+//    8 x 1024 tokens stages 0.3 GB, not 1.6 GB of logits) whatever the row count.
 // Each output is then the fp32 kernel's result on the bf16 inputs rounded once to bf16, bitwise
 // (widened_matmul_test.cc checks it, chunked and whole): the widened kernels' rule (Note
 // [Widened bf16 kernels] in kernels_bf16.cc). oneDNN's narrowing treats fp32 subnormal results
@@ -58,12 +55,6 @@ memory::desc first_rows(const memory::desc& user, int64_t rows) {
 
 int64_t row_stride(const memory::desc& user) { return strides_of(user)[0]; }
 
-// `user` (rows, cols) restricted to a block of `rows` x `cols` at its start, the strides kept.
-memory::desc block(const memory::desc& user, int64_t rows, int64_t cols) {
-  const auto& s = strides_of(user);
-  return strided_desc({rows, cols}, {s[0], s[1]}, user.data_type());
-}
-
 }  // namespace
 
 int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols, int64_t b_bytes) {
@@ -77,28 +68,14 @@ int64_t widened_chunk_rows(int64_t rows, int64_t inner, int64_t cols, int64_t b_
   return std::min(rows, r);
 }
 
-int64_t widened_tile_cols(int64_t rows, int64_t cols, bool narrow_c) {
-  if (!narrow_c || 4 * std::min<int64_t>(rows, 64) * cols <= kWidenedTileBytes) return cols;
-  return std::min(cols, kWidenedTileCols);
-}
-
-int64_t widened_tile_rows(int64_t rows, int64_t tile_cols) {
-  const int64_t r = kWidenedTileBytes / (4 * tile_cols) / 32 * 32;
-  return std::min(rows, std::max<int64_t>(64, r));
-}
-
 WidenedMatmul::WidenedMatmul(const memory::desc& a, const memory::desc& b, const memory::desc* bias,
                              const memory::desc& c, const dnnl::primitive_attr& attr)
     : a_(a), b_(b), c_(c), has_bias_(bias != nullptr) {
   using dt = memory::data_type;
   const int64_t rows = a.dims()[0], inner = a.dims()[1], cols = b.dims()[1];
-  const bool narrow_c = c.data_type() != dt::f32;
-  // Only staged operands count: an fp32 C (backward weights' dw) is written in place, and a
-  // narrowed C is staged a tile at a time (Note [bf16 products in fp32]).
-  tile_cols_ = widened_tile_cols(rows, cols, narrow_c);
+  // Only staged rows count: an fp32 C (backward weights' dw) is written in place.
   chunk_rows_ = widened_chunk_rows(rows, a.data_type() == dt::f32 ? 0 : inner,
-                                   tile_cols_ == cols && narrow_c ? cols : 0, 4 * inner * cols);
-  if (tile_cols_ < cols) chunk_rows_ = std::min(chunk_rows_, widened_tile_rows(rows, tile_cols_));
+                                   c.data_type() == dt::f32 ? 0 : cols, 4 * inner * cols);
   a_elem_ = static_cast<int64_t>(memory::data_type_size(a.data_type()));
   c_elem_ = static_cast<int64_t>(memory::data_type_size(c.data_type()));
   // B whole, fp32 with the user's strides.
@@ -111,43 +88,33 @@ WidenedMatmul::WidenedMatmul(const memory::desc& a, const memory::desc& b, const
     return DNNL_CHECK(dnnl::reorder(pd));
   };
   if (b.data_type() != dt::f32) b_widen_ = reorder(b, b32_);
-  // Tiles: the full chunk of rows or the shorter last one, by the full tile of columns or the
-  // narrower last one.
   for (int64_t len : {chunk_rows_, rows % chunk_rows_}) {
-    for (int64_t width : {tile_cols_, cols % tile_cols_}) {
-      Tile t;
-      if (len == 0 || width == 0) {
-        tiles_.push_back(std::move(t));
-        continue;
-      }
-      t.rows = len;
-      t.cols = width;
-      t.a_user = first_rows(a, len);
-      t.c_user = block(c, len, width);
-      t.a32 = a.data_type() == dt::f32 ? t.a_user : dense_f32(a, len);
-      t.c32 = narrow_c ? plain_desc({len, width}) : t.c_user;
-      if (a.data_type() != dt::f32) t.a_widen = reorder(t.a_user, t.a32);
-      if (narrow_c) t.c_narrow = reorder(t.c32, t.c_user);
-      const memory::desc b32 = block(b32_, inner, width);
-      const memory::desc bias_tile = plain_desc({1, width});
-      const auto desc = bias ? dnnl::matmul::desc(t.a32, b32, bias_tile, t.c32)
-                             : dnnl::matmul::desc(t.a32, b32, t.c32);
-      auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
-      scratch = std::max<uint64_t>(scratch, pd.scratchpad_desc().get_size());
-      t.matmul = DNNL_CHECK(dnnl::matmul(pd));
-      tiles_.push_back(std::move(t));
-    }
+    if (len == 0) continue;
+    Chunk ch;
+    ch.rows = len;
+    ch.a_user = first_rows(a, len);
+    ch.c_user = first_rows(c, len);
+    ch.a32 = a.data_type() == dt::f32 ? ch.a_user : dense_f32(a, len);
+    ch.c32 = c.data_type() == dt::f32 ? ch.c_user : plain_desc({len, cols});
+    if (a.data_type() != dt::f32) ch.a_widen = reorder(ch.a_user, ch.a32);
+    if (c.data_type() != dt::f32) ch.c_narrow = reorder(ch.c32, ch.c_user);
+    const auto desc = bias ? dnnl::matmul::desc(ch.a32, b32_, *bias, ch.c32)
+                           : dnnl::matmul::desc(ch.a32, b32_, ch.c32);
+    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+    scratch = std::max<uint64_t>(scratch, pd.scratchpad_desc().get_size());
+    ch.matmul = DNNL_CHECK(dnnl::matmul(pd));
+    chunks_.push_back(std::move(ch));
   }
-  // Workspace: [scratchpad | B fp32 | A chunk fp32 | C tile fp32], each 64-byte aligned.
+  // Workspace: [scratchpad | B fp32 | A chunk fp32 | C chunk fp32], each 64-byte aligned.
   scratchpad_bytes_ = scratch;
   uint64_t offset = align_up(scratch, kWorkspaceAlign);
   b_offset_ = offset;
   if (b_widen_) offset += align_up(b32_.get_size(), kWorkspaceAlign);
   a_offset_ = offset;
   uint64_t a_bytes = 0, c_bytes = 0;
-  for (const Tile& t : tiles_) {
-    if (t.a_widen) a_bytes = std::max(a_bytes, align_up(t.a32.get_size(), kWorkspaceAlign));
-    if (t.c_narrow) c_bytes = std::max(c_bytes, align_up(t.c32.get_size(), kWorkspaceAlign));
+  for (const Chunk& ch : chunks_) {
+    if (ch.a_widen) a_bytes = std::max(a_bytes, align_up(ch.a32.get_size(), kWorkspaceAlign));
+    if (ch.c_narrow) c_bytes = std::max(c_bytes, align_up(ch.c32.get_size(), kWorkspaceAlign));
   }
   c_offset_ = a_offset_ + a_bytes;
   workspace_bytes_ = c_offset_ + c_bytes;
@@ -175,47 +142,33 @@ void WidenedMatmul::execute(const void* a, const void* b, const void* bias, void
       return args;
     };
     memory b_user(b_, engine, const_cast<void*>(b));
-    char* b32_ptr = static_cast<char*>(const_cast<void*>(b));
+    memory b32 = b_user;
     if (b_widen_) {
-      b32_ptr = base + b_offset_;
-      b_widen_->execute(stream, with_scratch({{DNNL_ARG_FROM, b_user},
-                                              {DNNL_ARG_TO, memory(b32_, engine, b32_ptr)}}));
+      b32 = memory(b32_, engine, base + b_offset_);
+      b_widen_->execute(stream, with_scratch({{DNNL_ARG_FROM, b_user}, {DNNL_ARG_TO, b32}}));
     }
-    const int64_t rows = a_.dims()[0], cols = b_.dims()[1];
+    const int64_t rows = a_.dims()[0];
     for (int64_t r0 = 0; r0 < rows;) {
-      const bool last_rows = rows - r0 < chunk_rows_;
+      const Chunk& ch = rows - r0 >= chunk_rows_ ? chunks_.front() : chunks_.back();
       auto* a_ptr = static_cast<const char*>(a) + r0 * row_stride(a_) * a_elem_;
-      int64_t chunk = 0;
-      for (int64_t c0 = 0; c0 < cols;) {
-        const Tile& t = tiles_[(last_rows ? 2 : 0) + (cols - c0 < tile_cols_ ? 1 : 0)];
-        memory a_user(t.a_user, engine, const_cast<char*>(a_ptr));
-        memory a32 = a_user;
-        if (t.a_widen) {
-          a32 = memory(t.a32, engine, base + a_offset_);
-          if (c0 == 0) {  // once per chunk of rows
-            t.a_widen->execute(stream, with_scratch({{DNNL_ARG_FROM, a_user}, {DNNL_ARG_TO, a32}}));
-          }
-        }
-        auto* c_ptr =
-            static_cast<char*>(c) + (r0 * row_stride(c_) + c0 * strides_of(c_)[1]) * c_elem_;
-        memory c_user(t.c_user, engine, c_ptr);
-        memory c32 = t.c_narrow ? memory(t.c32, engine, base + c_offset_) : c_user;
-        const memory::desc b32_tile = block(b32_, b32_.dims()[0], t.cols);
-        memory b32(b32_tile, engine, b32_ptr + c0 * strides_of(b32_)[1] * 4);
-        auto args =
-            with_scratch({{DNNL_ARG_SRC, a32}, {DNNL_ARG_WEIGHTS, b32}, {DNNL_ARG_DST, c32}});
-        if (has_bias_) {
-          args[DNNL_ARG_BIAS] = memory(plain_desc({1, t.cols}), engine,
-                                       const_cast<float*>(static_cast<const float*>(bias)) + c0);
-        }
-        t.matmul.execute(stream, args);
-        if (t.c_narrow) {
-          t.c_narrow->execute(stream, with_scratch({{DNNL_ARG_FROM, c32}, {DNNL_ARG_TO, c_user}}));
-        }
-        c0 += t.cols;
-        chunk = t.rows;
+      auto* c_ptr = static_cast<char*>(c) + r0 * row_stride(c_) * c_elem_;
+      memory a_user(ch.a_user, engine, const_cast<char*>(a_ptr));
+      memory c_user(ch.c_user, engine, c_ptr);
+      memory a32 = a_user, c32 = c_user;
+      if (ch.a_widen) {
+        a32 = memory(ch.a32, engine, base + a_offset_);
+        ch.a_widen->execute(stream, with_scratch({{DNNL_ARG_FROM, a_user}, {DNNL_ARG_TO, a32}}));
       }
-      r0 += chunk;
+      if (ch.c_narrow) c32 = memory(ch.c32, engine, base + c_offset_);
+      auto args = with_scratch({{DNNL_ARG_SRC, a32}, {DNNL_ARG_WEIGHTS, b32}, {DNNL_ARG_DST, c32}});
+      if (has_bias_) {
+        args[DNNL_ARG_BIAS] = memory(bias_, engine, const_cast<void*>(bias));
+      }
+      ch.matmul.execute(stream, args);
+      if (ch.c_narrow) {
+        ch.c_narrow->execute(stream, with_scratch({{DNNL_ARG_FROM, c32}, {DNNL_ARG_TO, c_user}}));
+      }
+      r0 += ch.rows;
     }
     stream.wait();
   } catch (const dnnl::error& e) {
