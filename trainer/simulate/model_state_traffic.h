@@ -38,9 +38,10 @@ struct ModelStateSteps {
 // update also writes the bf16 working copy (Note [The bf16 working copy] in
 // trainer/exec/parameter_store.h), 2 bytes per parameter of the whole block, which every rank
 // keeps, or of the shard only where zero 1 and 2 shard the masters (Note [Sharded master
-// weights]: the all-gather fills the rest). The pass streams at the hardware profile's compute.memory_gbps (the HBM rate a stream
-// reaches; each profile says how it relates to its datasheet peak), on top of the update step's
-// launch cost, which was all the simulator counted before.
+// weights]: the all-gather fills the rest). The pass streams at the hardware profile's
+// compute.memory_gbps (the HBM rate a stream reaches; each profile says how it relates to its
+// datasheet peak), on top of the update step's launch cost, which was all the simulator counted
+// before.
 
 // Bytes the device update of one rank reads and writes per step (Note [The device update's
 // cost]); `slots`: optimizer state blocks.
