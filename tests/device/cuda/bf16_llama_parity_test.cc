@@ -21,12 +21,6 @@
 #define FERRY_BF16_LLAMA_SUITE CudaBf16LlamaParityTest
 #endif
 
-#ifdef FERRY_PARITY_EMULATED
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
 namespace ferry {
 namespace {
 

@@ -22,11 +22,7 @@
 #define FERRY_BF16_SUITE CudaBf16ParityTest
 #endif
 
-#ifdef FERRY_PARITY_EMULATED
-constexpr bool kSameMathAsCpu = true;
-#else
-constexpr bool kSameMathAsCpu = false;
-#endif
+constexpr bool kSameMathAsCpu = ferry::kEmulated;
 
 namespace ferry {
 namespace {

@@ -26,12 +26,6 @@
 #define FERRY_BF16_TRANSFORMER_SUITE CudaBf16TransformerParityTest
 #endif
 
-#ifdef FERRY_PARITY_EMULATED
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
 namespace ferry {
 namespace {
 

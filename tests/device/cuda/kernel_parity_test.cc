@@ -32,11 +32,7 @@
 // and summation orders (batch norm: Note [Batch norm's summation order]; the loss: rows in row
 // order), so batch norm and the loss must give the CPU backend's bits there. On a GPU they are
 // checked within the reduction tolerance (its exp and log may differ in the last place).
-#ifdef FERRY_PARITY_EMULATED
-constexpr bool kSameMathAsCpu = true;
-#else
-constexpr bool kSameMathAsCpu = false;
-#endif
+constexpr bool kSameMathAsCpu = ferry::kEmulated;
 
 namespace ferry {
 namespace {

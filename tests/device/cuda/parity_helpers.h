@@ -18,6 +18,14 @@
 
 namespace ferry {
 
+// Whether this build of a suite runs the kernels in the host emulation (FERRY_PARITY_EMULATED,
+// set by tests/device/cuda/CMakeLists.txt) rather than on a GPU.
+#ifdef FERRY_PARITY_EMULATED
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+
 inline constexpr double kRel = 1e-4;
 // Absolute floor for values that are sums cancelling to about zero (gradients of batch norm).
 inline constexpr double kAbs = 1e-5;

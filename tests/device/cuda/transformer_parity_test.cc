@@ -31,12 +31,6 @@
 #define FERRY_PARITY_SUITE CudaTransformerParityTest
 #endif
 
-#ifdef FERRY_PARITY_EMULATED
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
 // Runs `args` on the CPU backend, or skips the test while the CPU's transformer kernels are not
 // written (they land in another branch); any other error propagates.
 #define FERRY_CPU_OR_SKIP(args)                                                         \
