@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "device/cpu/bf16_storage.h"
 #include "device/cpu/cpu_kernels.h"
 #include "tests/device/cpu/reference.h"
 
@@ -31,6 +32,23 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 }
 
 inline ref::Vec to_f64(const std::vector<float>& v) { return ref::Vec(v.begin(), v.end()); }
+
+// A tensor in bf16 storage (the bf16 kernel tests): its bits, NaN until written, or fp32 values
+// rounded to nearest even; ptr() is what a kernel struct's float* field takes.
+struct Bf16 {
+  std::vector<uint16_t> bits;
+  explicit Bf16(size_t n) : bits(n, 0xffff) {}
+  explicit Bf16(const std::vector<float>& v) : bits(v.size()) {
+    cpu::narrow_to_bf16(v.data(), bits.data(), static_cast<int64_t>(v.size()));
+  }
+  float* ptr() { return reinterpret_cast<float*>(bits.data()); }
+  std::vector<float> values() const {
+    std::vector<float> out(bits.size());
+    cpu::widen_bf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
+    return out;
+  }
+  ref::Vec f64() const { return to_f64(values()); }
+};
 
 // Element-wise |actual - expected| <= abs + rel * |expected|, NaN matching only NaN; names the
 // worst element.

@@ -23,22 +23,6 @@ using namespace test;  // kernel_test_util.h
 constexpr double kRel = 8e-3;
 constexpr double kAbs = 1e-4;
 
-// A tensor in bf16 storage: its bits, and the values they hold.
-struct Bf16 {
-  std::vector<uint16_t> bits;
-  explicit Bf16(size_t n) : bits(n, 0xffff) {}  // NaN until written
-  explicit Bf16(const std::vector<float>& v) : bits(v.size()) {
-    cpu::narrow_to_bf16(v.data(), bits.data(), static_cast<int64_t>(v.size()));
-  }
-  float* ptr() { return reinterpret_cast<float*>(bits.data()); }
-  std::vector<float> values() const {
-    std::vector<float> out(bits.size());
-    cpu::widen_bf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
-    return out;
-  }
-  ref::Vec f64() const { return to_f64(values()); }
-};
-
 class Bf16Kernels : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -19,21 +19,6 @@ constexpr DType kBf = DType::kBF16;
 constexpr double kRel = 8e-3;
 constexpr double kAbs = 1e-3;
 
-// A tensor in bf16 storage: its bits (NaN until written), and the values they hold.
-struct Bf16 {
-  std::vector<uint16_t> bits;
-  explicit Bf16(size_t n) : bits(n, 0xffff) {}
-  explicit Bf16(const std::vector<float>& v) : bits(v.size()) {
-    cpu::narrow_to_bf16(v.data(), bits.data(), static_cast<int64_t>(v.size()));
-  }
-  float* ptr() { return reinterpret_cast<float*>(bits.data()); }
-  std::vector<float> values() const {
-    std::vector<float> out(bits.size());
-    cpu::widen_bf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
-    return out;
-  }
-};
-
 // The bits of fp32 values rounded once to bf16.
 std::vector<uint16_t> rounded(const std::vector<float>& v) { return Bf16(v).bits; }
 

@@ -17,21 +17,6 @@ namespace {
 using namespace test;  // kernel_test_util.h
 using cpu::Bf16Products;
 
-// A tensor in bf16 storage, from fp32 values rounded to nearest even.
-struct Bf16 {
-  std::vector<uint16_t> bits;
-  explicit Bf16(size_t n) : bits(n, 0xffff) {}  // NaN until written
-  explicit Bf16(const std::vector<float>& v) : bits(v.size()) {
-    cpu::narrow_to_bf16(v.data(), bits.data(), static_cast<int64_t>(v.size()));
-  }
-  float* ptr() { return reinterpret_cast<float*>(bits.data()); }
-  std::vector<float> values() const {
-    std::vector<float> out(bits.size());
-    cpu::widen_bf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
-    return out;
-  }
-};
-
 // `v` rounded to bf16 and widened back: what a kernel writing bf16 storage holds.
 std::vector<float> rounded(const std::vector<float>& v) { return Bf16(v).values(); }
 
