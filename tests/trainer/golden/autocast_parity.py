@@ -89,6 +89,43 @@ def resnet_case(args, torch, np):
     return model, batches, loss_of, ferry, optim, None
 
 
+def successor_task(args, torch, np, vocab, seq, batch, steps):
+    """The language models' learnable task: the next token is a fixed permutation of the last
+    one, 9 times in 10. Writes the token file ferry reads; returns its path, `steps` batches of
+    `batch` windows of `seq` (inputs, targets), and the fp32 cross-entropy of a model's logits."""
+    rng = np.random.default_rng(0)
+    successor = rng.permutation(vocab)
+    tokens = [int(rng.integers(0, vocab))]
+    for _ in range(batch * steps * seq):
+        tokens.append(int(successor[tokens[-1]]) if rng.random() < 0.9
+                      else int(rng.integers(0, vocab)))
+    data = os.path.join(args.dir, "train.bin")
+    write_tokens(data, tokens)
+    rows = windows(tokens, seq)
+    batches = []
+    for s in range(steps):
+        r = rows[s * batch:(s + 1) * batch]
+        batches.append((torch.tensor([x for x, _ in r]), torch.tensor([y for _, y in r])))
+
+    def loss_of(m, b):
+        logits = m(b[0]).logits.float()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[1].reshape(-1))
+    return data, batches, loss_of
+
+
+def adamw_decaying_matrices(torch):
+    """AdamW at lr 3e-3, weight decay 0.1 on matrices only, clipped at norm 1: ferry's overrides
+    and PyTorch's optimizer for them."""
+    def adamw(params):
+        params = list(params)
+        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2],
+                                   "weight_decay": 0.1},
+                                  {"params": [p for p in params if p.dim() < 2],
+                                   "weight_decay": 0.0}], lr=3e-3)
+    return (["optim.name=adamw", "optim.lr=3e-3", "optim.weight_decay=0.1",
+             "optim.decay=matrices", "optim.clip_norm=1.0"], adamw)
+
+
 def gpt_case(args, torch, np):
     """Hugging Face GPT2LMHeadModel, 2 layers, width 128, 4 heads, vocab 256, 4 x 64 tokens."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -97,39 +134,13 @@ def gpt_case(args, torch, np):
     config = GPT2Config(n_layer=layers, n_head=heads, n_embd=width, vocab_size=vocab,
                         n_positions=context, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(config)
-    rng = np.random.default_rng(0)
-    # A learnable task: the next token is a fixed permutation of the last one, 9 times in 10.
-    successor = rng.permutation(vocab)
-    tokens = [int(rng.integers(0, vocab))]
-    for _ in range(batch * STEPS * seq):
-        tokens.append(int(successor[tokens[-1]]) if rng.random() < 0.9
-                      else int(rng.integers(0, vocab)))
-    data = os.path.join(args.dir, "train.bin")
-    write_tokens(data, tokens)
-    rows = windows(tokens, seq)
-    batches = []
-    for s in range(STEPS):
-        r = rows[s * batch:(s + 1) * batch]
-        batches.append((torch.tensor([x for x, _ in r]), torch.tensor([y for _, y in r])))
-
-    def loss_of(m, b):
-        logits = m(b[0]).logits.float()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[1].reshape(-1))
+    data, batches, loss_of = successor_task(args, torch, np, vocab, seq, batch, STEPS)
 
     ferry = ["model.name=gpt2", f"model.layers={layers}", f"model.heads={heads}",
              f"model.width={width}", f"model.vocab={vocab}", f"model.context={context}",
              "data.source=tokens", f"data.path={data}", f"data.seq_len={seq}",
              f"data.batch_size={batch}"]
-
-    def adamw(params):
-        params = list(params)
-        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2],
-                                   "weight_decay": 0.1},
-                                  {"params": [p for p in params if p.dim() < 2],
-                                   "weight_decay": 0.0}], lr=3e-3)
-
-    optim = (["optim.name=adamw", "optim.lr=3e-3", "optim.weight_decay=0.1",
-              "optim.decay=matrices", "optim.clip_norm=1.0"], adamw)
+    optim = adamw_decaying_matrices(torch)
     return model, batches, loss_of, ferry, optim, 1.0
 
 
@@ -150,39 +161,14 @@ def llama_case(args, torch, np):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
-    rng = np.random.default_rng(0)
-    successor = rng.permutation(vocab)  # the GPT case's learnable task
-    tokens = [int(rng.integers(0, vocab))]
-    for _ in range(batch * steps * seq):
-        tokens.append(int(successor[tokens[-1]]) if rng.random() < 0.9
-                      else int(rng.integers(0, vocab)))
-    data = os.path.join(args.dir, "train.bin")
-    write_tokens(data, tokens)
-    rows = windows(tokens, seq)
-    batches = []
-    for s in range(steps):
-        r = rows[s * batch:(s + 1) * batch]
-        batches.append((torch.tensor([x for x, _ in r]), torch.tensor([y for _, y in r])))
-
-    def loss_of(m, b):
-        logits = m(b[0]).logits.float()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), b[1].reshape(-1))
+    data, batches, loss_of = successor_task(args, torch, np, vocab, seq, batch, steps)
 
     ferry = ["model.name=llama", f"model.layers={layers}", f"model.heads={heads}",
              f"model.kv_heads={kv}", f"model.width={width}", f"model.ffn={ffn}",
              f"model.vocab={vocab}", f"model.context={context}", "model.rope_theta=10000",
              "model.tie_embeddings=false", "data.source=tokens", f"data.path={data}",
              f"data.seq_len={seq}", f"data.batch_size={batch}"]
-
-    def adamw(params):
-        params = list(params)
-        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2],
-                                   "weight_decay": 0.1},
-                                  {"params": [p for p in params if p.dim() < 2],
-                                   "weight_decay": 0.0}], lr=3e-3)
-
-    optim = (["optim.name=adamw", "optim.lr=3e-3", "optim.weight_decay=0.1",
-              "optim.decay=matrices", "optim.clip_norm=1.0"], adamw)
+    optim = adamw_decaying_matrices(torch)
     return model, batches, loss_of, ferry, optim, 1.0
 
 
