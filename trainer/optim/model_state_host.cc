@@ -207,7 +207,7 @@ void ModelStateStep::host_update(Stream& compute, float lr) {
       engine.copy({TransferDirection::kToDevice, copy_name("weights", piece.begin, piece.end),
                    parts[c].bytes, -1, piece.deadline_s, TransferPurpose::kOptimizer},
                   parts[c].to, parts[c].from, ready, done);
-      copies.push_back(&done);
+      if (host_masters) copies.push_back(&done);
     }
   }
   // Host masters are bf16 only, where compute waits for every piece at the update anyway (Note
