@@ -101,16 +101,9 @@ TEST_F(CudaTraining, TheTopologySchedulerGatesCopiesWithoutChangingTheLosses) {
 
 // A GPT of 2 layers, width 64, 2 heads (D = 32), 64 tokens per row, on a token file in `dir`.
 Config small_gpt(const testing::TempDir& dir, Backend backend, AttentionKind attention) {
-  std::string file(256 * sizeof(int32_t), '\0');
-  const int32_t header[3] = {20240520, 1, 4096};
-  std::memcpy(file.data(), header, sizeof(header));
-  for (int i = 0; i < 4096; ++i) {
-    const auto token = static_cast<uint16_t>((i * 7 + i / 13) % 64);
-    file.append(reinterpret_cast<const char*>(&token), sizeof(token));
-  }
   Config c = small_config("gpt2", 4, backend);
   c.data.source = DataSource::kTokens;
-  c.data.path = dir.write("train.bin", file);
+  c.data.path = dir.write("train.bin", small_token_file());
   c.model.layers = 2;
   c.model.heads = 2;
   c.model.width = 64;

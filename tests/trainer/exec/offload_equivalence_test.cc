@@ -105,16 +105,9 @@ INSTANTIATE_TEST_SUITE_P(Bf16, OffloadEquivalence,
 // A small GPT's config, reading a token file written into `dir`.
 Config small_gpt(const testing::TempDir& dir, float dropout, AttentionKind attention,
                  int64_t heads = 2, int64_t width = 64, int64_t context = 64) {
-  std::string file(256 * sizeof(int32_t), '\0');
-  const int32_t header[3] = {20240520, 1, 4096};
-  std::memcpy(file.data(), header, sizeof(header));
-  for (int i = 0; i < 4096; ++i) {
-    const auto token = static_cast<uint16_t>((i * 7 + i / 13) % 64);
-    file.append(reinterpret_cast<const char*>(&token), sizeof(token));
-  }
   Config c = small_config("gpt2", 4);
   c.data.source = DataSource::kTokens;
-  c.data.path = dir.write("train.bin", file);
+  c.data.path = dir.write("train.bin", small_token_file());
   c.model.layers = 2;
   c.model.heads = heads;
   c.model.width = width;

@@ -105,4 +105,15 @@ void expect_policies_train_alike(const Config& base, const TrainRun& reference,
   }
 }
 
+std::string small_token_file() {
+  std::string file(256 * sizeof(int32_t), '\0');
+  const int32_t header[3] = {20240520, 1, 4096};
+  std::memcpy(file.data(), header, sizeof(header));
+  for (int i = 0; i < 4096; ++i) {
+    const auto token = static_cast<uint16_t>((i * 7 + i / 13) % 64);
+    file.append(reinterpret_cast<const char*>(&token), sizeof(token));
+  }
+  return file;
+}
+
 }  // namespace ferry

@@ -24,6 +24,10 @@ struct TrainRun {
   uint64_t working_refreshes = 0;
 };
 
+// A token file's bytes (the tokens format: header, then uint16 tokens): 4096 tokens of a
+// repeating pattern over a 64-word vocabulary, for the small GPTs and Llamas these tests train.
+std::string small_token_file();
+
 // Runs `steps` steps of `c` (one rank, the configured dataset, shuffled by run.seed).
 TrainRun train_steps(const Config& c, int steps);
 
