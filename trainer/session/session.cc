@@ -431,42 +431,28 @@ std::vector<BucketSpan> Session::reduce_spans() const {
 void Session::gather_optimizer_state() {
   // The checkpoint reads the parameters: after every piece of their all-gather.
   if (state_step_) state_step_->settle(device_->stream(StreamKind::kCompute));
-  if (store_->split_masters()) gather_master_weights();
+  // Note [Sharded master weights] in trainer/exec/parameter_store.h: the whole fp32 weights.
+  if (store_->split_masters()) store_->set_weights_image(gather_shards(store_->read_masters()));
   if (store_->whole_optimizer_on_device()) return;
-  const int slots = store_->optimizer_slots();
-  const int64_t floats = store_->param_floats();
-  const int64_t shard = store_->layout().shard_optimizer ? store_->layout().shard_floats : floats;
-  ParameterStore::OptimizerImage image(static_cast<size_t>(slots),
-                                       std::vector<float>(static_cast<size_t>(floats)));
-  for (int s = 0; s < slots; ++s) {
-    const std::vector<float> mine = store_->read_local_optimizer(s);
-    const int owners = store_->layout().shard_optimizer ? ranks_.size : 1;
-    for (int r = 0; r < owners; ++r) {
-      const int64_t begin = std::min(r * shard, floats), end = std::min(begin + shard, floats);
-      float* at = image[static_cast<size_t>(s)].data() + begin;
-      if (r == ranks_.rank || owners == 1) std::copy(mine.begin(), mine.end(), at);
-      if (owners > 1 && end > begin)
-        comm_->broadcast_host(at, static_cast<uint64_t>(end - begin) * sizeof(float), r);
-    }
-  }
+  ParameterStore::OptimizerImage image;
+  for (int s = 0; s < store_->optimizer_slots(); ++s)
+    image.push_back(gather_shards(store_->read_local_optimizer(s)));
   store_->set_optimizer_image(std::move(image));
 }
 
-// Note [Sharded master weights] in trainer/exec/parameter_store.h: the whole fp32 weights for a
-// checkpoint, every rank's shard of masters broadcast to every rank (host memory).
-void Session::gather_master_weights() {
-  const bool sharded = store_->layout().shard_optimizer;
+std::vector<float> Session::gather_shards(const std::vector<float>& mine) {
   const int64_t floats = store_->param_floats();
-  const int64_t shard = sharded ? store_->layout().shard_floats : floats;
+  const int owners = store_->layout().shard_optimizer ? ranks_.size : 1;
+  const int64_t shard = owners > 1 ? store_->layout().shard_floats : floats;
   std::vector<float> image(static_cast<size_t>(floats));
-  const std::vector<float> mine = store_->read_masters();
-  for (int r = 0; r < (sharded ? ranks_.size : 1); ++r) {
+  for (int r = 0; r < owners; ++r) {
     const int64_t begin = std::min(r * shard, floats), end = std::min(begin + shard, floats);
-    if (r == ranks_.rank || !sharded) std::copy(mine.begin(), mine.end(), image.begin() + begin);
-    if (sharded && end > begin)
-      comm_->broadcast_host(image.data() + begin, static_cast<uint64_t>(end - begin) * 4, r);
+    float* at = image.data() + begin;
+    if (r == ranks_.rank || owners == 1) std::copy(mine.begin(), mine.end(), at);
+    if (owners > 1 && end > begin)
+      comm_->broadcast_host(at, static_cast<uint64_t>(end - begin) * sizeof(float), r);
   }
-  store_->set_weights_image(std::move(image));
+  return image;
 }
 
 void Session::scatter_optimizer_state() {

@@ -63,8 +63,6 @@ class Session {
   // load_checkpoint this rank's shard taken from it.
   void gather_optimizer_state();
   void scatter_optimizer_state();
-  // Part of gather_optimizer_state under sharded masters (a collective).
-  void gather_master_weights();
   // The measured cost model the plan used (memory.measure), or null (the FLOP model).
   const DeviceProfile* cost_profile() const { return profile_ ? &*profile_ : nullptr; }
   // memory.optimizer host: the seconds an update spends beyond the activation plan's step (the
@@ -96,6 +94,10 @@ class Session {
   std::vector<LinkUsage> link_usage() const;
 
  private:
+  // A block of param_floats() floats sharded like the optimizer state, whole on every rank from
+  // each rank's shard `mine` (broadcast in host memory; unsharded, `mine` is the block). A
+  // collective: every rank calls it in the same order.
+  std::vector<float> gather_shards(const std::vector<float>& mine);
   GradientBuckets& buckets(const HostBatch& batch);
   // Sets model_state_ and its banner line; the store's layout for it.
   StoreLayout resolve_model_state(const Config& config, const RankInfo& ranks);
