@@ -20,6 +20,12 @@ uint64_t align(uint64_t n) {
   return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
 }
 
+// `bytes` in whole heap granules, so the bytes planned are the bytes the heap reserves.
+uint64_t granules(uint64_t bytes) {
+  const uint64_t g = DeviceHeap::kAlignment;
+  return (bytes + g - 1) / g * g;
+}
+
 // Cuts a block: entries in graph order, each aligned.
 uint64_t cut(const Graph& graph, const std::vector<TensorId>& ids,
              std::vector<ParameterStore::Entry>& entries, std::map<std::string, size_t>& index) {
@@ -30,9 +36,7 @@ uint64_t cut(const Graph& graph, const std::vector<TensorId>& ids,
     entries.push_back({info.name, info.desc, offset});
     offset += align(info.desc.bytes());
   }
-  // Whole heap granules, so the bytes planned are the bytes the heap reserves.
-  const uint64_t g = DeviceHeap::kAlignment;
-  return (std::max<uint64_t>(offset, 1) + g - 1) / g * g;
+  return granules(std::max<uint64_t>(offset, 1));
 }
 
 // The layout alone: blocks sizes without allocating.
@@ -53,10 +57,7 @@ constexpr uint64_t kMetricsBytes = 256;
 
 // The bf16 working copy of a parameter block of `param_bytes` (Note [The bf16 working copy]):
 // one bf16 element per fp32 element, in whole heap granules.
-uint64_t working_bytes(uint64_t param_bytes) {
-  const uint64_t g = DeviceHeap::kAlignment;
-  return (param_bytes / 2 + g - 1) / g * g;
-}
+uint64_t working_bytes(uint64_t param_bytes) { return granules(param_bytes / 2); }
 
 // Note [Sharded master weights]: per graph parameter (graph.params() order), whether some op
 // reads it as fp32 rather than through the bf16 working copy.
@@ -73,11 +74,6 @@ std::vector<bool> read_as_fp32(const Graph& graph) {
   std::vector<bool> out;
   for (TensorId id : graph.params()) out.push_back(fp32.count(id) > 0);
   return out;
-}
-
-uint64_t granules(uint64_t bytes) {
-  const uint64_t g = DeviceHeap::kAlignment;
-  return (bytes + g - 1) / g * g;
 }
 
 }  // namespace
