@@ -117,6 +117,7 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
   if (it != gather_plans_.end()) gather_plans_.erase(it);
   const auto& steps = program.plan.tape.steps;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> reads(steps.size());
+  std::vector<char> reads_fp32(steps.size(), 0);  // Note [Sharded master weights]
   for (size_t s = 0; s < steps.size(); ++s) {
     if (steps[s].phase != StepPhase::kForward && steps[s].phase != StepPhase::kRecompute) continue;
     for (int slot : program.lowered.bindings[program.plan.origin[s]].params) {
@@ -125,6 +126,7 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
       const auto& e = store_.params()[static_cast<size_t>(p)];
       const auto begin = static_cast<int64_t>(e.offset / sizeof(float));
       reads[s].emplace_back(begin, begin + e.desc.shape.numel());
+      if (store_.split_masters() && store_.reads_fp32(static_cast<size_t>(p))) reads_fp32[s] = 1;
     }
   }
   Gathers g;
@@ -135,21 +137,10 @@ const ModelStateStep::Gathers& ModelStateStep::gathers_for(const Program& progra
     up_pieces();
     g.uploads = pieces_read(up_bounds_, reads);
   }
-  if (store_.split_masters()) {
-    // Note [Sharded master weights]: a step reading an fp32 weight waits for the fp32 gather
-    // (index pieces_.count(), issued first).
-    for (size_t s = 0; s < steps.size(); ++s) {
-      if (steps[s].phase != StepPhase::kForward && steps[s].phase != StepPhase::kRecompute)
-        continue;
-      for (int slot : program.lowered.bindings[program.plan.origin[s]].params) {
-        const int32_t p = program.param_index[persistent_id(slot)];
-        if (p >= 0 && store_.reads_fp32(static_cast<size_t>(p))) {
-          g.read[s].push_back(pieces_.count());
-          break;
-        }
-      }
-    }
-  }
+  // Note [Sharded master weights]: a step reading an fp32 weight waits for the fp32 gather
+  // (index pieces_.count(), issued first).
+  for (size_t s = 0; s < steps.size(); ++s)
+    if (reads_fp32[s]) g.read[s].push_back(pieces_.count());
   g.origin = program.plan.origin;
   return gather_plans_.emplace(&program, std::move(g)).first->second;
 }
